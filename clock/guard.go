@@ -1,0 +1,178 @@
+package clock
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// DefaultMaxBackwardWait is how far the clock may step back before the guard
+// refuses instead of waiting.
+const DefaultMaxBackwardWait = 5 * time.Millisecond
+
+// ErrRollback is matched (errors.Is) by every *RollbackError.
+var ErrRollback = errors.New("clock moved backwards")
+
+// RollbackError reports a backward clock step larger than the guard waits
+// out. It is retryable: the guard serves again once the clock has passed
+// LastMs.
+type RollbackError struct {
+	LastMs int64         // highest Unix millisecond already used
+	NowMs  int64         // the clock's current reading
+	Behind time.Duration // LastMs - NowMs
+}
+
+func (e *RollbackError) Error() string {
+	return fmt.Sprintf("clock moved backwards by %v (now %d ms, already used %d ms): refusing until the clock catches up; check NTP on this host",
+		e.Behind, e.NowMs, e.LastMs)
+}
+
+// Is makes errors.Is(err, ErrRollback) true.
+func (e *RollbackError) Is(target error) bool { return target == ErrRollback }
+
+// GuardConfig configures a Guard. The zero value of every field is a
+// documented default.
+type GuardConfig struct {
+	Clock Clock // nil: System
+	// MaxBackwardWait is the largest backward step that is waited out.
+	// Zero: DefaultMaxBackwardWait; negative: never wait, refuse any step back.
+	MaxBackwardWait time.Duration
+	// OnReject is called for every refused reading (count it in a metric).
+	OnReject func(behind time.Duration)
+	Logger   *zap.Logger // nil: no logs
+}
+
+// Guard hands out millisecond readings that never go below a reading it
+// already handed out. Millis is safe for concurrent use, but the snowflake
+// generator calls it under its own lock anyway.
+//
+// A refusal starts a rollback episode: the first refusal is logged at error
+// level with its size, later ones only counted, and the first good reading
+// after it logs the end of the episode with how long it lasted and how many
+// requests were refused. Operators get one log line per incident, not one
+// per request.
+type Guard struct {
+	clock    Clock
+	maxWait  time.Duration
+	onReject func(time.Duration)
+	log      *zap.Logger
+
+	last atomic.Int64 // highest Unix ms handed out
+
+	episode atomic.Bool // fast-path flag: a rollback episode is open
+
+	mu        sync.Mutex // guards the episode fields below
+	inEpisode bool
+	epStart   time.Time
+	epMax     time.Duration
+	epCount   int64
+}
+
+// NewGuard returns a Guard that has handed out nothing yet; floorMs (Unix
+// ms, may be 0) is treated as already used, so the first reading is at least
+// floorMs.
+func NewGuard(cfg GuardConfig, floorMs int64) *Guard {
+	g := &Guard{clock: cfg.Clock, maxWait: cfg.MaxBackwardWait, onReject: cfg.OnReject, log: cfg.Logger}
+	if g.clock == nil {
+		g.clock = System{}
+	}
+	if g.maxWait == 0 {
+		g.maxWait = DefaultMaxBackwardWait
+	}
+	if g.maxWait < 0 {
+		g.maxWait = 0
+	}
+	if g.log == nil {
+		g.log = zap.NewNop()
+	}
+	g.last.Store(floorMs)
+	return g
+}
+
+// Clock returns the clock the guard reads.
+func (g *Guard) Clock() Clock { return g.clock }
+
+// Last returns the highest Unix millisecond handed out so far.
+func (g *Guard) Last() int64 { return g.last.Load() }
+
+// Millis returns the current Unix millisecond, never lower than any value it
+// returned before. A backward step of up to MaxBackwardWait is slept out;
+// a larger one returns a *RollbackError.
+func (g *Guard) Millis() (int64, error) {
+	now := Millis(g.clock)
+	last := g.last.Load()
+	if now < last {
+		behind := time.Duration(last-now) * time.Millisecond
+		if behind > g.maxWait {
+			g.reject(now, last, behind)
+			return 0, &RollbackError{LastMs: last, NowMs: now, Behind: behind}
+		}
+		for now < last {
+			Sleep(g.clock, time.Duration(last-now)*time.Millisecond)
+			now = Millis(g.clock)
+		}
+	}
+	for {
+		if now <= last || g.last.CompareAndSwap(last, now) {
+			break
+		}
+		last = g.last.Load()
+	}
+	g.endEpisode()
+	return max(now, last), nil
+}
+
+// Behind reports how far the clock currently is below the highest reading
+// handed out (0 when it is not). Readiness checks use it: a node is not
+// ready while Behind exceeds MaxBackwardWait.
+func (g *Guard) Behind() time.Duration {
+	d := g.last.Load() - Millis(g.clock)
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(d) * time.Millisecond
+}
+
+// MaxBackwardWait returns the effective tolerance.
+func (g *Guard) MaxBackwardWait() time.Duration { return g.maxWait }
+
+func (g *Guard) reject(now, last int64, behind time.Duration) {
+	if g.onReject != nil {
+		g.onReject(behind)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.epCount++
+	if behind > g.epMax {
+		g.epMax = behind
+	}
+	if g.inEpisode {
+		return
+	}
+	g.inEpisode = true
+	g.episode.Store(true)
+	g.epStart = g.clock.Now()
+	g.log.Error("clock rollback: refusing snowflake IDs until the clock catches up",
+		zap.Duration("behind", behind), zap.Int64("now_ms", now), zap.Int64("last_used_ms", last),
+		zap.Duration("max_backward_wait", g.maxWait))
+}
+
+func (g *Guard) endEpisode() {
+	if !g.episode.Load() {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.inEpisode {
+		return
+	}
+	g.log.Warn("clock rollback episode over: serving snowflake IDs again",
+		zap.Duration("max_behind", g.epMax), zap.Int64("rejected", g.epCount),
+		zap.Duration("lasted", g.clock.Now().Sub(g.epStart)))
+	g.inEpisode, g.epMax, g.epCount = false, 0, 0
+	g.episode.Store(false)
+}

@@ -1,0 +1,164 @@
+// idgen RPC surface. Enum values of Channel match the older Java number
+// service so that migrating clients keep their wire values. Every failure is an
+// IdgenError exception with a code, so plain Apache Thrift clients in any
+// language can tell a retryable condition from a caller mistake.
+namespace go idgen
+namespace java com.idgen.rpc
+
+enum Channel {
+    UNORDERED = 0, // unique, trend-increasing: MySQL/embedded segments, double-buffered
+    ORDERED   = 1, // strictly increasing per (biz, sub_key) across the cluster
+    SNOWFLAKE = 2, // time-ordered per node, decodable with ParseID
+}
+
+enum ErrorCode {
+    INVALID_ARGUMENT    = 1,  // the request is wrong; do not retry it unchanged
+    UNKNOWN_BIZ         = 2,  // the business does not exist; create it first
+    CLOCK_ROLLBACK      = 3,  // this node's clock went backwards; retry later or elsewhere
+    WORKER_UNAVAILABLE  = 4,  // this node holds no worker slot right now (fenced, starting)
+    SEGMENT_UNAVAILABLE = 5,  // the segment store cannot be reached and no buffered IDs remain
+    EXHAUSTED           = 6,  // the ID space for this business is used up
+    RATE_LIMITED        = 7,  // the business exceeded its configured rate
+    UNAUTHENTICATED     = 8,  // a token is required and none (or a wrong one) was given
+    PERMISSION_DENIED   = 9,  // the token is valid but not for this operation
+    INTERNAL            = 10, // a bug or an unexpected failure; details are in the server log
+}
+
+exception IdgenError {
+    1: required ErrorCode code,
+    2: required string message,
+    3: optional bool retryable = false,
+    4: optional i64 retry_after_ms = 0, // hint: how long to wait before retrying this node
+}
+
+// An inclusive range of IDs: first, first+1, ..., last.
+struct IDRange {
+    1: required i64 first,
+    2: required i64 last,
+}
+
+struct NextIDsRequest {
+    1: required string biz,
+    2: optional Channel channel,    // unset: the business's default channel
+    3: optional i32 count = 1,      // 1..max_batch; never clamped, refused whole when too large
+    4: optional string sub_key,     // required for ORDERED
+    5: optional string request_id,  // ORDERED only: a retry with the same id returns the same range
+    6: optional string token,
+}
+
+struct NextIDsResponse {
+    1: required list<IDRange> ranges,
+    2: required Channel channel,    // the channel that actually served
+    3: required bool fallback,      // true when SNOWFLAKE was refused and a segment served instead
+    4: required i64 count,          // total number of IDs across ranges
+}
+
+struct ParseIDRequest {
+    1: required i64 id,
+}
+
+struct ParseIDResponse {
+    1: required i64 id,
+    2: required i64 timestamp_ms,   // Unix milliseconds
+    3: required string time,        // RFC 3339 with milliseconds, UTC
+    4: required i32 idc,
+    5: required i32 node,
+    6: required i32 worker,
+    7: required i32 sequence,
+    8: required bool below_floor,   // true: not a snowflake ID of this cluster (a segment/fallback ID)
+}
+
+struct ClockRequest {}
+
+struct ClockResponse {
+    1: required i64 now_ms,         // the node's wall clock, Unix milliseconds
+    2: required string state,       // serving, clock_rollback, fenced, degraded, starting
+    3: required string cluster,
+    4: required i32 worker,         // -1 when no slot is held
+    5: required string version,
+}
+
+struct ListWorkersRequest {
+    1: optional i32 idc,
+}
+
+struct Worker {
+    1: required i32 idc,
+    2: required i32 node,
+    3: required i32 worker,
+    4: required string host,
+    5: required i32 port,
+    6: required i32 pid,
+    7: required string version,
+    8: required i64 started_at_ms,
+    9: required i64 heartbeat_ms,      // the slot's high-water mark as last written
+    10: required i64 heartbeat_age_ms, // ZooKeeper's time minus the heartbeat znode's mtime
+    11: required i64 clock_offset_ms,  // node clock minus ZooKeeper's clock at the last heartbeat
+    12: required string member,        // member znode path
+}
+
+struct ListWorkersResponse {
+    1: required string cluster,
+    2: required list<Worker> workers,
+}
+
+struct Biz {
+    1: required string name,
+    2: required Channel channel,        // default channel when a request leaves it unset
+    3: required i64 step,               // UNORDERED segment size (starting step; it adapts)
+    4: required i32 low_water_pct,      // refill when the current segment falls to this % remaining
+    5: required i64 start_num,          // first UNORDERED/ORDERED number
+    6: required bool fallback,          // SNOWFLAKE may fall back to a segment
+    7: required i32 rate_limit,         // requests per second per node; 0 = unlimited
+    8: required string description,
+    9: required i64 created_at_ms,
+    10: required i64 updated_at_ms,
+}
+
+struct CreateBizRequest {
+    1: required string name,
+    2: optional Channel channel,
+    3: optional i64 step,
+    4: optional i32 low_water_pct,
+    5: optional i64 start_num,
+    6: optional bool fallback,
+    7: optional i32 rate_limit,
+    8: optional string description,
+    9: optional string token,
+}
+
+// Only the fields that are set change. start_num cannot change after creation.
+struct UpdateBizRequest {
+    1: required string name,
+    2: optional Channel channel,
+    3: optional i64 step,
+    4: optional i32 low_water_pct,
+    6: optional bool fallback,
+    7: optional i32 rate_limit,
+    8: optional string description,
+    9: optional string token,
+}
+
+struct GetBizRequest {
+    1: required string name,
+    2: optional string token,
+}
+
+struct ListBizRequest {
+    1: optional string token,
+}
+
+struct ListBizResponse {
+    1: required list<Biz> bizs,
+}
+
+service IDGen {
+    NextIDsResponse NextIDs(1: NextIDsRequest req) throws (1: IdgenError err),
+    ParseIDResponse ParseID(1: ParseIDRequest req) throws (1: IdgenError err),
+    ClockResponse Clock(1: ClockRequest req) throws (1: IdgenError err),
+    ListWorkersResponse ListWorkers(1: ListWorkersRequest req) throws (1: IdgenError err),
+    Biz CreateBiz(1: CreateBizRequest req) throws (1: IdgenError err),
+    Biz UpdateBiz(1: UpdateBizRequest req) throws (1: IdgenError err),
+    Biz GetBiz(1: GetBizRequest req) throws (1: IdgenError err),
+    ListBizResponse ListBiz(1: ListBizRequest req) throws (1: IdgenError err),
+}

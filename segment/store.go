@@ -1,0 +1,131 @@
+// Package segment hands out IDs from number ranges reserved in a durable
+// Store: the UNORDERED channel (double-buffered segments per business) and
+// the ORDERED channel (one reservation per request per (business, sub key)).
+//
+// Stores live in their own packages (boltstore for the embedded standalone
+// store, mysqlstore for MySQL/MariaDB) and share the Store interface and the
+// conformance suite in storetest.
+package segment
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Channel mirrors the IDL's Channel enum without depending on Kitex types.
+type Channel int8
+
+// Channels, numbered as in the IDL (and the older Java service).
+const (
+	Unordered Channel = 0
+	Ordered   Channel = 1
+	Snowflake Channel = 2
+)
+
+// String returns the lowercase channel name used in config, CLI and metrics.
+func (c Channel) String() string {
+	switch c {
+	case Unordered:
+		return "unordered"
+	case Ordered:
+		return "ordered"
+	case Snowflake:
+		return "snowflake"
+	}
+	return "unknown"
+}
+
+// Range is an inclusive range of numbers First..Last.
+type Range struct {
+	First, Last int64
+}
+
+// Len returns the number of IDs in r.
+func (r Range) Len() int64 { return r.Last - r.First + 1 }
+
+// Biz is a business's settings.
+type Biz struct {
+	Name        string
+	Channel     Channel // default channel when a request does not say
+	Step        int64   // starting UNORDERED segment size (it adapts at run time)
+	LowWaterPct int     // refill when the current segment is down to this % left
+	StartNum    int64   // first UNORDERED and ORDERED number (>= 1)
+	Fallback    bool    // SNOWFLAKE may fall back to the UNORDERED segment
+	RateLimit   int     // requests per second per node, 0 = unlimited
+	Description string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// Defaults for Biz fields left zero at creation.
+const (
+	DefaultStep        = 1000
+	DefaultLowWaterPct = 20
+	DefaultStartNum    = 1
+	MaxStep            = 100_000_000
+)
+
+// BizUpdate lists the fields to change; nil pointers keep the old value.
+// StartNum cannot change after creation.
+type BizUpdate struct {
+	Channel     *Channel
+	Step        *int64
+	LowWaterPct *int
+	Fallback    *bool
+	RateLimit   *int
+	Description *string
+}
+
+// OrderedRequest reserves Count consecutive numbers for (Biz, SubKey).
+type OrderedRequest struct {
+	Biz    string
+	SubKey string
+	Count  int64
+	// StartNum is the first number of a (Biz, SubKey) row created by this
+	// request (the business's StartNum).
+	StartNum int64
+	// RequestID, when not empty, makes the request idempotent: a retry with
+	// the same (Biz, RequestID) returns the range of the first success.
+	RequestID string
+}
+
+// Store is the durable state behind segments and businesses. Every
+// reservation is durable before it returns: a crash after a reservation
+// never hands its numbers out again.
+type Store interface {
+	// ReserveSegment advances the business's UNORDERED counter by step in one
+	// atomic operation and returns the reserved range (old+1 .. old+step).
+	// ErrUnknownBiz if the business does not exist.
+	ReserveSegment(ctx context.Context, biz string, step int64) (Range, error)
+	// ReserveOrdered reserves req.Count numbers for (req.Biz, req.SubKey),
+	// creating the row on first use, in one atomic operation.
+	ReserveOrdered(ctx context.Context, req OrderedRequest) (Range, error)
+
+	CreateBiz(ctx context.Context, b Biz) (Biz, error) // ErrBizExists
+	UpdateBiz(ctx context.Context, name string, u BizUpdate) (Biz, error)
+	GetBiz(ctx context.Context, name string) (Biz, error) // ErrUnknownBiz
+	ListBiz(ctx context.Context) ([]Biz, error)
+
+	Close() error
+}
+
+// Errors returned by stores and processors, wrapped with context; test them
+// with errors.Is.
+var (
+	ErrUnknownBiz = errors.New("unknown business")
+	ErrBizExists  = errors.New("business already exists")
+	// ErrInvalid: the request or settings are malformed (message says which field).
+	ErrInvalid = errors.New("invalid argument")
+	// ErrUnavailable: the store cannot be reached or did not answer in time,
+	// and nothing buffered can serve the request. Retryable.
+	ErrUnavailable = errors.New("segment store unavailable")
+	// ErrExhausted: the business's number space is used up (for example a
+	// segment would cross the snowflake floor).
+	ErrExhausted = errors.New("id space exhausted")
+	// ErrRegressed: the store returned a range not above one already
+	// received (a failover to a lagging replica); refused, never handed out.
+	ErrRegressed = errors.New("segment store went backwards")
+	// ErrRequestMismatch: a request id was reused for a different request.
+	ErrRequestMismatch = errors.New("request id reused with different parameters")
+)

@@ -126,6 +126,19 @@ func (g *Guard) Millis() (int64, error) {
 	return max(now, last), nil
 }
 
+// Raise treats ms (Unix ms) as already used: later readings are at least
+// ms. A generator that takes over a worker slot raises the guard to the
+// slot's NotBefore so a clock below it is waited out or refused like any
+// other step back.
+func (g *Guard) Raise(ms int64) {
+	for {
+		cur := g.last.Load()
+		if ms <= cur || g.last.CompareAndSwap(cur, ms) {
+			return
+		}
+	}
+}
+
 // Behind reports how far the clock currently is below the highest reading
 // handed out (0 when it is not). Readiness checks use it: a node is not
 // ready while Behind exceeds MaxBackwardWait.

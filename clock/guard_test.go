@@ -1,0 +1,67 @@
+package clock_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/clock/clocktest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+func TestGuardEpisodeLogsOncePerIncident(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	fc := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	var rejected int
+	g := clock.NewGuard(clock.GuardConfig{Clock: fc, Logger: zap.New(core), OnReject: func(time.Duration) { rejected++ }}, 0)
+	if _, err := g.Millis(); err != nil {
+		t.Fatal(err)
+	}
+	fc.Add(-50 * time.Millisecond)
+	for range 10 {
+		if _, err := g.Millis(); !errors.Is(err, clock.ErrRollback) {
+			t.Fatalf("err = %v, want rollback", err)
+		}
+	}
+	if g.Behind() != 50*time.Millisecond {
+		t.Fatalf("Behind = %v", g.Behind())
+	}
+	fc.Add(51 * time.Millisecond)
+	if _, err := g.Millis(); err != nil {
+		t.Fatal(err)
+	}
+	if rejected != 10 {
+		t.Fatalf("OnReject called %d times, want 10", rejected)
+	}
+	if n := logs.FilterMessageSnippet("clock rollback:").Len(); n != 1 {
+		t.Fatalf("%d start logs, want 1", n)
+	}
+	end := logs.FilterMessageSnippet("episode over").All()
+	if len(end) != 1 || end[0].ContextMap()["rejected"] != int64(10) {
+		t.Fatalf("end logs = %+v", end)
+	}
+	if g.Behind() != 0 {
+		t.Fatalf("Behind = %v after catching up", g.Behind())
+	}
+}
+
+func TestGuardNegativeWaitRefusesAnyStep(t *testing.T) {
+	fc := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	g := clock.NewGuard(clock.GuardConfig{Clock: fc, MaxBackwardWait: -1}, 0)
+	_, _ = g.Millis()
+	fc.Add(-time.Millisecond)
+	if _, err := g.Millis(); !errors.Is(err, clock.ErrRollback) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestOffsetClock(t *testing.T) {
+	base := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	o := &clock.Offset{Base: base}
+	o.Set(-time.Second)
+	if got := o.Now(); !got.Equal(base.Now().Add(-time.Second)) || o.Get() != -time.Second {
+		t.Fatalf("Offset.Now = %v", got)
+	}
+}

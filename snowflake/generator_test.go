@@ -324,4 +324,3 @@ func BenchmarkNextParallel(b *testing.B) {
 		}
 	})
 }
-

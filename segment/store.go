@@ -18,19 +18,19 @@ type Channel int8
 
 // Channels, numbered as in the IDL (and the older Java service).
 const (
-	Unordered Channel = 0
-	Ordered   Channel = 1
-	Snowflake Channel = 2
+	ChannelUnordered Channel = 0
+	ChannelOrdered   Channel = 1
+	ChannelSnowflake Channel = 2
 )
 
 // String returns the lowercase channel name used in config, CLI and metrics.
 func (c Channel) String() string {
 	switch c {
-	case Unordered:
+	case ChannelUnordered:
 		return "unordered"
-	case Ordered:
+	case ChannelOrdered:
 		return "ordered"
-	case Snowflake:
+	case ChannelSnowflake:
 		return "snowflake"
 	}
 	return "unknown"

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/cloudwego/kitex/client"
+	"github.com/cloudwego/kitex/pkg/klog"
+	"github.com/cloudwego/kitex/transport"
+
+	idl "github.com/idgen/idgen/kitex_gen/idgen"
+	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgen"
+)
+
+// newClient returns a Kitex client for one idgen node (TTHeader framing, so
+// the server can tell the protocol apart from plain framed/buffered clients).
+func newClient(addr string, timeout time.Duration) (idgensvc.Client, error) {
+	if addr == "" {
+		return nil, usageError{errors.New("--addr HOST:PORT is required (or IDGEN_ADDR)")}
+	}
+	klog.SetLevel(klog.LevelFatal)
+	return idgensvc.NewClient("idgen", client.WithHostPorts(addr), client.WithRPCTimeout(timeout),
+		client.WithConnectTimeout(time.Second), client.WithTransportProtocol(transport.TTHeaderFramed))
+}
+
+// describe turns an RPC error into one line an operator can act on.
+func describe(err error) error {
+	var ie *idl.IdgenError
+	if errors.As(err, &ie) {
+		msg := fmt.Sprintf("%s: %s", ie.Code, ie.Message)
+		if ie.Retryable {
+			msg += " (retryable"
+			if ie.RetryAfterMs > 0 {
+				msg += fmt.Sprintf(", after %dms", ie.RetryAfterMs)
+			}
+			msg += ")"
+		}
+		return errors.New(msg)
+	}
+	if strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "dial") {
+		return fmt.Errorf("cannot reach the idgen server: %v (is it running? check --addr)", err)
+	}
+	return err
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// parseChannel maps a channel name to the IDL enum.
+func parseChannel(s string) (idl.Channel, error) {
+	switch strings.ToLower(s) {
+	case "unordered", "0":
+		return idl.Channel_UNORDERED, nil
+	case "ordered", "1":
+		return idl.Channel_ORDERED, nil
+	case "snowflake", "2":
+		return idl.Channel_SNOWFLAKE, nil
+	}
+	return 0, usageError{fmt.Errorf("--channel %q: want snowflake, unordered or ordered", s)}
+}

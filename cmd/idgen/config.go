@@ -1,0 +1,321 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/snowflake"
+)
+
+// Config is the whole server configuration. Every field has a YAML key, a
+// flag and an IDGEN_* environment twin (see options); precedence is
+// defaults < YAML file < environment < flags.
+type Config struct {
+	RPCAddr   string `yaml:"rpc_addr"`
+	AdminAddr string `yaml:"admin_addr"`
+	DataDir   string `yaml:"data_dir"`
+
+	ZK               string        `yaml:"zk"`
+	ZKRoot           string        `yaml:"zk_root"`
+	ZKAuth           string        `yaml:"zk_auth"`
+	ZKSessionTimeout time.Duration `yaml:"zk_session_timeout"`
+	Cluster          string        `yaml:"cluster"`
+	IDC              int           `yaml:"idc"`
+	Node             int           `yaml:"node"`
+	PropertiesDir    string        `yaml:"properties_dir"`
+	AdvertiseHost    string        `yaml:"advertise_host"`
+	AllowCachedSlot  bool          `yaml:"allow_cached_slot"`
+	MaxPeerSkew      time.Duration `yaml:"max_peer_clock_skew"`
+	Heartbeat        time.Duration `yaml:"heartbeat_interval"`
+
+	Epoch           string        `yaml:"epoch"`
+	IDCBits         int           `yaml:"idc_bits"`
+	NodeBits        int           `yaml:"node_bits"`
+	MaxBackwardWait time.Duration `yaml:"max_backward_wait"`
+
+	MySQL         string        `yaml:"mysql"`
+	MySQLMaxConns int           `yaml:"mysql_max_conns"`
+	StoreTimeout  time.Duration `yaml:"store_timeout"`
+	MinStep       int64         `yaml:"min_step"`
+	MaxStep       int64         `yaml:"max_step"`
+	SegmentTTL    time.Duration `yaml:"segment_duration"`
+
+	AutoCreateBiz string `yaml:"auto_create_biz"` // "auto" (standalone only), "true", "false"
+	MaxBatch      int    `yaml:"max_batch"`
+	MaxFrameBytes int    `yaml:"max_frame_bytes"`
+	AdminToken    string `yaml:"admin_token"`
+	ClientToken   string `yaml:"client_token"`
+
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	LogLevel        string        `yaml:"log_level"`
+	LogFormat       string        `yaml:"log_format"`
+}
+
+// DefaultConfig returns the standalone defaults: no ZooKeeper, no MySQL,
+// data under ./data.
+func DefaultConfig() Config {
+	return Config{
+		RPCAddr:          ":8888",
+		AdminAddr:        ":8889",
+		DataDir:          "./data",
+		ZKRoot:           "/idgen",
+		ZKSessionTimeout: 10 * time.Second,
+		Cluster:          "default",
+		Node:             -1,
+		AllowCachedSlot:  true,
+		MaxPeerSkew:      time.Second,
+		Heartbeat:        3 * time.Second,
+		Epoch:            snowflake.DefaultEpoch.Format(time.RFC3339),
+		IDCBits:          snowflake.DefaultIDCBits,
+		NodeBits:         snowflake.DefaultNodeBits,
+		MaxBackwardWait:  clock.DefaultMaxBackwardWait,
+		MySQLMaxConns:    32,
+		StoreTimeout:     2 * time.Second,
+		MinStep:          1000,
+		MaxStep:          100_000_000,
+		SegmentTTL:       15 * time.Minute,
+		AutoCreateBiz:    "auto",
+		MaxBatch:         10000,
+		MaxFrameBytes:    1 << 20,
+		ShutdownTimeout:  10 * time.Second,
+		LogLevel:         "info",
+		LogFormat:        "json",
+	}
+}
+
+// option binds one setting to its flag, environment variable and field.
+type option struct {
+	name  string // flag name; env is IDGEN_ + upper(name with - as _)
+	usage string
+	set   func(c *Config, v string) error
+	get   func(c *Config) string
+}
+
+func (o option) env() string {
+	return "IDGEN_" + strings.ToUpper(strings.ReplaceAll(o.name, "-", "_"))
+}
+
+func strOpt(name, usage string, f func(*Config) *string) option {
+	return option{name, usage,
+		func(c *Config, v string) error { *f(c) = v; return nil },
+		func(c *Config) string { return *f(c) }}
+}
+
+func intOpt(name, usage string, f func(*Config) *int) option {
+	return option{name, usage,
+		func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return fmt.Errorf("want an integer, got %q", v)
+			}
+			*f(c) = n
+			return nil
+		},
+		func(c *Config) string { return strconv.Itoa(*f(c)) }}
+}
+
+func int64Opt(name, usage string, f func(*Config) *int64) option {
+	return option{name, usage,
+		func(c *Config, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return fmt.Errorf("want an integer, got %q", v)
+			}
+			*f(c) = n
+			return nil
+		},
+		func(c *Config) string { return strconv.FormatInt(*f(c), 10) }}
+}
+
+func durOpt(name, usage string, f func(*Config) *time.Duration) option {
+	return option{name, usage,
+		func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("want a duration such as 5ms or 10s, got %q", v)
+			}
+			*f(c) = d
+			return nil
+		},
+		func(c *Config) string { return f(c).String() }}
+}
+
+func boolOpt(name, usage string, f func(*Config) *bool) option {
+	return option{name, usage,
+		func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("want true or false, got %q", v)
+			}
+			*f(c) = b
+			return nil
+		},
+		func(c *Config) string { return strconv.FormatBool(*f(c)) }}
+}
+
+// options lists every setting. The README's configuration table is this list.
+var options = []option{
+	strOpt("rpc-addr", "Thrift RPC listen address", func(c *Config) *string { return &c.RPCAddr }),
+	strOpt("admin-addr", "admin HTTP listen address (/metrics, /healthz, /readyz)", func(c *Config) *string { return &c.AdminAddr }),
+	strOpt("data-dir", "standalone data directory (embedded segment store, properties file)", func(c *Config) *string { return &c.DataDir }),
+	strOpt("zk", "ZooKeeper servers HOST:PORT,...; switches on cluster worker registration", func(c *Config) *string { return &c.ZK }),
+	strOpt("zk-root", "ZooKeeper root znode", func(c *Config) *string { return &c.ZKRoot }),
+	strOpt("zk-auth", "ZooKeeper digest credentials user:password (ACL on the cluster subtree)", func(c *Config) *string { return &c.ZKAuth }),
+	durOpt("zk-session-timeout", "ZooKeeper session timeout", func(c *Config) *time.Duration { return &c.ZKSessionTimeout }),
+	strOpt("cluster", "cluster name (one ZooKeeper subtree per cluster)", func(c *Config) *string { return &c.Cluster }),
+	intOpt("idc", "IDC number of this node", func(c *Config) *int { return &c.IDC }),
+	intOpt("node", "standalone node number; -1: from the properties file, else 0", func(c *Config) *int { return &c.Node }),
+	strOpt("properties-dir", "directory of the worker properties file (default: data-dir)", func(c *Config) *string { return &c.PropertiesDir }),
+	strOpt("advertise-host", "host peers use to reach this node (default: first non-loopback IP, else 127.0.0.1)", func(c *Config) *string { return &c.AdvertiseHost }),
+	boolOpt("allow-cached-slot", "use the cached worker slot when ZooKeeper is unreachable at start", func(c *Config) *bool { return &c.AllowCachedSlot }),
+	durOpt("max-peer-clock-skew", "refuse to start when the clock is further than this from the peers' median", func(c *Config) *time.Duration { return &c.MaxPeerSkew }),
+	durOpt("heartbeat-interval", "how often the worker slot's high-water mark is written ahead", func(c *Config) *time.Duration { return &c.Heartbeat }),
+	strOpt("epoch", "snowflake epoch, RFC 3339 (cluster-wide)", func(c *Config) *string { return &c.Epoch }),
+	intOpt("idc-bits", "worker bits for the IDC (cluster-wide; idc-bits + node-bits = 10)", func(c *Config) *int { return &c.IDCBits }),
+	intOpt("node-bits", "worker bits for the node (cluster-wide)", func(c *Config) *int { return &c.NodeBits }),
+	durOpt("max-backward-wait", "largest clock step back that is waited out instead of refused", func(c *Config) *time.Duration { return &c.MaxBackwardWait }),
+	strOpt("mysql", "MySQL/MariaDB DSN user:pass@tcp(host:port)/db; switches on the MySQL store", func(c *Config) *string { return &c.MySQL }),
+	intOpt("mysql-max-conns", "MySQL connection pool size", func(c *Config) *int { return &c.MySQLMaxConns }),
+	durOpt("store-timeout", "deadline of one segment store call (ORDERED requests wait at most this)", func(c *Config) *time.Duration { return &c.StoreTimeout }),
+	int64Opt("min-step", "smallest UNORDERED segment step the adaptive step may shrink to (a business's own step is its floor)", func(c *Config) *int64 { return &c.MinStep }),
+	int64Opt("max-step", "largest UNORDERED segment step", func(c *Config) *int64 { return &c.MaxStep }),
+	durOpt("segment-duration", "how long one UNORDERED segment should last; the step adapts towards it", func(c *Config) *time.Duration { return &c.SegmentTTL }),
+	strOpt("auto-create-biz", "create unknown businesses on first use: auto (standalone only), true, false", func(c *Config) *string { return &c.AutoCreateBiz }),
+	intOpt("max-batch", "largest count one request may ask for", func(c *Config) *int { return &c.MaxBatch }),
+	intOpt("max-frame-bytes", "largest Thrift frame the server accepts", func(c *Config) *int { return &c.MaxFrameBytes }),
+	strOpt("admin-token", "token required by admin RPCs; empty: admin RPCs from loopback only", func(c *Config) *string { return &c.AdminToken }),
+	strOpt("client-token", "token required by NextIDs; empty: none", func(c *Config) *string { return &c.ClientToken }),
+	durOpt("shutdown-timeout", "how long SIGTERM waits for in-flight calls", func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
+	strOpt("log-level", "debug, info, warn or error", func(c *Config) *string { return &c.LogLevel }),
+	strOpt("log-format", "json or console", func(c *Config) *string { return &c.LogFormat }),
+}
+
+// loadConfig builds the configuration from defaults, the YAML file named by
+// --config (or IDGEN_CONFIG), the environment and the flags in args.
+func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	cfg := DefaultConfig()
+	fs := flag.NewFlagSet("idgen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configFile := fs.String("config", getenv("IDGEN_CONFIG"), "YAML configuration file (env IDGEN_CONFIG)")
+	setters := map[string]func(string) error{}
+	for _, o := range options {
+		fs.Func(o.name, fmt.Sprintf("%s (env %s, default %q)", o.usage, o.env(), o.get(&cfg)), func(v string) error {
+			setters[o.name] = func(string) error { return o.set(&cfg, v) }
+			return nil
+		})
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q: idgen takes only flags", fs.Args())
+	}
+	if *configFile != "" {
+		raw, err := os.ReadFile(*configFile)
+		if err != nil {
+			return cfg, fmt.Errorf("config file: %w", err)
+		}
+		dec := yaml.NewDecoder(strings.NewReader(string(raw)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+			return cfg, fmt.Errorf("config file %s: %w", *configFile, err)
+		}
+	}
+	for _, o := range options {
+		if v := getenv(o.env()); v != "" {
+			if err := o.set(&cfg, v); err != nil {
+				return cfg, fmt.Errorf("environment %s: %w", o.env(), err)
+			}
+		}
+	}
+	for _, o := range options { // flags last, in a stable order
+		if set, ok := setters[o.name]; ok {
+			if err := set(""); err != nil {
+				return cfg, fmt.Errorf("flag --%s: %w", o.name, err)
+			}
+		}
+	}
+	return cfg, cfg.Validate()
+}
+
+// Standalone reports whether the node runs without ZooKeeper and MySQL.
+func (c Config) Standalone() bool { return c.ZK == "" && c.MySQL == "" }
+
+// AutoCreate resolves auto_create_biz.
+func (c Config) AutoCreate() bool {
+	switch c.AutoCreateBiz {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	return c.Standalone()
+}
+
+// Validate checks the configuration; messages name the setting.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(name, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{name}, a...)...))
+	}
+	if c.RPCAddr == "" {
+		bad("rpc_addr", "must not be empty")
+	}
+	if c.DataDir == "" && c.MySQL == "" {
+		bad("data_dir", "must not be empty without mysql")
+	}
+	if _, err := time.Parse(time.RFC3339, c.Epoch); err != nil {
+		bad("epoch", "want RFC 3339 such as 2020-01-01T00:00:00Z: %v", err)
+	}
+	if c.IDCBits < 0 || c.NodeBits < 1 || c.IDCBits+c.NodeBits != snowflake.WorkerBits {
+		bad("idc_bits/node_bits", "%d + %d must be %d", c.IDCBits, c.NodeBits, snowflake.WorkerBits)
+	} else {
+		if c.IDC < 0 || c.IDC >= 1<<c.IDCBits {
+			bad("idc", "%d out of range 0..%d", c.IDC, 1<<c.IDCBits-1)
+		}
+		if c.Node < -1 || c.Node >= 1<<c.NodeBits {
+			bad("node", "%d out of range -1..%d", c.Node, 1<<c.NodeBits-1)
+		}
+	}
+	if c.MaxBatch < 1 || c.MaxBatch > 1_000_000 {
+		bad("max_batch", "%d out of range 1..1000000", c.MaxBatch)
+	}
+	if c.MaxFrameBytes < 4096 {
+		bad("max_frame_bytes", "%d is below 4096", c.MaxFrameBytes)
+	}
+	if c.MinStep < 1 || c.MaxStep < c.MinStep {
+		bad("min_step/max_step", "want 1 <= min_step (%d) <= max_step (%d)", c.MinStep, c.MaxStep)
+	}
+	switch c.AutoCreateBiz {
+	case "auto", "true", "false":
+	default:
+		bad("auto_create_biz", "want auto, true or false, got %q", c.AutoCreateBiz)
+	}
+	switch c.LogFormat {
+	case "json", "console":
+	default:
+		bad("log_format", "want json or console, got %q", c.LogFormat)
+	}
+	if c.ZKSessionTimeout < time.Second {
+		bad("zk_session_timeout", "%v is below 1s", c.ZKSessionTimeout)
+	}
+	if c.Heartbeat <= 0 {
+		bad("heartbeat_interval", "must be positive")
+	}
+	return errors.Join(errs...)
+}
+
+// Layout returns the snowflake layout the configuration describes.
+func (c Config) Layout() snowflake.Layout {
+	epoch, _ := time.Parse(time.RFC3339, c.Epoch)
+	return snowflake.Layout{Epoch: epoch.UTC(), IDCBits: c.IDCBits, NodeBits: c.NodeBits}
+}

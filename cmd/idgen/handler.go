@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/cloudwego/kitex/pkg/rpcinfo"
+	"go.uber.org/zap"
+
+	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/issuer"
+	idl "github.com/idgen/idgen/kitex_gen/idgen"
+	"github.com/idgen/idgen/segment"
+	"github.com/idgen/idgen/snowflake"
+)
+
+// handler implements the IDGen service: it checks the wire request, calls
+// the issuer and maps domain errors to IdgenError in one place (toIDLError).
+type handler struct {
+	is          *issuer.Issuer
+	log         *zap.Logger
+	clk         clock.Clock
+	cluster     string
+	adminToken  string
+	clientToken string
+	state       func() string                                             // serving, clock_rollback, fenced, degraded, starting
+	workers     func(ctx context.Context, idc int) ([]*idl.Worker, error) // ListWorkers
+	m           *metrics
+}
+
+var _ idl.IDGen = (*handler)(nil)
+
+// NextIDs issues IDs.
+func (h *handler) NextIDs(ctx context.Context, req *idl.NextIDsRequest) (resp *idl.NextIDsResponse, err error) {
+	defer h.done("NextIDs", channelLabel(req), time.Now(), &err)
+	if req == nil {
+		return nil, invalid("missing request")
+	}
+	if h.clientToken != "" && !tokenOK(req.Token, h.clientToken) {
+		return nil, &idl.IdgenError{Code: idl.ErrorCode_UNAUTHENTICATED, Message: "NextIDs needs the client token: set NextIDsRequest.token"}
+	}
+	r := issuer.Request{Biz: req.Biz, Count: int(req.Count), SubKey: req.GetSubKey(), RequestID: req.GetRequestId()}
+	if req.Channel != nil {
+		ch := segment.Channel(*req.Channel)
+		if int64(ch) != int64(*req.Channel) {
+			return nil, invalid(fmt.Sprintf("channel %d: want 0 (UNORDERED), 1 (ORDERED) or 2 (SNOWFLAKE)", *req.Channel))
+		}
+		r.Channel = &ch
+	}
+	out, err := h.is.Next(ctx, r)
+	h.m.observe(out, err)
+	if err != nil {
+		return nil, h.toIDLError(req.Biz, err)
+	}
+	resp = &idl.NextIDsResponse{Ranges: make([]*idl.IDRange, len(out.Ranges)), Channel: idl.Channel(out.Channel),
+		Fallback: out.Fallback, Count: out.Count()}
+	for i, rg := range out.Ranges {
+		resp.Ranges[i] = &idl.IDRange{First: rg.First, Last: rg.Last}
+	}
+	if out.Fallback {
+		h.log.Debug("snowflake fallback served", zap.String("biz", req.Biz), zap.NamedError("refusal", out.Refusal))
+	}
+	return resp, nil
+}
+
+// ParseID decodes a snowflake ID.
+func (h *handler) ParseID(ctx context.Context, req *idl.ParseIDRequest) (resp *idl.ParseIDResponse, err error) {
+	defer h.done("ParseID", "", time.Now(), &err)
+	if req == nil {
+		return nil, invalid("missing request")
+	}
+	p, below, err := h.is.Parse(req.Id)
+	if err != nil {
+		return nil, h.toIDLError("", err)
+	}
+	return &idl.ParseIDResponse{Id: p.ID, TimestampMs: p.UnixMs, Time: p.Time.Format("2006-01-02T15:04:05.000Z07:00"),
+		Idc: int32(p.IDC), Node: int32(p.Node), Worker: int32(p.Worker), Sequence: int32(p.Sequence), BelowFloor: below}, nil
+}
+
+// Clock answers peers' start checks with this node's wall clock.
+func (h *handler) Clock(ctx context.Context, req *idl.ClockRequest) (resp *idl.ClockResponse, err error) {
+	defer h.done("Clock", "", time.Now(), &err)
+	return &idl.ClockResponse{NowMs: h.clk.Now().UnixMilli(), State: h.state(), Cluster: h.cluster,
+		Worker: int32(h.is.Worker()), Version: version}, nil
+}
+
+// ListWorkers returns the worker assignments.
+func (h *handler) ListWorkers(ctx context.Context, req *idl.ListWorkersRequest) (resp *idl.ListWorkersResponse, err error) {
+	defer h.done("ListWorkers", "", time.Now(), &err)
+	idc := -1
+	if req != nil && req.Idc != nil {
+		idc = int(*req.Idc)
+	}
+	ws, err := h.workers(ctx, idc)
+	if err != nil {
+		return nil, h.toIDLError("", err)
+	}
+	return &idl.ListWorkersResponse{Cluster: h.cluster, Workers: ws}, nil
+}
+
+// CreateBiz creates a business (admin).
+func (h *handler) CreateBiz(ctx context.Context, req *idl.CreateBizRequest) (resp *idl.Biz, err error) {
+	defer h.done("CreateBiz", "", time.Now(), &err)
+	if req == nil {
+		return nil, invalid("missing request")
+	}
+	if err := h.admin(ctx, req.Token); err != nil {
+		return nil, err
+	}
+	b := segment.Biz{Name: req.Name, Channel: segment.ChannelSnowflake, Step: req.GetStep(), LowWaterPct: int(req.GetLowWaterPct()),
+		StartNum: req.GetStartNum(), Fallback: req.GetFallback(), RateLimit: int(req.GetRateLimit()), Description: req.GetDescription()}
+	if req.Channel != nil {
+		b.Channel = segment.Channel(*req.Channel)
+	}
+	out, err := h.is.CreateBiz(ctx, b)
+	if err != nil {
+		return nil, h.toIDLError(req.Name, err)
+	}
+	h.log.Info("business created", zap.String("biz", out.Name), zap.String("channel", out.Channel.String()))
+	return bizToIDL(out), nil
+}
+
+// UpdateBiz changes a business's set fields (admin).
+func (h *handler) UpdateBiz(ctx context.Context, req *idl.UpdateBizRequest) (resp *idl.Biz, err error) {
+	defer h.done("UpdateBiz", "", time.Now(), &err)
+	if req == nil {
+		return nil, invalid("missing request")
+	}
+	if err := h.admin(ctx, req.Token); err != nil {
+		return nil, err
+	}
+	var u segment.BizUpdate
+	if req.Channel != nil {
+		ch := segment.Channel(*req.Channel)
+		u.Channel = &ch
+	}
+	u.Step = req.Step
+	if req.LowWaterPct != nil {
+		v := int(*req.LowWaterPct)
+		u.LowWaterPct = &v
+	}
+	u.Fallback = req.Fallback
+	if req.RateLimit != nil {
+		v := int(*req.RateLimit)
+		u.RateLimit = &v
+	}
+	u.Description = req.Description
+	out, err := h.is.UpdateBiz(ctx, req.Name, u)
+	if err != nil {
+		return nil, h.toIDLError(req.Name, err)
+	}
+	h.log.Info("business updated", zap.String("biz", out.Name))
+	return bizToIDL(out), nil
+}
+
+// GetBiz reads a business (admin).
+func (h *handler) GetBiz(ctx context.Context, req *idl.GetBizRequest) (resp *idl.Biz, err error) {
+	defer h.done("GetBiz", "", time.Now(), &err)
+	if req == nil {
+		return nil, invalid("missing request")
+	}
+	if err := h.admin(ctx, req.Token); err != nil {
+		return nil, err
+	}
+	out, err := h.is.GetBiz(ctx, req.Name)
+	if err != nil {
+		return nil, h.toIDLError(req.Name, err)
+	}
+	return bizToIDL(out), nil
+}
+
+// ListBiz lists businesses (admin).
+func (h *handler) ListBiz(ctx context.Context, req *idl.ListBizRequest) (resp *idl.ListBizResponse, err error) {
+	defer h.done("ListBiz", "", time.Now(), &err)
+	var tok *string
+	if req != nil {
+		tok = req.Token
+	}
+	if err := h.admin(ctx, tok); err != nil {
+		return nil, err
+	}
+	bs, err := h.is.ListBiz(ctx)
+	if err != nil {
+		return nil, h.toIDLError("", err)
+	}
+	resp = &idl.ListBizResponse{Bizs: make([]*idl.Biz, len(bs))}
+	for i, b := range bs {
+		resp.Bizs[i] = bizToIDL(b)
+	}
+	return resp, nil
+}
+
+// admin checks the admin token, or loopback when no token is configured.
+func (h *handler) admin(ctx context.Context, token *string) error {
+	if h.adminToken != "" {
+		if !tokenOK(token, h.adminToken) {
+			return &idl.IdgenError{Code: idl.ErrorCode_UNAUTHENTICATED, Message: "admin RPCs need the admin token (IDGEN_ADMIN_TOKEN on the server): set the request's token field"}
+		}
+		return nil
+	}
+	if !fromLoopback(ctx) {
+		return &idl.IdgenError{Code: idl.ErrorCode_PERMISSION_DENIED, Message: "no admin token is configured on this server, so admin RPCs are accepted from loopback only: configure IDGEN_ADMIN_TOKEN or call from the node itself"}
+	}
+	return nil
+}
+
+func tokenOK(got *string, want string) bool {
+	return got != nil && subtle.ConstantTimeCompare([]byte(*got), []byte(want)) == 1
+}
+
+func fromLoopback(ctx context.Context) bool {
+	ri := rpcinfo.GetRPCInfo(ctx)
+	if ri == nil || ri.From() == nil || ri.From().Address() == nil {
+		return false
+	}
+	host, _, err := net.SplitHostPort(ri.From().Address().String())
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// done runs deferred in every method: it turns a panic into INTERNAL for
+// that call only, and records the call's metrics.
+func (h *handler) done(method, channel string, start time.Time, err *error) {
+	if p := recover(); p != nil {
+		h.log.Error("panic in handler: answering INTERNAL", zap.String("method", method), zap.Any("panic", p), zap.StackSkip("stack", 1))
+		*err = &idl.IdgenError{Code: idl.ErrorCode_INTERNAL, Message: "internal error (a bug: the server logged the details)"}
+	}
+	h.m.rpcDone(method, channel, start, *err)
+}
+
+// channelLabel is the metrics label of the requested channel.
+func channelLabel(req *idl.NextIDsRequest) string {
+	if req == nil || req.Channel == nil {
+		return "default"
+	}
+	if *req.Channel < 0 || *req.Channel > 2 {
+		return "invalid"
+	}
+	return segment.Channel(*req.Channel).String()
+}
+
+func invalid(msg string) error {
+	return &idl.IdgenError{Code: idl.ErrorCode_INVALID_ARGUMENT, Message: msg}
+}
+
+// toIDLError maps a domain error to the IDL exception. It is the only place
+// that decides codes and retryability.
+func (h *handler) toIDLError(biz string, err error) error {
+	var ie *idl.IdgenError
+	if errors.As(err, &ie) {
+		return ie
+	}
+	e := &idl.IdgenError{Message: err.Error()}
+	switch {
+	case errors.Is(err, issuer.ErrInvalid), errors.Is(err, segment.ErrInvalid), errors.Is(err, snowflake.ErrInvalid),
+		errors.Is(err, segment.ErrRequestMismatch):
+		e.Code = idl.ErrorCode_INVALID_ARGUMENT
+	case errors.Is(err, segment.ErrUnknownBiz):
+		e.Code = idl.ErrorCode_UNKNOWN_BIZ
+		e.Message = fmt.Sprintf("unknown business %q: create it with 'idctl biz create --biz %s' (or the CreateBiz RPC)", biz, biz)
+	case errors.Is(err, segment.ErrBizExists):
+		e.Code = idl.ErrorCode_INVALID_ARGUMENT
+	case errors.Is(err, clock.ErrRollback):
+		e.Code, e.Retryable = idl.ErrorCode_CLOCK_ROLLBACK, true
+	case errors.Is(err, issuer.ErrNoWorker), errors.Is(err, snowflake.ErrBeyondHighWater):
+		e.Code, e.Retryable, e.RetryAfterMs = idl.ErrorCode_WORKER_UNAVAILABLE, true, 1000
+	case errors.Is(err, segment.ErrUnavailable), errors.Is(err, segment.ErrRegressed):
+		e.Code, e.Retryable, e.RetryAfterMs = idl.ErrorCode_SEGMENT_UNAVAILABLE, true, 200
+	case errors.Is(err, segment.ErrExhausted), errors.Is(err, snowflake.ErrTimeOverflow):
+		e.Code = idl.ErrorCode_EXHAUSTED
+	case errors.Is(err, issuer.ErrRateLimited):
+		e.Code, e.Retryable = idl.ErrorCode_RATE_LIMITED, true
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		e.Code, e.Retryable = idl.ErrorCode_SEGMENT_UNAVAILABLE, true
+		e.Message = "request deadline passed before the store answered: " + err.Error()
+	default:
+		e.Code = idl.ErrorCode_INTERNAL
+		h.log.Error("unexpected error: answering INTERNAL", zap.String("biz", biz), zap.Error(err))
+	}
+	if e.Retryable && e.RetryAfterMs == 0 {
+		if d := h.is.RetryAfter(err); d > 0 {
+			e.RetryAfterMs = max(1, d.Milliseconds())
+		}
+	}
+	return e
+}
+
+func bizToIDL(b segment.Biz) *idl.Biz {
+	return &idl.Biz{Name: b.Name, Channel: idl.Channel(b.Channel), Step: b.Step, LowWaterPct: int32(b.LowWaterPct),
+		StartNum: b.StartNum, Fallback: b.Fallback, RateLimit: int32(b.RateLimit), Description: b.Description,
+		CreatedAtMs: msOrZero(b.CreatedAt), UpdatedAtMs: msOrZero(b.UpdatedAt)}
+}
+
+func msOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/idgen/idgen/issuer"
+	idl "github.com/idgen/idgen/kitex_gen/idgen"
+	"github.com/idgen/idgen/segment"
+	"github.com/idgen/idgen/worker"
+)
+
+// metrics is the node's Prometheus registry. Counters on the hot path are
+// plain prometheus counters; everything that is state (buffers, worker
+// state, clock) is read at scrape time by a collector, so the hot path pays
+// nothing for it. Label values are bounded: methods, channels, codes and
+// states are fixed sets; per-business series come only from segment buffers
+// that exist on this node.
+type metrics struct {
+	reg *prometheus.Registry
+
+	requests  *prometheus.CounterVec   // method, channel, code
+	latency   *prometheus.HistogramVec // method, channel
+	issued    *prometheus.CounterVec   // channel
+	fallbacks prometheus.Counter
+	rollbacks prometheus.Counter
+	loadDur   prometheus.Histogram
+	loadFail  prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	reg := prometheus.NewRegistry()
+	m := &metrics{
+		reg: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idgen_rpc_requests_total",
+			Help: "RPC requests by method, channel (NextIDs only) and result code (OK or an ErrorCode)."},
+			[]string{"method", "channel", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "idgen_rpc_duration_seconds",
+			Help:    "RPC handler latency by method and channel.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}},
+			[]string{"method", "channel"}),
+		issued: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idgen_ids_issued_total",
+			Help: "IDs handed out, by the channel that served them."}, []string{"channel"}),
+		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_snowflake_fallbacks_total",
+			Help: "SNOWFLAKE requests served from the business's segment because snowflake refused."}),
+		rollbacks: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_clock_rollback_rejections_total",
+			Help: "Snowflake requests refused because the clock stepped back further than max_backward_wait."}),
+		loadDur: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "idgen_segment_load_duration_seconds",
+			Help:    "Time to reserve one UNORDERED segment from the store (background refills and waits).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+		loadFail: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_segment_load_failures_total",
+			Help: "UNORDERED segment reservations that failed (store down, regressed, floor)."}),
+	}
+	reg.MustRegister(m.requests, m.latency, m.issued, m.fallbacks, m.rollbacks, m.loadDur, m.loadFail,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) clockRejected(time.Duration) { m.rollbacks.Inc() }
+
+func (m *metrics) segmentLoaded(_ string, d time.Duration, err error) {
+	m.loadDur.Observe(d.Seconds())
+	if err != nil {
+		m.loadFail.Inc()
+	}
+}
+
+// rpcDone records one RPC; channel is "" for methods other than NextIDs.
+func (m *metrics) rpcDone(method, channel string, start time.Time, err error) {
+	code := "OK"
+	if err != nil {
+		code = idl.ErrorCode_INTERNAL.String()
+		var ie *idl.IdgenError
+		if errors.As(err, &ie) {
+			code = ie.Code.String()
+		}
+	}
+	m.requests.WithLabelValues(method, channel, code).Inc()
+	m.latency.WithLabelValues(method, channel).Observe(time.Since(start).Seconds())
+}
+
+// observe records what NextIDs handed out.
+func (m *metrics) observe(resp issuer.Response, err error) {
+	if err != nil {
+		return
+	}
+	m.issued.WithLabelValues(resp.Channel.String()).Add(float64(resp.Count()))
+	if resp.Fallback {
+		m.fallbacks.Inc()
+	}
+}
+
+// register adds the scrape-time collector of node state.
+func (m *metrics) register(is *issuer.Issuer, u *segment.Unordered, lease worker.Lease, st *nodeState) {
+	m.reg.MustRegister(&stateCollector{is: is, u: u, lease: lease, st: st})
+}
+
+var (
+	descState = prometheus.NewDesc("idgen_worker_state", "1 for the worker lease's current state (registered, degraded, fenced, none).",
+		[]string{"state"}, nil)
+	descNode = prometheus.NewDesc("idgen_node_state", "1 for the node's serving state (serving, degraded, clock_rollback, fenced, starting).",
+		[]string{"state"}, nil)
+	descWorker = prometheus.NewDesc("idgen_worker_id", "Worker ID in use, -1 when none.", nil, nil)
+	descBehind = prometheus.NewDesc("idgen_clock_behind_seconds",
+		"How far the wall clock is below the last issued snowflake timestamp (0 normally).", nil, nil)
+	descOffset = prometheus.NewDesc("idgen_clock_offset_seconds",
+		"This node's clock minus ZooKeeper's, measured at the last heartbeat (cluster mode).", nil, nil)
+	descZK     = prometheus.NewDesc("idgen_zookeeper_connected", "1 when the ZooKeeper session is connected (cluster mode).", nil, nil)
+	descRemain = prometheus.NewDesc("idgen_segment_remaining", "UNORDERED IDs left in memory for a business (current + next buffer).",
+		[]string{"biz"}, nil)
+	descRemainPct = prometheus.NewDesc("idgen_segment_remaining_ratio",
+		"UNORDERED IDs left in memory relative to the current step (below the low-water mark a refill runs; near 0 with no next buffer means callers will soon wait).",
+		[]string{"biz"}, nil)
+	descStep = prometheus.NewDesc("idgen_segment_step", "Current adaptive UNORDERED step per business.", []string{"biz"}, nil)
+	descFail = prometheus.NewDesc("idgen_segment_business_load_failures_total", "Failed segment loads per business.", []string{"biz"}, nil)
+	descRegr = prometheus.NewDesc("idgen_segment_regressions_total",
+		"Segments refused because the store returned numbers not above ones already received (failover to a lagging replica).", []string{"biz"}, nil)
+	nodeStates   = []string{"serving", "degraded", "clock_rollback", "fenced", "starting"}
+	workerStates = []worker.State{worker.StateRegistered, worker.StateDegraded, worker.StateFenced, worker.StateNone}
+)
+
+type stateCollector struct {
+	is    *issuer.Issuer
+	u     *segment.Unordered
+	lease worker.Lease
+	st    *nodeState
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descState, descNode, descWorker, descBehind, descOffset, descZK, descRemain, descRemainPct, descStep, descFail, descRegr} {
+		ch <- d
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	ws := c.lease.State()
+	for _, s := range workerStates {
+		ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, b2f(ws == s), string(s))
+	}
+	ns := c.st.String()
+	for _, s := range nodeStates {
+		ch <- prometheus.MustNewConstMetric(descNode, prometheus.GaugeValue, b2f(ns == s), s)
+	}
+	ch <- prometheus.MustNewConstMetric(descWorker, prometheus.GaugeValue, float64(c.is.Worker()))
+	ch <- prometheus.MustNewConstMetric(descBehind, prometheus.GaugeValue, c.is.Guard().Behind().Seconds())
+	if z, ok := c.lease.(interface {
+		Connected() bool
+		ClockOffset() time.Duration
+	}); ok {
+		ch <- prometheus.MustNewConstMetric(descZK, prometheus.GaugeValue, b2f(z.Connected()))
+		ch <- prometheus.MustNewConstMetric(descOffset, prometheus.GaugeValue, z.ClockOffset().Seconds())
+	}
+	for _, s := range c.u.Stats() {
+		left := s.RemainingCurrent + s.RemainingNext
+		ch <- prometheus.MustNewConstMetric(descRemain, prometheus.GaugeValue, float64(left), s.Biz)
+		if s.Step > 0 {
+			ch <- prometheus.MustNewConstMetric(descRemainPct, prometheus.GaugeValue, float64(left)/float64(s.Step), s.Biz)
+		}
+		ch <- prometheus.MustNewConstMetric(descStep, prometheus.GaugeValue, float64(s.Step), s.Biz)
+		ch <- prometheus.MustNewConstMetric(descFail, prometheus.CounterValue, float64(s.LoadFailures), s.Biz)
+		ch <- prometheus.MustNewConstMetric(descRegr, prometheus.CounterValue, float64(s.Regressions), s.Biz)
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,293 @@
+// Package issuer routes ID requests to the three channels (SNOWFLAKE,
+// UNORDERED, ORDERED), applies each business's settings (default channel,
+// snowflake fallback, rate limit) and answers business administration. It
+// knows nothing of Kitex: the RPC handler in cmd/idgen validates the wire
+// request, calls Issuer and maps its errors to the IDL exception.
+//
+// Issuer is the worker.Holder of the node's worker lease: it builds a
+// snowflake generator when a slot is acquired, raises its ceiling when the
+// slot's high-water mark is extended and drops it when the lease is fenced.
+package issuer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/time/rate"
+
+	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/segment"
+	"github.com/idgen/idgen/snowflake"
+)
+
+// DefaultMaxBatch is the largest count one request may ask for.
+const DefaultMaxBatch = 10000
+
+// Errors of the issuer itself (domain packages have their own sentinels).
+var (
+	// ErrInvalid: the request is malformed; the message says which field.
+	ErrInvalid = errors.New("invalid argument")
+	// ErrNoWorker: the node holds no worker slot (starting, fenced). Retryable.
+	ErrNoWorker = errors.New("no worker slot held")
+	// ErrRateLimited: the business is over its per-node rate. Retryable.
+	ErrRateLimited = errors.New("rate limited")
+)
+
+var bizName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
+
+// ValidBizName reports whether name is an acceptable business name.
+func ValidBizName(name string) bool { return bizName.MatchString(name) }
+
+// Config wires an Issuer. Store, Unordered, Ordered and Bizs are required.
+type Config struct {
+	Store     segment.Store
+	Unordered *segment.Unordered
+	Ordered   *segment.Ordered
+	Bizs      *segment.BizCache
+	// Layout is the cluster's snowflake layout; Guard is the rollback guard
+	// shared by every generator this node builds.
+	Layout snowflake.Layout
+	Guard  *clock.Guard
+	// Floor is the smallest snowflake ID of this cluster (Layout.Floor of its
+	// creation time); only used to tell callers of ParseID what an ID is.
+	Floor int64
+	// AutoCreateBiz creates unknown businesses on first use with default
+	// settings (standalone default).
+	AutoCreateBiz bool
+	MaxBatch      int         // zero: DefaultMaxBatch
+	Logger        *zap.Logger // nil: no logs
+}
+
+// Issuer serves ID requests. It is safe for concurrent use.
+type Issuer struct {
+	cfg Config
+	log *zap.Logger
+
+	gen    atomic.Pointer[snowflake.Generator]
+	fence  atomic.Pointer[fenceState]
+	limits sync.Map // biz name -> *limiter
+}
+
+type fenceState struct{ reason error }
+
+type limiter struct {
+	perSec int
+	lim    *rate.Limiter
+}
+
+// New returns an Issuer. Snowflake requests fail with ErrNoWorker until the
+// worker lease calls Acquired.
+func New(cfg Config) (*Issuer, error) {
+	switch {
+	case cfg.Store == nil:
+		return nil, fmt.Errorf("issuer: Config.Store is required")
+	case cfg.Unordered == nil:
+		return nil, fmt.Errorf("issuer: Config.Unordered is required")
+	case cfg.Ordered == nil:
+		return nil, fmt.Errorf("issuer: Config.Ordered is required")
+	case cfg.Bizs == nil:
+		return nil, fmt.Errorf("issuer: Config.Bizs is required")
+	}
+	cfg.Layout = cfg.Layout.Normalize()
+	if err := cfg.Layout.Validate(); err != nil {
+		return nil, fmt.Errorf("issuer: Config.Layout: %w", err)
+	}
+	if cfg.Guard == nil {
+		cfg.Guard = clock.NewGuard(clock.GuardConfig{}, 0)
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	is := &Issuer{cfg: cfg, log: cfg.Logger}
+	is.fence.Store(&fenceState{reason: errors.New("worker slot not acquired yet")})
+	return is, nil
+}
+
+// Layout returns the snowflake layout.
+func (is *Issuer) Layout() snowflake.Layout { return is.cfg.Layout }
+
+// Guard returns the rollback guard (readiness reads Behind from it).
+func (is *Issuer) Guard() *clock.Guard { return is.cfg.Guard }
+
+// MaxBatch returns the largest count a request may ask for.
+func (is *Issuer) MaxBatch() int { return is.cfg.MaxBatch }
+
+// Request asks for Count IDs of Biz.
+type Request struct {
+	Biz       string
+	Channel   *segment.Channel // nil: the business's default
+	Count     int
+	SubKey    string // ORDERED only, required there
+	RequestID string // ORDERED only, optional
+}
+
+// Response carries the IDs as inclusive ranges.
+type Response struct {
+	Ranges   []segment.Range
+	Channel  segment.Channel // the channel that served
+	Fallback bool            // SNOWFLAKE refused and the business's segment served
+	// Refusal is why SNOWFLAKE refused when Fallback is true.
+	Refusal error
+}
+
+// Count returns the number of IDs in r.
+func (r Response) Count() int64 {
+	var n int64
+	for _, rg := range r.Ranges {
+		n += rg.Len()
+	}
+	return n
+}
+
+// Next issues IDs for req.
+func (is *Issuer) Next(ctx context.Context, req Request) (Response, error) {
+	if err := is.validate(req); err != nil {
+		return Response{}, err
+	}
+	biz, err := is.biz(ctx, req.Biz)
+	if err != nil {
+		return Response{}, err
+	}
+	ch := biz.Channel
+	if req.Channel != nil {
+		ch = *req.Channel
+	}
+	if ch == segment.ChannelOrdered && req.SubKey == "" {
+		return Response{}, fmt.Errorf("%w: sub_key is required on the ORDERED channel (it names the sequence, e.g. a chat id)", ErrInvalid)
+	}
+	if ch != segment.ChannelOrdered && (req.SubKey != "" || req.RequestID != "") {
+		return Response{}, fmt.Errorf("%w: sub_key and request_id are only used on the ORDERED channel, not %s", ErrInvalid, ch)
+	}
+	if err := is.allow(biz); err != nil {
+		return Response{}, err
+	}
+	switch ch {
+	case segment.ChannelUnordered:
+		rs, err := is.cfg.Unordered.Take(ctx, biz, int64(req.Count))
+		return Response{Ranges: rs, Channel: segment.ChannelUnordered}, err
+	case segment.ChannelOrdered:
+		r, err := is.cfg.Ordered.Take(ctx, biz, req.SubKey, int64(req.Count), req.RequestID)
+		if err != nil {
+			return Response{}, err
+		}
+		return Response{Ranges: []segment.Range{r}, Channel: segment.ChannelOrdered}, nil
+	case segment.ChannelSnowflake:
+		return is.snowflake(ctx, biz, req.Count)
+	}
+	return Response{}, fmt.Errorf("%w: channel %d (want 0 UNORDERED, 1 ORDERED or 2 SNOWFLAKE)", ErrInvalid, ch)
+}
+
+func (is *Issuer) snowflake(ctx context.Context, biz segment.Biz, n int) (Response, error) {
+	rs, err := is.snowflakeRanges(n)
+	if err == nil {
+		return Response{Ranges: rs, Channel: segment.ChannelSnowflake}, nil
+	}
+	if !biz.Fallback || !Refusal(err) {
+		return Response{}, err
+	}
+	frs, ferr := is.cfg.Unordered.Take(ctx, biz, int64(n))
+	if ferr != nil {
+		return Response{}, fmt.Errorf("snowflake refused (%v) and the fallback segment failed: %w", err, ferr)
+	}
+	return Response{Ranges: frs, Channel: segment.ChannelUnordered, Fallback: true, Refusal: err}, nil
+}
+
+// Refusal reports whether err is snowflake refusing to serve (clock
+// rollback, no worker slot, high-water mark not extended): the cases a
+// business's fallback covers.
+func Refusal(err error) bool {
+	return errors.Is(err, clock.ErrRollback) || errors.Is(err, ErrNoWorker) || errors.Is(err, snowflake.ErrBeyondHighWater)
+}
+
+func (is *Issuer) snowflakeRanges(n int) ([]segment.Range, error) {
+	g := is.gen.Load()
+	if g == nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoWorker, is.fence.Load().reason)
+	}
+	rs, err := g.NextN(n)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]segment.Range, len(rs))
+	for i, r := range rs {
+		out[i] = segment.Range{First: r.First, Last: r.Last}
+	}
+	return out, nil
+}
+
+func (is *Issuer) validate(req Request) error {
+	if !ValidBizName(req.Biz) {
+		return fmt.Errorf("%w: biz %q: want 1-128 characters of letters, digits and _.:- starting with a letter or digit", ErrInvalid, req.Biz)
+	}
+	if req.Count < 1 || req.Count > is.cfg.MaxBatch {
+		return fmt.Errorf("%w: count %d: want 1..%d (larger batches are refused, not clamped: split the request)", ErrInvalid, req.Count, is.cfg.MaxBatch)
+	}
+	if req.Channel != nil && (*req.Channel < segment.ChannelUnordered || *req.Channel > segment.ChannelSnowflake) {
+		return fmt.Errorf("%w: channel %d: want 0 (UNORDERED), 1 (ORDERED) or 2 (SNOWFLAKE)", ErrInvalid, *req.Channel)
+	}
+	if len(req.SubKey) > 255 {
+		return fmt.Errorf("%w: sub_key is %d bytes, at most 255", ErrInvalid, len(req.SubKey))
+	}
+	if len(req.RequestID) > 128 {
+		return fmt.Errorf("%w: request_id is %d bytes, at most 128", ErrInvalid, len(req.RequestID))
+	}
+	return nil
+}
+
+// biz looks the business up, creating it on first use when configured.
+func (is *Issuer) biz(ctx context.Context, name string) (segment.Biz, error) {
+	b, err := is.cfg.Bizs.Get(ctx, name)
+	if err == nil || !errors.Is(err, segment.ErrUnknownBiz) || !is.cfg.AutoCreateBiz {
+		return b, err
+	}
+	b, err = is.cfg.Store.CreateBiz(ctx, segment.Biz{Name: name, Channel: segment.ChannelSnowflake, Fallback: true,
+		Description: "created on first use"})
+	if errors.Is(err, segment.ErrBizExists) {
+		is.cfg.Bizs.Invalidate(name)
+		return is.cfg.Bizs.Get(ctx, name)
+	}
+	if err != nil {
+		return segment.Biz{}, err
+	}
+	is.log.Info("business created on first use", zap.String("biz", name))
+	is.cfg.Bizs.Invalidate(name)
+	return b, nil
+}
+
+func (is *Issuer) allow(b segment.Biz) error {
+	if b.RateLimit <= 0 {
+		return nil
+	}
+	v, _ := is.limits.Load(b.Name)
+	l, _ := v.(*limiter)
+	if l == nil || l.perSec != b.RateLimit {
+		l = &limiter{perSec: b.RateLimit, lim: rate.NewLimiter(rate.Limit(b.RateLimit), b.RateLimit)}
+		is.limits.Store(b.Name, l)
+	}
+	if !l.lim.Allow() {
+		return fmt.Errorf("%w: business %q allows %d requests per second per node", ErrRateLimited, b.Name, b.RateLimit)
+	}
+	return nil
+}
+
+// RetryAfter suggests how long a caller should wait before retrying after
+// a retryable err (0 when there is no better hint than "soon").
+func (is *Issuer) RetryAfter(err error) time.Duration {
+	var rb *clock.RollbackError
+	if errors.As(err, &rb) {
+		return rb.Behind
+	}
+	if errors.Is(err, ErrRateLimited) {
+		return 100 * time.Millisecond
+	}
+	return 0
+}

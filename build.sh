@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$(pwd)
 MODULE=github.com/idgen/idgen
-STATICCHECK=honnef.co/go/tools/cmd/staticcheck@v0.7.0
+STATICCHECK=honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'build.sh: %s\n' "$*" >&2; exit 1; }

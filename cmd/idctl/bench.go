@@ -3,10 +3,382 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cloudwego/kitex/client"
+	"github.com/cloudwego/kitex/pkg/connpool"
+	"github.com/cloudwego/kitex/pkg/kerrors"
+	"github.com/cloudwego/kitex/pkg/klog"
+	"github.com/cloudwego/kitex/transport"
+
+	idl "github.com/idgen/idgen/kitex_gen/idgen"
+	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgen"
 )
 
-// cmdBench is not implemented yet.
+// benchConfig is a parsed `idctl bench` command line.
+type benchConfig struct {
+	addr        string
+	biz         string
+	channel     *idl.Channel // nil: the business's default channel
+	count       int          // IDs per request
+	concurrency int          // callers, each waiting for its answer before the next request
+	duration    time.Duration
+	requests    int64 // > 0: bound by a number of requests instead of duration
+	warmup      time.Duration
+	keys        []string // ORDERED sub keys, rotated per request; nil: none sent
+	check       bool
+	asJSON      bool
+	progress    time.Duration // 0: no progress output
+	timeout     time.Duration
+	token       string
+}
+
+const (
+	defaultBenchDuration = 10 * time.Second
+	maxBenchConcurrency  = 10000
+	maxBenchKeys         = 1 << 20
+	maxBenchCount        = 1 << 20 // the server refuses more than its max_batch anyway
+)
+
+const benchUsage = `usage: idctl bench --addr HOST:PORT --biz NAME [flags]
+
+Drives one idgen node with a bounded load: --concurrency callers on one
+Kitex client, each sending NextIDs and waiting for the answer, for
+--duration or --requests (one of them; an unbounded run is refused).
+Reports requests/s, IDs/s, latency percentiles and errors by code.
+
+With --check every ID received is kept (about 8 bytes per single ID, a
+batch as one range) and checked for duplicates at the end; on ORDERED each
+caller's IDs must also rise strictly per sub key. A failed check exits 1.
+`
+
+// parseBenchFlags parses and validates the command line. Errors are
+// usageErrors naming the flag.
+func parseBenchFlags(args []string, stderr io.Writer) (benchConfig, error) {
+	fs := newFlagSet("bench", stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, benchUsage, "\nflags:\n")
+		fs.PrintDefaults()
+	}
+	addr := fs.String("addr", envOr("IDGEN_ADDR", "127.0.0.1:8888"), "idgen RPC address (env IDGEN_ADDR)")
+	biz := fs.String("biz", "", "business name (required)")
+	channel := fs.String("channel", "", "snowflake, unordered or ordered (default: the business's)")
+	count := fs.Int("count", 1, "IDs per request (batch size)")
+	conc := fs.Int("concurrency", 16, "concurrent callers")
+	duration := fs.Duration("duration", defaultBenchDuration, "how long to measure (exclusive with --requests)")
+	requests := fs.Int64("requests", 0, "total requests to send instead of a duration")
+	warmup := fs.Duration("warmup", 0, "load to send before measuring (not reported; its IDs are still checked)")
+	subKey := fs.String("sub-key", "", "ORDERED sub key (default \"bench\"); with --keys, the prefix of the keys")
+	keys := fs.Int("keys", 0, "ORDERED: rotate over this many sub keys KEY-0..KEY-(N-1) (0: the one --sub-key)")
+	check := fs.Bool("check", false, "keep every ID and verify uniqueness (and per-caller order on ORDERED)")
+	asJSON := fs.Bool("json", false, "print the result as one JSON object")
+	progress := fs.Duration("progress", time.Second, "interval of progress lines on stderr when it is not a terminal (0: none)")
+	quiet := fs.Bool("quiet", false, "no progress output")
+	timeout := fs.Duration("timeout", 3*time.Second, "RPC timeout of one request")
+	token := fs.String("token", envOr("IDGEN_TOKEN", ""), "client token if the server requires one (env IDGEN_TOKEN)")
+	if err := parseFlags(fs, args); err != nil {
+		return benchConfig{}, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	bad := func(format string, a ...any) (benchConfig, error) {
+		return benchConfig{}, usageError{fmt.Errorf(format, a...)}
+	}
+	if fs.NArg() > 0 {
+		return bad("unexpected argument %q", fs.Arg(0))
+	}
+	cfg := benchConfig{addr: *addr, biz: *biz, count: *count, concurrency: *conc, warmup: *warmup,
+		check: *check, asJSON: *asJSON, progress: *progress, timeout: *timeout, token: *token}
+	switch {
+	case cfg.addr == "":
+		return bad("--addr HOST:PORT is required (or IDGEN_ADDR)")
+	case cfg.biz == "":
+		return bad("--biz is required")
+	case cfg.count < 1 || cfg.count > maxBenchCount:
+		return bad("--count %d: want 1..%d", cfg.count, maxBenchCount)
+	case cfg.concurrency < 1 || cfg.concurrency > maxBenchConcurrency:
+		return bad("--concurrency %d: want 1..%d", cfg.concurrency, maxBenchConcurrency)
+	case set["duration"] && set["requests"]:
+		return bad("--duration and --requests are exclusive: bound the run by one of them")
+	case *requests < 0:
+		return bad("--requests %d: want a positive number", *requests)
+	case set["requests"] && *requests == 0:
+		return bad("--requests 0 would be an unbounded run: give a positive number or use --duration")
+	case *requests == 0 && *duration <= 0:
+		return bad("--duration %v would be an unbounded run: give a positive duration or --requests N", *duration)
+	case cfg.warmup < 0:
+		return bad("--warmup %v is negative", cfg.warmup)
+	case cfg.timeout <= 0:
+		return bad("--timeout %v: want a positive duration", cfg.timeout)
+	case cfg.progress < 0:
+		return bad("--progress %v is negative", cfg.progress)
+	case *keys < 0 || *keys > maxBenchKeys:
+		return bad("--keys %d: want 0..%d", *keys, maxBenchKeys)
+	}
+	if *quiet {
+		cfg.progress = 0
+	}
+	if *requests > 0 {
+		cfg.requests = *requests
+	} else {
+		cfg.duration = *duration
+	}
+	if *channel != "" {
+		ch, err := parseChannel(*channel)
+		if err != nil {
+			return benchConfig{}, err
+		}
+		cfg.channel = &ch
+	}
+	wantKeys := set["sub-key"] || set["keys"]
+	if wantKeys && cfg.channel != nil && *cfg.channel != idl.Channel_ORDERED {
+		return bad("--sub-key and --keys apply to the ordered channel only, not %s", channelName(cfg.channel))
+	}
+	if wantKeys || cfg.channel != nil && *cfg.channel == idl.Channel_ORDERED {
+		prefix := *subKey
+		if prefix == "" {
+			prefix = "bench"
+		}
+		if *keys <= 1 && !set["keys"] {
+			cfg.keys = []string{prefix}
+		} else {
+			cfg.keys = make([]string, max(*keys, 1))
+			for i := range cfg.keys {
+				cfg.keys[i] = prefix + "-" + strconv.Itoa(i)
+			}
+		}
+	}
+	return cfg, nil
+}
+
+// channelName is the lowercase channel name, "default" for nil.
+func channelName(ch *idl.Channel) string {
+	if ch == nil {
+		return "default"
+	}
+	switch *ch {
+	case idl.Channel_UNORDERED:
+		return "unordered"
+	case idl.Channel_ORDERED:
+		return "ordered"
+	case idl.Channel_SNOWFLAKE:
+		return "snowflake"
+	}
+	return ch.String()
+}
+
+// nextFunc sends one NextIDs request (the Kitex client, or a fake in tests).
+type nextFunc func(ctx context.Context, req *idl.NextIDsRequest) (*idl.NextIDsResponse, error)
+
+// cmdBench drives a running server with a bounded load and reports.
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return errors.New("idctl bench: not implemented yet")
+	cfg, err := parseBenchFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	c, err := newBenchClient(cfg.addr, cfg.timeout, cfg.concurrency)
+	if err != nil {
+		return err
+	}
+	call := func(ctx context.Context, req *idl.NextIDsRequest) (*idl.NextIDsResponse, error) {
+		return c.NextIDs(ctx, req)
+	}
+	res := runBench(ctx, cfg, call, newProgress(stderr, cfg.progress))
+	if err := writeBenchResult(stdout, cfg, res); err != nil {
+		return err
+	}
+	return res.verdict()
+}
+
+// newBenchClient returns one Kitex client for the whole run. Unlike the
+// other commands' client it keeps up to conns idle connections: Kitex's
+// default pool keeps 10 per address, so at 64 callers most requests would
+// open and close a connection and the run would measure connection setup.
+func newBenchClient(addr string, timeout time.Duration, conns int) (idgensvc.Client, error) {
+	klog.SetLevel(klog.LevelFatal)
+	return idgensvc.NewClient("idgen", client.WithHostPorts(addr), client.WithRPCTimeout(timeout),
+		client.WithConnectTimeout(time.Second), client.WithTransportProtocol(transport.TTHeaderFramed),
+		client.WithLongConnection(connpool.IdleConfig{MaxIdlePerAddress: conns, MaxIdleGlobal: conns,
+			MaxIdleTimeout: time.Minute}))
+}
+
+// benchWorker is one caller's private tallies, merged after the run so the
+// hot loop shares nothing but the progress counters.
+type benchWorker struct {
+	idx       int
+	sent      int64 // requests sent, across phases (rotates the keys)
+	ok        int64
+	failed    int64
+	ids       int64
+	fallbacks int64
+	hist      *histogram
+	errs      map[string]int64
+	samples   map[string]string // one message per error code
+	sink      *idSink           // --check
+	order     *orderCheck       // --check on ORDERED
+	scratch   []idRange
+}
+
+// benchRun is one run of the benchmark.
+type benchRun struct {
+	cfg     benchConfig
+	call    nextFunc
+	workers []*benchWorker
+	tickets atomic.Int64 // requests left in a --requests phase
+	// live counters for the progress line only
+	liveOK, liveFailed, liveIDs atomic.Int64
+}
+
+// runBench runs the warm-up (if any) and the measured phase and returns
+// the merged result. It stops early, marking the result interrupted, when
+// ctx is cancelled.
+func runBench(ctx context.Context, cfg benchConfig, call nextFunc, prog *progress) *benchResult {
+	r := &benchRun{cfg: cfg, call: call}
+	ordered := cfg.channel != nil && *cfg.channel == idl.Channel_ORDERED
+	for i := 0; i < cfg.concurrency; i++ {
+		w := &benchWorker{idx: i, hist: newHistogram(), errs: map[string]int64{}, samples: map[string]string{}}
+		if cfg.check {
+			w.sink = &idSink{}
+			if ordered {
+				w.order = newOrderCheck(max(len(cfg.keys), 1))
+			}
+		}
+		r.workers = append(r.workers, w)
+	}
+	if cfg.warmup > 0 {
+		r.phase(ctx, "warmup", cfg.warmup, 0, false, prog)
+	}
+	elapsed := r.phase(ctx, "bench", cfg.duration, cfg.requests, true, prog)
+	return r.result(elapsed, ctx.Err() != nil)
+}
+
+// phase runs every worker until the deadline (d > 0) or until requests
+// have been sent, and returns the wall time it took (including the last
+// in-flight requests, which are counted).
+func (r *benchRun) phase(ctx context.Context, name string, d time.Duration, requests int64, record bool, prog *progress) time.Duration {
+	r.liveOK.Store(0)
+	r.liveFailed.Store(0)
+	r.liveIDs.Store(0)
+	r.tickets.Store(requests)
+	start := time.Now()
+	var deadline time.Time
+	if requests == 0 {
+		deadline = start.Add(d)
+	}
+	stop := prog.start(name, start, d, requests, &r.liveOK, &r.liveFailed, &r.liveIDs)
+	var wg sync.WaitGroup
+	for _, w := range r.workers {
+		wg.Go(func() { r.loop(ctx, w, deadline, requests > 0, record) })
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	stop()
+	return elapsed
+}
+
+// loop is one caller: send, wait, tally, until the phase ends.
+func (r *benchRun) loop(ctx context.Context, w *benchWorker, deadline time.Time, counted, record bool) {
+	req := &idl.NextIDsRequest{Biz: r.cfg.biz, Channel: r.cfg.channel, Count: int32(r.cfg.count)}
+	if r.cfg.token != "" {
+		req.Token = &r.cfg.token
+	}
+	for ctx.Err() == nil {
+		if counted {
+			if r.tickets.Add(-1) < 0 {
+				return
+			}
+		} else if !time.Now().Before(deadline) {
+			return
+		}
+		key := 0
+		if len(r.cfg.keys) > 0 {
+			key = int((int64(w.idx) + w.sent) % int64(len(r.cfg.keys)))
+			req.SubKey = &r.cfg.keys[key]
+		}
+		w.sent++
+		t0 := time.Now()
+		resp, err := r.call(ctx, req)
+		lat := time.Since(t0)
+		if err == nil {
+			err = w.absorb(resp, key, r.cfg.count)
+		} else if ctx.Err() != nil {
+			return // interrupted: not the server's failure
+		}
+		if err != nil {
+			r.liveFailed.Add(1)
+			if record {
+				w.failed++
+				code := benchErrorCode(err)
+				w.errs[code]++
+				if _, ok := w.samples[code]; !ok {
+					w.samples[code] = describe(err).Error()
+				}
+			}
+			continue
+		}
+		r.liveOK.Add(1)
+		r.liveIDs.Add(resp.Count)
+		if record {
+			w.ok++
+			w.ids += resp.Count
+			w.hist.record(lat)
+			if resp.Fallback {
+				w.fallbacks++
+			}
+		}
+	}
+}
+
+// errBadResponse marks an answer that does not hold what was asked for.
+var errBadResponse = errors.New("bad response")
+
+// absorb validates one response and feeds the checks.
+func (w *benchWorker) absorb(resp *idl.NextIDsResponse, key, want int) error {
+	if resp == nil {
+		return fmt.Errorf("%w: empty", errBadResponse)
+	}
+	var n int64
+	w.scratch = w.scratch[:0]
+	for _, rg := range resp.Ranges {
+		if rg == nil || rg.Last < rg.First {
+			return fmt.Errorf("%w: malformed range %v", errBadResponse, rg)
+		}
+		n += rg.Last - rg.First + 1
+		w.scratch = append(w.scratch, idRange{rg.First, rg.Last})
+	}
+	if n != int64(want) || resp.Count != n {
+		return fmt.Errorf("%w: asked for %d IDs, got ranges of %d and count %d", errBadResponse, want, n, resp.Count)
+	}
+	if w.sink != nil {
+		for _, rg := range w.scratch {
+			w.sink.add(rg.first, rg.last)
+		}
+	}
+	if w.order != nil {
+		w.order.observe(key, w.scratch)
+	}
+	return nil
+}
+
+// benchErrorCode classifies a failed request: the IdgenError code, or what
+// went wrong on the way.
+func benchErrorCode(err error) string {
+	var ie *idl.IdgenError
+	switch {
+	case errors.As(err, &ie):
+		return ie.Code.String()
+	case errors.Is(err, errBadResponse):
+		return "BAD_RESPONSE"
+	case kerrors.IsTimeoutError(err):
+		return "RPC_TIMEOUT"
+	case errors.Is(err, kerrors.ErrGetConnection):
+		return "CONNECT"
+	}
+	return "TRANSPORT"
 }

@@ -45,7 +45,6 @@ type Config struct {
 	MySQL         string        `yaml:"mysql"`
 	MySQLMaxConns int           `yaml:"mysql_max_conns"`
 	StoreTimeout  time.Duration `yaml:"store_timeout"`
-	MinStep       int64         `yaml:"min_step"`
 	MaxStep       int64         `yaml:"max_step"`
 	SegmentTTL    time.Duration `yaml:"segment_duration"`
 
@@ -80,7 +79,6 @@ func DefaultConfig() Config {
 		MaxBackwardWait:  clock.DefaultMaxBackwardWait,
 		MySQLMaxConns:    32,
 		StoreTimeout:     2 * time.Second,
-		MinStep:          1000,
 		MaxStep:          100_000_000,
 		SegmentTTL:       15 * time.Minute,
 		AutoCreateBiz:    "auto",
@@ -186,7 +184,6 @@ var options = []option{
 	strOpt("mysql", "MySQL/MariaDB DSN user:pass@tcp(host:port)/db; switches on the MySQL store", func(c *Config) *string { return &c.MySQL }),
 	intOpt("mysql-max-conns", "MySQL connection pool size", func(c *Config) *int { return &c.MySQLMaxConns }),
 	durOpt("store-timeout", "deadline of one segment store call (ORDERED requests wait at most this)", func(c *Config) *time.Duration { return &c.StoreTimeout }),
-	int64Opt("min-step", "smallest UNORDERED segment step the adaptive step may shrink to (a business's own step is its floor)", func(c *Config) *int64 { return &c.MinStep }),
 	int64Opt("max-step", "largest UNORDERED segment step", func(c *Config) *int64 { return &c.MaxStep }),
 	durOpt("segment-duration", "how long one UNORDERED segment should last; the step adapts towards it", func(c *Config) *time.Duration { return &c.SegmentTTL }),
 	strOpt("auto-create-biz", "create unknown businesses on first use: auto (standalone only), true, false", func(c *Config) *string { return &c.AutoCreateBiz }),
@@ -292,8 +289,8 @@ func (c Config) Validate() error {
 	if c.MaxFrameBytes < 4096 {
 		bad("max_frame_bytes", "%d is below 4096", c.MaxFrameBytes)
 	}
-	if c.MinStep < 1 || c.MaxStep < c.MinStep {
-		bad("min_step/max_step", "want 1 <= min_step (%d) <= max_step (%d)", c.MinStep, c.MaxStep)
+	if c.MaxStep < 1 {
+		bad("max_step", "%d is below 1", c.MaxStep)
 	}
 	switch c.AutoCreateBiz {
 	case "auto", "true", "false":

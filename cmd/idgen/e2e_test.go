@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idgen/idgen/internal/testnode"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgen"
-	"github.com/idgen/idgen/internal/testnode"
 )
 
 func ch(c idl.Channel) *idl.Channel { return &c }
@@ -59,7 +59,7 @@ func TestE2E_AllChannelsKillRestart(t *testing.T) {
 			seen[channel][id] = true
 		}
 	}
-	round := func(c idgensvc.Client, stop <-chan struct{}) {
+	round := func(c idgensvc.Client, stop chan struct{}) {
 		var wg sync.WaitGroup
 		for w := range 4 {
 			wg.Add(1)

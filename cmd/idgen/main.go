@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -40,6 +39,9 @@ import (
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
+
+// started is when this process started (reported by ListWorkers standalone).
+var started = time.Now()
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -114,7 +116,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	floor := layout.Floor(meta.CreatedMs)
 
 	unordered, err := segment.NewUnordered(segment.UnorderedConfig{Store: store, Logger: log.Named("unordered"),
-		Floor: floor, MaxStep: cfg.MaxStep, SegmentDuration: cfg.SegmentTTL, Timeout: cfg.StoreTimeout, OnLoad: m.segmentLoaded})
+		Floor: floor, MaxStep: cfg.MaxStep, SegmentDuration: cfg.SegmentTTL, OnLoad: m.segmentLoaded})
 	if err != nil {
 		return err
 	}
@@ -225,7 +227,7 @@ func startLease(ctx context.Context, cfg Config, layout snowflake.Layout, h work
 		if err != nil {
 			return nil, err
 		}
-		l, err := worker.Standalone(worker.StandaloneConfig{Dir: propsDir, App: "idgen", Host: host, Port: port,
+		l, err := worker.Standalone(worker.StandaloneConfig{PropertiesDir: propsDir, Cluster: cfg.Cluster, App: "idgen", Host: host, Port: port,
 			IDC: cfg.IDC, Node: cfg.Node, Meta: meta, HeartbeatInterval: cfg.Heartbeat, Clock: clk, Holder: h,
 			Logger: log.Named("worker")})
 		if err != nil {
@@ -235,7 +237,7 @@ func startLease(ctx context.Context, cfg Config, layout snowflake.Layout, h work
 	}
 	l, err := worker.Register(ctx, worker.Config{Servers: strings.Split(cfg.ZK, ","), Root: cfg.ZKRoot, Cluster: cfg.Cluster,
 		IDC: cfg.IDC, App: "idgen", Host: host, Port: port, PropertiesDir: propsDir, Meta: want,
-		SessionTimeout: cfg.ZKSessionTimeout, HeartbeatInterval: cfg.Heartbeat, AllowCachedSlotWithoutZK: cfg.AllowCachedSlot,
+		SessionTimeout: cfg.ZKSessionTimeout, HeartbeatInterval: cfg.Heartbeat, AllowCachedSlotWithoutZK: worker.Bool(cfg.AllowCachedSlot),
 		MaxPeerClockSkew: cfg.MaxPeerSkew, PeerClock: peerClock, Auth: cfg.ZKAuth, Clock: clk, Holder: h,
 		Version: version, Logger: log.Named("worker")})
 	if err != nil {
@@ -262,4 +264,3 @@ func advertiseHost(cfg Config) string {
 	return "127.0.0.1"
 }
 
-var _ = strconv.Itoa

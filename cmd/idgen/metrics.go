@@ -146,15 +146,15 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descWorker, prometheus.GaugeValue, float64(c.is.Worker()))
 	ch <- prometheus.MustNewConstMetric(descBehind, prometheus.GaugeValue, c.is.Guard().Behind().Seconds())
-	if z, ok := c.lease.(interface {
-		Connected() bool
-		ClockOffset() time.Duration
-	}); ok {
-		ch <- prometheus.MustNewConstMetric(descZK, prometheus.GaugeValue, b2f(z.Connected()))
-		ch <- prometheus.MustNewConstMetric(descOffset, prometheus.GaugeValue, z.ClockOffset().Seconds())
+	if z, ok := c.lease.(*worker.ZKLease); ok {
+		st := z.Status()
+		ch <- prometheus.MustNewConstMetric(descZK, prometheus.GaugeValue, b2f(st.ZKConnected))
+		if st.ClockOffsetKnown {
+			ch <- prometheus.MustNewConstMetric(descOffset, prometheus.GaugeValue, st.ClockOffset.Seconds())
+		}
 	}
 	for _, s := range c.u.Stats() {
-		left := s.RemainingCurrent + s.RemainingNext
+		left := s.CurrentRemaining + s.NextRemaining
 		ch <- prometheus.MustNewConstMetric(descRemain, prometheus.GaugeValue, float64(left), s.Biz)
 		if s.Step > 0 {
 			ch <- prometheus.MustNewConstMetric(descRemainPct, prometheus.GaugeValue, float64(left)/float64(s.Step), s.Biz)

@@ -1,0 +1,174 @@
+package boltstore
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/idgen/idgen/segment"
+)
+
+// ReserveSegment implements segment.Store: one fsynced transaction that
+// advances the business's counter by step.
+func (s *Store) ReserveSegment(ctx context.Context, biz string, step int64) (segment.Range, error) {
+	if err := segment.ValidateStep(step); err != nil {
+		return segment.Range{}, fmt.Errorf("boltstore: reserve segment for %q: %w", biz, err)
+	}
+	var (
+		r     segment.Range
+		opErr error // a business error: reported without failing the batch
+	)
+	err := s.batch(ctx, func(tx *bolt.Tx) error {
+		r, opErr = segment.Range{}, nil
+		if tx.Bucket(bucketBiz).Get([]byte(biz)) == nil {
+			opErr = fmt.Errorf("boltstore: reserve segment: biz %q: %w", biz, segment.ErrUnknownBiz)
+			return nil
+		}
+		seg := tx.Bucket(bucketSegments)
+		v := seg.Get([]byte(biz))
+		if len(v) != 8 {
+			return fmt.Errorf("boltstore: biz %q has no valid segment counter", biz)
+		}
+		old := i64(v)
+		if old > math.MaxInt64-step {
+			opErr = fmt.Errorf("boltstore: biz %q counter at %d: %w", biz, old, segment.ErrExhausted)
+			return nil
+		}
+		if err := seg.Put([]byte(biz), u64(old+step)); err != nil {
+			return err
+		}
+		r = segment.Range{First: old + 1, Last: old + step}
+		return nil
+	})
+	if err != nil {
+		return segment.Range{}, fmt.Errorf("boltstore: reserve segment for %q: %w", biz, err)
+	}
+	return r, opErr
+}
+
+// ReserveOrdered implements segment.Store.
+func (s *Store) ReserveOrdered(ctx context.Context, req segment.OrderedRequest) (segment.Range, error) {
+	r, _, err := s.ReserveOrderedReplay(ctx, req)
+	return r, err
+}
+
+// request is a stored ORDERED request id.
+type request struct {
+	created int64 // Unix ns
+	r       segment.Range
+	count   int64
+	subKey  string
+}
+
+func encodeRequest(q request) []byte {
+	b := make([]byte, 0, 32+len(q.subKey))
+	b = append(b, u64(q.created)...)
+	b = append(b, u64(q.r.First)...)
+	b = append(b, u64(q.r.Last)...)
+	b = append(b, u64(q.count)...)
+	return append(b, q.subKey...)
+}
+
+func decodeRequest(v []byte) (request, error) {
+	if len(v) < 32 {
+		return request{}, fmt.Errorf("boltstore: request record of %d bytes", len(v))
+	}
+	return request{
+		created: i64(v[0:8]),
+		r:       segment.Range{First: i64(v[8:16]), Last: i64(v[16:24])},
+		count:   i64(v[24:32]),
+		subKey:  string(v[32:]),
+	}, nil
+}
+
+// ReserveOrderedReplay implements segment.ReplayReporter. The counter of
+// (biz, sub key) is created at StartNum-1 on first use; with a request id,
+// the range is stored in the same transaction and a retry within
+// RequestRetention gets it back (replayed = true).
+//
+// Runs through bbolt's Batch: the closure only reads its inputs and assigns
+// its outputs, so bbolt may re-run it alone after a failed batch.
+func (s *Store) ReserveOrderedReplay(ctx context.Context, req segment.OrderedRequest) (segment.Range, bool, error) {
+	req, err := segment.NormalizeOrderedRequest(req)
+	if err != nil {
+		return segment.Range{}, false, fmt.Errorf("boltstore: reserve ordered: %w", err)
+	}
+	now := s.opts.Clock.Now().UnixNano()
+	expiredBefore := now - int64(s.opts.RequestRetention)
+	var (
+		r        segment.Range
+		replayed bool
+		opErr    error
+	)
+	err = s.batch(ctx, func(tx *bolt.Tx) error {
+		r, replayed, opErr = segment.Range{}, false, nil
+		if tx.Bucket(bucketBiz).Get([]byte(req.Biz)) == nil {
+			opErr = fmt.Errorf("boltstore: reserve ordered: biz %q: %w", req.Biz, segment.ErrUnknownBiz)
+			return nil
+		}
+		reqs, byTime := tx.Bucket(bucketRequests), tx.Bucket(bucketReqTime)
+		var rk []byte
+		if req.RequestID != "" {
+			rk = joinKey(req.Biz, req.RequestID)
+			if v := reqs.Get(rk); v != nil {
+				prev, err := decodeRequest(v)
+				if err != nil {
+					return err
+				}
+				if prev.created >= expiredBefore {
+					if prev.subKey != req.SubKey || prev.count != req.Count {
+						opErr = fmt.Errorf("boltstore: biz %q request %q was for sub key %q count %d, not sub key %q count %d: %w",
+							req.Biz, req.RequestID, prev.subKey, prev.count, req.SubKey, req.Count, segment.ErrRequestMismatch)
+						return nil
+					}
+					r, replayed = prev.r, true
+					return nil
+				}
+				// Expired but not cleaned up yet: forget it, this is a new request.
+				if err := deleteRequest(reqs, byTime, rk, prev.created); err != nil {
+					return err
+				}
+			}
+		}
+		ord := tx.Bucket(bucketOrdered)
+		k := joinKey(req.Biz, req.SubKey)
+		old := req.StartNum - 1
+		if v := ord.Get(k); v != nil {
+			if len(v) != 8 {
+				return fmt.Errorf("boltstore: ordered counter of %q/%q is %d bytes", req.Biz, req.SubKey, len(v))
+			}
+			old = i64(v)
+		}
+		if old > math.MaxInt64-req.Count {
+			opErr = fmt.Errorf("boltstore: biz %q sub key %q counter at %d: %w", req.Biz, req.SubKey, old, segment.ErrExhausted)
+			return nil
+		}
+		if err := ord.Put(k, u64(old+req.Count)); err != nil {
+			return err
+		}
+		got := segment.Range{First: old + 1, Last: old + req.Count}
+		if rk != nil {
+			if err := reqs.Put(rk, encodeRequest(request{created: now, r: got, count: req.Count, subKey: req.SubKey})); err != nil {
+				return err
+			}
+			if err := byTime.Put(append(u64(now), rk...), nil); err != nil {
+				return err
+			}
+		}
+		r = got
+		return nil
+	})
+	if err != nil {
+		return segment.Range{}, false, fmt.Errorf("boltstore: reserve ordered for %q: %w", req.Biz, err)
+	}
+	return r, replayed, opErr
+}
+
+func deleteRequest(reqs, byTime *bolt.Bucket, rk []byte, created int64) error {
+	if err := reqs.Delete(rk); err != nil {
+		return err
+	}
+	return byTime.Delete(append(u64(created), rk...))
+}

@@ -1,0 +1,166 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/idgen/idgen/segment"
+)
+
+// validName reports whether a business with this name can exist.
+func validName(s string) bool { return segment.ValidateBizName(s) == nil }
+
+// checkDescription adds to segment's validation what the utf8mb4 column
+// needs: the description must be valid UTF-8 (MySQL in strict mode refuses
+// anything else, and in non-strict mode would store '?' instead).
+func checkDescription(name, desc string) error {
+	if !utf8.ValidString(desc) {
+		return fmt.Errorf("%w: biz %q: description is not valid UTF-8", segment.ErrInvalid, name)
+	}
+	return nil
+}
+
+// CreateBiz inserts the business and its UNORDERED segment row (max_id =
+// start_num - 1) in one transaction. A segment row left behind by a
+// business deleted by hand keeps its max_id if that is higher, so
+// re-creating a business never reissues numbers.
+func (s *Store) CreateBiz(ctx context.Context, b segment.Biz) (segment.Biz, error) {
+	op := fmt.Sprintf("create business %q", b.Name)
+	b, err := segment.NormalizeBiz(b)
+	if err == nil {
+		err = checkDescription(b.Name, b.Description)
+	}
+	if err != nil {
+		return segment.Biz{}, fmt.Errorf("mysqlstore: %s: %w", op, err)
+	}
+	t := now()
+	b.CreatedAt, b.UpdatedAt = t, t
+	cctx, cancel := s.opContext(ctx)
+	defer cancel()
+	err = s.inTx(cctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(cctx, `INSERT INTO biz (name, channel, step, low_water_pct, start_num, fallback,
+  rate_limit, description, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			b.Name, int(b.Channel), b.Step, b.LowWaterPct, b.StartNum, b.Fallback, b.RateLimit, b.Description, t, t)
+		if isDupEntry(err) {
+			return segment.ErrBizExists
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(cctx, `INSERT INTO segment (biz, max_id, step, updated_at) VALUES (?, ?, ?, ?)
+  ON DUPLICATE KEY UPDATE max_id = GREATEST(max_id, ?)`,
+			b.Name, b.StartNum-1, b.Step, t, b.StartNum-1)
+		return err
+	})
+	if err != nil {
+		return segment.Biz{}, s.classify(ctx, op, err)
+	}
+	return b, nil
+}
+
+// UpdateBiz changes the given fields under a row lock and returns the new
+// settings.
+func (s *Store) UpdateBiz(ctx context.Context, name string, u segment.BizUpdate) (segment.Biz, error) {
+	op := fmt.Sprintf("update business %q", name)
+	if !validName(name) {
+		return segment.Biz{}, fmt.Errorf("mysqlstore: %s: %w", op, segment.ErrUnknownBiz)
+	}
+	var b segment.Biz
+	cctx, cancel := s.opContext(ctx)
+	defer cancel()
+	err := s.inTx(cctx, func(tx *sql.Tx) error {
+		var err error
+		b, err = scanBiz(tx.QueryRowContext(cctx, selectBiz+` WHERE name = ? FOR UPDATE`, name))
+		if err != nil {
+			return err
+		}
+		b, err = segment.ApplyBizUpdate(b, u, now())
+		if err == nil {
+			err = checkDescription(b.Name, b.Description)
+		}
+		if err != nil {
+			return err
+		}
+		b.UpdatedAt = b.UpdatedAt.Truncate(time.Microsecond)
+		_, err = tx.ExecContext(cctx, `UPDATE biz SET channel = ?, step = ?, low_water_pct = ?, fallback = ?,
+  rate_limit = ?, description = ?, updated_at = ? WHERE name = ?`,
+			int(b.Channel), b.Step, b.LowWaterPct, b.Fallback, b.RateLimit, b.Description, b.UpdatedAt, name)
+		return err
+	})
+	if err != nil {
+		return segment.Biz{}, s.classify(ctx, op, err)
+	}
+	return b, nil
+}
+
+// GetBiz returns the business's settings.
+func (s *Store) GetBiz(ctx context.Context, name string) (segment.Biz, error) {
+	op := fmt.Sprintf("get business %q", name)
+	if !validName(name) {
+		return segment.Biz{}, fmt.Errorf("mysqlstore: %s: %w", op, segment.ErrUnknownBiz)
+	}
+	cctx, cancel := s.opContext(ctx)
+	defer cancel()
+	b, err := scanBiz(s.db.QueryRowContext(cctx, selectBiz+` WHERE name = ?`, name))
+	if err != nil {
+		return segment.Biz{}, s.classify(ctx, op, err)
+	}
+	return b, nil
+}
+
+// ListBiz returns every business, by name.
+func (s *Store) ListBiz(ctx context.Context) ([]segment.Biz, error) {
+	cctx, cancel := s.opContext(ctx)
+	defer cancel()
+	rows, err := s.db.QueryContext(cctx, selectBiz+` ORDER BY name`)
+	if err != nil {
+		return nil, s.classify(ctx, "list businesses", err)
+	}
+	defer rows.Close()
+	var out []segment.Biz
+	for rows.Next() {
+		b, err := scanBiz(rows)
+		if err != nil {
+			return nil, s.classify(ctx, "list businesses", err)
+		}
+		out = append(out, b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.classify(ctx, "list businesses", err)
+	}
+	return out, nil
+}
+
+const selectBiz = `SELECT name, channel, step, low_water_pct, start_num, fallback, rate_limit, description,
+  created_at, updated_at FROM biz`
+
+func scanBiz(row interface{ Scan(...any) error }) (segment.Biz, error) {
+	var (
+		b  segment.Biz
+		ch int
+	)
+	err := row.Scan(&b.Name, &ch, &b.Step, &b.LowWaterPct, &b.StartNum, &b.Fallback, &b.RateLimit,
+		&b.Description, &b.CreatedAt, &b.UpdatedAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return segment.Biz{}, segment.ErrUnknownBiz
+	}
+	b.Channel = segment.Channel(ch)
+	return b, err
+}
+
+// inTx runs f in a transaction, committing when it returns nil.
+func (s *Store) inTx(ctx context.Context, f func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}

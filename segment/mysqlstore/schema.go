@@ -1,0 +1,258 @@
+package mysqlstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Migration is one schema version.
+type Migration struct {
+	Version     int
+	Description string
+	stmts       []string
+}
+
+// Every statement of a migration must be idempotent (CREATE TABLE IF NOT
+// EXISTS, or an ALTER guarded by a look at information_schema in code):
+// DDL commits implicitly, so a migration interrupted half-way is simply run
+// again. Valid on MariaDB 10.11 and MySQL 8: no RETURNING, no IF NOT EXISTS
+// on ADD COLUMN, no MariaDB-only collations.
+var migrations = []Migration{
+	{Version: 1, Description: "businesses, UNORDERED segments, 64 ORDERED tables, ORDERED request ids", stmts: schemaV1()},
+}
+
+// LatestVersion is the schema version this build needs.
+func LatestVersion() int { return migrations[len(migrations)-1].Version }
+
+// Names are compared byte for byte: ascii_bin for business names (the name
+// syntax is ASCII without spaces), VARBINARY for sub keys and request ids
+// (no collation: 'a' and 'A', or 'a' and 'a ' with a PAD SPACE collation,
+// must be different keys, and MariaDB and MySQL share no NO PAD binary
+// collation for utf8mb4).
+func schemaV1() []string {
+	stmts := []string{
+		`CREATE TABLE IF NOT EXISTS biz (
+  name          VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  channel       TINYINT NOT NULL,
+  step          BIGINT NOT NULL,
+  low_water_pct INT NOT NULL,
+  start_num     BIGINT NOT NULL,
+  fallback      BOOLEAN NOT NULL,
+  rate_limit    BIGINT NOT NULL,
+  description   VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+  created_at    DATETIME(6) NOT NULL,
+  updated_at    DATETIME(6) NOT NULL,
+  PRIMARY KEY (name)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+		`CREATE TABLE IF NOT EXISTS segment (
+  biz        VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  max_id     BIGINT NOT NULL,
+  step       BIGINT NOT NULL,
+  updated_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (biz)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+		`CREATE TABLE IF NOT EXISTS ordered_request (
+  biz        VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  request_id VARBINARY(128) NOT NULL,
+  sub_key    VARBINARY(1024) NOT NULL,
+  ` + "`count`" + `    BIGINT NOT NULL,
+  ` + "`first`" + `    BIGINT NOT NULL,
+  ` + "`last`" + `     BIGINT NOT NULL,
+  created_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (biz, request_id),
+  KEY idx_ordered_request_created_at (created_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+	}
+	for i := 0; i < OrderedTables; i++ {
+		stmts = append(stmts, `CREATE TABLE IF NOT EXISTS `+orderedTable(i)+` (
+  biz     VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  sub_key VARBINARY(1024) NOT NULL,
+  num     BIGINT NOT NULL,
+  PRIMARY KEY (biz, sub_key)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`)
+	}
+	return stmts
+}
+
+const createSchemaVersion = `CREATE TABLE IF NOT EXISTS schema_version (
+  version     INT NOT NULL,
+  description VARCHAR(255) NOT NULL,
+  applied_at  DATETIME(6) NOT NULL,
+  PRIMARY KEY (version)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
+
+// migrateLockWait bounds the wait for another node's migration;
+// migrateStatementTimeout is the dial and lock wait timeout of Migrate's
+// own connection (DDL may wait for locks longer than a reservation).
+const (
+	migrateLockWait         = 60 * time.Second
+	migrateStatementTimeout = 30 * time.Second
+)
+
+// Migrate creates or upgrades the schema in the DSN's database (which must
+// exist) and returns the migrations it applied (none when the schema is
+// current). It is safe to run from several nodes at once: they take turns
+// through GET_LOCK, and every statement is idempotent anyway.
+func Migrate(ctx context.Context, dsn string) ([]Migration, error) {
+	db, mc, err := openDB(dsn, migrateStatementTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	applied, err := MigrateDB(ctx, db)
+	if err != nil {
+		return applied, classifyErr(ctx, "migrate "+redactedDSN(mc), err, mc.Addr, migrateStatementTimeout)
+	}
+	return applied, nil
+}
+
+// MigrateDB is Migrate on an open database handle.
+func MigrateDB(ctx context.Context, db *sql.DB) ([]Migration, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+
+	var dbName sql.NullString
+	if err := conn.QueryRowContext(ctx, `SELECT DATABASE()`).Scan(&dbName); err != nil {
+		return nil, err
+	}
+	if !dbName.Valid || dbName.String == "" {
+		return nil, errors.New("no database selected (put the database name in the DSN)")
+	}
+	release, err := getLock(ctx, conn, lockName("migrate", dbName.String), migrateLockWait)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+
+	if _, err := conn.ExecContext(ctx, createSchemaVersion); err != nil {
+		return nil, err
+	}
+	have, err := appliedVersions(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	var applied []Migration
+	for _, m := range migrations {
+		if have[m.Version] {
+			continue
+		}
+		for _, stmt := range m.stmts {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+				return applied, fmt.Errorf("schema version %d: %w", m.Version, err)
+			}
+		}
+		if _, err := conn.ExecContext(ctx,
+			`INSERT IGNORE INTO schema_version (version, description, applied_at) VALUES (?, ?, ?)`,
+			m.Version, m.Description, time.Now().UTC()); err != nil {
+			return applied, fmt.Errorf("schema version %d: %w", m.Version, err)
+		}
+		applied = append(applied, Migration{Version: m.Version, Description: m.Description})
+	}
+	return applied, nil
+}
+
+func appliedVersions(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}) (map[int]bool, error) {
+	rows, err := q.QueryContext(ctx, `SELECT version FROM schema_version`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	have := map[int]bool{}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		have[v] = true
+	}
+	return have, rows.Err()
+}
+
+// SchemaVersion returns the highest schema version applied to the DSN's
+// database (0 when none) and the version this build needs.
+func SchemaVersion(ctx context.Context, dsn string) (current, latest int, err error) {
+	db, mc, err := openDB(dsn, DefaultTimeout)
+	if err != nil {
+		return 0, LatestVersion(), err
+	}
+	defer db.Close()
+	current, err = schemaVersionDB(ctx, db)
+	if err != nil {
+		return 0, LatestVersion(), classifyErr(ctx, "read schema version from "+redactedDSN(mc), err, mc.Addr, DefaultTimeout)
+	}
+	return current, LatestVersion(), nil
+}
+
+func schemaVersionDB(ctx context.Context, db *sql.DB) (int, error) {
+	var v sql.NullInt64
+	err := db.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_version`).Scan(&v)
+	if mysqlErrNo(err) == erNoSuchTable {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return int(v.Int64), nil
+}
+
+// getLock takes a MySQL user lock on conn (the lock belongs to that
+// session: it is released by release, or by the server when the session
+// ends). wait 0 means do not wait. It returns errLockBusy when another
+// session holds the lock.
+func getLock(ctx context.Context, conn *sql.Conn, name string, wait time.Duration) (release func(), err error) {
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, ?)`, name, int(wait.Seconds())).Scan(&got); err != nil {
+		return nil, err
+	}
+	if !got.Valid || got.Int64 != 1 {
+		return nil, fmt.Errorf("%w: %s", errLockBusy, name)
+	}
+	return func() {
+		// A fresh context: the caller's may be done, and a lock left behind
+		// would only go away with the session.
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := conn.ExecContext(rctx, `DO RELEASE_LOCK(?)`, name); err != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}, nil
+}
+
+var errLockBusy = errors.New("lock held by another session")
+
+// lockName returns a server-wide user lock name for this database (lock
+// names are global to the server, at most 64 characters).
+func lockName(what, dbName string) string {
+	name := "idgen:" + what + ":" + dbName
+	if len(name) <= 64 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(dbName))
+	return "idgen:" + what + ":" + hex.EncodeToString(sum[:12])
+}
+
+// openDB opens a pool with the store's forced driver settings.
+func openDB(dsn string, timeout time.Duration) (*sql.DB, *mysql.Config, error) {
+	mc, err := driverConfig(dsn, timeout, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := mysql.NewConnector(mc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mysqlstore: DSN: %w", err)
+	}
+	return sql.OpenDB(conn), mc, nil
+}

@@ -1,0 +1,378 @@
+// Package mysqlstore is the MySQL/MariaDB segment.Store used by idgen
+// clusters: every node reserves UNORDERED segments and ORDERED ranges from
+// one shared database.
+//
+// Schema (created and upgraded by Migrate, i.e. `idctl db migrate`):
+//
+//	biz              one row per business: its settings
+//	segment          one row per business: max_id, the highest UNORDERED
+//	                 number handed to any node
+//	ordered_00..63   one row per (biz, sub_key): num, the highest ORDERED
+//	                 number handed out; the table is Shard(sub_key)
+//	ordered_request  ORDERED request ids and the range each one got
+//	schema_version   applied migrations
+//
+// Reservations are single statements that MySQL executes atomically and
+// durably; the new counter comes back in the OK packet through
+// LAST_INSERT_ID(expr), so there is no read-modify-write and no retry loop:
+//
+//	UPDATE segment SET max_id = LAST_INSERT_ID(max_id + step) WHERE biz = ?
+//
+//	INSERT INTO ordered_NN (biz, sub_key, num)
+//	SELECT name, ?, LAST_INSERT_ID(start_num - 1 + count) FROM biz WHERE name = ?
+//	ON DUPLICATE KEY UPDATE num = LAST_INSERT_ID(num + count)
+//
+// Tested against MariaDB 10.11; the SQL is also valid on MySQL 8.
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"go.uber.org/zap"
+
+	"github.com/idgen/idgen/segment"
+)
+
+// Column sizes of sub keys and request ids, in bytes; segment's limits
+// (MaxSubKeyLen, MaxRequestIDLen) are within them.
+const (
+	subKeyColumnBytes    = 1024
+	requestIDColumnBytes = 128
+)
+
+// Store is a segment.Store on MySQL or MariaDB. It is safe for concurrent
+// use, and any number of Stores (nodes) may share one database.
+type Store struct {
+	db     *sql.DB
+	cfg    Config
+	log    *zap.Logger
+	addr   string // host:port for messages
+	dbName string
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var (
+	_ segment.Store          = (*Store)(nil)
+	_ segment.ReplayReporter = (*Store)(nil)
+)
+
+// Open connects to the database, checks the schema version (or migrates,
+// with Config.Migrate), samples the ORDERED tables to check the shard
+// mapping, and starts the background request-id cleanup. It fails when the
+// database cannot be reached within Config.Timeout (the error wraps
+// segment.ErrUnavailable); once open, the store reconnects by itself.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", segment.ErrInvalid, err)
+	}
+	cfg = cfg.withDefaults()
+	mc, err := driverConfig(cfg.DSN, cfg.Timeout, cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", segment.ErrInvalid, err)
+	}
+	connector, err := mysql.NewConnector(mc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: mysqlstore: DSN: %w", segment.ErrInvalid, err)
+	}
+	db := sql.OpenDB(connector)
+	db.SetMaxOpenConns(cfg.MaxOpenConns)
+	db.SetMaxIdleConns(cfg.MaxIdleConns)
+	db.SetConnMaxLifetime(cfg.ConnMaxLifetime)
+
+	s := &Store{
+		db:     db,
+		cfg:    cfg,
+		log:    cfg.Logger.With(zap.String("mysql", redactedDSN(mc))),
+		addr:   mc.Addr,
+		dbName: mc.DBName,
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	if err := s.start(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if cfg.CleanupInterval > 0 {
+		go s.cleanupLoop()
+	} else {
+		close(s.done)
+	}
+	return s, nil
+}
+
+func (s *Store) start(ctx context.Context) error {
+	pctx, cancel := s.opContext(ctx)
+	err := s.db.PingContext(pctx)
+	cancel()
+	if err != nil {
+		return s.classify(ctx, "connect", err)
+	}
+	if s.cfg.Migrate {
+		// Migrations may wait for another node's; give them their own time.
+		mctx, cancel := context.WithTimeout(ctx, migrateLockWait+time.Minute)
+		applied, err := MigrateDB(mctx, s.db)
+		cancel()
+		if err != nil {
+			return s.classify(ctx, "migrate", err)
+		}
+		for _, m := range applied {
+			s.log.Info("schema migrated", zap.Int("version", m.Version), zap.String("description", m.Description))
+		}
+	}
+	vctx, cancel := s.opContext(ctx)
+	v, err := schemaVersionDB(vctx, s.db)
+	cancel()
+	if err != nil {
+		return s.classify(ctx, "read schema version", err)
+	}
+	switch latest := LatestVersion(); {
+	case v == 0:
+		return fmt.Errorf("mysqlstore: database %q has no idgen schema: run `idctl db migrate --mysql DSN`", s.dbName)
+	case v < latest:
+		return fmt.Errorf("mysqlstore: database %q has schema version %d, this build needs %d: run `idctl db migrate --mysql DSN`", s.dbName, v, latest)
+	case v > latest:
+		s.log.Warn("schema is newer than this build (migrations are additive, continuing)",
+			zap.Int("schema_version", v), zap.Int("build_version", latest))
+	}
+	if s.cfg.ShardCheckRows > 0 {
+		cctx, cancel := context.WithTimeout(ctx, 4*s.cfg.Timeout)
+		rep, err := CheckShards(cctx, s.db, s.cfg.ShardCheckRows)
+		cancel()
+		if err != nil {
+			return s.classify(ctx, "check ORDERED shard mapping", err)
+		}
+		if err := rep.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close stops the cleanup and closes the connection pool.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		<-s.done
+		s.closeErr = s.db.Close()
+	})
+	return s.closeErr
+}
+
+// DB returns the store's connection pool (for tools and tests).
+func (s *Store) DB() *sql.DB { return s.db }
+
+// opContext bounds one Store call by Config.Timeout.
+func (s *Store) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.cfg.Timeout)
+}
+
+// ReserveSegment advances the business's UNORDERED counter by step in one
+// UPDATE and returns old+1 .. old+step, with the new max_id read from the
+// statement's OK packet. It returns exactly what the database says, even
+// when max_id went backwards (the processor refuses regressions).
+func (s *Store) ReserveSegment(ctx context.Context, biz string, step int64) (segment.Range, error) {
+	op := fmt.Sprintf("reserve segment for %q", biz)
+	if err := segment.ValidateBizName(biz); err != nil {
+		return segment.Range{}, fmt.Errorf("mysqlstore: %s: %w", op, err)
+	}
+	if err := segment.ValidateStep(step); err != nil {
+		return segment.Range{}, fmt.Errorf("mysqlstore: %s: %w", op, err)
+	}
+	cctx, cancel := s.opContext(ctx)
+	defer cancel()
+	res, err := s.db.ExecContext(cctx,
+		`UPDATE segment SET max_id = LAST_INSERT_ID(max_id + ?), step = ?, updated_at = ? WHERE biz = ?`,
+		step, step, now(), biz)
+	if err != nil {
+		return segment.Range{}, s.classify(ctx, op, err)
+	}
+	last, ok, err := reservedFrom(res)
+	if err != nil {
+		return segment.Range{}, fmt.Errorf("mysqlstore: %s: %w", op, err)
+	}
+	if !ok {
+		return segment.Range{}, fmt.Errorf("mysqlstore: %s: %w", op, segment.ErrUnknownBiz)
+	}
+	return segment.Range{First: last - step + 1, Last: last}, nil
+}
+
+// reservedFrom returns the LAST_INSERT_ID(expr) value of a reserving
+// statement from its OK packet; ok is false when the statement changed no
+// row (no such business).
+func reservedFrom(res sql.Result) (last int64, ok bool, err error) {
+	n, err := res.RowsAffected()
+	if err != nil || n == 0 {
+		return 0, false, err
+	}
+	last, err = res.LastInsertId()
+	return last, err == nil, err
+}
+
+// ReserveOrdered reserves req.Count numbers for (req.Biz, req.SubKey) in
+// table ordered_<Shard(SubKey)>, creating the row on first use, in one
+// statement that also checks that the business exists (a locking read of
+// its biz row, so a business created on any node is served at once and no
+// cache can go stale).
+//
+// With a RequestID the reservation runs in a transaction that first
+// inserts the ordered_request row (its primary key serialises concurrent
+// retries of one id), then reserves, then records the range, then commits:
+// a retry gets the stored range back, a retry with another sub key or
+// count gets segment.ErrRequestMismatch.
+func (s *Store) ReserveOrdered(ctx context.Context, req segment.OrderedRequest) (segment.Range, error) {
+	r, _, err := s.ReserveOrderedReplay(ctx, req)
+	return r, err
+}
+
+// ReserveOrderedReplay is ReserveOrdered that also reports whether the
+// range is the stored answer to an earlier request with the same request
+// id (segment.ReplayReporter).
+func (s *Store) ReserveOrderedReplay(ctx context.Context, req segment.OrderedRequest) (r segment.Range, replayed bool, err error) {
+	op := fmt.Sprintf("reserve ordered for %q sub key %q", req.Biz, req.SubKey)
+	req, err = normalizeOrdered(req)
+	if err != nil {
+		return segment.Range{}, false, fmt.Errorf("mysqlstore: %s: %w", op, err)
+	}
+	cctx, cancel := s.opContext(ctx)
+	defer cancel()
+	// A deadlock rolls back everything the attempt did, so trying again
+	// cannot hand out a number twice. (Concurrent retries of one request
+	// id can deadlock when the first attempt rolls back.)
+	for attempt := 1; ; attempt++ {
+		if req.RequestID == "" {
+			r, err = s.reserveOrdered(cctx, s.db, req)
+		} else {
+			r, replayed, err = s.reserveOrderedOnce(cctx, req)
+		}
+		if (!isDeadlock(err) && !errors.Is(err, errRequestVanished)) || attempt == 5 || cctx.Err() != nil {
+			break
+		}
+		s.log.Debug("ordered reservation retried", zap.String("biz", req.Biz), zap.Int("attempt", attempt), zap.Error(err))
+	}
+	if err != nil {
+		return segment.Range{}, false, s.classify(ctx, op, err)
+	}
+	return r, replayed, nil
+}
+
+// normalizeOrdered is segment.NormalizeOrderedRequest plus what Java's
+// hash and the columns need.
+func normalizeOrdered(req segment.OrderedRequest) (segment.OrderedRequest, error) {
+	req, err := segment.NormalizeOrderedRequest(req)
+	switch {
+	case err != nil:
+		return req, err
+	case !validSubKey(req.SubKey):
+		// Java would decode invalid bytes to U+FFFD before hashing; such a
+		// key cannot be mapped to the Java service's table reliably.
+		return req, fmt.Errorf("%w: sub_key is not valid UTF-8", segment.ErrInvalid)
+	case len(req.SubKey) > subKeyColumnBytes:
+		return req, fmt.Errorf("%w: sub_key is %d bytes, at most %d allowed", segment.ErrInvalid, len(req.SubKey), subKeyColumnBytes)
+	case len(req.RequestID) > requestIDColumnBytes:
+		return req, fmt.Errorf("%w: request_id is %d bytes, at most %d allowed", segment.ErrInvalid, len(req.RequestID), requestIDColumnBytes)
+	}
+	return req, nil
+}
+
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// reserveOrdered runs the single reserving statement.
+func (s *Store) reserveOrdered(ctx context.Context, q execer, req segment.OrderedRequest) (segment.Range, error) {
+	t := orderedTable(Shard(req.SubKey))
+	res, err := q.ExecContext(ctx,
+		`INSERT INTO `+t+` (biz, sub_key, num) SELECT name, ?, LAST_INSERT_ID(?) FROM biz WHERE name = ?`+
+			` ON DUPLICATE KEY UPDATE num = LAST_INSERT_ID(`+t+`.num + ?)`,
+		[]byte(req.SubKey), req.StartNum-1+req.Count, req.Biz, req.Count)
+	if err != nil {
+		return segment.Range{}, err
+	}
+	last, ok, err := reservedFrom(res)
+	if err != nil {
+		return segment.Range{}, err
+	}
+	if !ok {
+		return segment.Range{}, segment.ErrUnknownBiz
+	}
+	return segment.Range{First: last - req.Count + 1, Last: last}, nil
+}
+
+// errRequestVanished: the request row that blocked our insert was gone
+// when we read it (cleaned up in between); try again.
+var errRequestVanished = errors.New("request id row vanished")
+
+func (s *Store) reserveOrderedOnce(ctx context.Context, req segment.OrderedRequest) (segment.Range, bool, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return segment.Range{}, false, err
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after Commit
+
+	_, err = tx.ExecContext(ctx,
+		"INSERT INTO ordered_request (biz, request_id, sub_key, `count`, `first`, `last`, created_at) VALUES (?, ?, ?, ?, 0, 0, ?)",
+		req.Biz, []byte(req.RequestID), []byte(req.SubKey), req.Count, now())
+	if isDupEntry(err) {
+		// Another attempt with this id committed first (we waited for it
+		// on the primary key). Read what it got.
+		if err := tx.Rollback(); err != nil {
+			return segment.Range{}, false, err
+		}
+		r, err := s.storedRequest(ctx, req)
+		return r, err == nil, err
+	}
+	if err != nil {
+		return segment.Range{}, false, err
+	}
+	r, err := s.reserveOrdered(ctx, tx, req)
+	if err != nil {
+		return segment.Range{}, false, err
+	}
+	if _, err := tx.ExecContext(ctx,
+		"UPDATE ordered_request SET `first` = ?, `last` = ? WHERE biz = ? AND request_id = ?",
+		r.First, r.Last, req.Biz, []byte(req.RequestID)); err != nil {
+		return segment.Range{}, false, err
+	}
+	if err := tx.Commit(); err != nil {
+		return segment.Range{}, false, err
+	}
+	return r, false, nil
+}
+
+func (s *Store) storedRequest(ctx context.Context, req segment.OrderedRequest) (segment.Range, error) {
+	var (
+		subKey []byte
+		count  int64
+		r      segment.Range
+	)
+	err := s.db.QueryRowContext(ctx,
+		"SELECT sub_key, `count`, `first`, `last` FROM ordered_request WHERE biz = ? AND request_id = ?",
+		req.Biz, []byte(req.RequestID)).Scan(&subKey, &count, &r.First, &r.Last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return segment.Range{}, errRequestVanished
+	}
+	if err != nil {
+		return segment.Range{}, err
+	}
+	if string(subKey) != req.SubKey || count != req.Count {
+		return segment.Range{}, fmt.Errorf("%w: request id %q was used for sub key %q count %d",
+			segment.ErrRequestMismatch, req.RequestID, subKey, count)
+	}
+	if r.First < 1 || r.Len() != count {
+		return segment.Range{}, fmt.Errorf("request id %q has a corrupt stored range %d..%d", req.RequestID, r.First, r.Last)
+	}
+	return r, nil
+}
+
+// now is the timestamp written to created_at/updated_at columns.
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }

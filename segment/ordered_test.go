@@ -1,0 +1,255 @@
+package segment_test
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idgen/idgen/segment"
+	"github.com/idgen/idgen/segment/memstore"
+)
+
+func newOrdered(t testing.TB, cfg segment.OrderedConfig) *segment.Ordered {
+	t.Helper()
+	o, err := segment.NewOrdered(cfg)
+	if err != nil {
+		t.Fatalf("NewOrdered: %v", err)
+	}
+	return o
+}
+
+// TestOrderedConcurrent: 16 goroutines on 4 keys; each sees its numbers
+// strictly increasing per key, and per key the numbers are gap-free.
+func TestOrderedConcurrent(t *testing.T) {
+	const workers, perWorker = 16, 100
+	keys := []string{"a", "b", "c", "d"}
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			s := st.open(t)
+			biz := mustCreate(t, s, segment.Biz{Name: "ord", Channel: segment.ChannelOrdered, StartNum: 10})
+			o := newOrdered(t, segment.OrderedConfig{Store: s})
+			type result struct {
+				key string
+				r   segment.Range
+			}
+			results := make([][]result, workers)
+			errs := make([]error, workers)
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Go(func() {
+					last := map[string]int64{}
+					for i := range perWorker {
+						key := keys[(w+i)%len(keys)]
+						r, err := o.Take(context.Background(), biz, key, int64(1+i%4), "")
+						if err != nil {
+							errs[w] = err
+							return
+						}
+						if r.First <= last[key] {
+							errs[w] = fmt.Errorf("key %s: %v not above %d", key, r, last[key])
+							return
+						}
+						last[key] = r.Last
+						results[w] = append(results[w], result{key, r})
+					}
+				})
+			}
+			wg.Wait()
+			byKey := map[string][]segment.Range{}
+			for w := range workers {
+				if errs[w] != nil {
+					t.Fatalf("worker %d: %v", w, errs[w])
+				}
+				for _, res := range results[w] {
+					byKey[res.key] = append(byKey[res.key], res.r)
+				}
+			}
+			for key, rs := range byKey {
+				slices.SortFunc(rs, func(a, b segment.Range) int { return cmp.Compare(a.First, b.First) })
+				next := int64(10)
+				for _, r := range rs {
+					if r.First != next {
+						t.Fatalf("key %s: range %v, want one starting at %d", key, r, next)
+					}
+					next = r.Last + 1
+				}
+			}
+			if st := o.Stats(); st.Regressions != 0 || st.Failures != 0 || st.Keys != len(keys) {
+				t.Errorf("stats %+v", st)
+			}
+		})
+	}
+}
+
+// TestOrderedRetries: a retry with the same request id gets the same range,
+// also through another node, and is not mistaken for a regression.
+func TestOrderedRetries(t *testing.T) {
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			s := st.open(t)
+			biz := mustCreate(t, s, segment.Biz{Name: "ord"})
+			a := newOrdered(t, segment.OrderedConfig{Store: s})
+			b := newOrdered(t, segment.OrderedConfig{Store: s}) // another node
+			ctx := context.Background()
+
+			r1, err := a.Take(ctx, biz, "k", 2, "req-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			r2, err := b.Take(ctx, biz, "k", 1, "req-2")
+			if err != nil || r2.First != r1.Last+1 {
+				t.Fatalf("second request: %v, %v", r2, err)
+			}
+			for _, node := range []*segment.Ordered{a, b, b} {
+				again, err := node.Take(ctx, biz, "k", 2, "req-1")
+				if err != nil || again != r1 {
+					t.Fatalf("retry: %v, %v; want %v", again, err, r1)
+				}
+			}
+			_, err = a.Take(ctx, biz, "other", 2, "req-1")
+			if !errors.Is(err, segment.ErrRequestMismatch) {
+				t.Fatalf("request id reused for another key: %v, want ErrRequestMismatch", err)
+			}
+			if a.Stats().Regressions+b.Stats().Regressions != 0 {
+				t.Error("a retry was counted as a regression")
+			}
+		})
+	}
+}
+
+// TestOrderedRegression: a range not above one already received for the key
+// is refused and counted.
+func TestOrderedRegression(t *testing.T) {
+	ms := memstore.New()
+	biz := mustCreate(t, ms, segment.Biz{Name: "ord"})
+	o := newOrdered(t, segment.OrderedConfig{Store: ms})
+	ctx := context.Background()
+	for range 5 {
+		if _, err := o.Take(ctx, biz, "k", 1, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms.SetOrderedMax(biz.Name, "k", 2) // the store lost 3..5
+	for _, reqID := range []string{"", "fresh-id"} {
+		_, err := o.Take(ctx, biz, "k", 1, reqID)
+		if !errors.Is(err, segment.ErrRegressed) || !errors.Is(err, segment.ErrUnavailable) {
+			t.Fatalf("request id %q after the store went back: %v, want ErrRegressed", reqID, err)
+		}
+	}
+	// Other keys are unaffected; the key recovers once the store is past it.
+	if r, err := o.Take(ctx, biz, "k2", 1, ""); err != nil || r.First != 1 {
+		t.Fatalf("another key: %v, %v", r, err)
+	}
+	ms.SetOrderedMax(biz.Name, "k", 100)
+	if r, err := o.Take(ctx, biz, "k", 1, ""); err != nil || r.First != 101 {
+		t.Fatalf("after the store caught up: %v, %v", r, err)
+	}
+	if got := o.Stats().Regressions; got != 2 {
+		t.Errorf("regressions %d, want 2", got)
+	}
+}
+
+// plainStore hides memstore's ReplayReporter.
+type plainStore struct{ segment.Store }
+
+// TestOrderedWithoutReplayReports: with a store that cannot say whether a
+// range was replayed, retries are accepted and requests without an id are
+// still guarded.
+func TestOrderedWithoutReplayReports(t *testing.T) {
+	ms := memstore.New()
+	biz := mustCreate(t, ms, segment.Biz{Name: "ord"})
+	o := newOrdered(t, segment.OrderedConfig{Store: plainStore{ms}})
+	ctx := context.Background()
+	r1, err := o.Take(ctx, biz, "k", 1, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Take(ctx, biz, "k", 1, "r2"); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := o.Take(ctx, biz, "k", 1, "r1"); err != nil || again != r1 {
+		t.Fatalf("retry: %v, %v; want %v", again, err, r1)
+	}
+	ms.SetOrderedMax(biz.Name, "k", 0)
+	if _, err := o.Take(ctx, biz, "k", 1, ""); !errors.Is(err, segment.ErrRegressed) {
+		t.Fatalf("regressed range without request id: %v, want ErrRegressed", err)
+	}
+}
+
+// TestOrderedErrors maps store errors to what the handler acts on.
+func TestOrderedErrors(t *testing.T) {
+	boom := errors.New("connection refused")
+	tests := []struct {
+		name  string
+		setup func(ms *memstore.Store) (release func())
+		biz   string
+		n     int64
+		want  error
+	}{
+		{"store error", func(ms *memstore.Store) func() { ms.FailNext(1, boom); return func() {} }, "ord", 1, segment.ErrUnavailable},
+		{"store hangs", func(ms *memstore.Store) func() { return ms.Block() }, "ord", 1, segment.ErrUnavailable},
+		{"unknown biz", nil, "nope", 1, segment.ErrUnknownBiz},
+		{"count zero", nil, "ord", 0, segment.ErrInvalid},
+		{"count above MaxBatch", nil, "ord", segment.MaxBatch + 1, segment.ErrInvalid},
+		{"store says exhausted", func(ms *memstore.Store) func() {
+			ms.FailNext(1, fmt.Errorf("counter overflow: %w", segment.ErrExhausted))
+			return func() {}
+		}, "ord", 1, segment.ErrExhausted},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ms := memstore.New()
+			mustCreate(t, ms, segment.Biz{Name: "ord"})
+			o := newOrdered(t, segment.OrderedConfig{Store: ms, Timeout: 20 * time.Millisecond})
+			if tc.setup != nil {
+				defer tc.setup(ms)()
+			}
+			_, err := o.Take(context.Background(), segment.Biz{Name: tc.biz}, "k", tc.n, "")
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Take: %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestOrderedConfigValidation(t *testing.T) {
+	ms := memstore.New()
+	tests := []struct {
+		name  string
+		cfg   segment.OrderedConfig
+		field string
+	}{
+		{"no store", segment.OrderedConfig{}, "Store"},
+		{"negative timeout", segment.OrderedConfig{Store: ms, Timeout: -1}, "Timeout"},
+		{"negative max keys", segment.OrderedConfig{Store: ms, MaxKeys: -1}, "MaxKeys"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := segment.NewOrdered(tc.cfg)
+			if !errors.Is(err, segment.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("NewOrdered: %v, want ErrInvalid naming %s", err, tc.field)
+			}
+		})
+	}
+}
+
+// TestOrderedKeysBounded: the guard's memory stays bounded by MaxKeys.
+func TestOrderedKeysBounded(t *testing.T) {
+	ms := memstore.New()
+	biz := mustCreate(t, ms, segment.Biz{Name: "ord"})
+	o := newOrdered(t, segment.OrderedConfig{Store: ms, MaxKeys: 64})
+	for i := range 1000 {
+		if _, err := o.Take(context.Background(), biz, fmt.Sprint("key-", i), 1, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := o.Stats().Keys; n > 64 {
+		t.Fatalf("guard remembers %d keys, want at most 64", n)
+	}
+}

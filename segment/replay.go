@@ -1,0 +1,18 @@
+package segment
+
+import "context"
+
+// ReplayReporter is an optional Store extension. ReserveOrderedReplay is
+// ReserveOrdered that also says whether the range is the stored answer to an
+// earlier request with the same request id (a retry) rather than a new
+// reservation.
+//
+// Why it exists: the Ordered processor refuses ranges that are not above
+// what it already saw for a key (a store that went backwards), but a
+// legitimate retry returns an old range by design, possibly one first served
+// by another node. Only the store knows which case it is. With a store that
+// does not implement this interface the processor cannot tell, so it skips
+// the regression check for requests that carry a request id.
+type ReplayReporter interface {
+	ReserveOrderedReplay(ctx context.Context, req OrderedRequest) (r Range, replayed bool, err error)
+}

@@ -1,0 +1,313 @@
+package storetest
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/idgen/idgen/segment"
+)
+
+// concurrency is how many goroutines the concurrent checks run.
+const concurrency = 16
+
+func (s *suite) testSegmentContiguous(t *testing.T, st segment.Store) {
+	a := create(t, st, segment.Biz{Name: s.name("seg_a")})
+	b := create(t, st, segment.Biz{Name: s.name("seg_b")})
+	tests := []struct {
+		biz  string
+		step int64
+		want segment.Range
+	}{
+		{a.Name, 10, segment.Range{First: 1, Last: 10}},
+		{a.Name, 5, segment.Range{First: 11, Last: 15}},
+		{b.Name, 3, segment.Range{First: 1, Last: 3}}, // businesses do not share counters
+		{a.Name, 1, segment.Range{First: 16, Last: 16}},
+		{a.Name, 1000, segment.Range{First: 17, Last: 1016}},
+		{b.Name, 2, segment.Range{First: 4, Last: 5}},
+	}
+	for _, tc := range tests {
+		got, err := st.ReserveSegment(ctx(t), tc.biz, tc.step)
+		if err != nil || got != tc.want {
+			t.Fatalf("ReserveSegment(%q, %d) = %v, %v; want %v", tc.biz, tc.step, got, err, tc.want)
+		}
+	}
+}
+
+func (s *suite) testSegmentStartNum(t *testing.T, st segment.Store) {
+	b := create(t, st, segment.Biz{Name: s.name("seg_start"), StartNum: 1_000_000})
+	got, err := st.ReserveSegment(ctx(t), b.Name, 100)
+	if want := (segment.Range{First: 1_000_000, Last: 1_000_099}); err != nil || got != want {
+		t.Fatalf("first segment %v, %v; want %v", got, err, want)
+	}
+	// Updating the biz (StartNum cannot change) does not reset the counter.
+	if _, err := st.UpdateBiz(ctx(t), b.Name, segment.BizUpdate{Step: ptr(int64(7))}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = st.ReserveSegment(ctx(t), b.Name, 1)
+	if want := (segment.Range{First: 1_000_100, Last: 1_000_100}); err != nil || got != want {
+		t.Fatalf("segment after update %v, %v; want %v", got, err, want)
+	}
+}
+
+func (s *suite) testSegmentInvalidStep(t *testing.T, st segment.Store) {
+	b := create(t, st, segment.Biz{Name: s.name("seg_bad")})
+	for _, step := range []int64{0, -1, segment.MaxStep + 1} {
+		_, err := st.ReserveSegment(ctx(t), b.Name, step)
+		wantErr(t, fmt.Sprintf("ReserveSegment step %d", step), err, segment.ErrInvalid, "step")
+	}
+	got, err := st.ReserveSegment(ctx(t), b.Name, 1)
+	if err != nil || got.First != 1 {
+		t.Errorf("after invalid steps: %v, %v; want the counter untouched", got, err)
+	}
+}
+
+func (s *suite) testSegmentConcurrent(t *testing.T, st segment.Store) {
+	b := create(t, st, segment.Biz{Name: s.name("seg_conc"), StartNum: 42})
+	const perWorker = 25
+	ranges := make([][]segment.Range, concurrency)
+	errs := make([]error, concurrency)
+	var wg sync.WaitGroup
+	for w := range concurrency {
+		wg.Go(func() {
+			for i := range perWorker {
+				r, err := st.ReserveSegment(ctx(t), b.Name, int64(1+(w+i)%7))
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				ranges[w] = append(ranges[w], r)
+			}
+		})
+	}
+	wg.Wait()
+	var all []segment.Range
+	for w := range concurrency {
+		if errs[w] != nil {
+			t.Fatalf("worker %d: %v", w, errs[w])
+		}
+		all = append(all, ranges[w]...)
+	}
+	checkDisjointCover(t, "concurrent segments", all, 42)
+}
+
+func (s *suite) testOrderedSequence(t *testing.T, st segment.Store) {
+	b := create(t, st, segment.Biz{Name: s.name("ord_seq"), Channel: segment.ChannelOrdered})
+	req := func(key string, n int64) segment.OrderedRequest {
+		return segment.OrderedRequest{Biz: b.Name, SubKey: key, Count: n, StartNum: 1}
+	}
+	tests := []struct {
+		req  segment.OrderedRequest
+		want segment.Range
+	}{
+		{req("user:1", 1), segment.Range{First: 1, Last: 1}},
+		{req("user:1", 1), segment.Range{First: 2, Last: 2}},
+		{req("user:2", 3), segment.Range{First: 1, Last: 3}}, // keys are independent
+		{req("user:1", 10), segment.Range{First: 3, Last: 12}},
+		{req("", 2), segment.Range{First: 1, Last: 2}}, // the empty sub key is a key too
+		{req("用户:42", 1), segment.Range{First: 1, Last: 1}},
+		{req(strings.Repeat("k", segment.MaxSubKeyLen), 1), segment.Range{First: 1, Last: 1}},
+		{req("user:2", 1), segment.Range{First: 4, Last: 4}},
+	}
+	for _, tc := range tests {
+		got, err := st.ReserveOrdered(ctx(t), tc.req)
+		if err != nil || got != tc.want {
+			t.Fatalf("ReserveOrdered(%q, %d) = %v, %v; want %v", tc.req.SubKey, tc.req.Count, got, err, tc.want)
+		}
+	}
+	// ORDERED and UNORDERED counters are separate.
+	got, err := st.ReserveSegment(ctx(t), b.Name, 5)
+	if want := (segment.Range{First: 1, Last: 5}); err != nil || got != want {
+		t.Errorf("ReserveSegment after ordered use: %v, %v; want %v", got, err, want)
+	}
+}
+
+func (s *suite) testOrderedStartNum(t *testing.T, st segment.Store) {
+	b := create(t, st, segment.Biz{Name: s.name("ord_start"), StartNum: 500})
+	got, err := st.ReserveOrdered(ctx(t), segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 2, StartNum: 500})
+	if want := (segment.Range{First: 500, Last: 501}); err != nil || got != want {
+		t.Fatalf("first ordered range %v, %v; want %v", got, err, want)
+	}
+	// StartNum only applies to a row's creation.
+	got, err = st.ReserveOrdered(ctx(t), segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 1, StartNum: 9000})
+	if want := (segment.Range{First: 502, Last: 502}); err != nil || got != want {
+		t.Fatalf("second ordered range %v, %v; want %v", got, err, want)
+	}
+	// StartNum 0 means the default, 1.
+	got, err = st.ReserveOrdered(ctx(t), segment.OrderedRequest{Biz: b.Name, SubKey: "other", Count: 1})
+	if want := (segment.Range{First: 1, Last: 1}); err != nil || got != want {
+		t.Fatalf("ordered range with StartNum 0: %v, %v; want %v", got, err, want)
+	}
+}
+
+func (s *suite) testOrderedInvalid(t *testing.T, st segment.Store) {
+	b := create(t, st, segment.Biz{Name: s.name("ord_bad")})
+	tests := []struct {
+		name  string
+		req   segment.OrderedRequest
+		field string
+	}{
+		{"count zero", segment.OrderedRequest{Biz: b.Name, SubKey: "k"}, "count"},
+		{"count negative", segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: -3}, "count"},
+		{"count too large", segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: segment.MaxStep + 1}, "count"},
+		{"sub key too long", segment.OrderedRequest{Biz: b.Name, SubKey: strings.Repeat("k", segment.MaxSubKeyLen+1), Count: 1}, "sub_key"},
+		{"request id too long", segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 1, RequestID: strings.Repeat("r", segment.MaxRequestIDLen+1)}, "request_id"},
+		{"start num negative", segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 1, StartNum: -1}, "start_num"},
+		{"bad biz name", segment.OrderedRequest{Biz: "a b", SubKey: "k", Count: 1}, "name"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := st.ReserveOrdered(ctx(t), tc.req)
+			wantErr(t, "ReserveOrdered", err, segment.ErrInvalid, tc.field)
+		})
+	}
+	got, err := st.ReserveOrdered(ctx(t), segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 1})
+	if err != nil || got.First != 1 {
+		t.Errorf("after invalid requests: %v, %v; want the counter untouched", got, err)
+	}
+}
+
+func (s *suite) testOrderedConcurrent(t *testing.T, st segment.Store) {
+	b := create(t, st, segment.Biz{Name: s.name("ord_conc"), StartNum: 7})
+	const perWorker = 25
+	keys := []string{"a", "b", "c", "d"}
+	type result struct {
+		key string
+		r   segment.Range
+	}
+	results := make([][]result, concurrency)
+	errs := make([]error, concurrency)
+	var wg sync.WaitGroup
+	for w := range concurrency {
+		wg.Go(func() {
+			var last = map[string]int64{}
+			for i := range perWorker {
+				key := keys[(w+i)%len(keys)]
+				r, err := st.ReserveOrdered(ctx(t), segment.OrderedRequest{Biz: b.Name, SubKey: key, Count: int64(1 + i%3), StartNum: 7})
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				if r.First <= last[key] {
+					errs[w] = fmt.Errorf("key %q: range %v not above %d seen before by this worker", key, r, last[key])
+					return
+				}
+				last[key] = r.Last
+				results[w] = append(results[w], result{key, r})
+			}
+		})
+	}
+	wg.Wait()
+	byKey := map[string][]segment.Range{}
+	for w := range concurrency {
+		if errs[w] != nil {
+			t.Fatalf("worker %d: %v", w, errs[w])
+		}
+		for _, res := range results[w] {
+			byKey[res.key] = append(byKey[res.key], res.r)
+		}
+	}
+	for key, rs := range byKey {
+		checkDisjointCover(t, "key "+key, rs, 7)
+	}
+}
+
+func (s *suite) testOrderedIdempotent(t *testing.T, st segment.Store) {
+	b := create(t, st, segment.Biz{Name: s.name("ord_idem")})
+	other := create(t, st, segment.Biz{Name: s.name("ord_idem2")})
+	req := segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 5, RequestID: "req-1"}
+	first, err := st.ReserveOrdered(ctx(t), req)
+	if err != nil || first != (segment.Range{First: 1, Last: 5}) {
+		t.Fatalf("first request: %v, %v", first, err)
+	}
+	for i := range 3 {
+		again, err := st.ReserveOrdered(ctx(t), req)
+		if err != nil || again != first {
+			t.Fatalf("retry %d: %v, %v; want %v", i, again, err, first)
+		}
+	}
+	expect := first.Last + 1
+	if rr, ok := st.(segment.ReplayReporter); ok {
+		again, replayed, err := rr.ReserveOrderedReplay(ctx(t), req)
+		if err != nil || again != first || !replayed {
+			t.Errorf("ReserveOrderedReplay of a retry: %v, replayed=%v, %v", again, replayed, err)
+		}
+		fresh, replayed, err := rr.ReserveOrderedReplay(ctx(t), segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 1, RequestID: "req-new"})
+		if err != nil || replayed || fresh.First != expect {
+			t.Errorf("ReserveOrderedReplay of a new request: %v, replayed=%v, %v", fresh, replayed, err)
+		}
+		expect++
+	}
+	// Retries left no gap: the next request continues right after.
+	next, err := st.ReserveOrdered(ctx(t), segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 1, RequestID: "req-2"})
+	if err != nil || next.First != expect {
+		t.Fatalf("request after retries: %v, %v; want it to start at %d", next, err, expect)
+	}
+	// The same request id in another business is a different request.
+	o, err := st.ReserveOrdered(ctx(t), segment.OrderedRequest{Biz: other.Name, SubKey: "k", Count: 2, RequestID: "req-1"})
+	if err != nil || o != (segment.Range{First: 1, Last: 2}) {
+		t.Fatalf("same request id in another biz: %v, %v", o, err)
+	}
+	// Requests without an id are never deduplicated.
+	plain := segment.OrderedRequest{Biz: other.Name, SubKey: "p", Count: 1}
+	r1, err1 := st.ReserveOrdered(ctx(t), plain)
+	r2, err2 := st.ReserveOrdered(ctx(t), plain)
+	if err1 != nil || err2 != nil || r1 == r2 {
+		t.Fatalf("two requests without id: %v %v, %v %v; want different ranges", r1, err1, r2, err2)
+	}
+}
+
+func (s *suite) testOrderedRequestMismatch(t *testing.T, st segment.Store) {
+	b := create(t, st, segment.Biz{Name: s.name("ord_mis")})
+	req := segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 2, RequestID: "r"}
+	first, err := st.ReserveOrdered(ctx(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		req  segment.OrderedRequest
+	}{
+		{"other sub key", segment.OrderedRequest{Biz: b.Name, SubKey: "k2", Count: 2, RequestID: "r"}},
+		{"other count", segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 3, RequestID: "r"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := st.ReserveOrdered(ctx(t), tc.req)
+			wantErr(t, "reused request id", err, segment.ErrRequestMismatch, "")
+		})
+	}
+	// Mismatches reserved nothing: the other key is still fresh and the
+	// original request still replays.
+	got, err := st.ReserveOrdered(ctx(t), segment.OrderedRequest{Biz: b.Name, SubKey: "k2", Count: 1})
+	if err != nil || got.First != 1 {
+		t.Errorf("k2 after mismatch: %v, %v; want a fresh counter", got, err)
+	}
+	again, err := st.ReserveOrdered(ctx(t), req)
+	if err != nil || again != first {
+		t.Errorf("original request after mismatch: %v, %v; want %v", again, err, first)
+	}
+}
+
+func (s *suite) testOrderedConcurrentRetries(t *testing.T, st segment.Store) {
+	b := create(t, st, segment.Biz{Name: s.name("ord_retry")})
+	ranges := make([]segment.Range, concurrency)
+	errs := make([]error, concurrency)
+	var wg sync.WaitGroup
+	for w := range concurrency {
+		wg.Go(func() {
+			ranges[w], errs[w] = st.ReserveOrdered(ctx(t), segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 3, RequestID: "same"})
+		})
+	}
+	wg.Wait()
+	for w := range concurrency {
+		if errs[w] != nil || ranges[w] != ranges[0] {
+			t.Fatalf("concurrent retry %d: %v, %v; want %v like the others", w, ranges[w], errs[w], ranges[0])
+		}
+	}
+	next, err := st.ReserveOrdered(ctx(t), segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 1})
+	if err != nil || next.First != ranges[0].Last+1 {
+		t.Fatalf("after concurrent retries: %v, %v; want %d (reserved once)", next, err, ranges[0].Last+1)
+	}
+}

@@ -1,0 +1,149 @@
+package segment
+
+import (
+	"fmt"
+	"time"
+)
+
+// Limits shared by every Store and processor, so that a business or request
+// accepted by one store is accepted by all of them (the MySQL columns are
+// sized from these).
+const (
+	// MaxBizNameLen is the longest business name.
+	MaxBizNameLen = 128
+	// MaxSubKeyLen is the longest ORDERED sub key, in bytes.
+	MaxSubKeyLen = 128
+	// MaxRequestIDLen is the longest request id, in bytes.
+	MaxRequestIDLen = 128
+	// MaxDescriptionLen is the longest business description, in bytes.
+	MaxDescriptionLen = 1024
+	// MaxLowWaterPct is the highest low-water mark: refilling later than at
+	// 90 % left would make the double buffer pointless.
+	MaxLowWaterPct = 90
+	// MaxBatch is the largest number of IDs one request may take.
+	MaxBatch = 10000
+)
+
+// ValidateBizName reports whether name is a valid business name:
+// ^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$. It is hand-written rather than a
+// regexp so the package has no global state and the hot path stays cheap.
+func ValidateBizName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: biz name is empty", ErrInvalid)
+	}
+	if len(name) > MaxBizNameLen {
+		return fmt.Errorf("%w: biz name is %d bytes, at most %d allowed", ErrInvalid, len(name), MaxBizNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if alnum || i > 0 && (c == '_' || c == '.' || c == ':' || c == '-') {
+			continue
+		}
+		return fmt.Errorf("%w: biz name %q: character %q at %d not allowed (want [A-Za-z0-9][A-Za-z0-9_.:-]*)",
+			ErrInvalid, name, c, i)
+	}
+	return nil
+}
+
+// ValidateStep reports whether step is a valid segment size (1..MaxStep).
+func ValidateStep(step int64) error {
+	if step < 1 || step > MaxStep {
+		return fmt.Errorf("%w: step %d out of range 1..%d", ErrInvalid, step, MaxStep)
+	}
+	return nil
+}
+
+// NormalizeBiz fills the documented defaults into zero fields of b (Step,
+// LowWaterPct, StartNum) and validates every field. Stores call it in
+// CreateBiz so all of them accept and reject the same businesses; the error
+// wraps ErrInvalid and names the field. Timestamps are left as they are.
+func NormalizeBiz(b Biz) (Biz, error) {
+	if err := ValidateBizName(b.Name); err != nil {
+		return Biz{}, err
+	}
+	if b.Step == 0 {
+		b.Step = DefaultStep
+	}
+	if b.LowWaterPct == 0 {
+		b.LowWaterPct = DefaultLowWaterPct
+	}
+	if b.StartNum == 0 {
+		b.StartNum = DefaultStartNum
+	}
+	if b.StartNum < 1 {
+		return Biz{}, fmt.Errorf("%w: biz %q: start_num %d must be >= 1", ErrInvalid, b.Name, b.StartNum)
+	}
+	return b, validateSettings(b)
+}
+
+// validateSettings checks the fields that BizUpdate can change.
+func validateSettings(b Biz) error {
+	switch {
+	case b.Channel < ChannelUnordered || b.Channel > ChannelSnowflake:
+		return fmt.Errorf("%w: biz %q: channel %d out of range 0..2", ErrInvalid, b.Name, b.Channel)
+	case b.Step < 1 || b.Step > MaxStep:
+		return fmt.Errorf("%w: biz %q: step %d out of range 1..%d", ErrInvalid, b.Name, b.Step, MaxStep)
+	case b.LowWaterPct < 1 || b.LowWaterPct > MaxLowWaterPct:
+		return fmt.Errorf("%w: biz %q: low_water_pct %d out of range 1..%d", ErrInvalid, b.Name, b.LowWaterPct, MaxLowWaterPct)
+	case b.RateLimit < 0:
+		return fmt.Errorf("%w: biz %q: rate_limit %d must be >= 0", ErrInvalid, b.Name, b.RateLimit)
+	case len(b.Description) > MaxDescriptionLen:
+		return fmt.Errorf("%w: biz %q: description is %d bytes, at most %d allowed", ErrInvalid, b.Name, len(b.Description), MaxDescriptionLen)
+	}
+	return nil
+}
+
+// ApplyBizUpdate returns b with u applied and validated, UpdatedAt set to
+// now (UTC). Unlike creation, an explicit zero is not replaced by a default:
+// setting step 0 is an error, not a reset.
+func ApplyBizUpdate(b Biz, u BizUpdate, now time.Time) (Biz, error) {
+	if u.Channel != nil {
+		b.Channel = *u.Channel
+	}
+	if u.Step != nil {
+		b.Step = *u.Step
+	}
+	if u.LowWaterPct != nil {
+		b.LowWaterPct = *u.LowWaterPct
+	}
+	if u.Fallback != nil {
+		b.Fallback = *u.Fallback
+	}
+	if u.RateLimit != nil {
+		b.RateLimit = *u.RateLimit
+	}
+	if u.Description != nil {
+		b.Description = *u.Description
+	}
+	if err := validateSettings(b); err != nil {
+		return Biz{}, err
+	}
+	b.UpdatedAt = now.UTC()
+	return b, nil
+}
+
+// NormalizeOrderedRequest validates req for a Store: biz name, count
+// 1..MaxStep (processors limit requests further to MaxBatch), sub key and
+// request id lengths, and StartNum (0 means DefaultStartNum).
+func NormalizeOrderedRequest(req OrderedRequest) (OrderedRequest, error) {
+	if err := ValidateBizName(req.Biz); err != nil {
+		return req, err
+	}
+	if req.Count < 1 || req.Count > MaxStep {
+		return req, fmt.Errorf("%w: count %d out of range 1..%d", ErrInvalid, req.Count, MaxStep)
+	}
+	if len(req.SubKey) > MaxSubKeyLen {
+		return req, fmt.Errorf("%w: sub_key is %d bytes, at most %d allowed", ErrInvalid, len(req.SubKey), MaxSubKeyLen)
+	}
+	if len(req.RequestID) > MaxRequestIDLen {
+		return req, fmt.Errorf("%w: request_id is %d bytes, at most %d allowed", ErrInvalid, len(req.RequestID), MaxRequestIDLen)
+	}
+	if req.StartNum == 0 {
+		req.StartNum = DefaultStartNum
+	}
+	if req.StartNum < 1 {
+		return req, fmt.Errorf("%w: start_num %d must be >= 1", ErrInvalid, req.StartNum)
+	}
+	return req, nil
+}

@@ -1,0 +1,64 @@
+package segment_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idgen/idgen/segment"
+)
+
+func TestValidateBizName(t *testing.T) {
+	tests := []struct {
+		name string
+		ok   bool
+	}{
+		{"order", true},
+		{"im.message", true},
+		{"A1_b.c:d-e", true},
+		{"9", true},
+		{strings.Repeat("x", 128), true},
+		{"", false},
+		{strings.Repeat("x", 129), false},
+		{"_x", false},
+		{".x", false},
+		{"a b", false},
+		{"a/b", false},
+		{"a\x00b", false},
+		{"é", false},
+	}
+	for _, tc := range tests {
+		err := segment.ValidateBizName(tc.name)
+		if (err == nil) != tc.ok {
+			t.Errorf("ValidateBizName(%q) = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+		if err != nil && !errors.Is(err, segment.ErrInvalid) {
+			t.Errorf("ValidateBizName(%q) = %v, want ErrInvalid", tc.name, err)
+		}
+	}
+}
+
+func TestNormalizeBiz(t *testing.T) {
+	b, err := segment.NormalizeBiz(segment.Biz{Name: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Step != segment.DefaultStep || b.LowWaterPct != segment.DefaultLowWaterPct || b.StartNum != segment.DefaultStartNum {
+		t.Errorf("defaults not filled: %+v", b)
+	}
+}
+
+func TestApplyBizUpdate(t *testing.T) {
+	b, _ := segment.NormalizeBiz(segment.Biz{Name: "x"})
+	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.FixedZone("X", 3600))
+	step := int64(5)
+	got, err := segment.ApplyBizUpdate(b, segment.BizUpdate{Step: &step}, now)
+	if err != nil || got.Step != 5 || !got.UpdatedAt.Equal(now) || got.UpdatedAt.Location() != time.UTC {
+		t.Fatalf("ApplyBizUpdate: %+v, %v", got, err)
+	}
+	zero := int64(0)
+	if _, err := segment.ApplyBizUpdate(b, segment.BizUpdate{Step: &zero}, now); !errors.Is(err, segment.ErrInvalid) {
+		t.Fatalf("step 0 update: %v, want ErrInvalid", err)
+	}
+}

@@ -1,0 +1,332 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// The manager is the lease's one goroutine that calls the Holder and
+// changes the lease's state. It never blocks on ZooKeeper: heartbeats and
+// re-claims run as tasks in their own goroutine (one at a time) and report
+// back, so a hung request cannot delay fencing.
+
+// taskKind names what a task did.
+type taskKind int
+
+const (
+	taskHeartbeat taskKind = iota // wrote a look-ahead mark
+	taskResume                    // same session again after a disconnect
+	taskReclaim                   // new session: slot claimed again
+	taskPromote                   // degraded slot claimed in ZooKeeper, no interruption
+	taskFenceNow                  // intermediate: fence at once (task goes on)
+)
+
+type taskResult struct {
+	kind   taskKind
+	gen    uint64
+	err    error
+	fatal  bool // do not retry (e.g. settings differ)
+	slot   Slot
+	sid    int64
+	member string
+	meta   Meta
+	hw     int64
+	offset time.Duration
+	offOK  bool
+}
+
+// retryDelay is how long the manager waits before retrying a failed
+// re-claim or resume.
+const retryDelay = time.Second
+
+type manager struct {
+	l       *ZKLease
+	ctx     context.Context
+	results chan taskResult
+	busy    bool
+	gen     uint64 // bumped whenever the holder is fenced or acquires
+
+	mode        State
+	seenExpired uint64
+	needResume  bool // same session back after a fence: re-acquire
+	needReclaim bool // new session (or ZooKeeper back after degraded)
+	broken      error
+
+	fenceTimer *time.Timer
+	fenceArmed bool
+	retryTimer *time.Timer
+	retryDue   bool // false while a failed task's retry delay runs
+}
+
+func (l *ZKLease) run(ctx context.Context) {
+	defer close(l.done)
+	v, _ := l.sess.view()
+	l.mu.Lock()
+	mode := l.state
+	l.mu.Unlock()
+	m := &manager{
+		l: l, ctx: ctx, results: make(chan taskResult, 4),
+		mode: mode, seenExpired: v.expired, retryDue: true,
+		fenceTimer: stoppedTimer(), retryTimer: stoppedTimer(),
+	}
+	m.loop()
+}
+
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+func (m *manager) loop() {
+	tick := time.NewTicker(m.l.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	defer m.fenceTimer.Stop()
+	defer m.retryTimer.Stop()
+	for {
+		v, changed := m.l.sess.view()
+		m.observe(v)
+		m.startTask(v, false)
+		select {
+		case <-m.ctx.Done():
+			m.shutdown()
+			return
+		case <-changed:
+		case <-m.fenceTimer.C:
+			m.fenceIfStillLost()
+		case <-m.retryTimer.C:
+			m.retryDue = true
+		case <-tick.C:
+			v, _ := m.l.sess.view()
+			m.observe(v)
+			m.startTask(v, true)
+		case r := <-m.results:
+			m.handle(r)
+		}
+	}
+}
+
+// observe reacts to the session view: loss arms the fence timer, expiry
+// fences at once, a new session asks for a re-claim, the same session back
+// asks for a resume.
+func (m *manager) observe(v sessionView) {
+	l := m.l
+	l.mu.Lock()
+	sid, hasSlot := l.sid, l.hasSlot
+	l.mu.Unlock()
+	if v.expired != m.seenExpired {
+		m.seenExpired = v.expired
+		if m.mode == StateRegistered {
+			m.fence(fmt.Errorf("%w: session %s of slot idc %d node %d is gone and the slot may be another node's now",
+				ErrSessionExpired, sessionHex(sid), l.cfg.IDC, l.slotNode()))
+		}
+	}
+	if !v.has {
+		if m.mode == StateRegistered && !m.fenceArmed {
+			m.fenceTimer.Reset(max(l.cfg.FenceAfter-time.Since(v.lostAt), 0))
+			m.fenceArmed = true
+			l.log.Warn("ZooKeeper connection lost: fencing if not back in time", zap.Duration("fence_after", l.cfg.FenceAfter))
+		}
+		return
+	}
+	m.disarmFence()
+	switch {
+	case v.id != sid:
+		// A session other than the slot's: the old one expired (its
+		// ephemeral znodes are gone), or ZooKeeper is back after a degraded
+		// start. Either way the slot must be claimed again.
+		if m.mode == StateRegistered {
+			m.fence(fmt.Errorf("%w: new session %s replaced %s", ErrSessionExpired, sessionHex(v.id), sessionHex(sid)))
+		}
+		m.needReclaim = true
+	case m.mode == StateFenced && hasSlot && !m.needReclaim:
+		m.needResume = true
+	}
+}
+
+func (m *manager) disarmFence() {
+	if m.fenceArmed {
+		m.fenceTimer.Stop()
+		m.fenceArmed = false
+	}
+}
+
+// fenceIfStillLost fences the holder when the session has been lost for
+// FenceAfter (rule 1).
+func (m *manager) fenceIfStillLost() {
+	m.fenceArmed = false
+	v, _ := m.l.sess.view()
+	if v.has || m.mode != StateRegistered {
+		return
+	}
+	lost := time.Since(v.lostAt).Round(time.Millisecond)
+	m.fence(fmt.Errorf("%w for %v, more than FenceAfter %v (session timeout %v): not issuing until the slot is confirmed",
+		ErrConnectionLost, lost, m.l.cfg.FenceAfter, m.l.cfg.SessionTimeout))
+}
+
+// startTask starts the most urgent pending task, if none runs.
+func (m *manager) startTask(v sessionView, tick bool) {
+	if m.busy || m.broken != nil {
+		return
+	}
+	l := m.l
+	l.mu.Lock()
+	s, sid, meta := l.slot, l.sid, l.meta
+	l.mu.Unlock()
+	switch {
+	case m.needReclaim && v.has && m.retryDue:
+		degraded := m.mode == StateDegraded
+		m.run(func(ctx context.Context, fenceNow func(error)) taskResult {
+			return l.reclaim(ctx, degraded, s, v.id, fenceNow)
+		})
+	case m.needResume && v.has && v.id == sid && m.retryDue:
+		m.run(func(ctx context.Context, _ func(error)) taskResult { return l.resume(ctx, s, meta, sid) })
+	case tick && m.mode == StateRegistered && v.has && v.id == sid:
+		m.run(func(context.Context, func(error)) taskResult { return l.heartbeat(s, meta, true) })
+	case tick && m.mode == StateDegraded:
+		m.run(func(context.Context, func(error)) taskResult { return l.heartbeat(s, meta, false) })
+	}
+}
+
+// run starts f as the one running task. f may call fenceNow to have the
+// holder fenced at once while it goes on.
+func (m *manager) run(f func(ctx context.Context, fenceNow func(error)) taskResult) {
+	m.busy = true
+	gen := m.gen
+	go func() {
+		r := f(m.ctx, func(reason error) { m.results <- taskResult{kind: taskFenceNow, err: reason} })
+		r.gen = gen
+		m.results <- r
+	}()
+}
+
+// handle applies a task's result.
+func (m *manager) handle(r taskResult) {
+	l := m.l
+	if r.kind == taskFenceNow {
+		m.fence(r.err)
+		return
+	}
+	m.busy = false
+	if r.hw > 0 {
+		l.raiseMark(r.hw)
+	}
+	if r.err != nil {
+		m.failed(r)
+		return
+	}
+	v, _ := l.sess.view()
+	switch r.kind {
+	case taskHeartbeat:
+		l.mu.Lock()
+		l.beatAt = time.Now()
+		if r.offOK {
+			l.offset, l.offsetKnown = r.offset, true
+		}
+		l.mu.Unlock()
+		if r.gen == m.gen && (m.mode == StateRegistered || m.mode == StateDegraded) {
+			l.cfg.Holder.Extended(r.hw)
+		}
+	case taskResume, taskReclaim:
+		l.mu.Lock()
+		l.slot, l.hasSlot, l.sid, l.beatAt = r.slot, true, r.sid, time.Now()
+		if r.member != "" {
+			l.member = r.member
+		}
+		if r.kind == taskReclaim {
+			l.meta = r.meta
+		}
+		l.mu.Unlock()
+		m.needResume, m.needReclaim = false, false
+		if !v.has || v.id != r.sid {
+			return // lost again meanwhile: observe decides what next
+		}
+		m.acquire(r.slot)
+	case taskPromote:
+		l.mu.Lock()
+		l.slot.HighWater = r.hw
+		l.sid, l.member, l.meta, l.beatAt = r.sid, r.member, r.meta, time.Now()
+		l.mu.Unlock()
+		m.needReclaim = false
+		if m.mode == StateDegraded {
+			m.setMode(StateRegistered)
+			l.log.Info("ZooKeeper is back: cached worker slot claimed, degraded mode over", slotFields(r.slot, r.sid)...)
+			l.cfg.Holder.Extended(r.hw)
+		}
+	}
+}
+
+func (m *manager) failed(r taskResult) {
+	l := m.l
+	if r.fatal {
+		m.broken = r.err
+		m.fence(r.err)
+		l.log.Error("worker lease stopped: it will not claim a slot again until restarted", zap.Error(r.err))
+		return
+	}
+	if errors.Is(r.err, ErrSlotTaken) {
+		m.needResume, m.needReclaim = false, true
+	}
+	if m.ctx.Err() != nil {
+		return
+	}
+	l.log.Warn("worker lease task failed: retrying", zap.Error(r.err))
+	if r.kind != taskHeartbeat {
+		m.retryDue = false
+		m.retryTimer.Reset(retryDelay)
+	}
+}
+
+// fence stops the holder (rule 1) if it is serving.
+func (m *manager) fence(reason error) {
+	if m.mode != StateRegistered && m.mode != StateDegraded {
+		return
+	}
+	m.gen++
+	m.setMode(StateFenced)
+	m.l.log.Warn("worker slot fenced: snowflake IDs stopped", zap.Error(reason))
+	m.l.cfg.Holder.Fenced(reason)
+}
+
+// acquire hands the slot to the holder.
+func (m *manager) acquire(s Slot) {
+	m.gen++
+	m.setMode(StateRegistered)
+	m.l.log.Info("worker slot acquired", slotFields(s, m.l.sessID())...)
+	m.l.cfg.Holder.Acquired(s)
+}
+
+func (m *manager) setMode(s State) {
+	m.mode = s
+	m.l.mu.Lock()
+	m.l.state = s
+	m.l.mu.Unlock()
+}
+
+// shutdown fences the holder before Close reads its last used millisecond.
+func (m *manager) shutdown() {
+	for m.busy {
+		// The task sees the cancelled context or, past Close's deadline, a
+		// closed client.
+		if r := <-m.results; r.kind != taskFenceNow {
+			m.busy = false
+		}
+	}
+	m.fence(fmt.Errorf("%w: shutting down", ErrClosed))
+}
+
+func (l *ZKLease) slotNode() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.slot.Node
+}
+
+func (l *ZKLease) sessID() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sid
+}

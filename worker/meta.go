@@ -1,0 +1,68 @@
+package worker
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/idgen/idgen/clock"
+)
+
+// ensureMeta creates the cluster's meta znode with want (CreatedMs = now)
+// if it does not exist, and otherwise compares want with the stored
+// settings. It returns the cluster's settings as stored in ZooKeeper.
+//
+// The settings decide how IDs are laid out, so a node that disagrees with
+// the cluster must not issue any: a difference is ErrMetaMismatch naming
+// the setting and both values.
+func ensureMeta(c ZK, l layout, want Meta, clk clock.Clock, acl []zk.ACL) (Meta, error) {
+	want.CreatedMs = clock.Millis(clk)
+	for attempt := 0; attempt < 3; attempt++ {
+		_, err := c.Create(l.meta(), toJSON(newMetaData(want)), 0, acl)
+		if err == nil {
+			return want, nil
+		}
+		if !errors.Is(err, zk.ErrNodeExists) && !isConnErr(err) {
+			return Meta{}, fmt.Errorf("create cluster meta %s: %w", l.meta(), err)
+		}
+		// Exists, or the create's outcome is unknown: read what is stored.
+		b, _, gerr := c.Get(l.meta())
+		if errors.Is(gerr, zk.ErrNoNode) || isConnErr(gerr) {
+			continue
+		}
+		if gerr != nil {
+			return Meta{}, fmt.Errorf("read cluster meta %s: %w", l.meta(), gerr)
+		}
+		var got metaData
+		if err := json.Unmarshal(b, &got); err != nil {
+			return Meta{}, fmt.Errorf("cluster meta %s is not valid JSON (%q): %w", l.meta(), truncate(b), err)
+		}
+		if err := compareMeta(got.Meta, want); err != nil {
+			return Meta{}, fmt.Errorf("%w (%s)", err, l.meta())
+		}
+		return got.Meta, nil
+	}
+	return Meta{}, fmt.Errorf("create or read cluster meta %s: connection kept failing", l.meta())
+}
+
+// compareMeta returns ErrMetaMismatch naming the first setting of have
+// (stored) that differs from want (this node's configuration). CreatedMs
+// is not compared: it is the cluster's, not the node's.
+func compareMeta(have, want Meta) error {
+	diff := func(name string, h, w int64) error {
+		return fmt.Errorf("%w: %s is %d in ZooKeeper but %d in this node's configuration; refusing to start",
+			ErrMetaMismatch, name, h, w)
+	}
+	switch {
+	case have.EpochMs != want.EpochMs:
+		return fmt.Errorf("%w: epoch_ms is %d (%s) in ZooKeeper but %d (%s) in this node's configuration; refusing to start",
+			ErrMetaMismatch, have.EpochMs, rfc3339(have.EpochMs), want.EpochMs, rfc3339(want.EpochMs))
+	case have.IDCBits != want.IDCBits:
+		return diff("idc_bits", int64(have.IDCBits), int64(want.IDCBits))
+	case have.NodeBits != want.NodeBits:
+		return diff("node_bits", int64(have.NodeBits), int64(want.NodeBits))
+	}
+	return nil
+}

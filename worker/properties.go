@@ -1,0 +1,145 @@
+package worker
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// properties is the local cache of the slot (rule 4 of DESIGN.md), in the
+// file <app>:<port>:<ip>.properties. It lets a restart try its own slot
+// first and, with or without ZooKeeper, wait past the slot's high-water
+// mark. Keys workerId, idc, node, highWater and cluster are the contract;
+// epochMs, idcBits, nodeBits and createdMs carry the cluster settings so
+// that a degraded start (ZooKeeper down) lays IDs out as the cluster does.
+type properties struct {
+	Cluster   string
+	IDC       int
+	Node      int
+	WorkerID  int
+	HighWater int64
+	Meta      Meta // zero when the file predates these keys
+}
+
+// propertiesPath names the properties file of (app, port, host) in dir.
+func propertiesPath(dir, app string, port int, host string) string {
+	return filepath.Join(dir, fmt.Sprintf("%s:%d:%s.properties", app, port, host))
+}
+
+// readProperties reads a properties file. A missing file is an error
+// matching os.ErrNotExist.
+func readProperties(path string) (properties, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return properties{}, err
+	}
+	kv := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' || line[0] == '!' {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			return properties{}, fmt.Errorf("%s: line %q is not key=value", path, line)
+		}
+		kv[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	var p properties
+	var errs []error
+	num := func(key string, required bool) int64 {
+		s, ok := kv[key]
+		if !ok {
+			if required {
+				errs = append(errs, fmt.Errorf("missing %s", key))
+			}
+			return 0
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q is not an integer", key, s))
+		}
+		return n
+	}
+	p.Cluster = kv["cluster"]
+	p.IDC = int(num("idc", true))
+	p.Node = int(num("node", true))
+	p.WorkerID = int(num("workerId", true))
+	p.HighWater = num("highWater", true)
+	p.Meta.EpochMs = num("epochMs", false)
+	p.Meta.IDCBits = int(num("idcBits", false))
+	p.Meta.NodeBits = int(num("nodeBits", false))
+	p.Meta.CreatedMs = num("createdMs", false)
+	if p.Cluster == "" {
+		errs = append(errs, errors.New("missing cluster"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return properties{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return p, nil
+}
+
+// encode renders p as a Java-style properties file.
+func (p properties) encode() []byte {
+	var b bytes.Buffer
+	b.WriteString("# idgen worker slot cache, rewritten on every heartbeat; do not edit while idgen runs.\n")
+	fmt.Fprintf(&b, "# highWater %s\n", rfc3339(p.HighWater))
+	fmt.Fprintf(&b, "cluster=%s\n", p.Cluster)
+	fmt.Fprintf(&b, "idc=%d\n", p.IDC)
+	fmt.Fprintf(&b, "node=%d\n", p.Node)
+	fmt.Fprintf(&b, "workerId=%d\n", p.WorkerID)
+	fmt.Fprintf(&b, "highWater=%d\n", p.HighWater)
+	if p.Meta != (Meta{}) {
+		fmt.Fprintf(&b, "epochMs=%d\n", p.Meta.EpochMs)
+		fmt.Fprintf(&b, "idcBits=%d\n", p.Meta.IDCBits)
+		fmt.Fprintf(&b, "nodeBits=%d\n", p.Meta.NodeBits)
+		fmt.Fprintf(&b, "createdMs=%d\n", p.Meta.CreatedMs)
+	}
+	return b.Bytes()
+}
+
+// writeProperties replaces the file at path atomically: a crash leaves
+// either the old or the new content, never a torn file. It writes a
+// temporary file in the same directory, fsyncs it, renames it over path and
+// fsyncs the directory so the rename itself is durable.
+func writeProperties(path string, p properties) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("properties dir: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-*")
+	if err != nil {
+		return fmt.Errorf("properties temp file: %w", err)
+	}
+	tmpName := tmp.Name()
+	defer os.Remove(tmpName) // no-op after a successful rename
+	if _, err := tmp.Write(p.encode()); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", tmpName, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("fsync %s: %w", tmpName, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", tmpName, err)
+	}
+	if err := os.Rename(tmpName, path); err != nil {
+		return fmt.Errorf("rename properties file: %w", err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open properties dir for fsync: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync properties dir: %w", err)
+	}
+	return nil
+}

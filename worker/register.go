@@ -1,0 +1,293 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/zap"
+
+	"github.com/idgen/idgen/clock"
+)
+
+// Register claims a worker slot in ZooKeeper and hands it to cfg.Holder
+// (Holder.Acquired is called before Register returns), then keeps it:
+// heartbeats raise the slot's high-water mark, connection loss fences the
+// holder, session expiry re-claims a slot.
+//
+// At start it
+//   - creates the cluster meta or checks this node's settings against it
+//     (ErrMetaMismatch names the setting);
+//   - compares the clock with the peers' median (ErrClockSkew);
+//   - claims the slot cached in the properties file if it is free, else
+//     the least recently used free slot (ErrNoFreeSlot when none is);
+//   - waits until the clock is past the slot's high-water mark (the larger
+//     of last/<node> and the cached one), or refuses with
+//     ErrStartWaitTooLong when that is more than MaxStartWait away;
+//   - publishes its member znode.
+//
+// When ZooKeeper gives no session within ConnectTimeout, the slot cached in
+// the properties file is used if AllowCachedSlotWithoutZK (state degraded,
+// logged at warn) and claimed once ZooKeeper answers; otherwise Register
+// fails with ErrZKUnavailable.
+func Register(ctx context.Context, cfg Config) (*ZKLease, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	l := &ZKLease{
+		cfg:     cfg,
+		log:     cfg.Logger.With(zap.String("cluster", cfg.Cluster), zap.Int("idc", cfg.IDC)),
+		l:       layout{root: cfg.Root, cluster: cfg.Cluster},
+		acl:     aclFor(cfg.Auth),
+		props:   propertiesPath(cfg.PropertiesDir, cfg.App, cfg.Port, cfg.Host),
+		pid:     os.Getpid(),
+		started: cfg.Clock.Now(),
+		done:    make(chan struct{}),
+		state:   StateNone,
+	}
+	cached, hasCache, cacheErr := l.readCache()
+	if cacheErr != nil {
+		l.log.Warn("properties file unreadable: its cached slot is ignored", zap.Error(cacheErr))
+	}
+	conn, events, err := cfg.Connect(cfg.Servers, cfg.SessionTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("%w: connect to %s: %v", ErrZKUnavailable, strings.Join(cfg.Servers, ","), err)
+	}
+	l.conn = conn
+	l.sess = watchSession(conn, events)
+
+	if l.sess.waitSession(ctx, cfg.ConnectTimeout) {
+		err = l.startZK(ctx, cached, hasCache)
+	} else if ctx.Err() != nil {
+		err = fmt.Errorf("%w: waiting for a session: %w", ErrZKUnavailable, ctx.Err())
+	} else {
+		err = l.startDegraded(ctx, cached, hasCache, cacheErr)
+	}
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	mctx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	go l.run(mctx)
+	return l, nil
+}
+
+// startZK is the start with a ZooKeeper session.
+func (l *ZKLease) startZK(ctx context.Context, cached properties, hasCache bool) error {
+	meta, err := l.prepare()
+	if err != nil {
+		return err
+	}
+	self := peer{l.cfg.Host, l.cfg.Port}
+	if l.cfg.PeerClock != nil {
+		peers, err := clusterPeers(l.conn, l.l, self)
+		if err != nil {
+			return err
+		}
+		if err := checkPeerClocks(ctx, peers, l.cfg.PeerClock, l.cfg.Clock,
+			l.cfg.PeerClockTimeout, l.cfg.MaxPeerClockSkew, l.log); err != nil {
+			return err
+		}
+	}
+	prefer, preferHW := -1, int64(0)
+	if hasCache && cached.Cluster == l.cfg.Cluster && cached.IDC == l.cfg.IDC && cached.Node < 1<<meta.NodeBits {
+		prefer, preferHW = cached.Node, cached.HighWater
+	}
+	sid := l.conn.SessionID()
+	c := l.claimer(meta)
+	node, _, err := l.claimNode(ctx, c, prefer)
+	if err != nil {
+		return err
+	}
+	last, err := c.readLast(ctx, node)
+	if err != nil {
+		_ = c.release(node)
+		return err
+	}
+	nb := last.HighWater
+	if node == prefer {
+		nb = max(nb, preferHW)
+	}
+	s, member, err := l.enterSlot(ctx, c, meta, node, nb, true)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.state, l.slot, l.hasSlot, l.sid, l.member = StateRegistered, s, true, sid, member
+	l.mu.Unlock()
+	l.log.Info("worker slot acquired", slotFields(s, sid)...)
+	l.cfg.Holder.Acquired(s)
+	return nil
+}
+
+// prepare authenticates, checks or creates the cluster meta and the IDC's
+// directories. It runs at start and again after ZooKeeper comes back.
+func (l *ZKLease) prepare() (Meta, error) {
+	l.mu.Lock()
+	authOK := l.authOK
+	l.mu.Unlock()
+	if l.cfg.Auth != "" && !authOK {
+		if err := l.conn.AddAuth("digest", []byte(l.cfg.Auth)); err != nil {
+			return Meta{}, fmt.Errorf("ZooKeeper digest authentication: %w", err)
+		}
+		l.mu.Lock()
+		l.authOK = true
+		l.mu.Unlock()
+	}
+	// The root may be shared by clusters: it stays open, the cluster's
+	// subtree carries the ACL.
+	if err := ensurePath(l.conn, l.cfg.Root, zk.WorldACL(zk.PermAll)); err != nil {
+		return Meta{}, err
+	}
+	if err := ensurePath(l.conn, l.l.clusterPath(), l.acl); err != nil {
+		return Meta{}, err
+	}
+	meta, err := ensureMeta(l.conn, l.l, l.cfg.Meta, l.cfg.Clock, l.acl)
+	if err != nil {
+		return Meta{}, err
+	}
+	for _, p := range []string{l.l.members(l.cfg.IDC), l.l.slots(l.cfg.IDC), l.l.lastDir(l.cfg.IDC)} {
+		if err := ensurePath(l.conn, p, l.acl); err != nil {
+			return Meta{}, err
+		}
+	}
+	l.mu.Lock()
+	l.meta, l.metaOK = meta, true
+	l.mu.Unlock()
+	return meta, nil
+}
+
+// claimNode claims prefer if it is free (or already this session's), else
+// the least recently used free slot. preferOwner is the session holding
+// prefer when it was taken by another node (0 otherwise).
+func (l *ZKLease) claimNode(ctx context.Context, c claimer, prefer int) (node int, preferOwner int64, err error) {
+	if prefer >= 0 {
+		ok, owner, err := c.tryClaim(ctx, prefer)
+		if err != nil {
+			return 0, 0, err
+		}
+		if ok {
+			return prefer, 0, nil
+		}
+		preferOwner = owner
+		l.log.Info("cached worker slot is held by another node: taking another",
+			zap.Int("node", prefer), zap.String("holder_session", sessionHex(owner)))
+	}
+	node, err = c.claimLRU(ctx, prefer)
+	return node, preferOwner, err
+}
+
+// enterSlot makes a claimed slot usable (rule 2): it waits until the clock
+// is past notBefore (refusing with ErrStartWaitTooLong when refuse is set
+// and that is more than MaxStartWait away), records a fresh high-water mark
+// in last/<node> and the properties file, and publishes the member znode.
+// On error the claim is released.
+func (l *ZKLease) enterSlot(ctx context.Context, c claimer, meta Meta, node int, notBefore int64, refuse bool) (s Slot, member string, err error) {
+	s = Slot{IDC: l.cfg.IDC, Node: node, Worker: meta.Worker(l.cfg.IDC, node), NotBefore: notBefore}
+	defer func() {
+		if err != nil {
+			_ = c.release(node)
+		}
+	}()
+	if werr := checkWait(l.cfg.Clock, s, l.cfg.MaxStartWait); werr != nil {
+		if refuse {
+			return Slot{}, "", werr
+		}
+		l.log.Error("waiting long for the clock to pass the slot's high-water mark", zap.Error(werr))
+	} else if d := time.Duration(notBefore-clock.Millis(l.cfg.Clock)) * time.Millisecond; d > 0 {
+		l.log.Info("waiting for the clock to pass the slot's high-water mark",
+			zap.Int("node", node), zap.Int64("not_before_ms", notBefore), zap.Duration("wait", d))
+	}
+	if err := waitPast(ctx, l.cfg.Clock, notBefore); err != nil {
+		return Slot{}, "", err
+	}
+	hw := l.nextMark(notBefore)
+	if _, err := l.writeLast(s, hw, false); err != nil {
+		return Slot{}, "", err
+	}
+	l.raiseMark(hw)
+	if err := l.writeProps(s, meta, hw); err != nil {
+		return Slot{}, "", err
+	}
+	s.HighWater = hw
+	member, err = createMember(ctx, l.conn, l.l.members(l.cfg.IDC), l.memberData(s), l.acl)
+	if err != nil {
+		return Slot{}, "", err
+	}
+	l.mu.Lock()
+	l.beatAt = time.Now()
+	l.mu.Unlock()
+	return s, member, nil
+}
+
+func (l *ZKLease) memberData(s Slot) []byte {
+	return toJSON(memberData{
+		Host: l.cfg.Host, Port: l.cfg.Port, PID: l.pid, Version: l.cfg.Version,
+		StartedAt: rfc3339(l.started.UnixMilli()), StartedAtMs: l.started.UnixMilli(),
+		IDC: s.IDC, Slot: s.Node, Worker: s.Worker, Session: sessionHex(l.conn.SessionID()),
+	})
+}
+
+// startDegraded is the start without ZooKeeper: the cached slot, if allowed
+// and usable, after waiting past its cached high-water mark.
+func (l *ZKLease) startDegraded(ctx context.Context, cached properties, hasCache bool, cacheErr error) error {
+	servers := strings.Join(l.cfg.Servers, ",")
+	switch {
+	case !l.cfg.allowCached():
+		return fmt.Errorf("%w: no session with %s within %v, and AllowCachedSlotWithoutZK is off",
+			ErrZKUnavailable, servers, l.cfg.ConnectTimeout)
+	case cacheErr != nil:
+		return fmt.Errorf("%w: no session with %s within %v, and the cached slot is unusable: %w",
+			ErrZKUnavailable, servers, l.cfg.ConnectTimeout, errors.Join(ErrNoCachedSlot, cacheErr))
+	case !hasCache:
+		return fmt.Errorf("%w: no session with %s within %v, and %w (no %s)",
+			ErrZKUnavailable, servers, l.cfg.ConnectTimeout, ErrNoCachedSlot, l.props)
+	case cached.Cluster != l.cfg.Cluster || cached.IDC != l.cfg.IDC:
+		return fmt.Errorf("%w: no session with %s within %v, and %w: %s caches cluster %q idc %d, this node is cluster %q idc %d",
+			ErrZKUnavailable, servers, l.cfg.ConnectTimeout, ErrNoCachedSlot, l.props, cached.Cluster, cached.IDC, l.cfg.Cluster, l.cfg.IDC)
+	case cached.Meta.validate("") != nil || cached.Meta.CreatedMs == 0:
+		return fmt.Errorf("%w: no session with %s within %v, and %w: %s has no cluster settings",
+			ErrZKUnavailable, servers, l.cfg.ConnectTimeout, ErrNoCachedSlot, l.props)
+	}
+	if err := compareMeta(cached.Meta, l.cfg.Meta); err != nil {
+		return fmt.Errorf("%w (cached in %s)", err, l.props)
+	}
+	meta := cached.Meta
+	if cached.Node < 0 || cached.Node >= 1<<meta.NodeBits {
+		return fmt.Errorf("%w: %s caches node %d, outside the %d node bits", ErrNoCachedSlot, l.props, cached.Node, meta.NodeBits)
+	}
+	s := Slot{IDC: cached.IDC, Node: cached.Node, Worker: meta.Worker(cached.IDC, cached.Node), NotBefore: cached.HighWater}
+	if err := checkWait(l.cfg.Clock, s, l.cfg.MaxStartWait); err != nil {
+		return err
+	}
+	if err := waitPast(ctx, l.cfg.Clock, s.NotBefore); err != nil {
+		return err
+	}
+	hw := l.nextMark(s.NotBefore)
+	if err := l.writeProps(s, meta, hw); err != nil {
+		return err
+	}
+	s.HighWater = hw
+	l.mu.Lock()
+	l.state, l.meta, l.slot, l.hasSlot, l.hw, l.beatAt = StateDegraded, meta, s, true, hw, time.Now()
+	l.mu.Unlock()
+	l.log.Warn("ZooKeeper unreachable at start: serving with the cached worker slot (degraded) until it returns",
+		zap.String("servers", servers), zap.Duration("waited", l.cfg.ConnectTimeout),
+		zap.Int("node", s.Node), zap.Int("worker", s.Worker), zap.String("properties", l.props))
+	l.cfg.Holder.Acquired(s)
+	return nil
+}
+
+func slotFields(s Slot, sid int64) []zap.Field {
+	return []zap.Field{
+		zap.Int("node", s.Node), zap.Int("worker", s.Worker),
+		zap.Int64("not_before_ms", s.NotBefore), zap.Int64("high_water_ms", s.HighWater),
+		zap.String("session", sessionHex(sid)),
+	}
+}

@@ -1,0 +1,170 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// heartbeat writes a look-ahead high-water mark: to last/<node> when
+// toZK (registered) and always to the properties file. The holder is
+// extended only when every write succeeded, so the mark it may issue up to
+// is always durable where a successor will look for it.
+func (l *ZKLease) heartbeat(s Slot, meta Meta, toZK bool) taskResult {
+	r := taskResult{kind: taskHeartbeat}
+	hw := l.nextMark(s.NotBefore)
+	if toZK {
+		t0 := l.cfg.Clock.Now()
+		st, err := l.writeLast(s, hw, false)
+		t1 := l.cfg.Clock.Now()
+		if err != nil {
+			r.err = fmt.Errorf("heartbeat: %w", err)
+			return r
+		}
+		r.hw = hw
+		if st != nil && st.Mtime > 0 {
+			mid := t0.Add(t1.Sub(t0) / 2)
+			r.offset, r.offOK = mid.Sub(time.UnixMilli(st.Mtime)), true
+		}
+	}
+	if err := l.writeProps(s, meta, hw); err != nil {
+		r.err = fmt.Errorf("heartbeat: %w", err)
+		return r
+	}
+	r.hw = hw
+	return r
+}
+
+// resume re-acquires the slot after the connection came back within the
+// session: the slot claim must still be this session's, and (rule 2) the
+// clock must pass the last mark written before the holder issues again.
+func (l *ZKLease) resume(ctx context.Context, s Slot, meta Meta, sid int64) taskResult {
+	r := taskResult{kind: taskResume, sid: sid}
+	ok, st, err := l.conn.Exists(l.l.slot(s.IDC, s.Node))
+	switch {
+	case err != nil:
+		r.err = fmt.Errorf("resume: check slot: %w", err)
+		return r
+	case !ok || st.EphemeralOwner != sid:
+		r.err = fmt.Errorf("%w: slot claim %s is no longer this session's", ErrSlotTaken, l.l.slot(s.IDC, s.Node))
+		return r
+	}
+	l.mu.Lock()
+	s.NotBefore = l.hw
+	l.mu.Unlock()
+	if err := waitPast(ctx, l.cfg.Clock, s.NotBefore); err != nil {
+		r.err = err
+		return r
+	}
+	hw := l.nextMark(s.NotBefore)
+	if _, err := l.writeLast(s, hw, false); err != nil {
+		r.err = fmt.Errorf("resume: %w", err)
+		return r
+	}
+	r.hw = hw
+	if err := l.writeProps(s, meta, hw); err != nil {
+		r.err = fmt.Errorf("resume: %w", err)
+		return r
+	}
+	s.HighWater = hw
+	r.slot = s
+	return r
+}
+
+// reclaim claims a slot for a new session sid: after the old session
+// expired, or when ZooKeeper answers for the first time after a degraded
+// start. The slot held before (s) is preferred; if another node holds it, a
+// degraded holder is fenced at once (rule 4) and another slot is taken.
+func (l *ZKLease) reclaim(ctx context.Context, degraded bool, s Slot, sid int64, fenceNow func(error)) taskResult {
+	r := taskResult{kind: taskReclaim, sid: sid}
+	meta, err := l.prepare()
+	if err != nil {
+		r.err, r.fatal = err, errors.Is(err, ErrMetaMismatch)
+		return r
+	}
+	r.meta = meta
+	l.mu.Lock()
+	ourHW := l.hw
+	l.mu.Unlock()
+	c := l.claimer(meta)
+	node := s.Node
+	ok, owner, err := c.tryClaim(ctx, s.Node)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	if !ok {
+		if degraded {
+			fenceNow(fmt.Errorf("%w: ZooKeeper is back and slot idc %d node %d (worker %d), used from the cache while it was unreachable, is held by session %s; snowflake stopped, taking another slot",
+				ErrSlotTaken, s.IDC, s.Node, s.Worker, sessionHex(owner)))
+		} else {
+			l.log.Warn("slot held before the session expired is another node's now: taking another",
+				zap.Int("node", s.Node), zap.String("holder_session", sessionHex(owner)))
+		}
+		if node, err = c.claimLRU(ctx, s.Node); err != nil {
+			r.err = err
+			return r
+		}
+	}
+	last, err := c.readLast(ctx, node)
+	if err != nil {
+		if !(degraded && node == s.Node) {
+			_ = c.release(node)
+		}
+		r.err = err
+		return r
+	}
+	zkHW := last.HighWater
+	nb := zkHW
+	if node == s.Node {
+		nb = max(nb, ourHW)
+	}
+	if degraded && node == s.Node {
+		mine := last.Host == l.cfg.Host && last.Port == l.cfg.Port && last.PID == l.pid
+		if mine || zkHW <= s.NotBefore {
+			// Nobody used the slot beyond what the degraded start waited
+			// past: keep serving without interruption.
+			return l.promote(ctx, s, meta, sid)
+		}
+		l.log.Error("the cached slot was used by another node while ZooKeeper was unreachable: IDs issued in degraded mode may repeat theirs",
+			zap.Int("node", s.Node), zap.Int64("their_high_water_ms", zkHW), zap.Int64("degraded_not_before_ms", s.NotBefore))
+		fenceNow(fmt.Errorf("%w: slot idc %d node %d was used by another node up to %d while ZooKeeper was unreachable; waiting past it",
+			ErrSlotTaken, s.IDC, s.Node, zkHW))
+	}
+	slot, member, err := l.enterSlot(ctx, c, meta, node, nb, false)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	r.slot, r.member, r.hw = slot, member, slot.HighWater
+	return r
+}
+
+// promote turns the degraded slot into a ZooKeeper claim without fencing:
+// the slot is claimed already, its mark is raised and the member
+// published. On failure the claim is kept (the holder still serves with
+// this slot) and the next attempt finds it this session's.
+func (l *ZKLease) promote(ctx context.Context, s Slot, meta Meta, sid int64) taskResult {
+	r := taskResult{kind: taskPromote, sid: sid, meta: meta, slot: s}
+	hw := l.nextMark(s.NotBefore)
+	if _, err := l.writeLast(s, hw, false); err != nil {
+		r.err = fmt.Errorf("claim cached slot: %w", err)
+		return r
+	}
+	r.hw = hw
+	if err := l.writeProps(s, meta, hw); err != nil {
+		r.err = err
+		return r
+	}
+	s.HighWater = hw
+	member, err := createMember(ctx, l.conn, l.l.members(l.cfg.IDC), l.memberData(s), l.acl)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	r.member, r.slot = member, s
+	return r
+}

@@ -1,0 +1,131 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/zap"
+)
+
+// ZK is the part of the ZooKeeper client the worker package uses. It is
+// narrow so unit tests can replace ZooKeeper with a hand-written fake;
+// *zk.Conn implements it.
+type ZK interface {
+	Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
+	Get(path string) ([]byte, *zk.Stat, error)
+	GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error)
+	Set(path string, data []byte, version int32) (*zk.Stat, error)
+	Children(path string) ([]string, *zk.Stat, error)
+	ChildrenW(path string) ([]string, *zk.Stat, <-chan zk.Event, error)
+	Exists(path string) (bool, *zk.Stat, error)
+	Delete(path string, version int32) error
+	AddAuth(scheme string, auth []byte) error
+	SessionID() int64
+	State() zk.State
+	Close()
+}
+
+var _ ZK = (*zk.Conn)(nil)
+
+// connectZK returns the default ConnectFunc: the go-zookeeper client,
+// logging through log at debug level (its messages are per connection
+// attempt; the lease logs the transitions that matter).
+func connectZK(log *zap.Logger) ConnectFunc {
+	return func(servers []string, sessionTimeout time.Duration) (ZK, <-chan zk.Event, error) {
+		if log == nil {
+			log = zap.NewNop()
+		}
+		c, ev, err := zk.Connect(servers, sessionTimeout,
+			zk.WithLogger(zkLogger{log.Named("zk").Sugar()}), zk.WithLogInfo(false))
+		if err != nil {
+			return nil, nil, err
+		}
+		return c, ev, nil
+	}
+}
+
+type zkLogger struct{ s *zap.SugaredLogger }
+
+func (l zkLogger) Printf(format string, args ...any) { l.s.Debugf(format, args...) }
+
+// DialZK connects to ZooKeeper and waits until the client has a session
+// (zk.StateHasSession; StateConnected is only a TCP connection). auth is an
+// optional digest credential "user:password". The client's event channel is
+// drained in the background so that no event is left unread; watches are
+// delivered on their own channels. Used by idctl and by the server's
+// ListWorkers RPC; the lease itself connects through Config.Connect.
+func DialZK(ctx context.Context, servers []string, sessionTimeout time.Duration, auth string, log *zap.Logger) (*zk.Conn, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if sessionTimeout <= 0 {
+		sessionTimeout = DefaultSessionTimeout
+	}
+	c, events, err := zk.Connect(servers, sessionTimeout,
+		zk.WithLogger(zkLogger{log.Named("zk").Sugar()}), zk.WithLogInfo(false))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrZKUnavailable, err)
+	}
+	session := make(chan struct{})
+	go func() {
+		once := false
+		for ev := range events {
+			if ev.Type == zk.EventSession && ev.State == zk.StateHasSession && !once {
+				once = true
+				close(session)
+			}
+		}
+	}()
+	select {
+	case <-session:
+	case <-ctx.Done():
+		c.Close()
+		return nil, fmt.Errorf("%w: no session with %s: %v", ErrZKUnavailable, strings.Join(servers, ","), ctx.Err())
+	}
+	if auth != "" {
+		if err := c.AddAuth("digest", []byte(auth)); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("ZooKeeper digest authentication: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// aclFor returns the ACL of the znodes this node creates under the
+// cluster: open when no credential is configured, else all permissions for
+// the digest user only.
+func aclFor(auth string) []zk.ACL {
+	if auth == "" {
+		return zk.WorldACL(zk.PermAll)
+	}
+	user, pass, _ := strings.Cut(auth, ":")
+	return zk.DigestACL(zk.PermAll, user, pass)
+}
+
+// isConnErr reports whether err means the request's outcome is unknown
+// because the connection dropped (the server may or may not have applied it).
+func isConnErr(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
+		errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrSessionMoved)
+}
+
+// ensurePath creates path and its missing parents as persistent znodes.
+func ensurePath(c ZK, path string, acl []zk.ACL) error {
+	if ok, _, err := c.Exists(path); err == nil && ok {
+		return nil
+	}
+	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	cur := ""
+	for _, p := range parts {
+		cur += "/" + p
+		_, err := c.Create(cur, nil, 0, acl)
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return fmt.Errorf("create %s: %w", cur, err)
+		}
+	}
+	return nil
+}

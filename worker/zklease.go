@@ -1,0 +1,272 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/zap"
+)
+
+// ZKLease is a worker slot claimed in ZooKeeper (see Register). Its
+// methods are safe for concurrent use.
+type ZKLease struct {
+	cfg     Config
+	log     *zap.Logger
+	l       layout
+	acl     []zk.ACL
+	conn    ZK
+	sess    *sessionWatch
+	props   string // properties file path
+	pid     int
+	started time.Time
+
+	cancel context.CancelFunc // stops the manager
+	done   chan struct{}      // closed when the manager has exited
+	once   sync.Once
+	err    error // Close's result
+
+	// mu guards the fields below. The manager goroutine writes them;
+	// accessors read them.
+	mu          sync.Mutex
+	state       State
+	meta        Meta
+	metaOK      bool // meta compared with ZooKeeper's (false while degraded)
+	authOK      bool // digest credential added to the client
+	slot        Slot
+	hasSlot     bool
+	sid         int64  // session that holds the slot (0: degraded or none)
+	member      string // member znode path ("" if none)
+	hw          int64  // highest high-water mark written (ZooKeeper or file)
+	beatAt      time.Time
+	offset      time.Duration
+	offsetKnown bool
+}
+
+var _ Lease = (*ZKLease)(nil)
+
+// Status is a snapshot of a lease for metrics and health checks.
+type Status struct {
+	State State
+	// ZKConnected is true while the client holds a ZooKeeper session
+	// (always false for a standalone lease).
+	ZKConnected bool
+	SessionID   int64
+	Slot        Slot
+	HasSlot     bool
+	// HighWater is the highest high-water mark written for the slot.
+	HighWater int64
+	// LastHeartbeat is when the mark was last written successfully.
+	LastHeartbeat time.Time
+	// ClockOffset is the local clock minus ZooKeeper's at the last
+	// heartbeat: the midpoint of the local times around the write minus the
+	// last/<node> znode's mtime (stamped by the ZooKeeper leader). Only
+	// meaningful when ClockOffsetKnown.
+	ClockOffset      time.Duration
+	ClockOffsetKnown bool
+}
+
+// Meta returns the cluster settings (the cached ones while degraded).
+func (l *ZKLease) Meta() Meta {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.meta
+}
+
+// State returns the current state.
+func (l *ZKLease) State() State {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state
+}
+
+// Slot returns the slot held while registered or degraded.
+func (l *ZKLease) Slot() (Slot, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != StateRegistered && l.state != StateDegraded {
+		return Slot{}, false
+	}
+	return l.slot, true
+}
+
+// Status returns a snapshot for metrics: the state, ZooKeeper
+// connectivity and the last measured clock offset against ZooKeeper.
+func (l *ZKLease) Status() Status {
+	v, _ := l.sess.view()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return Status{
+		State:            l.state,
+		ZKConnected:      v.has,
+		SessionID:        v.id,
+		Slot:             l.slot,
+		HasSlot:          l.hasSlot,
+		HighWater:        l.hw,
+		LastHeartbeat:    l.beatAt,
+		ClockOffset:      l.offset,
+		ClockOffsetKnown: l.offsetKnown,
+	}
+}
+
+// Member returns the path of this node's member znode ("" while it has
+// none, e.g. degraded).
+func (l *ZKLease) Member() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.member
+}
+
+// Close stops the heartbeat and fences the holder, then writes the
+// holder's exact last used millisecond as the slot's high-water mark (in
+// ZooKeeper if the slot is still this session's, and in the properties
+// file), deletes the slot claim and member znodes and closes the client.
+// If ctx ends first, the look-ahead mark of the last heartbeat stays, which
+// is safe. Close is idempotent.
+func (l *ZKLease) Close(ctx context.Context) error {
+	l.once.Do(func() { l.err = l.close(ctx) })
+	return l.err
+}
+
+func (l *ZKLease) close(ctx context.Context) error {
+	l.cancel()
+	select {
+	case <-l.done:
+	case <-ctx.Done():
+		// A task is stuck in a ZooKeeper call: closing the client ends it.
+		l.conn.Close()
+		<-l.done
+	}
+	// The manager has exited, after fencing the holder: nothing issues IDs
+	// now and LastUsed is final.
+	l.mu.Lock()
+	s, m, hasSlot, sid, member := l.slot, l.meta, l.hasSlot, l.sid, l.member
+	l.mu.Unlock()
+	var errs []error
+	if hasSlot {
+		exact := max(l.cfg.Holder.LastUsed(), s.NotBefore)
+		v, _ := l.sess.view()
+		if v.has && v.id == sid && sid != 0 && ctx.Err() == nil {
+			if err := l.closeZK(s, sid, member, exact); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := l.writeProps(s, m, exact); err != nil {
+			errs = append(errs, err)
+		}
+		l.log.Info("worker lease closed", zap.Int("idc", s.IDC), zap.Int("node", s.Node),
+			zap.Int("worker", s.Worker), zap.Int64("last_used_ms", exact))
+	}
+	l.conn.Close()
+	l.mu.Lock()
+	l.state, l.hasSlot, l.member = StateNone, false, ""
+	l.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// closeZK writes the exact mark and removes this node's znodes, if the slot
+// is still this session's (a slot lost to another node must not have its
+// mark lowered).
+func (l *ZKLease) closeZK(s Slot, sid int64, member string, exact int64) error {
+	c := l.claimer(l.Meta())
+	ok, st, err := l.conn.Exists(l.l.slot(s.IDC, s.Node))
+	if err != nil {
+		return fmt.Errorf("close: check slot: %w", err)
+	}
+	if !ok || st.EphemeralOwner != sid {
+		return nil
+	}
+	var errs []error
+	if _, err := l.writeLast(s, exact, true); err != nil {
+		errs = append(errs, fmt.Errorf("close: write exact high-water mark: %w", err))
+	}
+	if err := c.release(s.Node); err != nil {
+		errs = append(errs, fmt.Errorf("close: release slot: %w", err))
+	}
+	if member != "" {
+		if err := l.conn.Delete(member, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			errs = append(errs, fmt.Errorf("close: delete member: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// claimer returns a claimer of this node's IDC for the current session.
+func (l *ZKLease) claimer(m Meta) claimer {
+	return claimer{
+		zk: l.conn, l: l.l, idc: l.cfg.IDC, nodeBits: m.NodeBits, acl: l.acl,
+		data: func() []byte {
+			return toJSON(slotData{
+				Host: l.cfg.Host, Port: l.cfg.Port, PID: l.pid,
+				Session: sessionHex(l.conn.SessionID()), ClaimedAt: rfc3339(l.cfg.Clock.Now().UnixMilli()),
+			})
+		},
+	}
+}
+
+// nextMark returns the high-water mark a heartbeat writes now: far enough
+// ahead to cover the interval until the next write plus a margin, and
+// never below a mark already written or the slot's NotBefore (a backward
+// clock step must not lower the recorded mark).
+func (l *ZKLease) nextMark(notBefore int64) int64 {
+	ahead := l.cfg.Clock.Now().Add(l.cfg.HeartbeatInterval + l.cfg.HighWaterMargin).UnixMilli()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return max(ahead, l.hw, notBefore+1)
+}
+
+// raiseMark records that mark hw was written.
+func (l *ZKLease) raiseMark(hw int64) {
+	l.mu.Lock()
+	l.hw = max(l.hw, hw)
+	l.mu.Unlock()
+}
+
+// writeLast writes hw to last/<node>, creating it on first use.
+func (l *ZKLease) writeLast(s Slot, hw int64, exact bool) (*zk.Stat, error) {
+	path := l.l.last(s.IDC, s.Node)
+	data := toJSON(lastData{
+		HighWater: hw, HighWaterAt: rfc3339(hw), Exact: exact,
+		WrittenAtMs: l.cfg.Clock.Now().UnixMilli(),
+		Host:        l.cfg.Host, Port: l.cfg.Port, PID: l.pid, Session: sessionHex(l.conn.SessionID()),
+	})
+	st, err := l.conn.Set(path, data, -1)
+	if errors.Is(err, zk.ErrNoNode) {
+		if _, err = l.conn.Create(path, data, 0, l.acl); errors.Is(err, zk.ErrNodeExists) {
+			st, err = l.conn.Set(path, data, -1)
+		} else if err == nil {
+			_, st, err = l.conn.Exists(path)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("write %s: %w", path, err)
+	}
+	return st, nil
+}
+
+// writeProps caches the slot and mark in the properties file.
+func (l *ZKLease) writeProps(s Slot, m Meta, hw int64) error {
+	err := writeProperties(l.props, properties{
+		Cluster: l.cfg.Cluster, IDC: s.IDC, Node: s.Node, WorkerID: s.Worker, HighWater: hw, Meta: m,
+	})
+	if err != nil {
+		return fmt.Errorf("properties file %s: %w", l.props, err)
+	}
+	return nil
+}
+
+// readCache reads the properties file; a missing file is not an error.
+func (l *ZKLease) readCache() (properties, bool, error) {
+	p, err := readProperties(l.props)
+	if errors.Is(err, os.ErrNotExist) {
+		return properties{}, false, nil
+	}
+	if err != nil {
+		return properties{}, false, err
+	}
+	return p, true, nil
+}

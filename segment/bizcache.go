@@ -112,7 +112,13 @@ func (c *BizCache) Invalidate(name string) {
 func (c *BizCache) fetch(name string) (any, error) {
 	c.mu.RLock()
 	gen := c.gen[name]
+	e := c.entries[name]
 	c.mu.RUnlock()
+	if e != nil && time.Now().Before(e.checkAt) {
+		// A read that finished just before this one started already
+		// answered: callers that missed it by a hair do not read again.
+		return e.biz, e.err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), bizFetchTimeout)
 	defer cancel()
 	b, err := c.store.GetBiz(ctx, name)

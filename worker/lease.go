@@ -8,6 +8,19 @@
 // issues snowflake IDs only between Acquired and Fenced, only with
 // timestamps above Slot.NotBefore and not above the last extended high-water
 // mark.
+//
+// Why that is enough: the high-water mark is written (to ZooKeeper's
+// last/<node> and the properties file) before the holder may use it, and
+// every new holder of a slot waits until its clock is past the recorded
+// mark. A node cut off from ZooKeeper cannot write a new mark, so it stalls
+// at the last one at the latest, even before the fence (FenceAfter) stops
+// it, and whoever takes the slot after the session expires starts above
+// that mark. Fencing on connection loss is the first line; the mark is the
+// one that holds when a process is paused or partitioned.
+//
+// Register is the ZooKeeper lease (ZKLease), Standalone the lease of a node
+// without ZooKeeper (StandaloneLease). ListWorkers and WatchWorkers show
+// the assignments to operators (idctl workers, the ListWorkers RPC).
 package worker
 
 import (

@@ -622,6 +622,44 @@ func TestDegradedSlotHeldByAnotherFencesAtOnce(t *testing.T) {
 	}
 }
 
+func TestDegradedSlotUsedByAnotherMeanwhileWaitsPastTheirMark(t *testing.T) {
+	f := newFakeZK(nil)
+	dir := t.TempDir()
+	now := time.Now().UnixMilli()
+	if err := writeProperties(propertiesPath(dir, "idgen", 9000, "10.0.0.1"), properties{
+		Cluster: "c1", IDC: 0, Node: 5, WorkerID: 5, HighWater: now - 5000,
+		Meta: Meta{EpochMs: DefaultEpochMs, IDCBits: 2, NodeBits: 8, CreatedMs: 1},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Another node used slot 5 after this node's last write, and left.
+	c, _, _ := f.connect(nil, 0)
+	for _, p := range []string{"/t", "/t/c1", "/t/c1/idc-0", "/t/c1/idc-0/last"} {
+		_, _ = c.Create(p, nil, 0, nil)
+	}
+	theirs := now + 300
+	_, _ = c.Create("/t/c1/idc-0/last/5", toJSON(lastData{HighWater: theirs, Host: "10.9.9.9", Port: 1, PID: 1}), 0, nil)
+
+	f.down = true
+	h := newTestHolder("b", nil, nil)
+	cfg := fakeConfig(t, f, h, 9000)
+	cfg.PropertiesDir = dir
+	l := register(t, cfg)
+	f.up()
+	waitFor(t, "re-acquire", 5*time.Second, func() bool { return len(h.snap().acquired) == 2 })
+	snap := h.snap()
+	if len(snap.fenced) != 1 || !errors.Is(snap.fenced[0], ErrSlotTaken) {
+		t.Fatalf("fenced %v, want ErrSlotTaken", snap.fenced)
+	}
+	if s := snap.acquired[1]; s.Node != 5 || s.NotBefore < theirs {
+		t.Fatalf("re-acquired %+v, want node 5 past %d", s, theirs)
+	}
+	if l.State() != StateRegistered {
+		t.Fatalf("state %s", l.State())
+	}
+	h.checkNoProblems(t)
+}
+
 func TestZooKeeperDownWithoutUsableCacheRefuses(t *testing.T) {
 	f := newFakeZK(nil)
 	f.down = true

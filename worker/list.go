@@ -221,3 +221,10 @@ func afterChan(d time.Duration) <-chan struct{} {
 	time.AfterFunc(d, func() { close(ch) })
 	return ch
 }
+
+// Workers lists the workers of the lease's cluster (one IDC, or all when
+// idc is -1) over the lease's own ZooKeeper session: what the server's
+// ListWorkers RPC returns.
+func (l *ZKLease) Workers(ctx context.Context, idc int) ([]WorkerInfo, error) {
+	return ListWorkers(ctx, l.conn, l.cfg.Root, l.cfg.Cluster, idc)
+}

@@ -13,9 +13,9 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 
+	"github.com/idgen/idgen/internal/testnode"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgen"
-	"github.com/idgen/idgen/internal/testnode"
 	"github.com/idgen/idgen/segment/mysqlstore"
 )
 

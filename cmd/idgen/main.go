@@ -263,4 +263,3 @@ func advertiseHost(cfg Config) string {
 	}
 	return "127.0.0.1"
 }
-

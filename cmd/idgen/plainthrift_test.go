@@ -9,8 +9,8 @@ import (
 
 	"github.com/apache/thrift/lib/go/thrift"
 
-	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	"github.com/idgen/idgen/internal/testnode"
+	idl "github.com/idgen/idgen/kitex_gen/idgen"
 )
 
 // plainNextIDs calls NextIDs with the Apache Thrift library's binary

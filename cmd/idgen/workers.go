@@ -5,8 +5,8 @@ import (
 	"os"
 	"strings"
 
-	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	"github.com/idgen/idgen/issuer"
+	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	"github.com/idgen/idgen/worker"
 )
 

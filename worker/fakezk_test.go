@@ -15,15 +15,14 @@ import (
 // ephemeral and sequential nodes, sessions that can be disconnected,
 // expired and reconnected by the test, and data/children watches.
 type fakeZK struct {
-	mu       sync.Mutex
-	now      func() time.Time
-	nodes    map[string]*fakeNode
-	nextSID  int64
-	down     bool // new connections get no session until up()
-	conns    []*fakeConn
-	watches  map[watchKey][]chan zk.Event
-	ops      int
-	failNext map[string]error // op name -> error returned once, without applying
+	mu      sync.Mutex
+	now     func() time.Time
+	nodes   map[string]*fakeNode
+	nextSID int64
+	down    bool // new connections get no session until up()
+	conns   []*fakeConn
+	watches map[watchKey][]chan zk.Event
+	ops     int
 	// loseCreate: the next Create of a path with this prefix is applied
 	// but returns zk.ErrConnectionClosed, as when the response is lost.
 	loseCreate string
@@ -40,7 +39,7 @@ func newFakeZK(now func() time.Time) *fakeZK {
 		now = time.Now
 	}
 	f := &fakeZK{now: now, nodes: map[string]*fakeNode{"/": {}}, nextSID: 0x1000,
-		watches: map[watchKey][]chan zk.Event{}, failNext: map[string]error{}}
+		watches: map[watchKey][]chan zk.Event{}}
 	return f
 }
 
@@ -75,13 +74,6 @@ func (f *fakeZK) up() {
 			c.send(zk.StateHasSession)
 		}
 	}
-}
-
-// failOnce makes the next call of op (e.g. "Set") fail with err.
-func (f *fakeZK) failOnce(op string, err error) {
-	f.mu.Lock()
-	f.failNext[op] = err
-	f.mu.Unlock()
 }
 
 func (f *fakeZK) get(p string) ([]byte, zk.Stat, bool) {
@@ -195,16 +187,8 @@ func (c *fakeConn) expire() {
 	c.send(zk.StateHasSession)
 }
 
-// kill closes the session as if the process died: ephemerals go at once.
-func (c *fakeConn) kill() {
-	c.f.mu.Lock()
-	defer c.f.mu.Unlock()
-	c.f.expireEphemerals(c.sid)
-	c.closed, c.has = true, false
-}
-
-// check returns the error of an operation in the current state and
-// applies a one-shot failure; f.mu is held.
+// check returns the error of an operation in the current state; f.mu is
+// held.
 func (c *fakeConn) check(op string) error {
 	c.f.ops++
 	if c.closed {
@@ -212,10 +196,6 @@ func (c *fakeConn) check(op string) error {
 	}
 	if !c.has {
 		return zk.ErrNoServer
-	}
-	if err, ok := c.f.failNext[op]; ok {
-		delete(c.f.failNext, op)
-		return err
 	}
 	return nil
 }

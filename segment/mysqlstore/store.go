@@ -168,6 +168,14 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
+// Ping reports whether the database answers within Config.Timeout (for
+// readiness checks); the error wraps segment.ErrUnavailable.
+func (s *Store) Ping(ctx context.Context) error {
+	cctx, cancel := s.opContext(ctx)
+	defer cancel()
+	return s.classify(ctx, "ping", s.db.PingContext(cctx))
+}
+
 // DB returns the store's connection pool (for tools and tests).
 func (s *Store) DB() *sql.DB { return s.db }
 

@@ -54,8 +54,10 @@ Kitex client, each sending NextIDs and waiting for the answer, for
 Reports requests/s, IDs/s, latency percentiles and errors by code.
 
 With --check every ID received is kept (about 8 bytes per single ID, a
-batch as one range) and checked for duplicates at the end; on ORDERED each
-caller's IDs must also rise strictly per sub key. A failed check exits 1.
+batch as one range) and checked for duplicates at the end (per sub key when
+sub keys are sent: ORDERED numbers are unique per business and key); on
+ORDERED each caller's IDs must also rise strictly per sub key. IDs received
+during --warmup are checked too. A failed check exits 1.
 `
 
 // parseBenchFlags parses and validates the command line. Errors are
@@ -220,9 +222,12 @@ type benchWorker struct {
 	hist      *histogram
 	errs      map[string]int64
 	samples   map[string]string // one message per error code
-	sink      *idSink           // --check
-	order     *orderCheck       // --check on ORDERED
-	scratch   []idRange
+	// sinks keep the IDs received for --check, one per sub key: ORDERED
+	// numbers are unique per (biz, sub key), so each key is its own space.
+	// One sink when no sub key is sent.
+	sinks   []*idSink
+	order   *orderCheck // --check on ORDERED
+	scratch []idRange
 }
 
 // benchRun is one run of the benchmark.
@@ -244,7 +249,10 @@ func runBench(ctx context.Context, cfg benchConfig, call nextFunc, prog *progres
 	for i := 0; i < cfg.concurrency; i++ {
 		w := &benchWorker{idx: i, hist: newHistogram(), errs: map[string]int64{}, samples: map[string]string{}}
 		if cfg.check {
-			w.sink = &idSink{}
+			w.sinks = make([]*idSink, max(len(cfg.keys), 1))
+			for k := range w.sinks {
+				w.sinks[k] = &idSink{}
+			}
 			if ordered {
 				w.order = newOrderCheck(max(len(cfg.keys), 1))
 			}
@@ -355,9 +363,10 @@ func (w *benchWorker) absorb(resp *idl.NextIDsResponse, key, want int) error {
 	if n != int64(want) || resp.Count != n {
 		return fmt.Errorf("%w: asked for %d IDs, got ranges of %d and count %d", errBadResponse, want, n, resp.Count)
 	}
-	if w.sink != nil {
+	if w.sinks != nil {
+		sink := w.sinks[key]
 		for _, rg := range w.scratch {
-			w.sink.add(rg.first, rg.last)
+			sink.add(rg.first, rg.last)
 		}
 	}
 	if w.order != nil {

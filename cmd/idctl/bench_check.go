@@ -116,6 +116,31 @@ func findDuplicates(sinks []*idSink, maxExamples int) dupResult {
 	return res
 }
 
+// findDuplicatesPerKey runs findDuplicates once per key over every
+// worker's sink for that key (sinks[worker][key]) and adds the results up:
+// the same number under two keys is not a duplicate.
+func findDuplicatesPerKey(sinks [][]*idSink, maxExamples int) dupResult {
+	var res dupResult
+	keys := 0
+	for _, ws := range sinks {
+		keys = max(keys, len(ws))
+	}
+	col := make([]*idSink, len(sinks))
+	for k := 0; k < keys; k++ {
+		for w, ws := range sinks {
+			col[w] = nil
+			if k < len(ws) {
+				col[w] = ws[k]
+			}
+		}
+		r := findDuplicates(col, maxExamples-len(res.Examples))
+		res.Checked += r.Checked
+		res.Duplicates += r.Duplicates
+		res.Examples = append(res.Examples, r.Examples...)
+	}
+	return res
+}
+
 // stream is a cursor over one sorted slice of singles or ranges.
 type stream struct {
 	singles []int64

@@ -66,7 +66,7 @@ func (r *benchRun) result(elapsed time.Duration, interrupted bool) *benchResult 
 		WarmupS: cfg.warmup.Seconds(), Keys: len(cfg.keys), ElapsedS: math.Round(elapsed.Seconds()*1000) / 1000,
 		Errors: map[string]int64{}, ErrorSample: map[string]string{}, Interrupted: interrupted}
 	h := newHistogram()
-	var sinks []*idSink
+	var sinks [][]*idSink // per worker, per key
 	var violations int64
 	for _, w := range r.workers {
 		res.OK += w.ok
@@ -80,7 +80,7 @@ func (r *benchRun) result(elapsed time.Duration, interrupted bool) *benchResult 
 				res.ErrorSample[code] = w.samples[code]
 			}
 		}
-		sinks = append(sinks, w.sink)
+		sinks = append(sinks, w.sinks)
 		if w.order != nil {
 			violations += w.order.violations
 		}
@@ -93,7 +93,7 @@ func (r *benchRun) result(elapsed time.Duration, interrupted bool) *benchResult 
 		P95: micros(h.quantile(0.95)), P99: micros(h.quantile(0.99)), P999: micros(h.quantile(0.999)),
 		Max: micros(h.maximum())}
 	if cfg.check {
-		res.Check = &checkResult{dupResult: findDuplicates(sinks, 10)}
+		res.Check = &checkResult{dupResult: findDuplicatesPerKey(sinks, 10)}
 		if cfg.channel != nil && channelName(cfg.channel) == "ordered" {
 			res.Check.OrderViolations = &violations
 		}

@@ -356,6 +356,7 @@ func benchCfg(t *testing.T, args ...string) benchConfig {
 }
 
 func TestRunBench(t *testing.T) {
+	var plant bool
 	t.Run("clean run with check", func(t *testing.T) {
 		f := &fakeServer{}
 		cfg := benchCfg(t, "--requests", "5000", "--concurrency", "8", "--count", "3", "--check")
@@ -411,6 +412,35 @@ func TestRunBench(t *testing.T) {
 		res := runBench(context.Background(), cfg, down, nil)
 		if res.Check.OrderViolations == nil || *res.Check.OrderViolations != 49 || res.verdict() == nil {
 			t.Fatalf("check %+v verdict %v", res.Check, res.verdict())
+		}
+	})
+	t.Run("ordered numbers repeat across keys, not within one", func(t *testing.T) {
+		var mu sync.Mutex
+		next := map[string]int64{}
+		planted := false
+		perKey := func(_ context.Context, req *idl.NextIDsRequest) (*idl.NextIDsResponse, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			k := req.GetSubKey()
+			first := next[k] + 1
+			if k == "s-2" && first == 50 && !planted && plant {
+				planted = true
+				first-- // hand out 49 twice for key s-2
+			}
+			next[k] = first + int64(req.Count) - 1
+			return &idl.NextIDsResponse{Ranges: []*idl.IDRange{{First: first, Last: next[k]}}, Count: int64(req.Count)}, nil
+		}
+		cfg := benchCfg(t, "--requests", "2000", "--concurrency", "4", "--channel", "ordered", "--sub-key", "s", "--keys", "5", "--check")
+		plant = false
+		res := runBench(context.Background(), cfg, perKey, nil)
+		if res.Check.Duplicates != 0 || res.Check.Checked != 2000 || res.verdict() != nil {
+			t.Fatalf("clean: check %+v verdict %v", res.Check, res.verdict())
+		}
+		plant = true
+		next = map[string]int64{}
+		res = runBench(context.Background(), cfg, perKey, nil)
+		if res.Check.Duplicates != 1 || len(res.Check.Examples) != 1 || res.Check.Examples[0] != 49 || res.verdict() == nil {
+			t.Fatalf("planted: check %+v verdict %v", res.Check, res.verdict())
 		}
 	})
 	t.Run("interrupted run stops and says so", func(t *testing.T) {

@@ -1,152 +1,26 @@
 package mysqlstore
 
 import (
-	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/idgen/idgen/internal/testnode"
 	"github.com/idgen/idgen/segment"
 )
 
-// privateServer is a MariaDB of this test alone, so that it can be killed
-// and restarted without disturbing other tests that share the test server.
-type privateServer struct {
-	t       *testing.T
-	dir     string
-	port    int
-	args    []string
-	binary  string
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	logFile string
-}
-
-func findBinary(names ...string) string {
-	for _, n := range names {
-		if p, err := exec.LookPath(n); err == nil {
-			return p
-		}
-		for _, d := range []string{"/usr/sbin", "/usr/bin", "/usr/local/bin"} {
-			if p := filepath.Join(d, n); fileExists(p) {
-				return p
-			}
-		}
-	}
-	return ""
-}
-
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
-
-func newPrivateServer(t *testing.T) *privateServer {
+// newPrivateServer starts a MariaDB of this test alone (see
+// testnode.StartMariaDB), gated like every integration test.
+func newPrivateServer(t *testing.T) *testnode.MariaDB {
 	t.Helper()
-	testServer(t) // same gate as every integration test
+	testServer(t)
 	if testing.Short() {
 		t.Skip("starts its own MariaDB")
 	}
-	server := findBinary("mariadbd", "mysqld")
-	install := findBinary("mariadb-install-db", "mysql_install_db")
-	if server == "" || install == "" {
-		t.Skip("mariadbd or mariadb-install-db not found")
-	}
-	dir, err := os.MkdirTemp("", "idgen-outage-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	data := filepath.Join(dir, "data")
-	out, err := exec.Command(install, "--no-defaults", "--datadir="+data,
-		"--auth-root-authentication-method=normal", "--user=root", "--skip-test-db").CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", install, err, out)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	p := &privateServer{
-		t: t, dir: dir, port: port, binary: server, logFile: filepath.Join(dir, "server.log"),
-		args: []string{"--no-defaults", "--datadir=" + data, "--socket=" + filepath.Join(dir, "sock"),
-			fmt.Sprintf("--port=%d", port), "--bind-address=127.0.0.1", "--user=root",
-			"--pid-file=" + filepath.Join(dir, "pid"), "--innodb-buffer-pool-size=32M",
-			"--max-connections=300", "--skip-name-resolve", "--log-error=" + filepath.Join(dir, "error.log")},
-	}
-	t.Cleanup(p.kill)
-	p.start()
-	return p
-}
-
-func (p *privateServer) base() string { return fmt.Sprintf("root@tcp(127.0.0.1:%d)/", p.port) }
-
-// start starts the server and waits until it answers.
-func (p *privateServer) start() {
-	p.t.Helper()
-	log, err := os.OpenFile(p.logFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	defer log.Close()
-	p.cmd = exec.Command(p.binary, p.args...)
-	p.cmd.Stdout, p.cmd.Stderr = log, log
-	if err := p.cmd.Start(); err != nil {
-		p.t.Fatal(err)
-	}
-	p.exited = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) {
-		_ = cmd.Wait()
-		close(done)
-	}(p.cmd, p.exited)
-
-	db, err := sql.Open("mysql", p.base())
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	defer db.Close()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := db.PingContext(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		select {
-		case <-p.exited:
-			errLog, _ := os.ReadFile(filepath.Join(p.dir, "error.log"))
-			p.t.Fatalf("mariadbd exited at start:\n%s", errLog)
-		default:
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("mariadbd not answering after 60s: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// kill crashes the server (SIGKILL: no clean shutdown, InnoDB recovers at
-// the next start) and waits for it to exit.
-func (p *privateServer) kill() {
-	if p.cmd == nil || p.cmd.Process == nil {
-		return
-	}
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.exited
+	return testnode.StartMariaDB(t)
 }
 
 // TestIntegration_Outage kills the database under load and starts it again:
@@ -155,7 +29,7 @@ func (p *privateServer) kill() {
 // and no number is handed out twice.
 func TestIntegration_Outage(t *testing.T) {
 	srv := newPrivateServer(t)
-	dsn := newTestDatabase(t, srv.base(), true)
+	dsn := newTestDatabase(t, srv.Base(), true)
 	const timeout = time.Second
 	s := openStore(t, dsn, func(c *Config) { c.Timeout = timeout; c.MaxOpenConns = 16 })
 	b := mustCreate(t, s, segment.Biz{Name: "outage"})
@@ -239,11 +113,11 @@ func TestIntegration_Outage(t *testing.T) {
 	}
 
 	time.Sleep(time.Second)
-	srv.kill()
+	srv.Kill()
 	failedBefore := failures.Load()
 	time.Sleep(2 * time.Second)
 	failedWhileDown := failures.Load() - failedBefore
-	srv.start()
+	srv.Start()
 	restartedAt.Store(time.Now().UnixNano())
 	deadline := time.Now().Add(60 * time.Second)
 	for okAfter.Load() < 100 && time.Now().Before(deadline) {

@@ -11,12 +11,11 @@ import (
 // cluster's created_ms, and so the segment floor the issuer needs, is known.
 // It records what the lease reported and replays it when the issuer attaches.
 type lateHolder struct {
-	mu       sync.Mutex
-	target   worker.Holder
-	slot     *worker.Slot
-	hw       int64
-	fenced   error
-	lastUsed int64
+	mu     sync.Mutex
+	target worker.Holder
+	slot   *worker.Slot
+	hw     int64
+	fenced error
 }
 
 var _ worker.Holder = (*lateHolder)(nil)
@@ -71,5 +70,5 @@ func (h *lateHolder) LastUsed() int64 {
 	if h.target != nil {
 		return h.target.LastUsed()
 	}
-	return h.lastUsed
+	return 0 // nothing is issued before the issuer attaches
 }

@@ -1,0 +1,248 @@
+#!/usr/bin/env bash
+# Side-by-side benchmarks for BENCHMARKS.md.
+#
+#   scripts/bench.sh              the full run (3 repetitions, 5 s per load run)
+#   RUNS=1 DURATION=2s GOBENCH=0 scripts/bench.sh   a quick look
+#
+# Builds idgen, idctl and noop, starts on loopback (temp data dirs):
+#   idgen      standalone, default settings          (snowflake, unordered, ordered, batches, RSS)
+#   idgen-s1   standalone, --max-step 1              (UNORDERED step pinned at 1 / a huge-step business)
+#   idgen-s100 standalone, --max-step 100            (UNORDERED step pinned at 100)
+#   noop       the constant-answer Kitex server      (the RPC floor)
+#   idgen-my   --mysql, --max-step 100               (only with IDGEN_TEST_MYSQL, see ./build.sh servers start)
+# then runs every scenario RUNS times, interleaved (rep 1 of all, rep 2 of all, ...),
+# and the Go benchmarks of bench/ (and BenchmarkOrdered* of segment/mysqlstore
+# with IDGEN_TEST_MYSQL). Results: bench/results/<stamp>.jsonl (one `idctl bench
+# --json` object per line, with scenario, rep and server RSS) and <stamp>-go.txt;
+# copied to latest.jsonl / latest-go.txt. Prints the markdown tables and writes
+# docs/bench-latency.svg.
+#
+# Environment: RUNS (3), DURATION (5s), WARMUP (1s), GOBENCH (1), BENCHTIME (500ms), ORDERED_BENCHTIME (3000x),
+# OUT_DIR (bench/results), SVG (docs/bench-latency.svg), IDGEN_TEST_MYSQL (optional;
+# .testenv is read when present), ONLY (an extended regexp: run only the load
+# scenarios it matches, e.g. ONLY='^(noop|idgen)-c(16|64)$'; latest.* and the
+# chart are then left alone).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+RUNS=${RUNS:-3}
+DURATION=${DURATION:-5s}
+WARMUP=${WARMUP:-1s}
+GOBENCH=${GOBENCH:-1}
+BENCHTIME=${BENCHTIME:-500ms}
+OUT_DIR=${OUT_DIR:-$ROOT/bench/results}
+SVG=${SVG:-$ROOT/docs/bench-latency.svg}
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'bench.sh: %s\n' "$*" >&2; exit 1; }
+
+free_port() {
+  python3 - <<'PY' 2>/dev/null || echo $((20000 + RANDOM % 20000))
+import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()
+PY
+}
+
+wait_port() { # port seconds
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  return 1
+}
+
+WORK=$(mktemp -d /tmp/idgen-bench.XXXXXX)
+PIDS=()
+MYSQL_DB=""
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ -n "$MYSQL_DB" ]; then
+    mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -e "DROP DATABASE IF EXISTS \`$MYSQL_DB\`" 2>/dev/null || true
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+log "building idgen, idctl, noop into $WORK/bin"
+mkdir -p "$WORK/bin" "$OUT_DIR"
+go build -o "$WORK/bin/idgen" ./cmd/idgen
+go build -o "$WORK/bin/idctl" ./cmd/idctl
+go build -o "$WORK/bin/noop" ./cmd/noop
+IDCTL=$WORK/bin/idctl
+
+declare -A ADDR PID
+# start_idgen NAME [flags...]
+start_idgen() {
+  local name=$1; shift
+  local port admin; port=$(free_port); admin=$(free_port)
+  mkdir -p "$WORK/$name"
+  "$WORK/bin/idgen" --data-dir "$WORK/$name/data" --rpc-addr "127.0.0.1:$port" --admin-addr "127.0.0.1:$admin" \
+    --log-level warn "$@" >"$WORK/$name/log" 2>&1 &
+  PID[$name]=$!; PIDS+=($!)
+  ADDR[$name]=127.0.0.1:$port
+  wait_port "$port" 30 || { cat "$WORK/$name/log" >&2; die "$name did not start"; }
+  log "$name on ${ADDR[$name]} (pid ${PID[$name]})"
+}
+start_noop() {
+  local port; port=$(free_port)
+  "$WORK/bin/noop" --addr "127.0.0.1:$port" >"$WORK/noop.log" 2>&1 &
+  PID[noop]=$!; PIDS+=($!)
+  ADDR[noop]=127.0.0.1:$port
+  wait_port "$port" 30 || { cat "$WORK/noop.log" >&2; die "noop did not start"; }
+  log "noop on ${ADDR[noop]} (pid ${PID[noop]})"
+}
+biz() { # SERVER NAME CHANNEL STEP
+  "$IDCTL" biz create --addr "${ADDR[$1]}" --biz "$2" --channel "$3" --step "$4" >/dev/null
+}
+
+start_idgen idgen
+start_idgen idgen-s1 --max-step 1
+start_idgen idgen-s100 --max-step 100
+start_noop
+biz idgen bench-sf snowflake 1000
+biz idgen bench-un unordered 1000
+biz idgen bench-ord ordered 1000
+biz idgen bench-batch unordered 1
+biz idgen-s1 tiny unordered 1
+biz idgen-s1 huge unordered 100000000
+biz idgen-s100 small unordered 100
+
+# MariaDB, when the test servers run (./build.sh servers start).
+if [ -z "${IDGEN_TEST_MYSQL:-}" ] && [ -f "$ROOT/.testenv" ]; then
+  # shellcheck disable=SC1091
+  . "$ROOT/.testenv"
+fi
+WITH_MYSQL=0
+if [ -n "${IDGEN_TEST_MYSQL:-}" ] && [ -n "${IDGEN_TEST_MYSQL_PORT:-}" ] && wait_port "$IDGEN_TEST_MYSQL_PORT" 1 \
+  && command -v mariadb >/dev/null; then
+  MYSQL_DB=idgen_bench_$$
+  mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -e "CREATE DATABASE \`$MYSQL_DB\`"
+  DSN="${IDGEN_TEST_MYSQL%/}/$MYSQL_DB"
+  "$IDCTL" db migrate --mysql "$DSN" >/dev/null
+  start_idgen idgen-my --mysql "$DSN" --max-step 100
+  biz idgen-my small unordered 100
+  biz idgen-my huge unordered 100000000
+  biz idgen-my bench-ord ordered 1000
+  WITH_MYSQL=1
+else
+  log "no MariaDB (IDGEN_TEST_MYSQL unset or unreachable): skipping the MySQL scenarios"
+fi
+
+# scenario NAME SERVER IDCTL-ARGS...
+SCENARIOS=()
+scenario() { SCENARIOS+=("$*"); }
+scenario noop-c16 noop --biz bench-sf --channel snowflake --concurrency 16
+scenario idgen-c16 idgen --biz bench-sf --channel snowflake --concurrency 16 --check
+scenario noop-c64 noop --biz bench-sf --channel snowflake --concurrency 64
+scenario idgen-c64 idgen --biz bench-sf --channel snowflake --concurrency 64 --check
+scenario unordered-c16 idgen --biz bench-un --channel unordered --concurrency 16 --check
+scenario ordered-c16 idgen --biz bench-ord --channel ordered --keys 1000 --concurrency 16 --check
+scenario refill-step1-c16 idgen-s1 --biz tiny --channel unordered --concurrency 16 --check
+scenario refill-step100-c16 idgen-s100 --biz small --channel unordered --concurrency 16 --check
+scenario refill-huge-c16 idgen-s1 --biz huge --channel unordered --concurrency 16 --check
+scenario unordered-batch1000-c64 idgen --biz bench-batch --channel unordered --count 1000 --concurrency 64 --check
+if [ "$WITH_MYSQL" = 1 ]; then
+  scenario mysql-refill-step100-c16 idgen-my --biz small --channel unordered --concurrency 16 --check
+  scenario mysql-refill-huge-c16 idgen-my --biz huge --channel unordered --concurrency 16 --check
+  scenario mysql-ordered-c16 idgen-my --biz bench-ord --channel ordered --keys 1000 --concurrency 16 --check
+fi
+
+if [ -n "${ONLY:-}" ]; then
+  kept=()
+  for sc in "${SCENARIOS[@]}"; do
+    if [[ ${sc%% *} =~ $ONLY ]]; then kept+=("$sc"); fi
+  done
+  [ ${#kept[@]} -gt 0 ] || die "ONLY=$ONLY matches no scenario"
+  SCENARIOS=("${kept[@]}")
+fi
+
+rss_kib() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+RESULTS=$OUT_DIR/$STAMP.jsonl
+{
+  printf '# machine: %s cores, %s, %s MiB RAM; %s; %s\n' "$(nproc)" \
+    "$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)" \
+    "$(awk '/^MemTotal/ {printf "%d", $2/1024}' /proc/meminfo)" "$(go version)" "$(date -u +%FT%TZ)"
+  printf '# duration %s, warmup %s, runs %s\n' "$DURATION" "$WARMUP" "$RUNS"
+} >"$RESULTS"
+
+FAILED=0
+for ((rep = 1; rep <= RUNS; rep++)); do
+  for sc in "${SCENARIOS[@]}"; do
+    read -r -a a <<<"$sc"
+    name=${a[0]} server=${a[1]} args=("${a[@]:2}")
+    pid=${PID[$server]}
+    log "rep $rep/$RUNS: $name (${args[*]})"
+    # sample the server's RSS during the run
+    echo 0 >"$WORK/rss"
+    (
+      best=0
+      while kill -0 "$pid" 2>/dev/null; do
+        v=$(rss_kib "$pid" VmRSS); v=${v:-0}
+        if [ "$v" -gt "$best" ]; then best=$v; echo "$best" >"$WORK/rss"; fi
+        sleep 0.2
+      done
+    ) &
+    sampler=$!
+    set +e
+    out=$("$IDCTL" bench --addr "${ADDR[$server]}" --duration "$DURATION" --warmup "$WARMUP" --json --quiet "${args[@]}" 2>"$WORK/bench.err")
+    rc=$?
+    set -e
+    kill "$sampler" 2>/dev/null || true
+    wait "$sampler" 2>/dev/null || true
+    if [ -z "$out" ]; then
+      cat "$WORK/bench.err" >&2
+      die "idctl bench gave no result for $name"
+    fi
+    if [ "$rc" != 0 ]; then
+      log "idctl bench exited $rc for $name: $(cat "$WORK/bench.err")"
+      FAILED=1
+    fi
+    printf '{"scenario":"%s","server":"%s","rep":%d,"exit":%d,"rss_max_kib":%s,"hwm_kib":%s,"result":%s}\n' \
+      "$name" "$server" "$rep" "$rc" "$(cat "$WORK/rss")" "$(rss_kib "$pid" VmHWM)" "$out" >>"$RESULTS"
+  done
+done
+[ -n "${ONLY:-}" ] || cp "$RESULTS" "$OUT_DIR/latest.jsonl"
+
+GORESULTS=$OUT_DIR/$STAMP-go.txt
+if [ "$GOBENCH" = 1 ]; then
+  log "Go benchmarks in bench/ (-count $RUNS -benchtime $BENCHTIME)"
+  (cd bench && go test -run '^$' -bench . -count "$RUNS" -benchtime "$BENCHTIME" .) | tee "$GORESULTS" >&2
+  if [ "$WITH_MYSQL" = 1 ] && grep -qs 'func BenchmarkOrdered' segment/mysqlstore/*_test.go; then
+    log "BenchmarkOrdered* in segment/mysqlstore (MariaDB)"
+    go test -run '^$' -bench '^BenchmarkOrdered' -benchtime "${ORDERED_BENCHTIME:-3000x}" -count "$RUNS" \
+      ./segment/mysqlstore | tee -a "$GORESULTS" >&2
+  fi
+  [ -n "${ONLY:-}" ] || cp "$GORESULTS" "$OUT_DIR/latest-go.txt"
+fi
+
+RATIOS=(
+  -ratio "idgen/noop c16=idgen-c16/noop-c16:rps"
+  -ratio "idgen/noop c64=idgen-c64/noop-c64:rps"
+  -ratio "refill step 1/huge=refill-step1-c16/refill-huge-c16:p999"
+  -ratio "refill step 100/huge=refill-step100-c16/refill-huge-c16:p999"
+)
+if [ "$WITH_MYSQL" = 1 ]; then
+  RATIOS+=(-ratio "MariaDB refill step 100/huge=mysql-refill-step100-c16/mysql-refill-huge-c16:p999")
+fi
+echo
+echo "## Load runs ($RESULTS)"
+echo
+go run ./scripts/chart table -in "$RESULTS" "${RATIOS[@]}"
+if [ -f "$GORESULTS" ]; then
+  echo
+  echo "## Go benchmarks ($GORESULTS)"
+  echo
+  go run ./scripts/chart gobench "$GORESULTS"
+fi
+if [ -z "${ONLY:-}" ]; then
+  mkdir -p "$(dirname "$SVG")"
+  go run ./scripts/chart svg -in "$RESULTS" -out "$SVG" -title "NextIDs latency by channel (standalone idgen on loopback)"
+  log "chart written to $SVG"
+fi
+[ "$FAILED" = 0 ] || die "some idctl bench runs failed (see exit in $RESULTS)"

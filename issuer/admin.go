@@ -2,7 +2,6 @@ package issuer
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/snowflake"
@@ -10,8 +9,8 @@ import (
 
 // CreateBiz creates a business.
 func (is *Issuer) CreateBiz(ctx context.Context, b segment.Biz) (segment.Biz, error) {
-	if !ValidBizName(b.Name) {
-		return segment.Biz{}, fmt.Errorf("%w: biz %q: want 1-128 characters of letters, digits and _.:- starting with a letter or digit", ErrInvalid, b.Name)
+	if err := segment.ValidateBizName(b.Name); err != nil {
+		return segment.Biz{}, err
 	}
 	out, err := is.cfg.Store.CreateBiz(ctx, b)
 	is.cfg.Bizs.Invalidate(b.Name)

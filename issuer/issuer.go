@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,11 +37,6 @@ var (
 	// ErrRateLimited: the business is over its per-node rate. Retryable.
 	ErrRateLimited = errors.New("rate limited")
 )
-
-var bizName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
-
-// ValidBizName reports whether name is an acceptable business name.
-func ValidBizName(name string) bool { return bizName.MatchString(name) }
 
 // Config wires an Issuer. Store, Unordered, Ordered and Bizs are required.
 type Config struct {
@@ -225,8 +219,8 @@ func (is *Issuer) snowflakeRanges(n int) ([]segment.Range, error) {
 }
 
 func (is *Issuer) validate(req Request) error {
-	if !ValidBizName(req.Biz) {
-		return fmt.Errorf("%w: biz %q: want 1-128 characters of letters, digits and _.:- starting with a letter or digit", ErrInvalid, req.Biz)
+	if err := segment.ValidateBizName(req.Biz); err != nil {
+		return err
 	}
 	if req.Count < 1 || req.Count > is.cfg.MaxBatch {
 		return fmt.Errorf("%w: count %d: want 1..%d (larger batches are refused, not clamped: split the request)", ErrInvalid, req.Count, is.cfg.MaxBatch)
@@ -234,11 +228,11 @@ func (is *Issuer) validate(req Request) error {
 	if req.Channel != nil && (*req.Channel < segment.ChannelUnordered || *req.Channel > segment.ChannelSnowflake) {
 		return fmt.Errorf("%w: channel %d: want 0 (UNORDERED), 1 (ORDERED) or 2 (SNOWFLAKE)", ErrInvalid, *req.Channel)
 	}
-	if len(req.SubKey) > 255 {
-		return fmt.Errorf("%w: sub_key is %d bytes, at most 255", ErrInvalid, len(req.SubKey))
+	if len(req.SubKey) > segment.MaxSubKeyLen {
+		return fmt.Errorf("%w: sub_key is %d bytes, at most %d", ErrInvalid, len(req.SubKey), segment.MaxSubKeyLen)
 	}
-	if len(req.RequestID) > 128 {
-		return fmt.Errorf("%w: request_id is %d bytes, at most 128", ErrInvalid, len(req.RequestID))
+	if len(req.RequestID) > segment.MaxRequestIDLen {
+		return fmt.Errorf("%w: request_id is %d bytes, at most %d", ErrInvalid, len(req.RequestID), segment.MaxRequestIDLen)
 	}
 	return nil
 }

@@ -39,7 +39,7 @@ func ensureMeta(c ZK, l layout, want Meta, clk clock.Clock, acl []zk.ACL) (Meta,
 		if err := json.Unmarshal(b, &got); err != nil {
 			return Meta{}, fmt.Errorf("cluster meta %s is not valid JSON (%q): %w", l.meta(), truncate(b), err)
 		}
-		if err := compareMeta(got.Meta, want); err != nil {
+		if err := compareMeta(got.Meta, want, "ZooKeeper"); err != nil {
 			return Meta{}, fmt.Errorf("%w (%s)", err, l.meta())
 		}
 		return got.Meta, nil
@@ -48,17 +48,18 @@ func ensureMeta(c ZK, l layout, want Meta, clk clock.Clock, acl []zk.ACL) (Meta,
 }
 
 // compareMeta returns ErrMetaMismatch naming the first setting of have
-// (stored) that differs from want (this node's configuration). CreatedMs
-// is not compared: it is the cluster's, not the node's.
-func compareMeta(have, want Meta) error {
+// (stored at where, e.g. "ZooKeeper" or a file) that differs from want
+// (this node's configuration). CreatedMs is not compared: it is the
+// cluster's, not the node's.
+func compareMeta(have, want Meta, where string) error {
 	diff := func(name string, h, w int64) error {
-		return fmt.Errorf("%w: %s is %d in ZooKeeper but %d in this node's configuration; refusing to start",
-			ErrMetaMismatch, name, h, w)
+		return fmt.Errorf("%w: %s is %d in %s but %d in this node's configuration; refusing to start",
+			ErrMetaMismatch, name, h, where, w)
 	}
 	switch {
 	case have.EpochMs != want.EpochMs:
-		return fmt.Errorf("%w: epoch_ms is %d (%s) in ZooKeeper but %d (%s) in this node's configuration; refusing to start",
-			ErrMetaMismatch, have.EpochMs, rfc3339(have.EpochMs), want.EpochMs, rfc3339(want.EpochMs))
+		return fmt.Errorf("%w: epoch_ms is %d (%s) in %s but %d (%s) in this node's configuration; refusing to start",
+			ErrMetaMismatch, have.EpochMs, rfc3339(have.EpochMs), where, want.EpochMs, rfc3339(want.EpochMs))
 	case have.IDCBits != want.IDCBits:
 		return diff("idc_bits", int64(have.IDCBits), int64(want.IDCBits))
 	case have.NodeBits != want.NodeBits:

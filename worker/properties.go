@@ -104,22 +104,27 @@ func (p properties) encode() []byte {
 	return b.Bytes()
 }
 
-// writeProperties replaces the file at path atomically: a crash leaves
+// writeProperties replaces the properties file at path atomically.
+func writeProperties(path string, p properties) error {
+	return writeFileAtomic(path, p.encode())
+}
+
+// writeFileAtomic replaces the file at path atomically: a crash leaves
 // either the old or the new content, never a torn file. It writes a
 // temporary file in the same directory, fsyncs it, renames it over path and
 // fsyncs the directory so the rename itself is durable.
-func writeProperties(path string, p properties) error {
+func writeFileAtomic(path string, data []byte) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("properties dir: %w", err)
+		return fmt.Errorf("create dir %s: %w", dir, err)
 	}
 	tmp, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-*")
 	if err != nil {
-		return fmt.Errorf("properties temp file: %w", err)
+		return fmt.Errorf("temp file for %s: %w", path, err)
 	}
 	tmpName := tmp.Name()
 	defer os.Remove(tmpName) // no-op after a successful rename
-	if _, err := tmp.Write(p.encode()); err != nil {
+	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
 		return fmt.Errorf("write %s: %w", tmpName, err)
 	}
@@ -131,15 +136,15 @@ func writeProperties(path string, p properties) error {
 		return fmt.Errorf("close %s: %w", tmpName, err)
 	}
 	if err := os.Rename(tmpName, path); err != nil {
-		return fmt.Errorf("rename properties file: %w", err)
+		return fmt.Errorf("rename %s: %w", path, err)
 	}
 	d, err := os.Open(dir)
 	if err != nil {
-		return fmt.Errorf("open properties dir for fsync: %w", err)
+		return fmt.Errorf("open %s for fsync: %w", dir, err)
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync properties dir: %w", err)
+		return fmt.Errorf("fsync %s: %w", dir, err)
 	}
 	return nil
 }

@@ -255,8 +255,8 @@ func (l *ZKLease) startDegraded(ctx context.Context, cached properties, hasCache
 		return fmt.Errorf("%w: no session with %s within %v, and %w: %s has no cluster settings",
 			ErrZKUnavailable, servers, l.cfg.ConnectTimeout, ErrNoCachedSlot, l.props)
 	}
-	if err := compareMeta(cached.Meta, l.cfg.Meta); err != nil {
-		return fmt.Errorf("%w (cached in %s)", err, l.props)
+	if err := compareMeta(cached.Meta, l.cfg.Meta, l.props); err != nil {
+		return err
 	}
 	meta := cached.Meta
 	if cached.Node < 0 || cached.Node >= 1<<meta.NodeBits {

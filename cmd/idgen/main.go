@@ -223,7 +223,7 @@ func startLease(ctx context.Context, cfg Config, layout snowflake.Layout, h work
 	}
 	host := advertiseHost(cfg)
 	if cfg.ZK == "" {
-		meta, err := standaloneMeta(cfg.DataDir, want, clk.Now())
+		meta, err := worker.LocalMeta(cfg.DataDir, want, clk.Now())
 		if err != nil {
 			return nil, err
 		}

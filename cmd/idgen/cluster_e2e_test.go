@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -89,54 +90,13 @@ func TestE2E_ClusterKillPauseNoDuplicate(t *testing.T) {
 		t.Fatalf("ListWorkers = %+v, %v; want 3 workers", lw, err)
 	}
 
-	var mu sync.Mutex
-	seen := map[idl.Channel]map[int64]bool{idl.Channel_SNOWFLAKE: {}, idl.Channel_UNORDERED: {}, idl.Channel_ORDERED: {}}
-	errs := map[string]int{}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for ni := range nodes {
-		for ch, w := range []idl.Channel{idl.Channel_SNOWFLAKE, idl.Channel_UNORDERED, idl.Channel_ORDERED} {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				last := int64(0)
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					req := &idl.NextIDsRequest{Biz: "e2e", Channel: &w, Count: int32(1 + i%20)}
-					if w == idl.Channel_ORDERED {
-						req.SubKey = str(fmt.Sprintf("key-%d", ch))
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-					resp, err := clients[ni].NextIDs(ctx, req)
-					cancel()
-					mu.Lock()
-					if err != nil {
-						errs[fmt.Sprintf("%s: %v", w, errCode(err))]++
-						mu.Unlock()
-						time.Sleep(20 * time.Millisecond)
-						continue
-					}
-					for _, r := range resp.Ranges {
-						if w == idl.Channel_ORDERED && r.First <= last {
-							t.Errorf("ORDERED went backwards for one caller: %d after %d", r.First, last)
-						}
-						last = r.Last
-						for id := r.First; id <= r.Last; id++ {
-							if seen[w][id] {
-								t.Errorf("%s id %d issued twice", w, id)
-							}
-							seen[w][id] = true
-						}
-					}
-					mu.Unlock()
-				}
-			}()
+	var callers []caller
+	for _, c := range clients {
+		for _, w := range []idl.Channel{idl.Channel_SNOWFLAKE, idl.Channel_UNORDERED, idl.Channel_ORDERED} {
+			callers = append(callers, caller{c: c, biz: "e2e", ch: w, subKey: "key-1"})
 		}
 	}
+	ld := startLoad(t, callers, nil)
 	time.Sleep(time.Second)
 	nodes[1].Kill() // SIGKILL under load
 	time.Sleep(500 * time.Millisecond)
@@ -153,15 +113,120 @@ func TestE2E_ClusterKillPauseNoDuplicate(t *testing.T) {
 		return err == nil && r.State == "serving"
 	})
 	time.Sleep(time.Second)
-	close(stop)
-	wg.Wait()
-	for w, ids := range seen {
-		if len(ids) == 0 {
-			t.Errorf("no %s IDs issued", w)
+	ld.finish()
+	for _, space := range []string{"SNOWFLAKE", "UNORDERED", "key-1"} {
+		if ld.count(space) == 0 {
+			t.Errorf("no %s IDs issued", space)
 		}
 	}
 	t.Logf("unique ids: snowflake %d, unordered %d, ordered %d; errors by code: %v",
-		len(seen[idl.Channel_SNOWFLAKE]), len(seen[idl.Channel_UNORDERED]), len(seen[idl.Channel_ORDERED]), errs)
+		ld.count("SNOWFLAKE"), ld.count("UNORDERED"), ld.count("key-1"), ld.errs)
+}
+
+// caller is one load goroutine: a node's client, a business and a channel
+// (and the sub key on ORDERED).
+type caller struct {
+	c      idgensvc.Client
+	biz    string
+	ch     idl.Channel
+	subKey string
+}
+
+// load drives NextIDs from one goroutine per caller until finish. It
+// records every ID per number space (the channel, or on ORDERED the sub key,
+// whose numbers are per key) and fails the test on a repeat or, on ORDERED,
+// on a number not above the caller's previous one.
+type load struct {
+	mu      sync.Mutex
+	seen    map[string]map[int64]bool
+	ordered int            // ORDERED numbers received
+	errs    map[string]int // "CHANNEL CODE" -> count
+	observe func(ch idl.Channel, err error)
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+// startLoad starts the callers; observe (may be nil) sees every result,
+// called with the load's lock held.
+func startLoad(t *testing.T, callers []caller, observe func(ch idl.Channel, err error)) *load {
+	l := &load{seen: map[string]map[int64]bool{}, errs: map[string]int{}, observe: observe, stop: make(chan struct{})}
+	for _, c := range callers {
+		l.wg.Add(1)
+		go l.run(t, c)
+	}
+	return l
+}
+
+func (l *load) run(t *testing.T, c caller) {
+	defer l.wg.Done()
+	last := int64(0)
+	space := c.ch.String()
+	if c.ch == idl.Channel_ORDERED {
+		space = c.subKey
+	}
+	for i := 0; ; i++ {
+		select {
+		case <-l.stop:
+			return
+		default:
+		}
+		req := &idl.NextIDsRequest{Biz: c.biz, Channel: &c.ch, Count: int32(1 + i%10)}
+		if c.ch == idl.Channel_ORDERED {
+			req.SubKey = &c.subKey
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		resp, err := c.c.NextIDs(ctx, req)
+		cancel()
+		l.mu.Lock()
+		if l.observe != nil {
+			l.observe(c.ch, err)
+		}
+		if err != nil {
+			l.errs[c.ch.String()+" "+errCode(err)]++
+			l.mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if l.seen[space] == nil {
+			l.seen[space] = map[int64]bool{}
+		}
+		for _, r := range resp.Ranges {
+			if c.ch == idl.Channel_ORDERED {
+				if r.First <= last {
+					t.Errorf("ORDERED %s went backwards for one caller: %d after %d", space, r.First, last)
+				}
+				l.ordered += int(r.Last - r.First + 1)
+			}
+			last = r.Last
+			for id := r.First; id <= r.Last; id++ {
+				if l.seen[space][id] {
+					t.Errorf("%s id %d issued twice", space, id)
+				}
+				l.seen[space][id] = true
+			}
+		}
+		l.mu.Unlock()
+	}
+}
+
+// finish stops the callers and waits for them.
+func (l *load) finish() {
+	close(l.stop)
+	l.wg.Wait()
+}
+
+// count returns the distinct IDs recorded in one number space.
+func (l *load) count(space string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.seen[space])
+}
+
+// orderedTotal returns the ORDERED numbers received so far.
+func (l *load) orderedTotal() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ordered
 }
 
 func errCode(err error) string {
@@ -184,92 +249,40 @@ func TestE2E_ClusterMariaDBRestart(t *testing.T) {
 	dsn := newDatabase(t, db.Base())
 	_, clients := startCluster(t, 3, zkAddr, dsn)
 
-	var mu sync.Mutex
-	seen := map[string]map[int64]bool{} // channel, or ordered sub key: numbers are per key
-	ordered := 0
-	var down bool
-	okDuringOutage := map[idl.Channel]int{}
-	errs := map[string]int{}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for ni := range clients {
-		for ki, w := range []idl.Channel{idl.Channel_UNORDERED, idl.Channel_ORDERED, idl.Channel_ORDERED} {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				last := int64(0)
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					req := &idl.NextIDsRequest{Biz: "restart", Channel: &w, Count: int32(1 + i%10)}
-					if w == idl.Channel_ORDERED {
-						req.SubKey = str(fmt.Sprintf("key-%d-%d", ni%2, ki))
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-					resp, err := clients[ni].NextIDs(ctx, req)
-					cancel()
-					mu.Lock()
-					if err != nil {
-						code := errCode(err)
-						errs[w.String()+" "+code]++
-						if code != "SEGMENT_UNAVAILABLE" {
-							t.Errorf("%s during the outage: %v, want SEGMENT_UNAVAILABLE", w, err)
-						}
-						mu.Unlock()
-						time.Sleep(20 * time.Millisecond)
-						continue
-					}
-					if down {
-						okDuringOutage[w]++
-					}
-					for _, r := range resp.Ranges {
-						if w == idl.Channel_ORDERED && r.First <= last {
-							t.Errorf("ORDERED went backwards for one caller: %d after %d", r.First, last)
-						}
-						last = r.Last
-						space := w.String()
-						if w == idl.Channel_ORDERED {
-							space, ordered = *req.SubKey, ordered+int(r.Last-r.First+1)
-						}
-						if seen[space] == nil {
-							seen[space] = map[int64]bool{}
-						}
-						for id := r.First; id <= r.Last; id++ {
-							if seen[space][id] {
-								t.Errorf("%s id %d issued twice", space, id)
-							}
-							seen[space][id] = true
-						}
-					}
-					mu.Unlock()
-				}
-			}()
+	var down atomic.Bool
+	okDuringOutage := map[idl.Channel]int{} // written by observe under the load's lock
+	var callers []caller
+	for ni, c := range clients {
+		callers = append(callers, caller{c: c, biz: "restart", ch: idl.Channel_UNORDERED})
+		for ki := range 2 {
+			callers = append(callers, caller{c: c, biz: "restart", ch: idl.Channel_ORDERED, subKey: fmt.Sprintf("key-%d-%d", ni%2, ki)})
 		}
 	}
+	ld := startLoad(t, callers, func(ch idl.Channel, err error) {
+		if err == nil {
+			if down.Load() {
+				okDuringOutage[ch]++
+			}
+			return
+		}
+		if code := errCode(err); code != "SEGMENT_UNAVAILABLE" {
+			t.Errorf("%s during the outage: %v, want SEGMENT_UNAVAILABLE", ch, err)
+		}
+	})
 	time.Sleep(time.Second)
 	db.Kill()
-	mu.Lock()
-	down = true
-	mu.Unlock()
+	down.Store(true)
 	time.Sleep(2 * time.Second)
 	db.Start()
-	mu.Lock()
-	down = false
-	before := ordered
-	mu.Unlock()
+	down.Store(false)
+	before := ld.orderedTotal()
 	testnode.WaitFor(t, 30*time.Second, "ORDERED serving again after the restart", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return ordered > before+100
+		return ld.orderedTotal() > before+100
 	})
-	close(stop)
-	wg.Wait()
+	ld.finish()
 	if okDuringOutage[idl.Channel_UNORDERED] == 0 {
 		t.Errorf("UNORDERED served nothing while MariaDB was down: the buffers should have carried it")
 	}
 	t.Logf("unique ids: unordered %d, ordered %d; served during the outage: %v; errors: %v",
-		len(seen[idl.Channel_UNORDERED.String()]), ordered, okDuringOutage, errs)
+		ld.count("UNORDERED"), ld.orderedTotal(), okDuringOutage, ld.errs)
 }

@@ -135,7 +135,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 	st := &nodeState{is: is, lease: lease}
 	h := &handler{is: is, log: log.Named("rpc"), clk: clk, cluster: cfg.Cluster, adminToken: cfg.AdminToken,
-		clientToken: cfg.ClientToken, state: st.String, workers: workersFunc(cfg, lease, is, rpcPort), m: m}
+		clientToken: cfg.ClientToken, state: st.String, workers: workersFunc(cfg, lease, rpcPort), m: m}
 	m.register(is, unordered, lease, st)
 
 	admin := &http.Server{Handler: adminMux(st, m, debugRoutes), ReadHeaderTimeout: 5 * time.Second}

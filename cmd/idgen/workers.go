@@ -3,19 +3,17 @@ package main
 import (
 	"context"
 	"os"
-	"strings"
 
-	"github.com/idgen/idgen/issuer"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	"github.com/idgen/idgen/worker"
 )
 
-// workersFunc answers ListWorkers. In cluster mode it reads ZooKeeper, as
-// 'idctl workers' does, over a short-lived session: the call is rare (an
-// operator's) and must not share fate with the lease's own session. A
-// standalone node reports itself.
-func workersFunc(cfg Config, lease worker.Lease, is *issuer.Issuer, port int) func(context.Context, int) ([]*idl.Worker, error) {
-	if cfg.ZK == "" {
+// workersFunc answers ListWorkers. In cluster mode it reads ZooKeeper, the
+// same listing 'idctl workers' prints, over the lease's own session (no
+// extra session per call). A standalone node reports itself.
+func workersFunc(cfg Config, lease worker.Lease, port int) func(context.Context, int) ([]*idl.Worker, error) {
+	zl, ok := lease.(*worker.ZKLease)
+	if !ok {
 		return func(ctx context.Context, idc int) ([]*idl.Worker, error) {
 			s, ok := lease.Slot()
 			if !ok || (idc >= 0 && idc != s.IDC) {
@@ -27,12 +25,7 @@ func workersFunc(cfg Config, lease worker.Lease, is *issuer.Issuer, port int) fu
 		}
 	}
 	return func(ctx context.Context, idc int) ([]*idl.Worker, error) {
-		conn, err := worker.DialZK(ctx, strings.Split(cfg.ZK, ","), cfg.ZKSessionTimeout, cfg.ZKAuth, nil)
-		if err != nil {
-			return nil, err
-		}
-		defer conn.Close()
-		ws, err := worker.ListWorkers(ctx, conn, cfg.ZKRoot, cfg.Cluster, idc)
+		ws, err := zl.Workers(ctx, idc)
 		if err != nil {
 			return nil, err
 		}

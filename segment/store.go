@@ -128,4 +128,9 @@ var (
 	ErrRegressed = errors.New("segment store went backwards")
 	// ErrRequestMismatch: a request id was reused for a different request.
 	ErrRequestMismatch = errors.New("request id reused with different parameters")
+	// ErrNoSegments: this deployment has no store that can reserve numbers
+	// shared by every node (a ZooKeeper-only cluster keeps businesses in
+	// ZooKeeper but no counters). UNORDERED, ORDERED and snowflake fallback
+	// are refused; the message names the fix (--mysql). Not retryable.
+	ErrNoSegments = errors.New("no shared segment store")
 )

@@ -22,6 +22,7 @@ enum ErrorCode {
     UNAUTHENTICATED     = 8,  // a token is required and none (or a wrong one) was given
     PERMISSION_DENIED   = 9,  // the token is valid but not for this operation
     INTERNAL            = 10, // a bug or an unexpected failure; details are in the server log
+    CLOCK_JUMP          = 11, // the clock jumped forward past the durable high-water mark; retry shortly (one mark write)
 }
 
 exception IdgenError {

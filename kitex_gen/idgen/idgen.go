@@ -69,6 +69,7 @@ const (
 	ErrorCode_UNAUTHENTICATED     ErrorCode = 8
 	ErrorCode_PERMISSION_DENIED   ErrorCode = 9
 	ErrorCode_INTERNAL            ErrorCode = 10
+	ErrorCode_CLOCK_JUMP          ErrorCode = 11
 )
 
 func (p ErrorCode) String() string {
@@ -93,6 +94,8 @@ func (p ErrorCode) String() string {
 		return "PERMISSION_DENIED"
 	case ErrorCode_INTERNAL:
 		return "INTERNAL"
+	case ErrorCode_CLOCK_JUMP:
+		return "CLOCK_JUMP"
 	}
 	return "<UNSET>"
 }
@@ -119,6 +122,8 @@ func ErrorCodeFromString(s string) (ErrorCode, error) {
 		return ErrorCode_PERMISSION_DENIED, nil
 	case "INTERNAL":
 		return ErrorCode_INTERNAL, nil
+	case "CLOCK_JUMP":
+		return ErrorCode_CLOCK_JUMP, nil
 	}
 	return ErrorCode(0), fmt.Errorf("not a valid ErrorCode string")
 }

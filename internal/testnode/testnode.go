@@ -5,6 +5,7 @@ package testnode
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 
 	"net"
 	"net/http"
@@ -80,6 +81,9 @@ type Node struct {
 	cmd  *exec.Cmd
 	logs *syncBuffer
 	done chan struct{}
+
+	waitStarted bool
+	mayExit     bool
 }
 
 // Options for Start.
@@ -88,6 +92,13 @@ type Options struct {
 	DataDir string   // --data-dir (required for standalone)
 	Args    []string // extra flags
 	Env     []string // extra environment
+	// NoWaitStarted: return as soon as /healthz answers instead of waiting
+	// until the node has opened its store and claimed a worker slot (for
+	// tests of the start-up itself).
+	NoWaitStarted bool
+	// MayExit: a process that exits during start is not a test failure
+	// (tests of refusals check Wait and ExitCode themselves).
+	MayExit bool
 }
 
 // Start builds (once) and starts an idgen node on fresh loopback ports and
@@ -103,6 +114,7 @@ func Start(t testing.TB, o Options) *Node {
 		n.Args = append(n.Args, "--data-dir", o.DataDir)
 	}
 	n.Env = o.Env
+	n.waitStarted, n.mayExit = !o.NoWaitStarted, o.MayExit
 	n.start(t)
 	t.Cleanup(func() { n.Kill() })
 	return n
@@ -123,17 +135,56 @@ func (n *Node) start(t testing.TB) {
 	for time.Now().Before(deadline) {
 		select {
 		case <-n.done:
+			if n.mayExit {
+				return
+			}
 			t.Fatalf("idgen exited during start: %v\n%s", n.cmd.ProcessState, n.logs.String())
 		default:
 		}
-		resp, err := http.Get("http://" + n.AdminAddr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
+		if n.answers() {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("idgen did not answer /healthz within 30s\n%s", n.logs.String())
+	t.Fatalf("idgen did not start within 30s\n%s", n.logs.String())
+}
+
+// answers reports whether the node answers /healthz and, when waitStarted,
+// has finished start-up: /readyz no longer reports the segment channels as
+// starting (the store is open and the worker slot claimed; SNOWFLAKE may
+// still wait past its slot's mark, which /readyz reports separately).
+func (n *Node) answers() bool {
+	resp, err := http.Get("http://" + n.AdminAddr + "/healthz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	if !n.waitStarted {
+		return true
+	}
+	_, body, err := n.Get(context.Background(), "/readyz")
+	if err != nil {
+		return false
+	}
+	var st struct {
+		Channels map[string]struct {
+			State string `json:"state"`
+		} `json:"channels"`
+	}
+	if json.Unmarshal([]byte(body), &st) != nil {
+		return false
+	}
+	return st.Channels["unordered"].State != "starting" && st.Channels["unordered"].State != ""
+}
+
+// WaitSnowflake waits until /readyz?channel=snowflake is 200 (the node
+// serves SNOWFLAKE), at most d.
+func (n *Node) WaitSnowflake(t testing.TB, d time.Duration) {
+	t.Helper()
+	WaitFor(t, d, n.RPCAddr+" serving SNOWFLAKE", func() bool {
+		code, _, err := n.Get(context.Background(), "/readyz?channel=snowflake")
+		return err == nil && code == http.StatusOK
+	})
 }
 
 // Restart starts the same command line again (after Kill or Stop).

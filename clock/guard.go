@@ -46,9 +46,13 @@ type GuardConfig struct {
 	Logger   *zap.Logger // nil: no logs
 }
 
-// Guard hands out millisecond readings that never go below a reading it
-// already handed out. Millis is safe for concurrent use, but the snowflake
-// generator calls it under its own lock anyway.
+// Guard hands out millisecond readings that never go below a reading
+// already used. Reading and using are separate steps: Peek reads (waiting
+// out a small step back, refusing a large one) and records nothing; Commit
+// records a millisecond that an issued ID actually used. So a reading that
+// issued nothing (refused by the high-water ceiling, say, after a forward
+// jump of an hour) never poisons the guard. The snowflake generator calls
+// both under its own lock; the methods are safe for concurrent use anyway.
 //
 // A refusal starts a rollback episode: the first refusal is logged at error
 // level with its size, later ones only counted, and the first good reading
@@ -99,37 +103,49 @@ func (g *Guard) Clock() Clock { return g.clock }
 // Last returns the highest Unix millisecond handed out so far.
 func (g *Guard) Last() int64 { return g.last.Load() }
 
-// Millis returns the current Unix millisecond, never lower than any value it
-// returned before. A backward step of up to MaxBackwardWait is slept out;
-// a larger one returns a *RollbackError.
-func (g *Guard) Millis() (int64, error) {
-	now := Millis(g.clock)
-	last := g.last.Load()
-	if now < last {
+// Peek returns the current Unix millisecond, never lower than the highest
+// committed one. A backward step of up to MaxBackwardWait is slept out, in
+// passes of at most MaxBackwardWait that re-read the clock and re-check the
+// limit, so a further step back during the wait is refused at once instead
+// of slept through; the whole wait is bounded by twice MaxBackwardWait. A
+// larger step returns a *RollbackError. Peek records nothing.
+func (g *Guard) Peek() (int64, error) {
+	var waited time.Duration
+	for {
+		now := Millis(g.clock)
+		last := g.last.Load()
+		if now >= last {
+			g.endEpisode()
+			return now, nil
+		}
 		behind := time.Duration(last-now) * time.Millisecond
-		if behind > g.maxWait {
+		if behind > g.maxWait || waited >= 2*g.maxWait {
 			g.reject(now, last, behind)
 			return 0, &RollbackError{LastMs: last, NowMs: now, Behind: behind}
 		}
-		for now < last {
-			Sleep(g.clock, time.Duration(last-now)*time.Millisecond)
-			now = Millis(g.clock)
-		}
+		pass := min(behind, g.maxWait)
+		Sleep(g.clock, pass)
+		waited += pass
 	}
-	for {
-		if now <= last || g.last.CompareAndSwap(last, now) {
-			break
-		}
-		last = g.last.Load()
+}
+
+// Commit records ms (Unix ms) as used by an issued ID: later readings are
+// at least ms. It never lowers what is recorded.
+func (g *Guard) Commit(ms int64) { g.Raise(ms) }
+
+// Millis is Peek followed by Commit of the reading: for callers that use
+// every reading they get.
+func (g *Guard) Millis() (int64, error) {
+	ms, err := g.Peek()
+	if err != nil {
+		return 0, err
 	}
-	g.endEpisode()
-	return max(now, last), nil
+	g.Commit(ms)
+	return ms, nil
 }
 
 // Raise treats ms (Unix ms) as already used: later readings are at least
-// ms. A generator that takes over a worker slot raises the guard to the
-// slot's NotBefore so a clock below it is waited out or refused like any
-// other step back.
+// ms. It never lowers the recorded value.
 func (g *Guard) Raise(ms int64) {
 	for {
 		cur := g.last.Load()

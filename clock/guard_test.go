@@ -65,3 +65,50 @@ func TestOffsetClock(t *testing.T) {
 		t.Fatalf("Offset.Now = %v", got)
 	}
 }
+
+// TestWaitIsBoundedAndRechecked (issue 9 item 8): a 3 ms step back is being
+// waited out when the clock steps back another hour: the guard refuses at
+// once instead of sleeping through it.
+func TestWaitIsBoundedAndRechecked(t *testing.T) {
+	fc := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	g := clock.NewGuard(clock.GuardConfig{Clock: fc}, 0)
+	if _, err := g.Millis(); err != nil {
+		t.Fatal(err)
+	}
+	fc.Add(-3 * time.Millisecond)
+	slept := time.Duration(0)
+	fc.OnSleep(func(d time.Duration) {
+		slept += d
+		if slept <= 5*time.Millisecond {
+			fc.Add(-time.Hour)
+		}
+	})
+	_, err := g.Peek()
+	var rb *clock.RollbackError
+	if !errors.As(err, &rb) || rb.Behind < time.Hour {
+		t.Fatalf("err = %v, want a rollback refusal of about an hour", err)
+	}
+	if slept > 2*clock.DefaultMaxBackwardWait {
+		t.Fatalf("slept %v, more than twice the tolerance", slept)
+	}
+}
+
+// TestPeekRecordsNothing: only Commit moves the guard.
+func TestPeekRecordsNothing(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	fc := clocktest.New(start)
+	g := clock.NewGuard(clock.GuardConfig{Clock: fc}, 0)
+	fc.Add(time.Hour)
+	if _, err := g.Peek(); err != nil || g.Last() != 0 {
+		t.Fatalf("Peek: %v, last %d; want nothing recorded", err, g.Last())
+	}
+	fc.Set(start)
+	if _, err := g.Peek(); err != nil {
+		t.Fatalf("after the clock came back: %v", err)
+	}
+	g.Commit(start.UnixMilli())
+	g.Commit(1)
+	if g.Last() != start.UnixMilli() {
+		t.Fatalf("Commit lowered the guard to %d", g.Last())
+	}
+}

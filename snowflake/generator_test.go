@@ -183,14 +183,158 @@ func TestNotBeforeAndHighWater(t *testing.T) {
 	}
 }
 
-func TestNotBeforeFarAheadIsRefused(t *testing.T) {
+// TestNotBeforeFarAheadIsAFastWait: a slot whose NotBefore is ahead of the
+// clock answers at once with a WaitError saying how long (issue 10: answer
+// from the first moment, never sleep), then serves above NotBefore.
+func TestNotBeforeFarAheadIsAFastWait(t *testing.T) {
 	fc := clocktest.New(t0)
-	g, err := New(Config{Guard: clock.NewGuard(clock.GuardConfig{Clock: fc}, 0), NotBefore: t0.UnixMilli() + 1000})
+	guard := clock.NewGuard(clock.GuardConfig{Clock: fc}, 0)
+	g, err := New(Config{Guard: guard, NotBefore: t0.UnixMilli() + 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.Next(); !errors.Is(err, clock.ErrRollback) {
-		t.Fatalf("err = %v, want a rollback refusal while the clock is 1s behind NotBefore", err)
+	fc.OnSleep(func(time.Duration) { t.Fatal("the generator slept instead of refusing") })
+	_, err = g.Next()
+	var we *WaitError
+	if !errors.As(err, &we) || !errors.Is(err, ErrNotYet) || we.RetryAfter() != 1001*time.Millisecond {
+		t.Fatalf("err = %v, want a WaitError with 1001ms to go", err)
+	}
+	if guard.Last() != 0 || guard.Behind() != 0 {
+		t.Fatalf("the guard recorded a wait: last %d", guard.Last())
+	}
+	fc.OnSleep(nil)
+	fc.Add(1001 * time.Millisecond)
+	id, err := g.Next()
+	if err != nil || ms(t, g, id) <= t0.UnixMilli()+1000 {
+		t.Fatalf("after the wait: id %d (%v), want a timestamp above NotBefore", id, err)
+	}
+}
+
+// TestNeverBelowFloor (issue 9 item 4): a node whose clock reads before the
+// cluster's created_ms (a joiner 300 ms behind the creator) issues no ID
+// below the floor; it waits, then serves at or above it.
+func TestNeverBelowFloor(t *testing.T) {
+	fc := clocktest.New(t0)
+	created := t0.UnixMilli() + 300
+	g, err := New(Config{Guard: clock.NewGuard(clock.GuardConfig{Clock: fc}, 0), CreatedMs: created})
+	if err != nil {
+		t.Fatal(err)
+	}
+	floor := g.Layout().Floor(created)
+	if _, err := g.NextN(10); !errors.Is(err, ErrNotYet) {
+		t.Fatalf("err = %v, want ErrNotYet while the clock is before created_ms", err)
+	}
+	fc.Add(300 * time.Millisecond)
+	rs, err := g.NextN(5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.First < floor {
+			t.Fatalf("range %d..%d below the floor %d", r.First, r.Last, floor)
+		}
+	}
+}
+
+// TestRefusedForwardReadingDoesNotPoisonTheGuard (issue 9 item 7): the
+// clock jumps +1h for less than a heartbeat; the ceiling refuses and nothing
+// is issued. Once the clock is back, snowflake serves at once, the guard
+// reports nothing behind, and LastUsed (the exact mark written at shutdown)
+// is the last timestamp actually issued, not the refused reading.
+func TestRefusedForwardReadingDoesNotPoisonTheGuard(t *testing.T) {
+	fc := clocktest.New(t0)
+	guard := clock.NewGuard(clock.GuardConfig{Clock: fc}, 0)
+	asked := 0
+	g, err := New(Config{Guard: guard, HighWater: t0.UnixMilli() + 5000, ExtendNow: func() { asked++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := g.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	issued := ms(t, g, id)
+	fc.Add(time.Hour)
+	_, err = g.Next()
+	var je *JumpError
+	if !errors.As(err, &je) || !errors.Is(err, ErrClockJump) || errors.Is(err, clock.ErrRollback) {
+		t.Fatalf("err = %v, want a JumpError", err)
+	}
+	if asked != 1 {
+		t.Fatalf("ExtendNow called %d times, want 1", asked)
+	}
+	if _, err := g.Next(); !errors.Is(err, ErrClockJump) || asked != 1 {
+		t.Fatalf("second refusal: %v, ExtendNow %d times (want once per ceiling)", err, asked)
+	}
+	fc.Add(-time.Hour)
+	if guard.Behind() != 0 || g.LastUsed() != issued {
+		t.Fatalf("after the clock came back: behind %v, LastUsed %d want %d", guard.Behind(), g.LastUsed(), issued)
+	}
+	if _, err := g.Next(); err != nil {
+		t.Fatalf("after the clock came back: %v, want an ID at once", err)
+	}
+}
+
+// TestExtendNowNearTheCeiling: a reading within ExtendAhead of the ceiling
+// asks for the next mark at once, and still serves.
+func TestExtendNowNearTheCeiling(t *testing.T) {
+	fc := clocktest.New(t0)
+	asked := 0
+	g, err := New(Config{Guard: clock.NewGuard(clock.GuardConfig{Clock: fc}, 0), HighWater: t0.UnixMilli() + 3000,
+		ExtendNow: func() { asked++ }, ExtendAhead: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Next(); err != nil || asked != 0 {
+		t.Fatalf("far from the ceiling: %v, asked %d", err, asked)
+	}
+	fc.Add(2500 * time.Millisecond)
+	if _, err := g.Next(); err != nil || asked != 1 {
+		t.Fatalf("near the ceiling: %v, asked %d, want served and asked once", err, asked)
+	}
+}
+
+// TestStopWaitsForTheCallInProgress (issue 9 item 9): Stop takes the
+// generator's lock, so a call already inside it finishes first, and the
+// returned last-used millisecond covers every ID issued.
+func TestStopWaitsForTheCallInProgress(t *testing.T) {
+	fc := clocktest.New(t0)
+	g, err := New(Config{Guard: clock.NewGuard(clock.GuardConfig{Clock: fc}, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inside, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	fc.OnSleep(func(time.Duration) {
+		once.Do(func() { close(inside) })
+		<-release
+	})
+	type result struct {
+		rs  []Range
+		err error
+	}
+	done := make(chan result)
+	go func() {
+		rs, err := g.NextN(3 * (MaxSequence + 1)) // spans milliseconds: waits inside the lock
+		done <- result{rs, err}
+	}()
+	<-inside
+	stopped := make(chan int64)
+	go func() { stopped <- g.Stop(errors.New("fenced")) }()
+	close(release)
+	r := <-done
+	last := <-stopped
+	if r.err != nil {
+		t.Fatalf("call in progress: %v", r.err)
+	}
+	for _, rg := range r.rs {
+		if ms(t, g, rg.Last) > last {
+			t.Fatalf("issued ms %d above the exact mark %d returned by Stop", ms(t, g, rg.Last), last)
+		}
+	}
+	fc.OnSleep(nil)
+	if _, err := g.Next(); !errors.Is(err, ErrStopped) {
+		t.Fatalf("after Stop: %v, want ErrStopped", err)
 	}
 }
 

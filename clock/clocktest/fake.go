@@ -14,8 +14,9 @@ import (
 // requested duration, so code that waits for the clock finishes at once.
 // It is safe for concurrent use.
 type Fake struct {
-	mu  sync.Mutex
-	now time.Time
+	mu      sync.Mutex
+	now     time.Time
+	onSleep func(d time.Duration)
 }
 
 var (
@@ -47,10 +48,26 @@ func (f *Fake) Add(d time.Duration) {
 	f.mu.Unlock()
 }
 
-// Sleep advances the clock by d (at least 1µs so waiting loops progress).
+// Sleep advances the clock by d (at least 1µs so waiting loops progress),
+// then runs the hook set by OnSleep, if any.
 func (f *Fake) Sleep(d time.Duration) {
 	if d < time.Microsecond {
 		d = time.Microsecond
 	}
 	f.Add(d)
+	f.mu.Lock()
+	hook := f.onSleep
+	f.mu.Unlock()
+	if hook != nil {
+		hook(d)
+	}
+}
+
+// OnSleep sets a hook that Sleep runs after advancing the clock: tests use
+// it to step the clock (say, back by an hour) or to block while code under
+// test is waiting. nil removes the hook.
+func (f *Fake) OnSleep(hook func(d time.Duration)) {
+	f.mu.Lock()
+	f.onSleep = hook
+	f.mu.Unlock()
 }

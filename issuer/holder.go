@@ -21,7 +21,9 @@ func (is *Issuer) Acquired(s worker.Slot) {
 		Node:      s.Node,
 		Guard:     is.cfg.Guard,
 		NotBefore: s.NotBefore,
+		CreatedMs: is.createdMs(),
 		HighWater: s.HighWater,
+		ExtendNow: is.cfg.ExtendNow,
 	})
 	if err != nil {
 		is.log.Error("cannot build the snowflake generator for the acquired slot", zap.Error(err),
@@ -30,9 +32,29 @@ func (is *Issuer) Acquired(s worker.Slot) {
 		is.gen.Store(nil)
 		return
 	}
-	is.gen.Store(g)
-	is.log.Info("snowflake serving", zap.Int("worker", g.Worker()), zap.Int("idc", s.IDC), zap.Int("node", s.Node),
-		zap.Int64("not_before_ms", s.NotBefore), zap.Int64("high_water_ms", s.HighWater))
+	is.everAcquired.Store(true)
+	if old := is.gen.Swap(g); old != nil {
+		is.noteLastUsed(old.Stop(errors.New("replaced by a new worker slot")))
+	}
+	is.log.Info("snowflake generator ready", zap.Int("worker", g.Worker()), zap.Int("idc", s.IDC), zap.Int("node", s.Node),
+		zap.Int64("not_before_ms", g.NotBefore()), zap.Int64("high_water_ms", s.HighWater))
+}
+
+// createdMs is the cluster creation time behind Config.Floor.
+func (is *Issuer) createdMs() int64 {
+	if is.cfg.Floor <= 0 {
+		return 0
+	}
+	return is.cfg.Floor>>(snowflake.WorkerBits+snowflake.SequenceBits) + is.cfg.Layout.EpochMs()
+}
+
+func (is *Issuer) noteLastUsed(ms int64) {
+	for {
+		cur := is.lastUsed.Load()
+		if ms <= cur || is.lastUsed.CompareAndSwap(cur, ms) {
+			return
+		}
+	}
 }
 
 // Extended raises the generator's ceiling.
@@ -42,20 +64,35 @@ func (is *Issuer) Extended(highWater int64) {
 	}
 }
 
-// Fenced stops snowflake issuance at once.
+// Fenced stops snowflake issuance. The generator is stopped under its own
+// lock, so a call already issuing finishes first and LastUsed covers it:
+// when Fenced returns, nothing more is issued under the slot.
 func (is *Issuer) Fenced(reason error) {
 	if reason == nil {
 		reason = errors.New("worker slot lost")
 	}
 	is.fence.Store(&fenceState{reason: reason})
-	if is.gen.Swap(nil) != nil {
-		is.log.Warn("snowflake fenced: refusing snowflake IDs until the slot is held again", zap.Error(reason))
+	g := is.gen.Swap(nil)
+	if g == nil {
+		return
 	}
+	is.noteLastUsed(g.Stop(reason))
+	if errors.Is(reason, worker.ErrClosed) {
+		is.log.Info("snowflake stopped for shutdown", zap.Int64("last_used_ms", is.LastUsed()))
+		return
+	}
+	is.log.Warn("snowflake fenced: refusing snowflake IDs until the slot is held again", zap.Error(reason))
 }
 
-// LastUsed returns the highest millisecond any generator of this process
-// used (the shared guard's last reading).
-func (is *Issuer) LastUsed() int64 { return is.cfg.Guard.Last() }
+// LastUsed returns the last millisecond actually used in an issued ID by any
+// generator of this process (0 if none): the exact high-water mark.
+func (is *Issuer) LastUsed() int64 {
+	v := is.lastUsed.Load()
+	if g := is.gen.Load(); g != nil {
+		v = max(v, g.LastUsed())
+	}
+	return v
+}
 
 // Serving reports whether a snowflake generator is active, and if not why.
 func (is *Issuer) Serving() (bool, error) {

@@ -54,8 +54,16 @@ type Config struct {
 	// AutoCreateBiz creates unknown businesses on first use with default
 	// settings (standalone default).
 	AutoCreateBiz bool
-	MaxBatch      int         // zero: DefaultMaxBatch
-	Logger        *zap.Logger // nil: no logs
+	MaxBatch      int // zero: DefaultMaxBatch; at most segment.MaxBatch
+	// NoSegments, when set, says why this deployment has no shared counter
+	// store: UNORDERED, ORDERED and snowflake fallback are refused at once
+	// with an error wrapping segment.ErrNoSegments and this reason, and
+	// businesses cannot be created with those channels or fallback.
+	NoSegments error
+	// ExtendNow asks the worker lease to write the next high-water mark at
+	// once (non-blocking); the generators call it near or past the mark.
+	ExtendNow func()
+	Logger    *zap.Logger // nil: no logs
 }
 
 // Issuer serves ID requests. It is safe for concurrent use.
@@ -63,9 +71,12 @@ type Issuer struct {
 	cfg Config
 	log *zap.Logger
 
-	gen    atomic.Pointer[snowflake.Generator]
-	fence  atomic.Pointer[fenceState]
-	limits sync.Map // biz name -> *limiter
+	gen      atomic.Pointer[snowflake.Generator]
+	fence    atomic.Pointer[fenceState]
+	lastUsed atomic.Int64 // exact last-used ms of stopped generators
+	// everAcquired: a slot was held once (fenced, not starting, since).
+	everAcquired atomic.Bool
+	limits       sync.Map // biz name -> *limiter
 }
 
 type fenceState struct{ reason error }
@@ -98,11 +109,14 @@ func New(cfg Config) (*Issuer, error) {
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = DefaultMaxBatch
 	}
+	if cfg.MaxBatch > segment.MaxBatch {
+		return nil, fmt.Errorf("issuer: max_batch %d is above %d, the largest batch the segment channels serve: lower max_batch", cfg.MaxBatch, segment.MaxBatch)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
 	is := &Issuer{cfg: cfg, log: cfg.Logger}
-	is.fence.Store(&fenceState{reason: errors.New("worker slot not acquired yet")})
+	is.fence.Store(&fenceState{reason: errNotAcquired})
 	return is, nil
 }
 
@@ -164,6 +178,9 @@ func (is *Issuer) Next(ctx context.Context, req Request) (Response, error) {
 	if err := is.allow(biz); err != nil {
 		return Response{}, err
 	}
+	if ch != segment.ChannelSnowflake && is.cfg.NoSegments != nil {
+		return Response{}, is.noSegments(ch.String())
+	}
 	switch ch {
 	case segment.ChannelUnordered:
 		rs, err := is.cfg.Unordered.Take(ctx, biz, int64(req.Count))
@@ -188,6 +205,9 @@ func (is *Issuer) snowflake(ctx context.Context, biz segment.Biz, n int) (Respon
 	if !biz.Fallback || !Refusal(err) {
 		return Response{}, err
 	}
+	if is.cfg.NoSegments != nil {
+		return Response{}, fmt.Errorf("%w (no fallback: %w)", err, is.noSegments("snowflake fallback"))
+	}
 	frs, ferr := is.cfg.Unordered.Take(ctx, biz, int64(n))
 	if ferr != nil {
 		return Response{}, fmt.Errorf("snowflake refused (%v) and the fallback segment failed: %w", err, ferr)
@@ -195,11 +215,18 @@ func (is *Issuer) snowflake(ctx context.Context, biz segment.Biz, n int) (Respon
 	return Response{Ranges: frs, Channel: segment.ChannelUnordered, Fallback: true, Refusal: err}, nil
 }
 
-// Refusal reports whether err is snowflake refusing to serve (clock
-// rollback, no worker slot, high-water mark not extended): the cases a
-// business's fallback covers.
+// noSegments is the refusal of a segment channel in a deployment without
+// a shared counter store.
+func (is *Issuer) noSegments(what string) error {
+	return fmt.Errorf("%s refused: %w: %v", what, segment.ErrNoSegments, is.cfg.NoSegments)
+}
+
+// Refusal reports whether err is snowflake refusing to serve for now (clock
+// rollback or jump, no worker slot, waiting past the slot's mark, stopped):
+// the cases a business's fallback covers.
 func Refusal(err error) bool {
-	return errors.Is(err, clock.ErrRollback) || errors.Is(err, ErrNoWorker) || errors.Is(err, snowflake.ErrBeyondHighWater)
+	return errors.Is(err, clock.ErrRollback) || errors.Is(err, ErrNoWorker) || errors.Is(err, snowflake.ErrClockJump) ||
+		errors.Is(err, snowflake.ErrNotYet) || errors.Is(err, snowflake.ErrStopped)
 }
 
 func (is *Issuer) snowflakeRanges(n int) ([]segment.Range, error) {
@@ -222,8 +249,11 @@ func (is *Issuer) validate(req Request) error {
 	if err := segment.ValidateBizName(req.Biz); err != nil {
 		return err
 	}
-	if req.Count < 1 || req.Count > is.cfg.MaxBatch {
-		return fmt.Errorf("%w: count %d: want 1..%d (larger batches are refused, not clamped: split the request)", ErrInvalid, req.Count, is.cfg.MaxBatch)
+	if req.Count < 1 {
+		return fmt.Errorf("%w: count %d: ask for at least 1 ID", ErrInvalid, req.Count)
+	}
+	if req.Count > is.cfg.MaxBatch {
+		return fmt.Errorf("%w: count %d is above max_batch %d (larger batches are refused, not clamped: split the request)", ErrInvalid, req.Count, is.cfg.MaxBatch)
 	}
 	if req.Channel != nil && (*req.Channel < segment.ChannelUnordered || *req.Channel > segment.ChannelSnowflake) {
 		return fmt.Errorf("%w: channel %d: want 0 (UNORDERED), 1 (ORDERED) or 2 (SNOWFLAKE)", ErrInvalid, *req.Channel)
@@ -243,7 +273,7 @@ func (is *Issuer) biz(ctx context.Context, name string) (segment.Biz, error) {
 	if err == nil || !errors.Is(err, segment.ErrUnknownBiz) || !is.cfg.AutoCreateBiz {
 		return b, err
 	}
-	b, err = is.cfg.Store.CreateBiz(ctx, segment.Biz{Name: name, Channel: segment.ChannelSnowflake, Fallback: true,
+	b, err = is.cfg.Store.CreateBiz(ctx, segment.Biz{Name: name, Channel: segment.ChannelSnowflake, Fallback: is.cfg.NoSegments == nil,
 		Description: "created on first use"})
 	if errors.Is(err, segment.ErrBizExists) {
 		is.cfg.Bizs.Invalidate(name)
@@ -273,15 +303,27 @@ func (is *Issuer) allow(b segment.Biz) error {
 	return nil
 }
 
+// JumpRetryAfter is the retry hint of a forward clock jump: about one write
+// of the high-water mark, which the generator has already asked for.
+const JumpRetryAfter = 50 * time.Millisecond
+
 // RetryAfter suggests how long a caller should wait before retrying after
-// a retryable err (0 when there is no better hint than "soon").
+// a retryable err (0 when there is no better hint than "soon"). Hints come
+// from values captured in the error, so they do not drift with the clock.
 func (is *Issuer) RetryAfter(err error) time.Duration {
 	var rb *clock.RollbackError
-	if errors.As(err, &rb) {
+	var we *snowflake.WaitError
+	switch {
+	case errors.As(err, &rb):
 		return rb.Behind
-	}
-	if errors.Is(err, ErrRateLimited) {
+	case errors.As(err, &we):
+		return we.RetryAfter()
+	case errors.Is(err, snowflake.ErrClockJump):
+		return JumpRetryAfter
+	case errors.Is(err, ErrRateLimited):
 		return 100 * time.Millisecond
+	case errors.Is(err, ErrNoWorker), errors.Is(err, snowflake.ErrStopped):
+		return time.Second
 	}
 	return 0
 }

@@ -15,6 +15,11 @@ var _ worker.Holder = (*Issuer)(nil)
 // slot's NotBefore and anything this process already issued (the shared
 // guard remembers that across generators).
 func (is *Issuer) Acquired(s worker.Slot) {
+	// Stop the previous generator first, so the new one starts above
+	// everything it issued (the shared guard's last committed reading).
+	if old := is.gen.Swap(nil); old != nil {
+		is.noteLastUsed(old.Stop(errors.New("replaced by a new worker slot")))
+	}
 	g, err := snowflake.New(snowflake.Config{
 		Layout:    is.cfg.Layout,
 		IDC:       s.IDC,
@@ -33,9 +38,7 @@ func (is *Issuer) Acquired(s worker.Slot) {
 		return
 	}
 	is.everAcquired.Store(true)
-	if old := is.gen.Swap(g); old != nil {
-		is.noteLastUsed(old.Stop(errors.New("replaced by a new worker slot")))
-	}
+	is.gen.Store(g)
 	is.log.Info("snowflake generator ready", zap.Int("worker", g.Worker()), zap.Int("idc", s.IDC), zap.Int("node", s.Node),
 		zap.Int64("not_before_ms", g.NotBefore()), zap.Int64("high_water_ms", s.HighWater))
 }

@@ -77,10 +77,11 @@ type candidate struct {
 
 // claimLRU claims a free slot, least recently used first (rule 3), so a
 // slot freed by a crashed node is not reused at once while older ones are
-// free. Never-used slots come first, in random order so that racing nodes
-// spread out instead of all fighting for slot 0. skip lists nodes not to
-// take (-1: none).
-func (c claimer) claimLRU(ctx context.Context, skip int) (int, error) {
+// free. Slots without a mark count as used up to markless (0 in a cluster
+// older than the lead: never-used slots come first), in random order so
+// that racing nodes spread out instead of all fighting for slot 0. skip is
+// a node not to take (-1: none).
+func (c claimer) claimLRU(ctx context.Context, skip int, markless int64) (int, error) {
 	size := 1 << c.nodeBits
 	held, err := c.held()
 	if err != nil {
@@ -114,7 +115,11 @@ func (c claimer) claimLRU(ctx context.Context, skip int) (int, error) {
 	cands := make([]candidate, 0, size)
 	for n := 0; n < size; n++ {
 		if !held[n] && n != skip {
-			cands = append(cands, candidate{node: n, used: used[n], order: rand.Int()})
+			u, ok := used[n]
+			if !ok {
+				u = markless
+			}
+			cands = append(cands, candidate{node: n, used: u, order: rand.Int()})
 		}
 	}
 	sort.Slice(cands, func(i, j int) bool {
@@ -163,27 +168,35 @@ func (c claimer) held() (map[int]bool, error) {
 	return held, nil
 }
 
-// readLast returns the slot's recorded high-water mark and who wrote it
-// (zero if the slot was never used).
-func (c claimer) readLast(ctx context.Context, node int) (lastData, error) {
+// lastRead is a slot's recorded mark and the znode version it was read at
+// (exists false: the slot has no mark).
+type lastRead struct {
+	lastData
+	exists  bool
+	version int32
+}
+
+// readLast returns the slot's recorded high-water mark, who wrote it and
+// the znode's version (zero and exists=false if the slot has no mark).
+func (c claimer) readLast(ctx context.Context, node int) (lastRead, error) {
 	path := c.l.last(c.idc, node)
 	for {
-		b, _, err := c.zk.Get(path)
+		b, st, err := c.zk.Get(path)
 		switch {
 		case err == nil:
 			d, derr := decodeLast(b)
 			if derr != nil {
 				// A slot whose mark cannot be read cannot be proven safe.
-				return lastData{}, fmt.Errorf("%s: %w", path, derr)
+				return lastRead{}, fmt.Errorf("%s: %w", path, derr)
 			}
-			return d, nil
+			return lastRead{lastData: d, exists: true, version: st.Version}, nil
 		case errors.Is(err, zk.ErrNoNode):
-			return lastData{}, nil
+			return lastRead{}, nil
 		case !isConnErr(err):
-			return lastData{}, fmt.Errorf("read %s: %w", path, err)
+			return lastRead{}, fmt.Errorf("read %s: %w", path, err)
 		}
 		if err := sleepCtx(ctx, retryPause); err != nil {
-			return lastData{}, fmt.Errorf("read %s: %w", path, err)
+			return lastRead{}, fmt.Errorf("read %s: %w", path, err)
 		}
 	}
 }
@@ -202,6 +215,11 @@ func (c claimer) release(node int) error {
 		return err
 	}
 	return nil
+}
+
+// newToken returns a random identifier of one lease instance.
+func newToken() string {
+	return strconv.FormatUint(rand.Uint64(), 36)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -22,7 +22,12 @@ const (
 	DefaultPropertiesDir    = "./data"
 	DefaultSessionTimeout   = 10 * time.Second
 	DefaultHighWaterMargin  = 2 * time.Second
-	DefaultMaxStartWait     = 10 * time.Second
+	DefaultOutageTolerance  = 30 * time.Second
+	// DefaultMaxStartWait bounds the wait for a slot's mark that a node
+	// accepts at start; it covers the lead of a ZooKeeper mark
+	// (heartbeat + outage tolerance + margin) with room to spare, so only a
+	// clock far behind its peers is refused.
+	DefaultMaxStartWait = DefaultOutageTolerance + 20*time.Second
 	DefaultMaxPeerClockSkew = time.Second
 	DefaultPeerClockTimeout = 500 * time.Millisecond
 	DefaultIDCBits          = 2
@@ -72,11 +77,21 @@ type Config struct {
 	Meta Meta
 	// SessionTimeout is the ZooKeeper session timeout. Default 10s.
 	SessionTimeout time.Duration
-	// FenceAfter is how long the ZooKeeper connection may be lost before
-	// the holder is fenced: a duration below SessionTimeout, so that the
-	// node stops before the server can expire the session and give the
-	// slot away. Default SessionTimeout/3.
+	// FenceAfter is ignored. It once fenced the holder after a connection
+	// loss, which cannot stop a paused or partitioned node in time anyway;
+	// what keeps IDs unique is the durable high-water mark (see the package
+	// doc), and with it a disconnected node keeps serving up to its mark.
+	//
+	// Deprecated: see OutageTolerance.
 	FenceAfter time.Duration
+	// OutageTolerance is how long the holder keeps serving while ZooKeeper
+	// is unreachable: every mark is written this far ahead (plus
+	// HeartbeatInterval and HighWaterMargin, see Lead). The cost: a slot
+	// whose holder crashed is free for a new holder only after about Lead;
+	// a crash-restarted node takes another slot whose mark has passed, and
+	// a brand-new cluster's first nodes wait one Lead. Default 30s; 0 means
+	// the default, a negative value no tolerance.
+	OutageTolerance time.Duration
 	// HeartbeatInterval is how often the high-water mark is written ahead.
 	// Default DefaultHeartbeatInterval (3s).
 	HeartbeatInterval time.Duration
@@ -121,6 +136,13 @@ type Config struct {
 	Version string
 }
 
+// Lead is how far ahead of the clock a heartbeat writes the slot's mark:
+// HeartbeatInterval + OutageTolerance + HighWaterMargin (after defaults).
+func (c Config) Lead() time.Duration {
+	c = c.withDefaults()
+	return c.HeartbeatInterval + c.OutageTolerance + c.HighWaterMargin
+}
+
 // allowCached reports the effective AllowCachedSlotWithoutZK.
 func (c *Config) allowCached() bool {
 	return c.AllowCachedSlotWithoutZK == nil || *c.AllowCachedSlotWithoutZK
@@ -153,8 +175,11 @@ func (c Config) withDefaults() Config {
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = DefaultSessionTimeout
 	}
-	if c.FenceAfter == 0 {
-		c.FenceAfter = c.SessionTimeout / 3
+	if c.OutageTolerance == 0 {
+		c.OutageTolerance = DefaultOutageTolerance
+	}
+	if c.OutageTolerance < 0 {
+		c.OutageTolerance = 0
 	}
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = DefaultHeartbeatInterval
@@ -216,8 +241,6 @@ func (c Config) Validate() error {
 	switch {
 	case c.SessionTimeout < 0:
 		return invalid("SessionTimeout", "is negative")
-	case c.FenceAfter <= 0 || c.FenceAfter >= c.SessionTimeout:
-		return invalid("FenceAfter", fmt.Sprintf("is %v: must be above 0 and below SessionTimeout (%v) so the node stops before its session can expire", c.FenceAfter, c.SessionTimeout))
 	case c.HeartbeatInterval <= 0:
 		return invalid("HeartbeatInterval", "must be positive")
 	case c.HeartbeatInterval >= c.SessionTimeout:

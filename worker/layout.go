@@ -76,6 +76,10 @@ type lastData struct {
 	Port        int    `json:"port"`
 	PID         int    `json:"pid"`
 	Session     string `json:"session"`
+	// Token identifies the lease instance that wrote the mark (random per
+	// process start), so a lease can recognise its own write after a lost
+	// reply or a new session.
+	Token string `json:"token,omitempty"`
 }
 
 func decodeLast(b []byte) (lastData, error) {

@@ -9,14 +9,33 @@
 // timestamps above Slot.NotBefore and not above the last extended high-water
 // mark.
 //
-// Why that is enough: the high-water mark is written (to ZooKeeper's
-// last/<node> and the properties file) before the holder may use it, and
-// every new holder of a slot waits until its clock is past the recorded
-// mark. A node cut off from ZooKeeper cannot write a new mark, so it stalls
-// at the last one at the latest, even before the fence (FenceAfter) stops
-// it, and whoever takes the slot after the session expires starts above
-// that mark. Fencing on connection loss is the first line; the mark is the
-// one that holds when a process is paused or partitioned.
+// The invariant: a slot's next holder issues only timestamps above every
+// timestamp an earlier holder may issue. Three rules keep it, whatever the
+// network or the scheduler does:
+//
+//  1. A holder never issues a timestamp above the high-water mark it has
+//     durably written (ZooKeeper's last/<node> and the properties file):
+//     Holder.Extended is called only after the write succeeded, and the
+//     generator's ceiling refuses beyond it.
+//  2. Mark writes are conditional on the znode version the lease last saw.
+//     A write queued under a session that then expired, landing after the
+//     slot's next holder wrote its own mark, fails (and the old holder
+//     fences) instead of lowering the mark below what the new holder uses.
+//  3. A holder that takes a slot starts above the slot's recorded mark
+//     (Slot.NotBefore; the holder refuses, with the time left, until its
+//     clock passes it).
+//
+// A paused process resumed after its slot was taken still issues only up
+// to its own durable mark, which the taker started above; a partitioned
+// holder does the same, stopping at its mark; a lost reply or late write
+// cannot lower a mark (2). So uniqueness never depends on a node noticing
+// in time that it lost ZooKeeper, and connection loss does not fence: the
+// node rides out an outage up to OutageTolerance by writing marks that far
+// ahead (see Config.Lead). What that lead costs: a crashed holder's slot is
+// free for others only after about Lead, which is why a crash-restarted
+// node takes another slot whose mark has passed, and a slot whose mark was
+// lost with ZooKeeper's state is taken only Lead after the cluster was
+// re-created.
 //
 // Register is the ZooKeeper lease (ZKLease), Standalone the lease of a node
 // without ZooKeeper (StandaloneLease). ListWorkers and WatchWorkers show
@@ -87,6 +106,10 @@ type Lease interface {
 	// Close stops heartbeats, writes the holder's exact last used
 	// millisecond as the high-water mark and releases the slot.
 	Close(ctx context.Context) error
+	// RequestExtend asks for the next high-water mark to be written now
+	// rather than at the next heartbeat (the holder's clock is near or past
+	// the mark, e.g. after a forward clock step). It never blocks.
+	RequestExtend()
 }
 
 // DefaultHeartbeatInterval is how often the high-water mark is written ahead.

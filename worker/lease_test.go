@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -30,7 +31,7 @@ func fakeConfig(t *testing.T, f *fakeZK, h Holder, port int) Config {
 		Port:              port,
 		PropertiesDir:     t.TempDir(),
 		SessionTimeout:    2 * time.Second,
-		FenceAfter:        100 * time.Millisecond,
+		OutageTolerance:   50 * time.Millisecond,
 		HeartbeatInterval: 20 * time.Millisecond,
 		HighWaterMargin:   30 * time.Millisecond,
 		ConnectTimeout:    200 * time.Millisecond,
@@ -70,7 +71,6 @@ func TestConfigValidateNamesField(t *testing.T) {
 		{"Cluster", func(c *Config) { c.Cluster = "a/b" }},
 		{"IDC", func(c *Config) { c.IDC = 4 }},
 		{"Meta.IDCBits", func(c *Config) { c.Meta = Meta{IDCBits: 3, NodeBits: 8} }},
-		{"FenceAfter", func(c *Config) { c.FenceAfter = 20 * time.Second }},
 		{"HeartbeatInterval", func(c *Config) { c.HeartbeatInterval = 11 * time.Second }},
 		{"Port", func(c *Config) { c.Port = 70000 }},
 		{"Holder", func(c *Config) { c.Holder = nil }},
@@ -105,8 +105,9 @@ func TestPropertiesRoundTripAtomic(t *testing.T) {
 	if _, err := readProperties(p); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("missing file: err = %v, want ErrNotExist", err)
 	}
-	want := properties{Cluster: "c1", IDC: 1, Node: 37, WorkerID: 1<<8 | 37, HighWater: 1700000000123,
-		Meta: Meta{EpochMs: DefaultEpochMs, IDCBits: 2, NodeBits: 8, CreatedMs: 1690000000000}}
+	want := properties{Cluster: "c1", IDC: 1, Node: 37, WorkerID: 1<<8 | 37, HighWater: 1700000000123, Exact: true,
+		Meta:  Meta{EpochMs: DefaultEpochMs, IDCBits: 2, NodeBits: 8, CreatedMs: 1690000000000},
+		Marks: map[[2]int]int64{{1, 3}: 1700000000000, {0, 9}: 1600000000000}}
 	for i := 0; i < 3; i++ {
 		want.HighWater += int64(i)
 		if err := writeProperties(p, want); err != nil {
@@ -116,7 +117,7 @@ func TestPropertiesRoundTripAtomic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got != want {
+		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("round trip: got %+v, want %+v", got, want)
 		}
 	}
@@ -265,31 +266,32 @@ func TestCloseWritesExactMarkAndReleases(t *testing.T) {
 	}
 }
 
-func TestFenceAfterConnectionLoss(t *testing.T) {
+// TestConnectionLossServesUpToTheMark: a disconnected holder is not fenced;
+// it keeps serving up to its durable mark and no further (the ceiling),
+// and after reconnection heartbeats extend it again without a new slot.
+func TestConnectionLossServesUpToTheMark(t *testing.T) {
 	f := newFakeZK(nil)
 	h := newTestHolder("a", nil, nil)
 	l := register(t, fakeConfig(t, f, h, 9000))
-	s0, _ := l.Slot()
 	c := connOf(l)
-
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go h.issueLoop(ctx)
 	c.disconnect()
-	waitFor(t, "fence", 5*time.Second, func() bool { return len(h.snap().fenced) == 1 })
-	if err := h.snap().fenced[0]; !errors.Is(err, ErrConnectionLost) || !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), "FenceAfter") {
-		t.Fatalf("fence reason %v", err)
+	hw := l.Status().HighWater
+	waitFor(t, "the clock to pass the mark", 5*time.Second, func() bool { return time.Now().UnixMilli() > hw+20 })
+	snap := h.snap()
+	if len(snap.fenced) != 0 || !snap.active {
+		t.Fatalf("connection loss fenced the holder: %+v", snap)
 	}
-	if l.State() != StateFenced {
-		t.Fatalf("state %s", l.State())
+	if snap.lastUsed > snap.hw {
+		t.Fatalf("issued %d past the durable mark %d", snap.lastUsed, snap.hw)
 	}
-	hwBefore := l.Status().HighWater
-
 	c.reconnect()
-	waitFor(t, "re-acquire", 5*time.Second, func() bool { return len(h.snap().acquired) == 2 })
-	s1 := h.snap().acquired[1]
-	if s1.Node != s0.Node || s1.NotBefore < hwBefore {
-		t.Fatalf("resumed slot %+v, want node %d NotBefore >= %d", s1, s0.Node, hwBefore)
-	}
-	if l.State() != StateRegistered {
-		t.Fatalf("state %s", l.State())
+	n := len(h.snap().extended)
+	waitFor(t, "heartbeats after reconnection", 5*time.Second, func() bool { return len(h.snap().extended) >= n+2 })
+	if snap := h.snap(); len(snap.acquired) != 1 || len(snap.fenced) != 0 {
+		t.Fatalf("reconnection re-acquired or fenced: %+v", snap)
 	}
 	h.checkNoProblems(t)
 }
@@ -298,7 +300,6 @@ func TestShortDisconnectDoesNotFence(t *testing.T) {
 	f := newFakeZK(nil)
 	h := newTestHolder("a", nil, nil)
 	cfg := fakeConfig(t, f, h, 9000)
-	cfg.FenceAfter = time.Second
 	l := register(t, cfg)
 	c := connOf(l)
 	c.disconnect()
@@ -351,7 +352,6 @@ func TestExpiryWithSlotTakenClaimsAnother(t *testing.T) {
 	// The session ends on the server and another node takes the slot
 	// before this client reconnects.
 	c.disconnect()
-	waitFor(t, "fence", 5*time.Second, func() bool { return len(h.snap().fenced) == 1 })
 	f.mu.Lock()
 	f.expireEphemerals(c.sid)
 	f.mu.Unlock()
@@ -395,25 +395,85 @@ func TestLeastRecentlyUsedSlotFirst(t *testing.T) {
 	}
 }
 
-func TestCachedSlotFirstAndWaitPastCachedMark(t *testing.T) {
+// ageCluster creates the cluster's meta on f and moves clk past the time
+// when slots without a mark must wait (a cluster older than its lead).
+func ageCluster(t *testing.T, f *fakeZK, clk *clocktest.Fake) {
+	t.Helper()
+	cfg := fakeConfig(t, f, newTestHolder("old", clk, nil), 8999)
+	cfg.Clock = clk
+	l := register(t, cfg)
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(5 * time.Second)
+}
+
+// TestCleanRestartResumesCachedSlot: a clean shutdown's exact mark lets the
+// restart take its own slot again at once.
+func TestCleanRestartResumesCachedSlot(t *testing.T) {
 	f := newFakeZK(nil)
 	clk := clocktest.New(time.Now())
 	f.now = clk.Now
 	h := newTestHolder("a", clk, nil)
 	cfg := fakeConfig(t, f, h, 9000)
 	cfg.Clock = clk
-	// A previous run held node 42 and recorded a mark 3s ahead.
-	cachedHW := clock.Millis(clk) + 3000
+	ageCluster(t, f, clk)
+	exact := clock.Millis(clk) - 10
+	if err := writeProperties(propertiesPath(cfg.PropertiesDir, "idgen", 9000, "10.0.0.1"),
+		properties{Cluster: "c1", IDC: 0, Node: 42, WorkerID: 42, HighWater: exact, Exact: true}); err != nil {
+		t.Fatal(err)
+	}
+	l := register(t, cfg)
+	if s, _ := l.Slot(); s.Node != 42 || s.NotBefore != exact {
+		t.Fatalf("slot %+v, want node 42 NotBefore %d", s, exact)
+	}
+	h.checkNoProblems(t)
+}
+
+// TestCrashRestartTakesAPassedSlot (issue 10): after a crash the cached
+// mark is a look-ahead still in the future; the restart takes another slot
+// whose mark has passed and serves at once, instead of waiting.
+func TestCrashRestartTakesAPassedSlot(t *testing.T) {
+	f := newFakeZK(nil)
+	clk := clocktest.New(time.Now())
+	f.now = clk.Now
+	h := newTestHolder("a", clk, nil)
+	cfg := fakeConfig(t, f, h, 9000)
+	cfg.Clock = clk
+	ageCluster(t, f, clk)
+	cachedHW := clock.Millis(clk) + 30_000
 	if err := writeProperties(propertiesPath(cfg.PropertiesDir, "idgen", 9000, "10.0.0.1"),
 		properties{Cluster: "c1", IDC: 0, Node: 42, WorkerID: 42, HighWater: cachedHW}); err != nil {
 		t.Fatal(err)
 	}
 	l := register(t, cfg)
 	s, _ := l.Slot()
-	if s.Node != 42 || s.NotBefore != cachedHW {
-		t.Fatalf("slot %+v, want node 42 NotBefore %d", s, cachedHW)
+	if s.Node == 42 || s.NotBefore >= clock.Millis(clk) {
+		t.Fatalf("slot %+v, want another node whose mark has passed", s)
 	}
-	h.checkNoProblems(t) // Acquired only once the clock was past the mark
+	h.checkNoProblems(t)
+}
+
+// TestCacheFoundAfterAddressChange (issue 9 item 5): the properties file
+// was written under another host address; the restart still finds the
+// cached slot and its mark.
+func TestCacheFoundAfterAddressChange(t *testing.T) {
+	f := newFakeZK(nil)
+	clk := clocktest.New(time.Now())
+	f.now = clk.Now
+	h := newTestHolder("a", clk, nil)
+	cfg := fakeConfig(t, f, h, 9000)
+	cfg.Clock = clk
+	ageCluster(t, f, clk)
+	exact := clock.Millis(clk) - 10
+	if err := writeProperties(propertiesPath(cfg.PropertiesDir, "idgen", 9000, "10.9.9.9"),
+		properties{Cluster: "c1", IDC: 0, Node: 42, WorkerID: 42, HighWater: exact, Exact: true}); err != nil {
+		t.Fatal(err)
+	}
+	l := register(t, cfg)
+	if s, _ := l.Slot(); s.Node != 42 || s.NotBefore != exact {
+		t.Fatalf("slot %+v, want the cached node 42 with NotBefore %d", s, exact)
+	}
 }
 
 func TestCachedSlotHeldByAnotherIsNotUsed(t *testing.T) {
@@ -443,7 +503,7 @@ func TestStartWaitTooLongRefusesWithFigures(t *testing.T) {
 	}
 	cfg := fakeConfig(t, f, newTestHolder("a", nil, nil), 9000)
 	_, err := Register(context.Background(), cfg)
-	if !errors.Is(err, ErrStartWaitTooLong) || !strings.Contains(err.Error(), fmt.Sprint(far)) || !strings.Contains(err.Error(), "MaxStartWait 10s") {
+	if !errors.Is(err, ErrStartWaitTooLong) || !strings.Contains(err.Error(), fmt.Sprint(far)) || !strings.Contains(err.Error(), "MaxStartWait 50s") {
 		t.Fatalf("err = %v, want ErrStartWaitTooLong with the figures", err)
 	}
 	if kids, _, _ := c.Children("/t/c1/idc-0/slots"); len(kids) != 0 {

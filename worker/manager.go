@@ -56,8 +56,7 @@ type manager struct {
 	needReclaim bool // new session (or ZooKeeper back after degraded)
 	broken      error
 
-	fenceTimer *time.Timer
-	fenceArmed bool
+	lossLogged bool // the current connection loss was logged
 	retryTimer *time.Timer
 	retryDue   bool // false while a failed task's retry delay runs
 }
@@ -71,7 +70,7 @@ func (l *ZKLease) run(ctx context.Context) {
 	m := &manager{
 		l: l, ctx: ctx, results: make(chan taskResult, 4),
 		mode: mode, seenExpired: v.expired, retryDue: true,
-		fenceTimer: stoppedTimer(), retryTimer: stoppedTimer(),
+		retryTimer: stoppedTimer(),
 	}
 	m.loop()
 }
@@ -85,7 +84,6 @@ func stoppedTimer() *time.Timer {
 func (m *manager) loop() {
 	tick := time.NewTicker(m.l.cfg.HeartbeatInterval)
 	defer tick.Stop()
-	defer m.fenceTimer.Stop()
 	defer m.retryTimer.Stop()
 	for {
 		v, changed := m.l.sess.view()
@@ -96,11 +94,15 @@ func (m *manager) loop() {
 			m.shutdown()
 			return
 		case <-changed:
-		case <-m.fenceTimer.C:
-			m.fenceIfStillLost()
 		case <-m.retryTimer.C:
 			m.retryDue = true
 		case <-tick.C:
+			v, _ := m.l.sess.view()
+			m.observe(v)
+			m.startTask(v, true)
+		case <-m.l.extend:
+			// The holder's clock is near or past the mark: write the next
+			// one now (if a task runs, the next loop turn or tick does).
 			v, _ := m.l.sess.view()
 			m.observe(v)
 			m.startTask(v, true)
@@ -110,9 +112,11 @@ func (m *manager) loop() {
 	}
 }
 
-// observe reacts to the session view: loss arms the fence timer, expiry
-// fences at once, a new session asks for a re-claim, the same session back
-// asks for a resume.
+// observe reacts to the session view: expiry fences at once, a new session
+// asks for a re-claim, the same session back after a fence asks for a
+// resume. A lost connection does not fence: the holder keeps serving up to
+// its durable mark (the generator's ceiling), which a next holder of the
+// slot waits past, so uniqueness does not depend on noticing the loss.
 func (m *manager) observe(v sessionView) {
 	l := m.l
 	l.mu.Lock()
@@ -126,10 +130,13 @@ func (m *manager) observe(v sessionView) {
 		}
 	}
 	if !v.has {
-		if m.mode == StateRegistered && !m.fenceArmed {
-			m.fenceTimer.Reset(max(l.cfg.FenceAfter-time.Since(v.lostAt), 0))
-			m.fenceArmed = true
-			l.log.Warn("ZooKeeper connection lost: fencing if not back in time", zap.Duration("fence_after", l.cfg.FenceAfter))
+		if m.mode == StateRegistered && !m.lossLogged {
+			m.lossLogged = true // logged once per loss
+			l.mu.Lock()
+			hw := l.hw
+			l.mu.Unlock()
+			l.log.Warn("ZooKeeper connection lost: serving SNOWFLAKE up to the durable high-water mark, then refusing until ZooKeeper is back",
+				zap.Int64("high_water_ms", hw), zap.Duration("outage_tolerance", l.cfg.OutageTolerance))
 		}
 		return
 	}
@@ -149,24 +156,9 @@ func (m *manager) observe(v sessionView) {
 }
 
 func (m *manager) disarmFence() {
-	if m.fenceArmed {
-		m.fenceTimer.Stop()
-		m.fenceArmed = false
-	}
+	m.lossLogged = false
 }
 
-// fenceIfStillLost fences the holder when the session has been lost for
-// FenceAfter (rule 1).
-func (m *manager) fenceIfStillLost() {
-	m.fenceArmed = false
-	v, _ := m.l.sess.view()
-	if v.has || m.mode != StateRegistered {
-		return
-	}
-	lost := time.Since(v.lostAt).Round(time.Millisecond)
-	m.fence(fmt.Errorf("%w for %v, more than FenceAfter %v (session timeout %v): not issuing until the slot is confirmed",
-		ErrConnectionLost, lost, m.l.cfg.FenceAfter, m.l.cfg.SessionTimeout))
-}
 
 // startTask starts the most urgent pending task, if none runs.
 func (m *manager) startTask(v sessionView, tick bool) {
@@ -269,6 +261,9 @@ func (m *manager) failed(r taskResult) {
 		return
 	}
 	if errors.Is(r.err, ErrSlotTaken) {
+		// A conditional mark write failed: someone else wrote the slot's
+		// mark. Stop at once and claim a slot again.
+		m.fence(r.err)
 		m.needResume, m.needReclaim = false, true
 	}
 	if m.ctx.Err() != nil {

@@ -17,34 +17,37 @@ import (
 // The settings decide how IDs are laid out, so a node that disagrees with
 // the cluster must not issue any: a difference is ErrMetaMismatch naming
 // the setting and both values.
-func ensureMeta(c ZK, l layout, want Meta, clk clock.Clock, acl []zk.ACL) (Meta, error) {
-	want.CreatedMs = clock.Millis(clk)
+//
+// want.CreatedMs, when set, is kept (a node re-creating the meta after
+// ZooKeeper lost its state keeps the cluster's original creation time);
+// zero means now. ctimeMs is ZooKeeper's creation time of the meta znode.
+func ensureMeta(c ZK, l layout, want Meta, clk clock.Clock, acl []zk.ACL) (m Meta, ctimeMs int64, err error) {
+	if want.CreatedMs == 0 {
+		want.CreatedMs = clock.Millis(clk)
+	}
 	for attempt := 0; attempt < 3; attempt++ {
 		_, err := c.Create(l.meta(), toJSON(newMetaData(want)), 0, acl)
-		if err == nil {
-			return want, nil
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) && !isConnErr(err) {
+			return Meta{}, 0, fmt.Errorf("create cluster meta %s: %w", l.meta(), err)
 		}
-		if !errors.Is(err, zk.ErrNodeExists) && !isConnErr(err) {
-			return Meta{}, fmt.Errorf("create cluster meta %s: %w", l.meta(), err)
-		}
-		// Exists, or the create's outcome is unknown: read what is stored.
-		b, _, gerr := c.Get(l.meta())
+		// Read what is stored (ours, or the cluster's).
+		b, st, gerr := c.Get(l.meta())
 		if errors.Is(gerr, zk.ErrNoNode) || isConnErr(gerr) {
 			continue
 		}
 		if gerr != nil {
-			return Meta{}, fmt.Errorf("read cluster meta %s: %w", l.meta(), gerr)
+			return Meta{}, 0, fmt.Errorf("read cluster meta %s: %w", l.meta(), gerr)
 		}
 		var got metaData
 		if err := json.Unmarshal(b, &got); err != nil {
-			return Meta{}, fmt.Errorf("cluster meta %s is not valid JSON (%q): %w", l.meta(), truncate(b), err)
+			return Meta{}, 0, fmt.Errorf("cluster meta %s is not valid JSON (%q): %w", l.meta(), truncate(b), err)
 		}
 		if err := compareMeta(got.Meta, want, "ZooKeeper"); err != nil {
-			return Meta{}, fmt.Errorf("%w (%s)", err, l.meta())
+			return Meta{}, 0, fmt.Errorf("%w (%s)", err, l.meta())
 		}
-		return got.Meta, nil
+		return got.Meta, st.Ctime, nil
 	}
-	return Meta{}, fmt.Errorf("create or read cluster meta %s: connection kept failing", l.meta())
+	return Meta{}, 0, fmt.Errorf("create or read cluster meta %s: connection kept failing", l.meta())
 }
 
 // compareMeta returns ErrMetaMismatch naming the first setting of have

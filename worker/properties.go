@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -17,13 +18,22 @@ import (
 // mark. Keys workerId, idc, node, highWater and cluster are the contract;
 // epochMs, idcBits, nodeBits and createdMs carry the cluster settings so
 // that a degraded start (ZooKeeper down) lays IDs out as the cluster does.
+//
+// exact=true says highWater is the exact last-used millisecond written by
+// a clean shutdown (the slot can be resumed at once); false, that it is a
+// look-ahead mark (a crash: the slot's last IDs may reach it). mark.<idc>.<node>
+// keys remember the marks of other slots this node used before, so a
+// standalone node, which owns the whole worker space, can move to a slot
+// whose mark has passed after a crash instead of waiting.
 type properties struct {
 	Cluster   string
 	IDC       int
 	Node      int
 	WorkerID  int
 	HighWater int64
-	Meta      Meta // zero when the file predates these keys
+	Exact     bool
+	Meta      Meta             // zero when the file predates these keys
+	Marks     map[[2]int]int64 // (idc, node) -> mark of slots used before
 }
 
 // propertiesPath names the properties file of (app, port, host) in dir.
@@ -76,6 +86,25 @@ func readProperties(path string) (properties, error) {
 	p.Meta.IDCBits = int(num("idcBits", false))
 	p.Meta.NodeBits = int(num("nodeBits", false))
 	p.Meta.CreatedMs = num("createdMs", false)
+	p.Exact = kv["exact"] == "true"
+	for k, v := range kv {
+		rest, ok := strings.CutPrefix(k, "mark.")
+		if !ok {
+			continue
+		}
+		a, b, ok := strings.Cut(rest, ".")
+		idc, err1 := strconv.Atoi(a)
+		node, err2 := strconv.Atoi(b)
+		ms, err3 := strconv.ParseInt(v, 10, 64)
+		if !ok || err1 != nil || err2 != nil || err3 != nil {
+			errs = append(errs, fmt.Errorf("%s=%q is not mark.<idc>.<node>=<ms>", k, v))
+			continue
+		}
+		if p.Marks == nil {
+			p.Marks = map[[2]int]int64{}
+		}
+		p.Marks[[2]int{idc, node}] = ms
+	}
 	if p.Cluster == "" {
 		errs = append(errs, errors.New("missing cluster"))
 	}
@@ -95,6 +124,19 @@ func (p properties) encode() []byte {
 	fmt.Fprintf(&b, "node=%d\n", p.Node)
 	fmt.Fprintf(&b, "workerId=%d\n", p.WorkerID)
 	fmt.Fprintf(&b, "highWater=%d\n", p.HighWater)
+	fmt.Fprintf(&b, "exact=%t\n", p.Exact)
+	keys := make([][2]int, 0, len(p.Marks))
+	for k := range p.Marks {
+		if k != [2]int{p.IDC, p.Node} {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i][0] < keys[j][0] || (keys[i][0] == keys[j][0] && keys[i][1] < keys[j][1])
+	})
+	for _, k := range keys {
+		fmt.Fprintf(&b, "mark.%d.%d=%d\n", k[0], k[1], p.Marks[k])
+	}
 	if p.Meta != (Meta{}) {
 		fmt.Fprintf(&b, "epochMs=%d\n", p.Meta.EpochMs)
 		fmt.Fprintf(&b, "idcBits=%d\n", p.Meta.IDCBits)
@@ -102,6 +144,44 @@ func (p properties) encode() []byte {
 		fmt.Fprintf(&b, "createdMs=%d\n", p.Meta.CreatedMs)
 	}
 	return b.Bytes()
+}
+
+// readAnyProperties reads the properties file at path or, when it does not
+// exist (the host's address or the port changed since it was written: a
+// container restarted with the same data dir and a new IP), the properties
+// file of the same app and cluster in the same directory with the highest
+// mark (and, when idc >= 0, the same IDC). The directory belongs to this
+// node, so any such file records this node's own past. found is false when
+// there is none.
+func readAnyProperties(path, app, cluster string, idc int) (p properties, used string, found bool, err error) {
+	p, err = readProperties(path)
+	if err == nil {
+		return p, path, true, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return properties{}, path, false, err
+	}
+	matches, _ := filepath.Glob(filepath.Join(filepath.Dir(path), app+":*.properties"))
+	for _, m := range matches {
+		q, qerr := readProperties(m)
+		if qerr != nil || q.Cluster != cluster || (idc >= 0 && q.IDC != idc) {
+			continue
+		}
+		if !found || q.HighWater > p.HighWater {
+			p, used, found = q, m, true
+		}
+	}
+	return p, used, found, nil
+}
+
+// allMarks returns every mark p records: the current slot's and the others.
+func (p properties) allMarks() map[[2]int]int64 {
+	out := make(map[[2]int]int64, len(p.Marks)+1)
+	for k, v := range p.Marks {
+		out[k] = v
+	}
+	out[[2]int{p.IDC, p.Node}] = max(out[[2]int{p.IDC, p.Node}], p.HighWater)
+	return out
 }
 
 // writeProperties replaces the properties file at path atomically.

@@ -48,7 +48,9 @@ func Register(ctx context.Context, cfg Config) (*ZKLease, error) {
 		pid:     os.Getpid(),
 		started: cfg.Clock.Now(),
 		done:    make(chan struct{}),
+		extend:  make(chan struct{}, 1),
 		state:   StateNone,
+		token:   newToken(),
 	}
 	cached, hasCache, cacheErr := l.readCache()
 	if cacheErr != nil {
@@ -95,13 +97,24 @@ func (l *ZKLease) startZK(ctx context.Context, cached properties, hasCache bool)
 			return err
 		}
 	}
-	prefer, preferHW := -1, int64(0)
+	// A clean restart resumes its own slot (its exact mark has passed). A
+	// crash restart's cached mark is a look-ahead up to Lead in the
+	// future: it takes the least recently used free slot whose mark has
+	// passed instead, so it serves at once, and its own slot only if
+	// nothing else is free.
+	prefer, preferHW, avoid := -1, int64(0), -1
 	if hasCache && cached.Cluster == l.cfg.Cluster && cached.IDC == l.cfg.IDC && cached.Node < 1<<meta.NodeBits {
-		prefer, preferHW = cached.Node, cached.HighWater
+		if cached.Exact || cached.HighWater < clock.Millis(l.cfg.Clock) {
+			prefer, preferHW = cached.Node, cached.HighWater
+		} else {
+			avoid, preferHW = cached.Node, cached.HighWater
+			l.log.Info("restart after a crash: taking a slot whose mark has passed rather than waiting for the cached one",
+				zap.Int("cached_node", cached.Node), zap.Int64("cached_mark_ms", cached.HighWater))
+		}
 	}
 	sid := l.conn.SessionID()
 	c := l.claimer(meta)
-	node, _, err := l.claimNode(ctx, c, prefer)
+	node, _, err := l.claimNode(ctx, c, prefer, avoid)
 	if err != nil {
 		return err
 	}
@@ -110,10 +123,11 @@ func (l *ZKLease) startZK(ctx context.Context, cached properties, hasCache bool)
 		_ = c.release(node)
 		return err
 	}
-	nb := last.HighWater
-	if node == prefer {
+	nb := max(last.HighWater, l.marklessBound(last))
+	if node == prefer || node == avoid {
 		nb = max(nb, preferHW)
 	}
+	l.setLastVersion(last)
 	s, member, err := l.enterSlot(ctx, c, meta, node, nb, true)
 	if err != nil {
 		return err
@@ -148,10 +162,27 @@ func (l *ZKLease) prepare() (Meta, error) {
 	if err := ensurePath(l.conn, l.l.clusterPath(), l.acl); err != nil {
 		return Meta{}, err
 	}
-	meta, err := ensureMeta(l.conn, l.l, l.cfg.Meta, l.cfg.Clock, l.acl)
+	want := l.cfg.Meta
+	l.mu.Lock()
+	if l.meta.CreatedMs != 0 {
+		// Re-creating the cluster after ZooKeeper lost its state: keep the
+		// original creation time, so the floor is never lowered.
+		want.CreatedMs = l.meta.CreatedMs
+	}
+	l.mu.Unlock()
+	meta, ctime, err := ensureMeta(l.conn, l.l, want, l.cfg.Clock, l.acl)
 	if err != nil {
 		return Meta{}, err
 	}
+	l.mu.Lock()
+	if l.meta.CreatedMs != 0 && meta.CreatedMs != l.meta.CreatedMs {
+		l.log.Error("the cluster's created_ms in ZooKeeper differs from the one this node started with (ZooKeeper lost its state and another node re-created it): keeping this node's floor",
+			zap.Int64("zk_created_ms", meta.CreatedMs), zap.Int64("started_with_ms", l.meta.CreatedMs))
+		l.metaChanged = true
+		meta.CreatedMs = l.meta.CreatedMs
+	}
+	l.metaCtime = ctime
+	l.mu.Unlock()
 	for _, p := range []string{l.l.members(l.cfg.IDC), l.l.slots(l.cfg.IDC), l.l.lastDir(l.cfg.IDC)} {
 		if err := ensurePath(l.conn, p, l.acl); err != nil {
 			return Meta{}, err
@@ -164,9 +195,10 @@ func (l *ZKLease) prepare() (Meta, error) {
 }
 
 // claimNode claims prefer if it is free (or already this session's), else
-// the least recently used free slot. preferOwner is the session holding
-// prefer when it was taken by another node (0 otherwise).
-func (l *ZKLease) claimNode(ctx context.Context, c claimer, prefer int) (node int, preferOwner int64, err error) {
+// the least recently used free slot, taking avoid only when no other slot
+// is free. preferOwner is the session holding prefer when it was taken by
+// another node (0 otherwise).
+func (l *ZKLease) claimNode(ctx context.Context, c claimer, prefer, avoid int) (node int, preferOwner int64, err error) {
 	if prefer >= 0 {
 		ok, owner, err := c.tryClaim(ctx, prefer)
 		if err != nil {
@@ -179,15 +211,51 @@ func (l *ZKLease) claimNode(ctx context.Context, c claimer, prefer int) (node in
 		l.log.Info("cached worker slot is held by another node: taking another",
 			zap.Int("node", prefer), zap.String("holder_session", sessionHex(owner)))
 	}
-	node, err = c.claimLRU(ctx, prefer)
+	skip := prefer
+	if avoid >= 0 {
+		skip = avoid
+	}
+	node, err = c.claimLRU(ctx, skip, l.marklessBound(lastRead{}))
+	if errors.Is(err, ErrNoFreeSlot) && avoid >= 0 {
+		ok, owner, cerr := c.tryClaim(ctx, avoid)
+		if cerr != nil {
+			return 0, 0, cerr
+		}
+		if ok {
+			return avoid, 0, nil
+		}
+		return 0, owner, err
+	}
 	return node, preferOwner, err
 }
 
-// enterSlot makes a claimed slot usable (rule 2): it waits until the clock
-// is past notBefore (refusing with ErrStartWaitTooLong when refuse is set
-// and that is more than MaxStartWait away), records a fresh high-water mark
-// in last/<node> and the properties file, and publishes the member znode.
-// On error the claim is released.
+// marklessBound is the NotBefore of a slot without a mark (last/<node>
+// missing). Marks are lost only with ZooKeeper's state, and a holder from
+// before that loss may still issue up to its mark, at most Lead after the
+// loss. So while the cluster's meta znode is younger than Lead (plus the
+// allowed clock skew), a slot without a mark is taken only past that; an
+// older cluster's unmarked slots are free at once. The cost: a brand-new
+// cluster's first nodes wait one Lead for SNOWFLAKE.
+func (l *ZKLease) marklessBound(r lastRead) int64 {
+	if r.exists {
+		return 0
+	}
+	l.mu.Lock()
+	ctime := l.metaCtime
+	l.mu.Unlock()
+	if ctime == 0 {
+		return 0
+	}
+	return ctime + (l.cfg.Lead() + l.cfg.MaxPeerClockSkew).Milliseconds()
+}
+
+// enterSlot makes a claimed slot usable (rule 2): it records a fresh
+// high-water mark in last/<node> (conditional on the version read when the
+// slot was claimed) and the properties file, and publishes the member
+// znode. It does not wait for the clock to pass notBefore: the slot is
+// handed over with NotBefore and the holder refuses, with the time left,
+// until then. A wait longer than MaxStartWait is refused when refuse is
+// set (the clock is far behind). On error the claim is released.
 func (l *ZKLease) enterSlot(ctx context.Context, c claimer, meta Meta, node int, notBefore int64, refuse bool) (s Slot, member string, err error) {
 	s = Slot{IDC: l.cfg.IDC, Node: node, Worker: meta.Worker(l.cfg.IDC, node), NotBefore: notBefore}
 	defer func() {
@@ -201,11 +269,8 @@ func (l *ZKLease) enterSlot(ctx context.Context, c claimer, meta Meta, node int,
 		}
 		l.log.Error("waiting long for the clock to pass the slot's high-water mark", zap.Error(werr))
 	} else if d := time.Duration(notBefore-clock.Millis(l.cfg.Clock)) * time.Millisecond; d > 0 {
-		l.log.Info("waiting for the clock to pass the slot's high-water mark",
+		l.log.Info("SNOWFLAKE waits for the clock to pass the slot's high-water mark (what earlier holders may have used); other channels serve meanwhile",
 			zap.Int("node", node), zap.Int64("not_before_ms", notBefore), zap.Duration("wait", d))
-	}
-	if err := waitPast(ctx, l.cfg.Clock, notBefore); err != nil {
-		return Slot{}, "", err
 	}
 	hw := l.nextMark(notBefore)
 	if _, err := l.writeLast(s, hw, false); err != nil {
@@ -264,9 +329,6 @@ func (l *ZKLease) startDegraded(ctx context.Context, cached properties, hasCache
 	}
 	s := Slot{IDC: cached.IDC, Node: cached.Node, Worker: meta.Worker(cached.IDC, cached.Node), NotBefore: cached.HighWater}
 	if err := checkWait(l.cfg.Clock, s, l.cfg.MaxStartWait); err != nil {
-		return err
-	}
-	if err := waitPast(ctx, l.cfg.Clock, s.NotBefore); err != nil {
 		return err
 	}
 	hw := l.nextMark(s.NotBefore)

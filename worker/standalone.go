@@ -2,9 +2,7 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
@@ -16,8 +14,12 @@ import (
 // StandaloneConfig configures a lease without ZooKeeper. The zero value of
 // every field but Meta.CreatedMs and Holder is a documented default.
 type StandaloneConfig struct {
-	// IDC and Node choose the slot. -1 means "from the properties file,
-	// else 0". The zero value is slot 0 of IDC 0.
+	// IDC and Node choose the slot. Node -1 lets the lease choose: the
+	// cached slot after a clean shutdown (its exact mark has passed), else,
+	// after a crash, the least recently used node of the IDC whose mark has
+	// passed, so a crash restart serves at once. A fixed Node waits for its
+	// own mark (NotBefore, no sleeping). IDC -1 means "from the properties
+	// file, else 0".
 	IDC  int
 	Node int
 	// Meta is the node's snowflake settings. Zero EpochMs and bit split
@@ -126,24 +128,27 @@ type StandaloneLease struct {
 	log   *zap.Logger
 	props string
 
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
-	err  error
+	stop   chan struct{}
+	done   chan struct{}
+	extend chan struct{} // RequestExtend's poke (buffer 1)
+	once   sync.Once
+	err    error
 
 	mu     sync.Mutex
 	state  State
 	slot   Slot
 	hw     int64
+	marks  map[[2]int]int64 // marks of every slot this node used
 	beatAt time.Time
 }
 
 var _ Lease = (*StandaloneLease)(nil)
 
-// Standalone takes the configured (or cached) slot, waits until the clock
-// is past the slot's cached high-water mark (refusing with
-// ErrStartWaitTooLong beyond MaxStartWait), records a new mark, calls
-// Holder.Acquired and keeps the mark ahead with a heartbeat.
+// Standalone takes the configured (or chosen) slot, records a new mark,
+// calls Holder.Acquired with NotBefore = the slot's cached mark (the holder
+// refuses until the clock passes it; refused here only beyond
+// MaxStartWait) and keeps the mark ahead with a heartbeat. The cache is
+// found even when the host's address changed since it was written.
 func Standalone(cfg StandaloneConfig) (*StandaloneLease, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -153,16 +158,24 @@ func Standalone(cfg StandaloneConfig) (*StandaloneLease, error) {
 		cfg:   cfg,
 		log:   cfg.Logger.With(zap.String("mode", "standalone")),
 		props: propertiesPath(cfg.PropertiesDir, cfg.App, cfg.Port, cfg.Host),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
-		state: StateNone,
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+		extend: make(chan struct{}, 1),
+		state:  StateNone,
 	}
-	cached, err := readProperties(l.props)
-	hasCache := err == nil
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	cached, used, hasCache, err := readAnyProperties(l.props, cfg.App, cfg.Cluster, -1)
+	if err != nil {
 		// The file holds the only record of the slot's mark: guessing
 		// could reissue IDs.
 		return nil, fmt.Errorf("%w: %w", ErrNoCachedSlot, err)
+	}
+	if hasCache && used != l.props {
+		l.log.Info("properties file of another address found: using its slot and marks",
+			zap.String("found", used), zap.String("expected", l.props))
+	}
+	l.marks = map[[2]int]int64{}
+	if hasCache {
+		l.marks = cached.allMarks()
 	}
 	idc, node := cfg.IDC, cfg.Node
 	if idc == -1 {
@@ -172,10 +185,7 @@ func Standalone(cfg StandaloneConfig) (*StandaloneLease, error) {
 		}
 	}
 	if node == -1 {
-		node = 0
-		if hasCache && cached.IDC == idc {
-			node = cached.Node
-		}
+		node = l.chooseNode(cached, hasCache, idc)
 	}
 	if err := validateSlotPart("IDC", idc, cfg.Meta.IDCBits); err != nil {
 		return nil, fmt.Errorf("%w (from %s)", err, l.props)
@@ -183,15 +193,13 @@ func Standalone(cfg StandaloneConfig) (*StandaloneLease, error) {
 	if err := validateSlotPart("Node", node, cfg.Meta.NodeBits); err != nil {
 		return nil, fmt.Errorf("%w (from %s)", err, l.props)
 	}
-	s := Slot{IDC: idc, Node: node, Worker: cfg.Meta.Worker(idc, node)}
-	if hasCache && cached.IDC == idc && cached.Node == node {
-		s.NotBefore = cached.HighWater
-	}
+	s := Slot{IDC: idc, Node: node, Worker: cfg.Meta.Worker(idc, node), NotBefore: l.marks[[2]int{idc, node}]}
 	if err := checkWait(cfg.Clock, s, cfg.MaxStartWait); err != nil {
 		return nil, err
 	}
-	if err := waitPast(context.Background(), cfg.Clock, s.NotBefore); err != nil {
-		return nil, err
+	if d := time.Duration(s.NotBefore-clock.Millis(cfg.Clock)) * time.Millisecond; d > 0 {
+		l.log.Info("SNOWFLAKE waits for the clock to pass the slot's cached high-water mark; other channels serve meanwhile",
+			zap.Int("node", node), zap.Int64("not_before_ms", s.NotBefore), zap.Duration("wait", d))
 	}
 	hw := l.nextMark(s.NotBefore)
 	if err := l.write(s, hw); err != nil {
@@ -231,6 +239,46 @@ func (l *StandaloneLease) Status() Status {
 	return Status{State: l.state, Slot: l.slot, HasSlot: l.state == StateRegistered, HighWater: l.hw, LastHeartbeat: l.beatAt}
 }
 
+// chooseNode picks the node of a lease with Node -1: the cached one after a
+// clean shutdown or once its mark has passed; after a crash (cached mark a
+// look-ahead still in the future) the least recently used node of idc
+// whose mark has passed, never-used nodes first. A standalone node owns
+// the whole worker space, so moving costs nothing.
+func (l *StandaloneLease) chooseNode(cached properties, hasCache bool, idc int) int {
+	if !hasCache {
+		return 0
+	}
+	now := clock.Millis(l.cfg.Clock)
+	if cached.IDC == idc && (cached.Exact || cached.HighWater < now) {
+		return cached.Node
+	}
+	best, bestMark := -1, int64(0)
+	for n := 0; n < 1<<l.cfg.Meta.NodeBits; n++ {
+		m := l.marks[[2]int{idc, n}]
+		if m >= now {
+			continue
+		}
+		if best < 0 || m < bestMark {
+			best, bestMark = n, m
+		}
+	}
+	if best < 0 {
+		return cached.Node // every node's mark is ahead: wait for the cached one
+	}
+	l.log.Info("restart after a crash: moving to a slot whose mark has passed instead of waiting for the cached one",
+		zap.Int("cached_node", cached.Node), zap.Int64("cached_mark_ms", cached.HighWater), zap.Int("node", best))
+	return best
+}
+
+// RequestExtend writes the next mark now instead of at the next heartbeat.
+// It does not block; requests coalesce.
+func (l *StandaloneLease) RequestExtend() {
+	select {
+	case l.extend <- struct{}{}:
+	default:
+	}
+}
+
 // Close stops the heartbeat, fences the holder and writes its exact last
 // used millisecond as the cached high-water mark.
 func (l *StandaloneLease) Close(ctx context.Context) error {
@@ -243,7 +291,7 @@ func (l *StandaloneLease) Close(ctx context.Context) error {
 		l.mu.Unlock()
 		l.cfg.Holder.Fenced(fmt.Errorf("%w: shutting down", ErrClosed))
 		exact := max(l.cfg.Holder.LastUsed(), s.NotBefore)
-		l.err = l.write(s, exact)
+		l.err = l.writeExact(s, exact, true)
 		l.log.Info("worker lease closed (standalone)", zap.Int("worker", s.Worker), zap.Int64("last_used_ms", exact))
 	})
 	return l.err
@@ -259,6 +307,7 @@ func (l *StandaloneLease) run() {
 		case <-l.stop:
 			return
 		case <-t.C:
+		case <-l.extend:
 		}
 		l.mu.Lock()
 		s := l.slot
@@ -282,9 +331,24 @@ func (l *StandaloneLease) nextMark(notBefore int64) int64 {
 	return max(ahead, l.hw, notBefore+1)
 }
 
-func (l *StandaloneLease) write(s Slot, hw int64) error {
+func (l *StandaloneLease) write(s Slot, hw int64) error { return l.writeExact(s, hw, false) }
+
+// writeExact records the slot's mark (exact on a clean shutdown) and the
+// marks of the other slots this node used.
+func (l *StandaloneLease) writeExact(s Slot, hw int64, exact bool) error {
+	l.mu.Lock()
+	l.marks[[2]int{s.IDC, s.Node}] = max(l.marks[[2]int{s.IDC, s.Node}], hw)
+	if exact {
+		l.marks[[2]int{s.IDC, s.Node}] = hw
+	}
+	marks := make(map[[2]int]int64, len(l.marks))
+	for k, v := range l.marks {
+		marks[k] = v
+	}
+	l.mu.Unlock()
 	err := writeProperties(l.props, properties{
-		Cluster: l.cfg.Cluster, IDC: s.IDC, Node: s.Node, WorkerID: s.Worker, HighWater: hw, Meta: l.cfg.Meta,
+		Cluster: l.cfg.Cluster, IDC: s.IDC, Node: s.Node, WorkerID: s.Worker, HighWater: hw, Exact: exact, Meta: l.cfg.Meta,
+		Marks: marks,
 	})
 	if err != nil {
 		return fmt.Errorf("properties file %s: %w", l.props, err)

@@ -38,9 +38,10 @@ func (l *ZKLease) heartbeat(s Slot, meta Meta, toZK bool) taskResult {
 	return r
 }
 
-// resume re-acquires the slot after the connection came back within the
-// session: the slot claim must still be this session's, and (rule 2) the
-// clock must pass the last mark written before the holder issues again.
+// resume re-acquires the slot after it was fenced within the same session:
+// the slot claim must still be this session's, so nobody else issued under
+// it and the holder continues above what it issued itself. The next mark
+// is written conditionally, which proves it.
 func (l *ZKLease) resume(ctx context.Context, s Slot, meta Meta, sid int64) taskResult {
 	r := taskResult{kind: taskResume, sid: sid}
 	ok, st, err := l.conn.Exists(l.l.slot(s.IDC, s.Node))
@@ -52,13 +53,7 @@ func (l *ZKLease) resume(ctx context.Context, s Slot, meta Meta, sid int64) task
 		r.err = fmt.Errorf("%w: slot claim %s is no longer this session's", ErrSlotTaken, l.l.slot(s.IDC, s.Node))
 		return r
 	}
-	l.mu.Lock()
-	s.NotBefore = l.hw
-	l.mu.Unlock()
-	if err := waitPast(ctx, l.cfg.Clock, s.NotBefore); err != nil {
-		r.err = err
-		return r
-	}
+	s.NotBefore = max(s.NotBefore, l.cfg.Holder.LastUsed())
 	hw := l.nextMark(s.NotBefore)
 	if _, err := l.writeLast(s, hw, false); err != nil {
 		r.err = fmt.Errorf("resume: %w", err)
@@ -104,7 +99,7 @@ func (l *ZKLease) reclaim(ctx context.Context, degraded bool, s Slot, sid int64,
 			l.log.Warn("slot held before the session expired is another node's now: taking another",
 				zap.Int("node", s.Node), zap.String("holder_session", sessionHex(owner)))
 		}
-		if node, err = c.claimLRU(ctx, s.Node); err != nil {
+		if node, err = c.claimLRU(ctx, s.Node, l.marklessBound(lastRead{})); err != nil {
 			r.err = err
 			return r
 		}
@@ -118,12 +113,20 @@ func (l *ZKLease) reclaim(ctx context.Context, degraded bool, s Slot, sid int64,
 		return r
 	}
 	zkHW := last.HighWater
-	nb := zkHW
-	if node == s.Node {
+	mine := last.Token == l.token || (last.Host == l.cfg.Host && last.Port == l.cfg.Port && last.PID == l.pid)
+	nb := max(zkHW, l.marklessBound(last))
+	switch {
+	case node == s.Node && !degraded && (!last.exists || mine):
+		// Our own slot again after the session expired, and nobody wrote
+		// its mark since us (or ZooKeeper lost it, and nobody claimed it
+		// after the loss, or they would have written one): only this
+		// process issued under it, so continue above what it issued.
+		nb = max(l.cfg.Holder.LastUsed(), s.NotBefore)
+	case node == s.Node:
 		nb = max(nb, ourHW)
 	}
+	l.setLastVersion(last)
 	if degraded && node == s.Node {
-		mine := last.Host == l.cfg.Host && last.Port == l.cfg.Port && last.PID == l.pid
 		if mine || zkHW <= s.NotBefore {
 			// Nobody used the slot beyond what the degraded start waited
 			// past: keep serving without interruption.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
@@ -27,6 +26,7 @@ type ZKLease struct {
 
 	cancel context.CancelFunc // stops the manager
 	done   chan struct{}      // closed when the manager has exited
+	extend chan struct{}      // RequestExtend's poke (buffer 1)
 	once   sync.Once
 	err    error // Close's result
 
@@ -45,6 +45,15 @@ type ZKLease struct {
 	beatAt      time.Time
 	offset      time.Duration
 	offsetKnown bool
+	// lastVer is the version of last/<node> after this lease's last
+	// write (or the read it claimed the slot at); every mark write is
+	// conditional on it (rule 1). lastExists is false when the slot had
+	// no mark: the first write creates it, and fails if someone else did.
+	lastVer    int32
+	lastExists bool
+	token       string // identifies this lease's writes in lastData
+	metaCtime   int64  // ZooKeeper's creation time of the meta znode (ms)
+	metaChanged bool   // ZooKeeper's created_ms differs from the one started with
 }
 
 var _ Lease = (*ZKLease)(nil)
@@ -155,7 +164,7 @@ func (l *ZKLease) close(ctx context.Context) error {
 				errs = append(errs, err)
 			}
 		}
-		if err := l.writeProps(s, m, exact); err != nil {
+		if err := l.writePropsExact(s, m, exact, true); err != nil {
 			errs = append(errs, err)
 		}
 		l.log.Info("worker lease closed", zap.Int("idc", s.IDC), zap.Int("node", s.Node),
@@ -208,12 +217,12 @@ func (l *ZKLease) claimer(m Meta) claimer {
 	}
 }
 
-// nextMark returns the high-water mark a heartbeat writes now: far enough
-// ahead to cover the interval until the next write plus a margin, and
-// never below a mark already written or the slot's NotBefore (a backward
-// clock step must not lower the recorded mark).
+// nextMark returns the high-water mark a heartbeat writes now: Lead ahead
+// (the interval until the next write, the outage it must ride out and a
+// margin), and never below a mark already written or the slot's NotBefore
+// (a backward clock step must not lower the recorded mark).
 func (l *ZKLease) nextMark(notBefore int64) int64 {
-	ahead := l.cfg.Clock.Now().Add(l.cfg.HeartbeatInterval + l.cfg.HighWaterMargin).UnixMilli()
+	ahead := l.cfg.Clock.Now().Add(l.cfg.Lead()).UnixMilli()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return max(ahead, l.hw, notBefore+1)
@@ -226,32 +235,89 @@ func (l *ZKLease) raiseMark(hw int64) {
 	l.mu.Unlock()
 }
 
-// writeLast writes hw to last/<node>, creating it on first use.
+// setLastVersion records the version of last/<node> the next write is
+// conditional on (exists false: the next write creates it).
+func (l *ZKLease) setLastVersion(r lastRead) {
+	l.mu.Lock()
+	l.lastVer, l.lastExists = r.version, r.exists
+	l.mu.Unlock()
+}
+
+// writeLast writes hw to last/<node>, conditional on the version this lease
+// last saw (rule 1): a write queued under an expired session that lands
+// after the slot's next holder wrote its mark fails instead of lowering
+// that mark. A conflict is ErrSlotTaken, unless the znode holds this
+// lease's own write (a reply lost on a dropped connection), which is
+// adopted and the write retried once.
 func (l *ZKLease) writeLast(s Slot, hw int64, exact bool) (*zk.Stat, error) {
 	path := l.l.last(s.IDC, s.Node)
 	data := toJSON(lastData{
 		HighWater: hw, HighWaterAt: rfc3339(hw), Exact: exact,
 		WrittenAtMs: l.cfg.Clock.Now().UnixMilli(),
-		Host:        l.cfg.Host, Port: l.cfg.Port, PID: l.pid, Session: sessionHex(l.conn.SessionID()),
+		Host:        l.cfg.Host, Port: l.cfg.Port, PID: l.pid, Session: sessionHex(l.conn.SessionID()), Token: l.token,
 	})
-	st, err := l.conn.Set(path, data, -1)
-	if errors.Is(err, zk.ErrNoNode) {
-		if _, err = l.conn.Create(path, data, 0, l.acl); errors.Is(err, zk.ErrNodeExists) {
-			st, err = l.conn.Set(path, data, -1)
-		} else if err == nil {
+	for attempt := 0; ; attempt++ {
+		l.mu.Lock()
+		ver, exists := l.lastVer, l.lastExists
+		l.mu.Unlock()
+		var st *zk.Stat
+		var err error
+		if exists {
+			st, err = l.conn.Set(path, data, ver)
+		} else if _, err = l.conn.Create(path, data, 0, l.acl); err == nil {
 			_, st, err = l.conn.Exists(path)
 		}
+		if err == nil && st != nil {
+			l.setLastVersion(lastRead{exists: true, version: st.Version})
+			return st, nil
+		}
+		conflict := errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNodeExists) || (exists && errors.Is(err, zk.ErrNoNode))
+		if !conflict {
+			return nil, fmt.Errorf("write %s: %w", path, err)
+		}
+		if attempt == 0 && l.adoptOwnWrite(path) {
+			continue
+		}
+		return nil, fmt.Errorf("%w: %s changed since this node's last mark (%v): another holder took the slot, or ZooKeeper lost it",
+			ErrSlotTaken, path, err)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("write %s: %w", path, err)
-	}
-	return st, nil
 }
 
-// writeProps caches the slot and mark in the properties file.
+// adoptOwnWrite reads last/<node> and, if this lease wrote what is there,
+// takes its version as the one to write on.
+func (l *ZKLease) adoptOwnWrite(path string) bool {
+	b, st, err := l.conn.Get(path)
+	if err != nil {
+		return false
+	}
+	d, err := decodeLast(b)
+	if err != nil || d.Token == "" || d.Token != l.token {
+		return false
+	}
+	l.setLastVersion(lastRead{exists: true, version: st.Version})
+	return true
+}
+
+// RequestExtend asks the lease to write the next high-water mark now
+// instead of at the next heartbeat (the holder's clock is near or past the
+// mark). It does not block; requests coalesce.
+func (l *ZKLease) RequestExtend() {
+	select {
+	case l.extend <- struct{}{}:
+	default:
+	}
+}
+
+// writeProps caches the slot and its look-ahead mark in the properties file.
 func (l *ZKLease) writeProps(s Slot, m Meta, hw int64) error {
+	return l.writePropsExact(s, m, hw, false)
+}
+
+// writePropsExact caches the slot and mark; exact marks a clean shutdown's
+// exact last-used millisecond.
+func (l *ZKLease) writePropsExact(s Slot, m Meta, hw int64, exact bool) error {
 	err := writeProperties(l.props, properties{
-		Cluster: l.cfg.Cluster, IDC: s.IDC, Node: s.Node, WorkerID: s.Worker, HighWater: hw, Meta: m,
+		Cluster: l.cfg.Cluster, IDC: s.IDC, Node: s.Node, WorkerID: s.Worker, HighWater: hw, Exact: exact, Meta: m,
 	})
 	if err != nil {
 		return fmt.Errorf("properties file %s: %w", l.props, err)
@@ -259,14 +325,17 @@ func (l *ZKLease) writeProps(s Slot, m Meta, hw int64) error {
 	return nil
 }
 
-// readCache reads the properties file; a missing file is not an error.
+// readCache reads the properties file, or another one of this app and
+// cluster in the same directory when the host's address changed; nothing
+// found is not an error.
 func (l *ZKLease) readCache() (properties, bool, error) {
-	p, err := readProperties(l.props)
-	if errors.Is(err, os.ErrNotExist) {
-		return properties{}, false, nil
-	}
+	p, used, found, err := readAnyProperties(l.props, l.cfg.App, l.cfg.Cluster, l.cfg.IDC)
 	if err != nil {
 		return properties{}, false, err
 	}
-	return p, true, nil
+	if found && used != l.props {
+		l.log.Info("properties file of another address found: using its cached slot and mark",
+			zap.String("found", used), zap.String("expected", l.props))
+	}
+	return p, found, nil
 }

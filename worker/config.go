@@ -15,19 +15,19 @@ import (
 
 // Defaults of Config and StandaloneConfig. A zero field means its default.
 const (
-	DefaultRoot             = "/idgen"
-	DefaultCluster          = "default"
-	DefaultApp              = "idgen"
-	DefaultPort             = 8888
-	DefaultPropertiesDir    = "./data"
-	DefaultSessionTimeout   = 10 * time.Second
-	DefaultHighWaterMargin  = 2 * time.Second
-	DefaultOutageTolerance  = 30 * time.Second
+	DefaultRoot            = "/idgen"
+	DefaultCluster         = "default"
+	DefaultApp             = "idgen"
+	DefaultPort            = 8888
+	DefaultPropertiesDir   = "./data"
+	DefaultSessionTimeout  = 10 * time.Second
+	DefaultHighWaterMargin = 2 * time.Second
+	DefaultOutageTolerance = 30 * time.Second
 	// DefaultMaxStartWait bounds the wait for a slot's mark that a node
 	// accepts at start; it covers the lead of a ZooKeeper mark
 	// (heartbeat + outage tolerance + margin) with room to spare, so only a
 	// clock far behind its peers is refused.
-	DefaultMaxStartWait = DefaultOutageTolerance + 20*time.Second
+	DefaultMaxStartWait     = DefaultOutageTolerance + 20*time.Second
 	DefaultMaxPeerClockSkew = time.Second
 	DefaultPeerClockTimeout = 500 * time.Millisecond
 	DefaultIDCBits          = 2

@@ -159,7 +159,6 @@ func (m *manager) disarmFence() {
 	m.lossLogged = false
 }
 
-
 // startTask starts the most urgent pending task, if none runs.
 func (m *manager) startTask(v sessionView, tick bool) {
 	if m.busy || m.broken != nil {

@@ -155,9 +155,9 @@ func Standalone(cfg StandaloneConfig) (*StandaloneLease, error) {
 	}
 	cfg = cfg.withDefaults()
 	l := &StandaloneLease{
-		cfg:   cfg,
-		log:   cfg.Logger.With(zap.String("mode", "standalone")),
-		props: propertiesPath(cfg.PropertiesDir, cfg.App, cfg.Port, cfg.Host),
+		cfg:    cfg,
+		log:    cfg.Logger.With(zap.String("mode", "standalone")),
+		props:  propertiesPath(cfg.PropertiesDir, cfg.App, cfg.Port, cfg.Host),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 		extend: make(chan struct{}, 1),

@@ -49,8 +49,8 @@ type ZKLease struct {
 	// write (or the read it claimed the slot at); every mark write is
 	// conditional on it (rule 1). lastExists is false when the slot had
 	// no mark: the first write creates it, and fails if someone else did.
-	lastVer    int32
-	lastExists bool
+	lastVer     int32
+	lastExists  bool
 	token       string // identifies this lease's writes in lastData
 	metaCtime   int64  // ZooKeeper's creation time of the meta znode (ms)
 	metaChanged bool   // ZooKeeper's created_ms differs from the one started with

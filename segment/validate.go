@@ -2,6 +2,7 @@ package segment
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -144,6 +145,12 @@ func NormalizeOrderedRequest(req OrderedRequest) (OrderedRequest, error) {
 	}
 	if req.StartNum < 1 {
 		return req, fmt.Errorf("%w: start_num %d must be >= 1", ErrInvalid, req.StartNum)
+	}
+	// A key's first reservation ends at StartNum-1+Count; computed past
+	// 2^63-1 it would wrap negative (and a store would then refuse the key
+	// forever with a confusing error). Such a key has no room: say so.
+	if req.StartNum-1 > math.MaxInt64-req.Count {
+		return req, fmt.Errorf("%w: start_num %d plus count %d passes 2^63-1: this business has no room for the request; lower start_num", ErrExhausted, req.StartNum, req.Count)
 	}
 	return req, nil
 }

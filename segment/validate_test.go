@@ -2,6 +2,7 @@ package segment_test
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -60,5 +61,26 @@ func TestApplyBizUpdate(t *testing.T) {
 	zero := int64(0)
 	if _, err := segment.ApplyBizUpdate(b, segment.BizUpdate{Step: &zero}, now); !errors.Is(err, segment.ErrInvalid) {
 		t.Fatalf("step 0 update: %v, want ErrInvalid", err)
+	}
+}
+
+// TestNormalizeOrderedRequestNoWrap: a start number so high that the first
+// reservation would pass 2^63-1 is EXHAUSTED, never a wrapped negative
+// number (issue 9, item 10).
+func TestNormalizeOrderedRequestNoWrap(t *testing.T) {
+	for _, tc := range []struct {
+		start, count int64
+		want         error
+	}{
+		{math.MaxInt64, 1, nil},
+		{math.MaxInt64, 2, segment.ErrExhausted},
+		{math.MaxInt64 - 99, 100, nil},
+		{math.MaxInt64 - 99, 101, segment.ErrExhausted},
+		{1, segment.MaxStep, nil},
+	} {
+		_, err := segment.NormalizeOrderedRequest(segment.OrderedRequest{Biz: "b", SubKey: "k", StartNum: tc.start, Count: tc.count})
+		if !errors.Is(err, tc.want) && (tc.want != nil || err != nil) {
+			t.Errorf("start %d count %d: %v; want %v", tc.start, tc.count, err, tc.want)
+		}
 	}
 }

@@ -1,16 +1,11 @@
 package worker
 
 import (
-	"context"
 	"fmt"
 	"time"
 
 	"github.com/idgen/idgen/clock"
 )
-
-// maxWaitStep bounds one sleep of waitPast so that cancellation is seen
-// promptly and a clock stepped forward ends the wait early.
-const maxWaitStep = 50 * time.Millisecond
 
 // checkWait enforces rule 2's refusal: taking a slot whose high-water mark
 // notBefore lies more than max ahead of the clock is refused, with the
@@ -23,20 +18,4 @@ func checkWait(clk clock.Clock, s Slot, max time.Duration) error {
 			ErrStartWaitTooLong, s.IDC, s.Node, s.Worker, s.NotBefore, rfc3339(s.NotBefore), now, rfc3339(now), wait, max)
 	}
 	return nil
-}
-
-// waitPast blocks until clk reads a millisecond above notBefore (rule 2: no
-// timestamp a previous holder may have used is issued again), or ctx ends.
-func waitPast(ctx context.Context, clk clock.Clock, notBefore int64) error {
-	for {
-		now := clock.Millis(clk)
-		if now > notBefore {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("waiting for the clock to pass the high-water mark %d (now %d): %w", notBefore, now, err)
-		}
-		d := time.Duration(notBefore-now+1) * time.Millisecond
-		clock.Sleep(clk, min(d, maxWaitStep))
-	}
 }

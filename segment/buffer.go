@@ -38,6 +38,14 @@ type bizBuffer struct {
 
 	loading  bool          // one load in flight at most
 	loadDone chan struct{} // closed when the in-flight load ends
+	biz      Biz           // settings of the latest request (for loads started by a hand-off)
+
+	// queue holds the requests waiting for a load, in arrival order. A
+	// finished load hands its numbers to them head first (waitQueue), so
+	// waiters are served in order and do not race each other for a small
+	// segment; while the queue is non-empty a load is in flight and new
+	// requests queue behind it.
+	queue []*waiter
 
 	lastErr   error         // error of the last load, nil after a success
 	retryAt   time.Time     // no load before this after a failure
@@ -163,4 +171,58 @@ func (b *bizBuffer) stats() BizStats {
 		Regressions: b.regressions, Waits: b.waits, LastLoadDuration: b.lastLoadDur,
 		Exhausted: b.exhausted != nil,
 	}
+}
+
+// waiter is one request waiting in a business's queue.
+type waiter struct {
+	need int64
+	out  []Range
+	err  error
+	done chan struct{} // closed when served (need == 0) or failed (err != nil)
+}
+
+// queued is what the waiting requests still need in all (b.mu held).
+func (b *bizBuffer) queued() int64 {
+	var n int64
+	for _, w := range b.queue {
+		n += w.need
+	}
+	return n
+}
+
+// serveQueue hands buffered numbers to the waiters in arrival order and
+// stops at the first one it cannot serve whole (b.mu held).
+func (b *bizBuffer) serveQueue() {
+	for len(b.queue) > 0 {
+		w := b.queue[0]
+		w.need, w.out = b.take(w.need, w.out)
+		if w.need > 0 {
+			return
+		}
+		close(w.done)
+		b.queue[0] = nil
+		b.queue = b.queue[1:]
+	}
+}
+
+// failQueue ends every waiting request with err (b.mu held); numbers a
+// waiter already held are dropped: a gap, never a duplicate.
+func (b *bizBuffer) failQueue(err error) {
+	for _, w := range b.queue {
+		w.err = err
+		close(w.done)
+	}
+	b.queue = nil
+}
+
+// leave removes w from the queue (its caller gave up) unless it was served
+// or failed meanwhile; it reports whether w was still waiting (b.mu held).
+func (b *bizBuffer) leave(w *waiter) bool {
+	for i, q := range b.queue {
+		if q == w {
+			b.queue = append(b.queue[:i], b.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
 }

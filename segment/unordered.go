@@ -33,7 +33,10 @@ type UnorderedConfig struct {
 	// twice as long (default 15m).
 	SegmentDuration time.Duration
 	// MaxStep caps the adaptive step (default and upper bound: MaxStep).
-	// A business whose configured step is larger uses its own step.
+	// A business whose configured step is larger uses its own step, and a
+	// load is never smaller than the demand already waiting for it (the
+	// largest batch seen, or the sum of the queued requests): a cap below
+	// that would only make callers queue for several loads.
 	MaxStep int64
 	// Floor is an exclusive upper bound for the numbers handed out (0: no
 	// bound). These segments also serve the SNOWFLAKE fallback, so they
@@ -154,39 +157,59 @@ func (u *Unordered) Take(ctx context.Context, biz Biz, n int64) ([]Range, error)
 	b := u.buffer(biz.Name)
 	var out []Range
 	need := n
-	waited := false
 
 	b.mu.Lock()
 	b.maxBatch = max(b.maxBatch, n)
-	for {
+	b.biz = biz
+	if len(b.queue) == 0 { // nobody waits before us: serve from memory
 		need, out = b.take(need, out)
-		if b.wantsLoad(need, lowWater(biz)) && !u.clock.Now().Before(b.retryAt) {
-			want := max(0, need-b.cur.remaining())
-			u.startLoad(b, biz, want)
-		}
-		if need == 0 {
-			b.mu.Unlock()
-			return out, nil
-		}
-		if err := u.cannotWait(b); err != nil {
-			b.mu.Unlock()
-			return nil, err
-		}
-		done := b.loadDone
-		if !waited {
-			b.waits++
-			waited = true
+	}
+	if need == 0 {
+		if b.wantsLoad(0, lowWater(biz)) && !u.clock.Now().Before(b.retryAt) {
+			u.startLoad(b, biz, 0) // prefetch at the low-water mark
 		}
 		b.mu.Unlock()
-		select {
-		case <-done:
-		case <-ctx.Done():
+		return out, nil
+	}
+	// Wait in line for a load. The load asks for what every waiter needs,
+	// so one finished load serves the whole queue in arrival order.
+	w := &waiter{need: need, out: out, done: make(chan struct{})}
+	b.queue = append(b.queue, w)
+	b.waits++
+	if !b.loading && b.exhausted == nil && !u.clock.Now().Before(b.retryAt) {
+		u.startLoad(b, biz, u.loadWant(b))
+	}
+	if !b.loading {
+		err := u.cannotWait(b)
+		b.leave(w)
+		b.mu.Unlock()
+		return nil, err
+	}
+	b.mu.Unlock()
+
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		b.mu.Lock()
+		left := b.leave(w)
+		b.mu.Unlock()
+		if left {
 			// Numbers already taken for this request are dropped: a gap,
 			// never a duplicate.
 			return nil, fmt.Errorf("segment: biz %q: waiting for a segment: %w: %w", biz.Name, ErrUnavailable, ctx.Err())
 		}
-		b.mu.Lock()
+		<-w.done // served or failed meanwhile: answer with that
 	}
+	if w.err != nil {
+		return nil, w.err
+	}
+	return w.out, nil
+}
+
+// loadWant is what the next load must cover beyond the buffers: what the
+// waiting requests need, less what is buffered (b.mu held).
+func (u *Unordered) loadWant(b *bizBuffer) int64 {
+	return min(max(0, b.queued()-b.cur.remaining()-b.nxt.remaining()), MaxStep)
 }
 
 // cannotWait returns the error for a request that needs a load when none
@@ -301,6 +324,23 @@ func (u *Unordered) load(b *bizBuffer, step int64, done chan struct{}) {
 	b.mu.Lock()
 	b.loading = false
 	close(done)
+	// Hand the numbers to the waiting requests in arrival order; if some
+	// still wait (the segment was smaller than the queue), load again at
+	// once, for all of them.
+	if err != nil {
+		b.failQueue(requestError(b.name, err))
+	} else {
+		b.serveQueue()
+		switch {
+		case len(b.queue) > 0:
+			u.startLoad(b, b.biz, u.loadWant(b))
+			if !b.loading {
+				b.failQueue(u.cannotWait(b))
+			}
+		case b.wantsLoad(0, lowWater(b.biz)) && !u.clock.Now().Before(b.retryAt):
+			u.startLoad(b, b.biz, 0) // prefetch, as a request would have
+		}
+	}
 	b.mu.Unlock()
 }
 

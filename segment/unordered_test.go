@@ -511,3 +511,80 @@ func TestUnorderedClose(t *testing.T) {
 		t.Fatalf("Take after Close: %v, want ErrUnavailable", err)
 	}
 }
+
+// countingGate is a gatedStore that counts reservations and the steps
+// asked for.
+type countingGate struct {
+	gatedStore
+	mu    sync.Mutex
+	steps []int64
+}
+
+func (g *countingGate) ReserveSegment(ctx context.Context, biz string, step int64) (segment.Range, error) {
+	g.mu.Lock()
+	g.steps = append(g.steps, step)
+	g.mu.Unlock()
+	return g.gatedStore.ReserveSegment(ctx, biz, step)
+}
+
+// TestUnorderedWaitersServedInArrivalOrder: with the step pinned at 1, the
+// requests queued behind a load are served in arrival order by the next
+// load, which asks for all of them at once; no herd races for one-ID
+// segments (issue 10, refill hand-off).
+func TestUnorderedWaitersServedInArrivalOrder(t *testing.T) {
+	ms := memstore.New()
+	biz := mustCreate(t, ms, segment.Biz{Name: "fifo", Step: 1})
+	g := &countingGate{gatedStore: gatedStore{Store: ms, gate: make(chan struct{})}}
+	u := newUnordered(t, segment.UnorderedConfig{Store: g, MaxStep: 1})
+
+	const n = 40
+	type result struct {
+		i   int
+		rs  []segment.Range
+		err error
+	}
+	results := make(chan result, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			rs, err := u.Take(ctx, biz, 1)
+			results <- result{i, rs, err}
+		}()
+		// Enqueue one at a time so that arrival order is known.
+		testWaitFor(t, func() bool { return statsOf(u, biz.Name).Waits == uint64(i+1) })
+	}
+	close(g.gate)
+	got := make([]int64, n)
+	for range n {
+		r := <-results
+		if r.err != nil || len(r.rs) != 1 || r.rs[0].Len() != 1 {
+			t.Fatalf("waiter %d: %v %v", r.i, r.rs, r.err)
+		}
+		got[r.i] = r.rs[0].First
+	}
+	for i := 1; i < n; i++ {
+		if got[i] <= got[i-1] {
+			t.Fatalf("waiter %d got %d, not above waiter %d's %d: not served in arrival order (%v)", i, got[i], i-1, got[i-1], got)
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	// The first load was asked for the first waiter alone; the one after
+	// it covers the rest of the queue.
+	if len(g.steps) > 3 || g.steps[1] < n-1 {
+		t.Fatalf("loads asked for %v; want the second load to cover the %d queued waiters", g.steps, n-1)
+	}
+}
+
+// testWaitFor polls cond (state, not time: the bound only ends a hang).
+func testWaitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

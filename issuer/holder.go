@@ -2,9 +2,11 @@ package issuer
 
 import (
 	"errors"
+	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/idgen/idgen/clock"
 	"github.com/idgen/idgen/snowflake"
 	"github.com/idgen/idgen/worker"
 )
@@ -41,6 +43,14 @@ func (is *Issuer) Acquired(s worker.Slot) {
 	is.gen.Store(g)
 	is.log.Info("snowflake generator ready", zap.Int("worker", g.Worker()), zap.Int("idc", s.IDC), zap.Int("node", s.Node),
 		zap.Int64("not_before_ms", g.NotBefore()), zap.Int64("high_water_ms", s.HighWater))
+	if wait := g.NotBefore() - clock.Millis(is.cfg.Guard.Clock()); wait >= 0 {
+		// Rule 2: the slot's earlier holders may have used timestamps up
+		// to NotBefore. Meanwhile SNOWFLAKE answers WORKER_UNAVAILABLE with
+		// the time left (or falls back); the other channels serve.
+		is.log.Info("snowflake waits until the clock passes the slot's high-water mark",
+			zap.Int("worker", g.Worker()), zap.Int64("not_before_ms", g.NotBefore()),
+			zap.Duration("wait", time.Duration(wait+1)*time.Millisecond))
+	}
 }
 
 // createdMs is the cluster creation time behind Config.Floor.

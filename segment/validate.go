@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unicode/utf8"
 )
 
 // Limits shared by every Store and processor, so that a business or request
@@ -41,8 +42,11 @@ func ValidateBizName(name string) error {
 		if alnum || i > 0 && (c == '_' || c == '.' || c == ':' || c == '-') {
 			continue
 		}
-		return fmt.Errorf("%w: biz name %q: character %q at %d not allowed (want [A-Za-z0-9][A-Za-z0-9_.:-]*)",
-			ErrInvalid, name, c, i)
+		// Name the whole character, not its first byte: a UTF-8 name is
+		// reported as 'é', never as 'Ã'. i is a byte offset.
+		r, _ := utf8.DecodeRuneInString(name[i:])
+		return fmt.Errorf("%w: biz name %q: character %q at byte %d not allowed (want [A-Za-z0-9][A-Za-z0-9_.:-]*, ASCII only)",
+			ErrInvalid, name, r, i)
 	}
 	return nil
 }

@@ -84,3 +84,12 @@ func TestNormalizeOrderedRequestNoWrap(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateBizNameNamesUTF8Character: the refusal names the character
+// as the caller wrote it (issue 11: 'é' was reported as 'Ã').
+func TestValidateBizNameNamesUTF8Character(t *testing.T) {
+	err := segment.ValidateBizName("commande-é")
+	if err == nil || !strings.Contains(err.Error(), "'é' at byte 9") {
+		t.Fatalf("got %v; want the character 'é' at byte 9 named", err)
+	}
+}

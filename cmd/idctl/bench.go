@@ -14,7 +14,6 @@ import (
 	"github.com/cloudwego/kitex/client"
 	"github.com/cloudwego/kitex/pkg/connpool"
 	"github.com/cloudwego/kitex/pkg/kerrors"
-	"github.com/cloudwego/kitex/pkg/klog"
 	"github.com/cloudwego/kitex/transport"
 
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
@@ -46,9 +45,9 @@ const (
 	maxBenchCount        = 1 << 20 // the server refuses more than its max_batch anyway
 )
 
-const benchUsage = `usage: idctl bench --addr HOST:PORT --biz NAME [flags]
+const benchSynopsis = "idctl bench --addr HOST:PORT --biz NAME [--duration D | --requests N] [flags]"
 
-Drives one idgen node with a bounded load: --concurrency callers on one
+const benchAbout = `Drives one idgen node with a bounded load: --concurrency callers on one
 Kitex client, each sending NextIDs and waiting for the answer, for
 --duration or --requests (one of them; an unbounded run is refused).
 Reports requests/s, IDs/s, latency percentiles and errors by code.
@@ -62,12 +61,8 @@ during --warmup are checked too. A failed check exits 1.
 
 // parseBenchFlags parses and validates the command line. Errors are
 // usageErrors naming the flag.
-func parseBenchFlags(args []string, stderr io.Writer) (benchConfig, error) {
-	fs := newFlagSet("bench", stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, benchUsage, "\nflags:\n")
-		fs.PrintDefaults()
-	}
+func parseBenchFlags(args []string) (benchConfig, error) {
+	fs := newCmdFlags("bench", benchSynopsis, benchAbout)
 	addr := fs.String("addr", envOr("IDGEN_ADDR", "127.0.0.1:8888"), "idgen RPC address (env IDGEN_ADDR)")
 	biz := fs.String("biz", "", "business name (required)")
 	channel := fs.String("channel", "", "snowflake, unordered or ordered (default: the business's)")
@@ -84,16 +79,16 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchConfig, error) {
 	quiet := fs.Bool("quiet", false, "no progress output")
 	timeout := fs.Duration("timeout", 3*time.Second, "RPC timeout of one request")
 	token := fs.String("token", envOr("IDGEN_TOKEN", ""), "client token if the server requires one (env IDGEN_TOKEN)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := fs.parse(args); err != nil {
 		return benchConfig{}, err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	bad := func(format string, a ...any) (benchConfig, error) {
-		return benchConfig{}, usageError{fmt.Errorf(format, a...)}
+		return benchConfig{}, fs.usageErr(format, a...)
 	}
-	if fs.NArg() > 0 {
-		return bad("unexpected argument %q", fs.Arg(0))
+	if len(fs.args) > 0 {
+		return bad("unexpected argument %q", fs.args[0])
 	}
 	cfg := benchConfig{addr: *addr, biz: *biz, count: *count, concurrency: *conc, warmup: *warmup,
 		check: *check, asJSON: *asJSON, progress: *progress, timeout: *timeout, token: *token}
@@ -134,7 +129,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchConfig, error) {
 	if *channel != "" {
 		ch, err := parseChannel(*channel)
 		if err != nil {
-			return benchConfig{}, err
+			return benchConfig{}, fs.withUsage(err)
 		}
 		cfg.channel = &ch
 	}
@@ -180,7 +175,7 @@ type nextFunc func(ctx context.Context, req *idl.NextIDsRequest) (*idl.NextIDsRe
 
 // cmdBench drives a running server with a bounded load and reports.
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseBenchFlags(args, stderr)
+	cfg, err := parseBenchFlags(args)
 	if err != nil {
 		return err
 	}
@@ -203,7 +198,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // default pool keeps 10 per address, so at 64 callers most requests would
 // open and close a connection and the run would measure connection setup.
 func newBenchClient(addr string, timeout time.Duration, conns int) (idgensvc.Client, error) {
-	klog.SetLevel(klog.LevelFatal)
+	quietKitex()
 	return idgensvc.NewClient("idgen", client.WithHostPorts(addr), client.WithRPCTimeout(timeout),
 		client.WithConnectTimeout(time.Second), client.WithTransportProtocol(transport.TTHeaderFramed),
 		client.WithLongConnection(connpool.IdleConfig{MaxIdlePerAddress: conns, MaxIdleGlobal: conns,

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"io"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -297,7 +296,7 @@ func TestParseBenchFlags(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			args := append(append([]string{}, base...), c.args...)
-			cfg, err := parseBenchFlags(args, io.Discard)
+			cfg, err := parseBenchFlags(args)
 			if c.wantErr == "" {
 				if err != nil {
 					t.Fatalf("unexpected error: %v", err)
@@ -348,7 +347,7 @@ func (f *fakeServer) call(_ context.Context, req *idl.NextIDsRequest) (*idl.Next
 
 func benchCfg(t *testing.T, args ...string) benchConfig {
 	t.Helper()
-	cfg, err := parseBenchFlags(append([]string{"--addr", "x:1", "--biz", "b", "--quiet"}, args...), io.Discard)
+	cfg, err := parseBenchFlags(append([]string{"--addr", "x:1", "--biz", "b", "--quiet"}, args...))
 	if err != nil {
 		t.Fatal(err)
 	}

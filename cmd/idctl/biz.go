@@ -3,75 +3,145 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"text/tabwriter"
 	"time"
 
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
+	"github.com/idgen/idgen/segment"
 )
+
+const bizUsage = `usage: idctl biz SUBCOMMAND --addr HOST:PORT [flags]
+
+subcommands:
+  create --biz NAME [--channel C] [--step N] [--start N] [--low-water PCT]
+         [--fallback] [--rate-limit N] [--description TEXT]
+  update --biz NAME [--channel C] [--step N] [--low-water PCT]
+         [--fallback | --no-fallback] [--rate-limit N] [--description TEXT]
+  get    --biz NAME
+  list
+
+Every subcommand also takes --token (env IDGEN_ADMIN_TOKEN), --timeout and
+--json. Run 'idctl biz SUBCOMMAND --help' for the flags of one.
+`
+
+// bizSynopsis is the usage line of each biz subcommand.
+var bizSynopsis = map[string]string{
+	"create": "idctl biz create --addr HOST:PORT --biz NAME [--channel C] [--step N] [--start N] [--low-water PCT] [--fallback] [--rate-limit N] [--description TEXT]",
+	"update": "idctl biz update --addr HOST:PORT --biz NAME [--channel C] [--step N] [--low-water PCT] [--fallback | --no-fallback] [--rate-limit N] [--description TEXT]",
+	"get":    "idctl biz get --addr HOST:PORT --biz NAME [--json]",
+	"list":   "idctl biz list --addr HOST:PORT [--json]",
+}
+
+var bizAbout = map[string]string{
+	"create": "Creates a business. A setting not given takes the server's default, shown as\n\"not given\" below.\n",
+	"update": "Changes the settings given; the others stay as they are.\n",
+	"get":    "Prints one business.\n",
+	"list":   "Prints every business.\n",
+}
 
 // cmdBiz manages businesses through a node's admin RPCs.
 func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError{fmt.Errorf("want a subcommand: idctl biz create|update|get|list")}
+		return &usageHint{usageError{errors.New("biz: missing subcommand: want create, update, get or list")}, "\n" + bizUsage}
 	}
 	sub, args := args[0], args[1:]
-	fs := newFlagSet("biz "+sub, stderr)
+	if isHelpArg(sub) || sub == "help" {
+		return &helpRequest{func(w io.Writer) { fmt.Fprint(w, bizUsage) }}
+	}
+	if _, ok := bizSynopsis[sub]; !ok {
+		return &usageHint{usageError{fmt.Errorf("biz: unknown subcommand %q: want create, update, get or list", sub)}, "\n" + bizUsage}
+	}
+	fs := newCmdFlags("biz "+sub, bizSynopsis[sub], bizAbout[sub])
 	addr := fs.String("addr", envOr("IDGEN_ADDR", "127.0.0.1:8888"), "idgen RPC address (env IDGEN_ADDR)")
 	token := fs.String("token", envOr("IDGEN_ADMIN_TOKEN", ""), "admin token (env IDGEN_ADMIN_TOKEN)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "RPC timeout")
-	biz := fs.String("biz", "", "business name")
+	var biz *string
+	if sub != "list" {
+		biz = fs.String("biz", "", "business name (required)")
+	}
 	var (
-		channel, desc      *string
-		step, start        *int64
-		lowWater, rateLim  *int
-		fallback, noFallbk *bool
+		channel, desc        *string
+		step, start          *int64
+		lowWater, rateLim    *int
+		fallback, noFallback *bool
 	)
 	if sub == "create" || sub == "update" {
-		channel = fs.String("channel", "", "default channel: snowflake, unordered or ordered")
-		step = fs.Int64("step", 0, "UNORDERED starting segment step")
-		lowWater = fs.Int("low-water", 0, "refill at this % of the segment left (1-90)")
-		fallback = fs.Bool("fallback", false, "let SNOWFLAKE fall back to the business's segment")
-		noFallbk = fs.Bool("no-fallback", false, "turn the SNOWFLAKE fallback off")
-		rateLim = fs.Int("rate-limit", -1, "requests per second per node, 0 = unlimited")
-		desc = fs.String("description", "", "free text")
+		// On create "not given" means the server's default, on update
+		// "unchanged": only the flags given are sent.
+		unset := "not given: unchanged"
 		if sub == "create" {
-			start = fs.Int64("start", 0, "first UNORDERED/ORDERED number (default 1)")
+			unset = "not given: snowflake"
+		}
+		channel = fs.String("channel", "", "default `channel`: snowflake, unordered or ordered ("+unset+")")
+		if sub == "create" {
+			unset = fmt.Sprintf("not given: %d", segment.DefaultStep)
+		}
+		step = fs.Int64("step", 0, "UNORDERED starting segment step, `N` numbers per refill ("+unset+")")
+		if sub == "create" {
+			unset = fmt.Sprintf("not given: %d", segment.DefaultLowWaterPct)
+		}
+		lowWater = fs.Int("low-water", 0, fmt.Sprintf("refill at this `percent` of the segment left, 1-%d (%s)", segment.MaxLowWaterPct, unset))
+		if sub == "create" {
+			unset = "not given: off"
+		}
+		fallback = fs.Bool("fallback", false, "let SNOWFLAKE fall back to the business's segment ("+unset+")")
+		if sub == "update" {
+			noFallback = fs.Bool("no-fallback", false, "turn the SNOWFLAKE fallback off (the same as --fallback=false)")
+		}
+		if sub == "create" {
+			unset = "not given: unlimited"
+		}
+		rateLim = fs.Int("rate-limit", 0, "allow `N` requests per second per node; 0 = unlimited ("+unset+")")
+		desc = fs.String("description", "", "free `text`")
+		if sub == "create" {
+			start = fs.Int64("start", 0, fmt.Sprintf("first UNORDERED/ORDERED `number` (not given: %d)", segment.DefaultStartNum))
 		}
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if err := fs.noArgs(); err != nil {
 		return err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if biz != nil && *biz == "" {
+		return fs.usageErr("--biz is required")
+	}
+	if *timeout <= 0 {
+		return fs.usageErr("--timeout %v: want a positive duration", *timeout)
+	}
 	var tok *string
 	if *token != "" {
 		tok = token
 	}
-	c, err := newClient(*addr, *timeout)
-	if err != nil {
-		return err
-	}
-	var out []*idl.Biz
-	switch sub {
-	case "create", "update":
-		if *biz == "" {
-			return usageError{fmt.Errorf("--biz is required")}
-		}
+	var (
+		create *idl.CreateBizRequest
+		update *idl.UpdateBizRequest
+	)
+	if sub == "create" || sub == "update" {
 		var ch *idl.Channel
 		if set["channel"] {
 			v, err := parseChannel(*channel)
 			if err != nil {
-				return err
+				return fs.withUsage(err)
 			}
 			ch = &v
 		}
 		var fb *bool
-		if set["fallback"] || set["no-fallback"] {
-			v := *fallback && !*noFallbk
+		if set["fallback"] && set["no-fallback"] {
+			return fs.usageErr("--fallback and --no-fallback are exclusive")
+		}
+		if set["fallback"] {
+			fb = fallback
+		} else if set["no-fallback"] {
+			v := !*noFallback
 			fb = &v
 		}
 		opt64 := func(name string, v *int64) *int64 {
@@ -80,35 +150,56 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			}
 			return nil
 		}
+		var err error
 		opt32 := func(name string, v *int) *int32 {
-			if set[name] {
-				x := int32(*v)
-				return &x
+			if !set[name] {
+				return nil
 			}
-			return nil
+			if *v < math.MinInt32 || *v > math.MaxInt32 {
+				err = fs.usageErr("--%s %d: out of range", name, *v)
+				return nil
+			}
+			x := int32(*v)
+			return &x
+		}
+		if set["rate-limit"] && *rateLim < 0 {
+			return fs.usageErr("--rate-limit %d: want 0 (unlimited) or a positive number of requests per second", *rateLim)
 		}
 		var d *string
 		if set["description"] {
 			d = desc
 		}
-		var b *idl.Biz
 		if sub == "create" {
-			b, err = c.CreateBiz(ctx, &idl.CreateBizRequest{Name: *biz, Channel: ch, Step: opt64("step", step),
+			create = &idl.CreateBizRequest{Name: *biz, Channel: ch, Step: opt64("step", step),
 				LowWaterPct: opt32("low-water", lowWater), StartNum: opt64("start", start), Fallback: fb,
-				RateLimit: opt32("rate-limit", rateLim), Description: d, Token: tok})
+				RateLimit: opt32("rate-limit", rateLim), Description: d, Token: tok}
 		} else {
-			b, err = c.UpdateBiz(ctx, &idl.UpdateBizRequest{Name: *biz, Channel: ch, Step: opt64("step", step),
+			update = &idl.UpdateBizRequest{Name: *biz, Channel: ch, Step: opt64("step", step),
 				LowWaterPct: opt32("low-water", lowWater), Fallback: fb, RateLimit: opt32("rate-limit", rateLim),
-				Description: d, Token: tok})
+				Description: d, Token: tok}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	c, err := newClient(*addr, *timeout)
+	if err != nil {
+		return fs.withUsage(err)
+	}
+	var out []*idl.Biz
+	switch sub {
+	case "create", "update":
+		var b *idl.Biz
+		if create != nil {
+			b, err = c.CreateBiz(ctx, create)
+		} else {
+			b, err = c.UpdateBiz(ctx, update)
 		}
 		if err != nil {
 			return describe(err)
 		}
 		out = []*idl.Biz{b}
 	case "get":
-		if *biz == "" {
-			return usageError{fmt.Errorf("--biz is required")}
-		}
 		b, err := c.GetBiz(ctx, &idl.GetBizRequest{Name: *biz, Token: tok})
 		if err != nil {
 			return describe(err)
@@ -120,8 +211,6 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return describe(err)
 		}
 		out = resp.Bizs
-	default:
-		return usageError{fmt.Errorf("unknown biz subcommand %q: want create, update, get or list", sub)}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)

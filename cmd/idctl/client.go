@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cloudwego/kitex/client"
@@ -21,16 +22,30 @@ func newClient(addr string, timeout time.Duration) (idgensvc.Client, error) {
 	if addr == "" {
 		return nil, usageError{errors.New("--addr HOST:PORT is required (or IDGEN_ADDR)")}
 	}
-	klog.SetLevel(klog.LevelFatal)
+	quietKitex()
 	return idgensvc.NewClient("idgen", client.WithHostPorts(addr), client.WithRPCTimeout(timeout),
 		client.WithConnectTimeout(time.Second), client.WithTransportProtocol(transport.TTHeaderFramed))
 }
+
+var quietOnce sync.Once
+
+// quietKitex silences Kitex's own logging (once: the level is a global
+// that servers in the same process read).
+func quietKitex() { quietOnce.Do(func() { klog.SetLevel(klog.LevelFatal) }) }
 
 // describe turns an RPC error into one line an operator can act on.
 func describe(err error) error {
 	var ie *idl.IdgenError
 	if errors.As(err, &ie) {
-		msg := fmt.Sprintf("%s: %s", ie.Code, ie.Message)
+		// The code is the prefix: drop a sentinel text an older server may
+		// have left in front of the message ("invalid argument: ...").
+		text := ie.Message
+		for _, p := range []string{"invalid argument: ", strings.ToLower(strings.ReplaceAll(ie.Code.String(), "_", " ")) + ": "} {
+			for strings.HasPrefix(text, p) {
+				text = strings.TrimPrefix(text, p)
+			}
+		}
+		msg := fmt.Sprintf("%s: %s", ie.Code, text)
 		if ie.Retryable {
 			msg += " (retryable"
 			if ie.RetryAfterMs > 0 {

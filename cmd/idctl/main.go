@@ -1,6 +1,10 @@
 // Command idctl is the operator's CLI for idgen: get IDs, parse an ID, list
 // worker assignments from ZooKeeper, manage businesses, migrate the MySQL
 // schema and run a bounded load benchmark.
+//
+// Exit status: 0 on success and for --help/-h (help goes to stdout), 2 for a
+// mistake in the command line (the error and a usage hint go to stderr), 1
+// for any other failure. Every error is one line on stderr prefixed "idctl: ".
 package main
 
 import (
@@ -11,20 +15,27 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 )
 
-const usage = `idctl: operate an idgen cluster
+// version is stamped by build.sh: -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `idctl operates an idgen cluster.
 
 usage:
   idctl get     --addr HOST:PORT --biz NAME [--channel snowflake|unordered|ordered]
                 [--count N] [--sub-key K] [--request-id R]
-  idctl parse   [--json] ID
+  idctl parse   [--json] [--addr HOST:PORT] ID
   idctl workers --zk HOSTS [--cluster NAME] [--idc N] [--json] [--watch]
-  idctl biz     create|update|get|list --addr HOST:PORT [--biz NAME] ...
-  idctl db      migrate --mysql DSN
+  idctl biz     create|update --addr HOST:PORT --biz NAME [--channel C] [--step N] ...
+  idctl biz     get --addr HOST:PORT --biz NAME
+  idctl biz     list --addr HOST:PORT
+  idctl db      migrate|version|check --mysql DSN
   idctl bench   --addr HOST:PORT --biz NAME [--channel C] [--count N]
                 [--concurrency N] [--duration D | --requests N] [--check] [--json]
+  idctl version
 
 Run 'idctl COMMAND --help' for the flags of one command.
 `
@@ -42,27 +53,79 @@ var commands = map[string]command{
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := realMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "idctl:", err)
-		}
-		os.Exit(exitCode(err))
-	}
+	os.Exit(code)
 }
 
+// realMain runs one command line, reports a failure on stderr and returns
+// the exit status.
+func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := run(ctx, args, stdout, stderr)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, "idctl:", err)
+	var h *usageHint
+	if errors.As(err, &h) {
+		fmt.Fprint(stderr, h.text)
+	}
+	return exitCode(err)
+}
+
+// run dispatches a command line. A help request has printed its text on
+// stdout and is not an error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
+		return &usageHint{usageError{errors.New("missing command")}, "\n" + usage}
+	}
+	name := args[0]
+	switch {
+	case isHelpArg(name) || name == "help":
+		if name == "help" && len(args) > 1 {
+			// idctl help COMMAND [SUB]: the same as idctl COMMAND [SUB] --help.
+			return run(ctx, append(slices.Clone(args[1:]), "--help"), stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return nil
+	case name == "version" || name == "--version" || name == "-version":
+		fmt.Fprintf(stdout, "idctl %s\n", version)
+		return nil
 	}
-	cmd, ok := commands[args[0]]
+	cmd, ok := commands[name]
 	if !ok {
-		fmt.Fprint(stderr, usage)
-		return usageError{fmt.Errorf("unknown command %q", args[0])}
+		what := "command"
+		if len(name) > 1 && name[0] == '-' {
+			what = "flag"
+		}
+		return &usageHint{usageError{fmt.Errorf("unknown %s %q", what, name)}, "Run 'idctl --help' for the commands.\n"}
 	}
-	return cmd(ctx, args[1:], stdout, stderr)
+	if name == "db" && len(args) > 1 && (isHelpArg(args[1]) || args[1] == "help") {
+		fmt.Fprint(stdout, dbUsage) // cmdDB writes its help to stderr
+		return nil
+	}
+	err := cmd(ctx, args[1:], stdout, stderr)
+	var help *helpRequest
+	if errors.As(err, &help) {
+		help.print(stdout)
+		return nil
+	}
+	var u usageError
+	var h *usageHint
+	if errors.As(err, &u) && !errors.As(err, &h) {
+		err = &usageHint{err, fmt.Sprintf("Run 'idctl %s --help' for usage.\n", name)}
+	}
+	return err
+}
+
+// isHelpArg reports whether arg asks for help the way the flag package
+// understands it.
+func isHelpArg(arg string) bool {
+	switch arg {
+	case "-h", "--h", "-help", "--help":
+		return true
+	}
+	return false
 }
 
 // usageError marks a mistake in the command line (exit status 2).
@@ -70,29 +133,141 @@ type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
 
+// usageHint attaches what to print on stderr after the error line: the
+// synopsis of the command that refused its command line, or where to find it.
+type usageHint struct {
+	err  error
+	text string
+}
+
+func (e *usageHint) Error() string { return e.err.Error() }
+func (e *usageHint) Unwrap() error { return e.err }
+
+// helpRequest is returned by a command asked for --help; run prints the
+// help on stdout and exits 0.
+type helpRequest struct{ print func(w io.Writer) }
+
+func (*helpRequest) Error() string { return "help requested" }
+func (*helpRequest) Unwrap() error { return flag.ErrHelp }
+
 func exitCode(err error) int {
 	var u usageError
-	if errors.As(err, &u) || errors.Is(err, flag.ErrHelp) {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &u):
 		return 2
 	}
 	return 1
 }
 
-// newFlagSet returns a flag set for one subcommand that reports errors
-// instead of exiting, writing help to stderr.
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+// cmdFlags is the flag set of one command (or biz subcommand) with the
+// text of its help.
+type cmdFlags struct {
+	*flag.FlagSet
+	name     string   // "get", "biz create"
+	synopsis string   // the usage line, without "usage: "
+	about    string   // paragraphs printed between the synopsis and the flags
+	args     []string // positional arguments, after parse
+}
+
+// newCmdFlags returns the flag set of "idctl name". The flag package's own
+// printing is off: parse reports through errors, and run prints.
+func newCmdFlags(name, synopsis, about string) *cmdFlags {
 	fs := flag.NewFlagSet("idctl "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
+	c := &cmdFlags{FlagSet: fs, name: name, synopsis: synopsis, about: about}
+	fs.Usage = func() {}
+	return c
+}
+
+// printHelp writes the synopsis, the description and the flags.
+func (c *cmdFlags) printHelp(w io.Writer) {
+	fmt.Fprintf(w, "usage: %s\n", c.synopsis)
+	if c.about != "" {
+		fmt.Fprintf(w, "\n%s", c.about)
+	}
+	n := 0
+	c.VisitAll(func(*flag.Flag) { n++ })
+	if n > 0 {
+		fmt.Fprint(w, "\nflags:\n")
+		c.SetOutput(w)
+		c.PrintDefaults()
+		c.SetOutput(io.Discard)
+	}
+}
+
+// parse parses args, allowing flags after positional arguments (idctl
+// parse ID --json); everything after "--" is positional. --help/-h yields
+// a helpRequest, a bad flag a usage error with the synopsis.
+func (c *cmdFlags) parse(args []string) error {
+	c.args = nil
+	for {
+		if err := c.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return &helpRequest{c.printHelp}
+			}
+			return c.usageErr("%v", err)
+		}
+		rest := c.Args()
+		if len(rest) == 0 {
+			return nil
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			c.args = append(c.args, rest...)
+			return nil
+		}
+		c.args = append(c.args, rest[0])
+		args = rest[1:]
+	}
+}
+
+// usageErr returns a usage error (exit 2) followed on stderr by the
+// synopsis of the command.
+func (c *cmdFlags) usageErr(format string, a ...any) error {
+	return c.withUsage(usageError{fmt.Errorf(format, a...)})
+}
+
+// withUsage attaches the synopsis to a usage error (other errors pass).
+func (c *cmdFlags) withUsage(err error) error {
+	var u usageError
+	if err == nil || !errors.As(err, &u) {
+		return err
+	}
+	return &usageHint{err, fmt.Sprintf("usage: %s\nRun 'idctl %s --help' for the flags.\n", c.synopsis, c.name)}
+}
+
+// noArgs refuses positional arguments.
+func (c *cmdFlags) noArgs() error {
+	if len(c.args) > 0 {
+		return c.usageErr("unexpected argument %q", c.args[0])
+	}
+	return nil
+}
+
+// newFlagSet returns a plain flag set for one subcommand (idctl db).
+// parseFlags reports --help as a helpRequest and a bad flag as a usage
+// error; the set itself prints nothing.
+func newFlagSet(name string, _ io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("idctl "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	return fs
 }
 
-// parseFlags parses args into fs, turning parse errors into usage errors.
+// parseFlags parses args into fs (see newFlagSet).
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err}
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		return &helpRequest{func(w io.Writer) {
+			fmt.Fprintf(w, "usage: %s [flags]\n\nflags:\n", fs.Name())
+			fs.SetOutput(w)
+			fs.PrintDefaults()
+			fs.SetOutput(io.Discard)
+		}}
 	}
-	return nil
+	return &usageHint{usageError{err}, fmt.Sprintf("Run '%s --help' for the flags.\n", fs.Name())}
 }

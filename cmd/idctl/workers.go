@@ -20,7 +20,8 @@ import (
 // ZooKeeper: one row per running member, with the age of its last
 // heartbeat and its clock offset against ZooKeeper's clock.
 func cmdWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("workers", stderr)
+	fs := newCmdFlags("workers", "idctl workers --zk HOSTS [--cluster NAME] [--root /idgen] [--idc N] [--json] [--watch]",
+		"Lists the worker assignments of a cluster straight from ZooKeeper. The digest\ncredential of an ACL-protected cluster is read from IDGEN_ZK_AUTH (user:password).\n")
 	servers := fs.String("zk", os.Getenv("IDGEN_ZK"), "ZooKeeper servers, host:port,... (env IDGEN_ZK)")
 	cluster := fs.String("cluster", workersEnvOr("IDGEN_CLUSTER", worker.DefaultCluster), "cluster name (env IDGEN_CLUSTER)")
 	root := fs.String("root", workersEnvOr("IDGEN_ZK_ROOT", worker.DefaultRoot), "ZooKeeper root of the idgen clusters (env IDGEN_ZK_ROOT)")
@@ -28,22 +29,20 @@ func cmdWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	asJSON := fs.Bool("json", false, "print a JSON array instead of a table")
 	watch := fs.Bool("watch", false, "redraw on every change until interrupted")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for a ZooKeeper session")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: idctl workers --zk HOSTS [--cluster NAME] [--root /idgen] [--idc N] [--json] [--watch]")
-		fmt.Fprintln(stderr, "The digest credential of an ACL-protected cluster is read from IDGEN_ZK_AUTH (user:password).")
-		fs.PrintDefaults()
-	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	if err := fs.noArgs(); err != nil {
+		return err
 	}
 	if strings.TrimSpace(*servers) == "" {
-		return usageError{errors.New("--zk is required (or set IDGEN_ZK)")}
+		return fs.usageErr("--zk is required (or set IDGEN_ZK)")
 	}
 	if *idc < -1 {
-		return usageError{fmt.Errorf("--idc %d: want an IDC number or -1 for all", *idc)}
+		return fs.usageErr("--idc %d: want an IDC number or -1 for all", *idc)
+	}
+	if *timeout <= 0 {
+		return fs.usageErr("--timeout %v: want a positive duration", *timeout)
 	}
 
 	dctx, cancel := context.WithTimeout(ctx, *timeout)

@@ -122,6 +122,14 @@ func Start(t testing.TB, o Options) *Node {
 
 func (n *Node) start(t testing.TB) {
 	t.Helper()
+	n.startProcess(t)
+	deadline := time.Now().Add(30 * time.Second)
+	n.waitUp(t, deadline)
+}
+
+// startProcess starts the process without waiting for it.
+func (n *Node) startProcess(t testing.TB) {
+	t.Helper()
 	n.cmd = exec.Command(n.Bin, n.Args...)
 	n.cmd.Env = append(os.Environ(), n.Env...)
 	n.logs = &syncBuffer{}
@@ -130,8 +138,12 @@ func (n *Node) start(t testing.TB) {
 		t.Fatal(err)
 	}
 	n.done = make(chan struct{})
-	go func() { _ = n.cmd.Wait(); close(n.done) }()
-	deadline := time.Now().Add(30 * time.Second)
+	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(n.cmd, n.done)
+}
+
+// waitUp waits until the node answers (see answers) or deadline.
+func (n *Node) waitUp(t testing.TB, deadline time.Time) {
+	t.Helper()
 	for time.Now().Before(deadline) {
 		select {
 		case <-n.done:
@@ -191,6 +203,17 @@ func (n *Node) WaitSnowflake(t testing.TB, d time.Duration) {
 func (n *Node) Restart(t testing.TB) {
 	t.Helper()
 	n.start(t)
+}
+
+// RestartNoWait starts the same command line again and returns as soon as
+// the process runs, without waiting for any port: for tests that measure
+// what callers see from the first moment.
+func (n *Node) RestartNoWait(t testing.TB) {
+	t.Helper()
+	wait := n.waitStarted
+	n.waitStarted = false
+	defer func() { n.waitStarted = wait }()
+	n.startProcess(t)
 }
 
 // Kill sends SIGKILL and waits for the process to exit.

@@ -50,7 +50,13 @@ func (s *suite) name(label string) string {
 }
 
 // Run runs the conformance suite against stores made by newStore.
-func Run(t *testing.T, newStore func(t *testing.T) segment.Store) {
+func Run(t *testing.T, newStore func(t *testing.T) segment.Store) { run(t, newStore, false) }
+
+// RunBiz runs only the business part of the suite, for stores that keep
+// businesses but no counters (zkstore).
+func RunBiz(t *testing.T, newStore func(t *testing.T) segment.Store) { run(t, newStore, true) }
+
+func run(t *testing.T, newStore func(t *testing.T) segment.Store, bizOnly bool) {
 	var rnd [4]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		t.Fatal(err)
@@ -79,6 +85,9 @@ func Run(t *testing.T, newStore func(t *testing.T) segment.Store) {
 		{"OrderedIdempotent", s.testOrderedIdempotent},
 		{"OrderedRequestMismatch", s.testOrderedRequestMismatch},
 		{"OrderedConcurrentRetries", s.testOrderedConcurrentRetries},
+	}
+	if bizOnly { // the business tests, less UnknownBiz (it reserves)
+		tests = append(tests[:6:6], tests[7])
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

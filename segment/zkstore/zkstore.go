@@ -1,0 +1,402 @@
+// Package zkstore keeps businesses in ZooKeeper for clusters that run with
+// --zk and no --mysql, so every node of such a cluster sees the same
+// businesses.
+//
+// It deliberately keeps no counters: ReserveSegment and ReserveOrdered
+// fail with segment.ErrNoSegments. ZooKeeper is a coordination service; a
+// wiped or rolled-back ensemble would silently restart counters (and
+// repeat UNORDERED and ORDERED numbers), and ORDERED needs one durable write
+// per request, far beyond what an ensemble is sized for. Such a cluster
+// serves SNOWFLAKE; the segment channels need --mysql.
+//
+// Layout: /<root>/<cluster>/biz/<name>, one persistent znode per business
+// whose data is JSON a person can read with `zkCli.sh get`. Updates are
+// compare-and-set on the znode version, so concurrent updates from two
+// nodes both take effect.
+package zkstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/zap"
+
+	"github.com/idgen/idgen/segment"
+)
+
+// Defaults of Config.
+const (
+	DefaultRoot           = "/idgen"
+	DefaultCluster        = "default"
+	DefaultSessionTimeout = 10 * time.Second
+	DefaultTimeout        = 2 * time.Second
+)
+
+// Config configures Open. Servers is required; every other zero field is a
+// documented default.
+type Config struct {
+	Servers        []string
+	Root           string // default "/idgen"
+	Cluster        string // default "default"
+	Auth           string // optional digest "user:password"; the biz subtree gets its ACL
+	SessionTimeout time.Duration
+	Timeout        time.Duration // bound of one store call (default 2s)
+	// NoSegmentsReason is the message of segment.ErrNoSegments refusals.
+	NoSegmentsReason string
+	Logger           *zap.Logger
+}
+
+// Store is a segment.Store holding businesses only.
+type Store struct {
+	cfg Config
+	log *zap.Logger
+	dir string // /<root>/<cluster>/biz
+	acl []zk.ACL
+
+	mu      sync.Mutex
+	conn    *zk.Conn
+	noSince time.Time // when the client was last seen without a session
+	closed  bool
+}
+
+var _ segment.Store = (*Store)(nil)
+
+// Open connects to ZooKeeper. It does not wait for a session: calls made
+// while ZooKeeper is unreachable fail with segment.ErrUnavailable within
+// Config.Timeout (the business cache keeps serving what it read before).
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if len(cfg.Servers) == 0 {
+		return nil, fmt.Errorf("zkstore: Config.Servers is empty: give at least one ZooKeeper host:port")
+	}
+	if cfg.Root == "" {
+		cfg.Root = DefaultRoot
+	}
+	if cfg.Cluster == "" {
+		cfg.Cluster = DefaultCluster
+	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = DefaultSessionTimeout
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.NoSegmentsReason == "" {
+		cfg.NoSegmentsReason = "this cluster runs with --zk and no --mysql: UNORDERED, ORDERED and snowflake fallback need a shared counter store; start every node with --mysql DSN"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	s := &Store{cfg: cfg, log: cfg.Logger, dir: path.Join(cfg.Root, cfg.Cluster, "biz"), acl: zk.WorldACL(zk.PermAll)}
+	if cfg.Auth != "" {
+		user, pass, ok := strings.Cut(cfg.Auth, ":")
+		if !ok || user == "" || pass == "" {
+			return nil, fmt.Errorf(`zkstore: Auth must be "user:password"`)
+		}
+		s.acl = zk.DigestACL(zk.PermAll, user, pass)
+	}
+	if err := s.dial(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+type quiet struct{ log *zap.Logger }
+
+func (q quiet) Printf(format string, args ...any) { q.log.Sugar().Debugf(format, args...) }
+
+// dial (re)creates the client. Called with s.mu held or before use.
+func (s *Store) dial() error {
+	c, events, err := zk.Connect(s.cfg.Servers, s.cfg.SessionTimeout, zk.WithLogger(quiet{s.log}), zk.WithLogInfo(false))
+	if err != nil {
+		return fmt.Errorf("zkstore: %w: %v", segment.ErrUnavailable, err)
+	}
+	go func() {
+		for range events { // drain: an unread event channel stalls nothing, but keep it empty
+		}
+	}()
+	if s.cfg.Auth != "" {
+		if err := c.AddAuth("digest", []byte(s.cfg.Auth)); err != nil {
+			c.Close()
+			return fmt.Errorf("zkstore: ZooKeeper digest authentication: %w", err)
+		}
+	}
+	s.conn, s.noSince = c, time.Time{}
+	return nil
+}
+
+// client returns the current client. A client that has had no session for
+// two session timeouts while calls keep coming is replaced: after the
+// ensemble lost its state (wiped), the old client keeps offering a zxid the
+// empty servers refuse, forever.
+func (s *Store) client() (*zk.Conn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("zkstore: %w: store closed", segment.ErrUnavailable)
+	}
+	if s.conn.State() == zk.StateHasSession {
+		s.noSince = time.Time{}
+		return s.conn, nil
+	}
+	switch {
+	case s.noSince.IsZero():
+		s.noSince = time.Now()
+	case time.Since(s.noSince) > 2*s.cfg.SessionTimeout:
+		s.log.Warn("no ZooKeeper session for two session timeouts: recreating the client", zap.Duration("without_session", time.Since(s.noSince)))
+		s.conn.Close()
+		if err := s.dial(); err != nil {
+			return nil, err
+		}
+	}
+	return s.conn, nil
+}
+
+// call runs op against the current client, bounded by ctx and
+// Config.Timeout. The go-zookeeper client has no per-call context: a call
+// that outlives the bound is abandoned (it ends with the client's own
+// timeouts) and the caller gets segment.ErrUnavailable.
+func call[T any](ctx context.Context, s *Store, what string, op func(c *zk.Conn) (T, error)) (T, error) {
+	var zero T
+	c, err := s.client()
+	if err != nil {
+		return zero, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := op(c)
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil && isConnErr(r.err) {
+			return zero, fmt.Errorf("zkstore: %s: %w: %v", what, segment.ErrUnavailable, r.err)
+		}
+		return r.v, r.err
+	case <-ctx.Done():
+		return zero, fmt.Errorf("zkstore: %s: %w: ZooKeeper did not answer: %v", what, segment.ErrUnavailable, ctx.Err())
+	}
+}
+
+func isConnErr(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrClosing) ||
+		errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved)
+}
+
+// record is a business as stored.
+type record struct {
+	Name        string    `json:"name"`
+	Channel     string    `json:"channel"`
+	Step        int64     `json:"step"`
+	LowWaterPct int       `json:"low_water_pct"`
+	StartNum    int64     `json:"start_num"`
+	Fallback    bool      `json:"fallback"`
+	RateLimit   int       `json:"rate_limit"`
+	Description string    `json:"description,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+func encode(b segment.Biz) []byte {
+	v, _ := json.Marshal(record{Name: b.Name, Channel: b.Channel.String(), Step: b.Step, LowWaterPct: b.LowWaterPct,
+		StartNum: b.StartNum, Fallback: b.Fallback, RateLimit: b.RateLimit, Description: b.Description,
+		CreatedAt: b.CreatedAt.UTC(), UpdatedAt: b.UpdatedAt.UTC()})
+	return v
+}
+
+func decode(v []byte) (segment.Biz, error) {
+	var r record
+	if err := json.Unmarshal(v, &r); err != nil {
+		return segment.Biz{}, fmt.Errorf("zkstore: business znode is not valid JSON: %w", err)
+	}
+	ch := segment.ChannelSnowflake
+	switch r.Channel {
+	case "unordered":
+		ch = segment.ChannelUnordered
+	case "ordered":
+		ch = segment.ChannelOrdered
+	}
+	return segment.Biz{Name: r.Name, Channel: ch, Step: r.Step, LowWaterPct: r.LowWaterPct, StartNum: r.StartNum,
+		Fallback: r.Fallback, RateLimit: r.RateLimit, Description: r.Description,
+		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC()}, nil
+}
+
+// ensureDir creates /<root>/<cluster>/biz and its parents.
+func (s *Store) ensureDir(c *zk.Conn) error {
+	if ok, _, err := c.Exists(s.dir); err == nil && ok {
+		return nil
+	}
+	cur := ""
+	for _, p := range strings.Split(strings.TrimPrefix(s.dir, "/"), "/") {
+		cur += "/" + p
+		acl := zk.WorldACL(zk.PermAll)
+		if cur != s.cfg.Root {
+			acl = s.acl
+		}
+		if _, err := c.Create(cur, nil, 0, acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return fmt.Errorf("create %s: %w", cur, err)
+		}
+	}
+	return nil
+}
+
+// CreateBiz stores b with defaults filled in; ErrBizExists if it exists.
+func (s *Store) CreateBiz(ctx context.Context, b segment.Biz) (segment.Biz, error) {
+	b, err := segment.NormalizeBiz(b)
+	if err != nil {
+		return segment.Biz{}, fmt.Errorf("zkstore: create biz: %w", err)
+	}
+	now := time.Now().UTC()
+	b.CreatedAt, b.UpdatedAt = now, now
+	p := path.Join(s.dir, b.Name)
+	_, err = call(ctx, s, "create biz "+b.Name, func(c *zk.Conn) (struct{}, error) {
+		if err := s.ensureDir(c); err != nil {
+			return struct{}{}, err
+		}
+		_, err := c.Create(p, encode(b), 0, s.acl)
+		return struct{}{}, err
+	})
+	if errors.Is(err, zk.ErrNodeExists) {
+		return segment.Biz{}, fmt.Errorf("zkstore: create biz %q: %w", b.Name, segment.ErrBizExists)
+	}
+	if err != nil {
+		return segment.Biz{}, fmt.Errorf("zkstore: create biz %q: %w", b.Name, err)
+	}
+	return b, nil
+}
+
+// UpdateBiz applies u with compare-and-set on the znode version, retrying
+// when another node changed the business in between.
+func (s *Store) UpdateBiz(ctx context.Context, name string, u segment.BizUpdate) (segment.Biz, error) {
+	if err := segment.ValidateBizName(name); err != nil {
+		return segment.Biz{}, err
+	}
+	p := path.Join(s.dir, name)
+	for attempt := 0; attempt < 20; attempt++ {
+		raw, err := call(ctx, s, "read biz "+name, func(c *zk.Conn) (getResult, error) {
+			b, st, err := c.Get(p)
+			return getResult{b, st}, err
+		})
+		if errors.Is(err, zk.ErrNoNode) {
+			return segment.Biz{}, fmt.Errorf("zkstore: update biz %q: %w", name, segment.ErrUnknownBiz)
+		}
+		if err != nil {
+			return segment.Biz{}, err
+		}
+		cur, err := decode(raw.data)
+		if err != nil {
+			return segment.Biz{}, err
+		}
+		next, err := segment.ApplyBizUpdate(cur, u, time.Now().UTC())
+		if err != nil {
+			return segment.Biz{}, fmt.Errorf("zkstore: update biz %q: %w", name, err)
+		}
+		_, err = call(ctx, s, "update biz "+name, func(c *zk.Conn) (*zk.Stat, error) {
+			return c.Set(p, encode(next), raw.stat.Version)
+		})
+		if errors.Is(err, zk.ErrBadVersion) {
+			continue // changed by another node meanwhile: apply u to the new value
+		}
+		if errors.Is(err, zk.ErrNoNode) {
+			return segment.Biz{}, fmt.Errorf("zkstore: update biz %q: %w", name, segment.ErrUnknownBiz)
+		}
+		if err != nil {
+			return segment.Biz{}, err
+		}
+		return next, nil
+	}
+	return segment.Biz{}, fmt.Errorf("zkstore: update biz %q: %w: too many concurrent updates, retry", name, segment.ErrUnavailable)
+}
+
+type getResult struct {
+	data []byte
+	stat *zk.Stat
+}
+
+// GetBiz reads one business.
+func (s *Store) GetBiz(ctx context.Context, name string) (segment.Biz, error) {
+	if err := segment.ValidateBizName(name); err != nil {
+		return segment.Biz{}, err
+	}
+	raw, err := call(ctx, s, "read biz "+name, func(c *zk.Conn) (getResult, error) {
+		b, st, err := c.Get(path.Join(s.dir, name))
+		return getResult{b, st}, err
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return segment.Biz{}, fmt.Errorf("zkstore: %q: %w", name, segment.ErrUnknownBiz)
+	}
+	if err != nil {
+		return segment.Biz{}, err
+	}
+	return decode(raw.data)
+}
+
+// ListBiz lists every business, by name.
+func (s *Store) ListBiz(ctx context.Context) ([]segment.Biz, error) {
+	names, err := call(ctx, s, "list businesses", func(c *zk.Conn) ([]string, error) {
+		n, _, err := c.Children(s.dir)
+		return n, err
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
+	out := make([]segment.Biz, 0, len(names))
+	for _, n := range names {
+		b, err := s.GetBiz(ctx, n)
+		if errors.Is(err, segment.ErrUnknownBiz) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// ReserveSegment is refused: this store keeps no counters.
+func (s *Store) ReserveSegment(context.Context, string, int64) (segment.Range, error) {
+	return segment.Range{}, fmt.Errorf("%w: %s", segment.ErrNoSegments, s.cfg.NoSegmentsReason)
+}
+
+// ReserveOrdered is refused: this store keeps no counters.
+func (s *Store) ReserveOrdered(context.Context, segment.OrderedRequest) (segment.Range, error) {
+	return segment.Range{}, fmt.Errorf("%w: %s", segment.ErrNoSegments, s.cfg.NoSegmentsReason)
+}
+
+// Ping reports whether ZooKeeper answers (readiness).
+func (s *Store) Ping(ctx context.Context) error {
+	_, err := call(ctx, s, "ping", func(c *zk.Conn) (bool, error) {
+		ok, _, err := c.Exists(s.cfg.Root)
+		return ok, err
+	})
+	return err
+}
+
+// Close closes the client.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		s.conn.Close()
+	}
+	return nil
+}

@@ -13,7 +13,9 @@ import (
 const dbUsage = `usage:
   idctl db migrate --mysql DSN   create or upgrade the schema; prints the versions applied
   idctl db version --mysql DSN   print the schema version (exit 1 if behind this build)
-  idctl db check   --mysql DSN   check every ORDERED row sits in its shard table (exit 1 if not)
+  idctl db check   --mysql DSN   check the server is crash-safe (innodb_flush_log_at_trx_commit,
+                                 sync_binlog) and every ORDERED row sits in its shard table
+                                 (exit 1 if either is not so)
 
 DSN: user:password@tcp(host:3306)/database (env IDGEN_MYSQL). The database
 must exist; the grants are in segment/mysqlstore/README.md.
@@ -85,10 +87,21 @@ func dbVersion(ctx context.Context, dsn string, stdout io.Writer) error {
 	return nil
 }
 
+// dbCheck prints the durability verdict and the shard check; it fails if
+// either finds a problem (both are run either way).
 func dbCheck(ctx context.Context, dsn string, stdout io.Writer) error {
-	rep, err := mysqlstore.CheckShardsDSN(ctx, dsn)
+	d, err := mysqlstore.CheckDurabilityDSN(ctx, dsn)
 	if err != nil {
 		return err
+	}
+	fmt.Fprintf(stdout, "durability: %s\n", d)
+	var durErr error
+	if !d.Safe() {
+		durErr = fmt.Errorf("%w: idgen refuses this server unless started with %s", mysqlstore.ErrUnsafeDurability, mysqlstore.AcceptUnsafeFlag)
+	}
+	rep, err := mysqlstore.CheckShardsDSN(ctx, dsn)
+	if err != nil {
+		return errors.Join(durErr, err)
 	}
 	fmt.Fprintf(stdout, "%d ORDERED rows checked, %d not in their shard table", rep.Rows, rep.Misplaced)
 	if rep.Misplaced > 0 {
@@ -98,5 +111,5 @@ func dbCheck(ctx context.Context, dsn string, stdout io.Writer) error {
 	for _, m := range rep.Examples {
 		fmt.Fprintf(stdout, "  %s %q: in ordered_%02d, expected ordered_%02d\n", m.Biz, m.SubKey, m.Table, m.Want)
 	}
-	return rep.Err()
+	return errors.Join(durErr, rep.Err())
 }

@@ -61,6 +61,14 @@ type Config struct {
 	// Migrate makes Open apply pending schema migrations (needs the DDL
 	// privileges of `idctl db migrate`). Default off: Open only checks.
 	Migrate bool
+	// AcceptUnsafeDurability lets Open continue (logging at error level)
+	// on a server that can lose committed transactions in a crash
+	// (innodb_flush_log_at_trx_commit not 1, or the binary log on with
+	// sync_binlog not 1; see Durability). Such a server can forget a
+	// reservation and hand the same IDs out twice. Default off: Open
+	// refuses, naming the variables and the fix. idgen's flag:
+	// --mysql-accept-unsafe-durability.
+	AcceptUnsafeDurability bool
 	// Logger receives the store's logs (nil: none). The password is never
 	// logged.
 	Logger *zap.Logger

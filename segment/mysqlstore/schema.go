@@ -27,6 +27,7 @@ type Migration struct {
 // on ADD COLUMN, no MariaDB-only collations.
 var migrations = []Migration{
 	{Version: 1, Description: "businesses, UNORDERED segments, 64 ORDERED tables, ORDERED request ids", stmts: schemaV1()},
+	{Version: 2, Description: "snowflake worker slots held in MySQL (worker_cluster, worker_slot)", stmts: schemaV2()},
 }
 
 // LatestVersion is the schema version this build needs.
@@ -80,6 +81,45 @@ func schemaV1() []string {
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`)
 	}
 	return stmts
+}
+
+// schemaV2 holds the snowflake worker slots of clusters that run with
+// --mysql and no ZooKeeper (package worker/mysqllease, which documents the
+// protocol). Times ending in _ms are Unix milliseconds: lease_until_ms,
+// heartbeat_ms and released_at_ms in the database's clock (so that the
+// expiry of a lease does not depend on any node's clock), high_water_ms in
+// the holder's clock (it is a snowflake timestamp). gen grows by one on
+// every write to a row; each write is conditional on the gen its writer
+// last saw, so a late write can never lower a successor's mark.
+func schemaV2() []string {
+	return []string{
+		`CREATE TABLE IF NOT EXISTS worker_cluster (
+  cluster    VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  epoch_ms   BIGINT NOT NULL,
+  idc_bits   INT NOT NULL,
+  node_bits  INT NOT NULL,
+  created_ms BIGINT NOT NULL,
+  PRIMARY KEY (cluster)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+		`CREATE TABLE IF NOT EXISTS worker_slot (
+  cluster         VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  idc             INT NOT NULL,
+  node            INT NOT NULL,
+  holder          CHAR(36) CHARACTER SET ascii COLLATE ascii_bin NULL,
+  host            VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+  port            INT NOT NULL,
+  pid             INT NOT NULL,
+  version         VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+  started_at_ms   BIGINT NOT NULL,
+  lease_until_ms  BIGINT NOT NULL,
+  high_water_ms   BIGINT NOT NULL,
+  released_at_ms  BIGINT NOT NULL,
+  heartbeat_ms    BIGINT NOT NULL,
+  clock_offset_ms BIGINT NOT NULL,
+  gen             BIGINT NOT NULL,
+  PRIMARY KEY (cluster, idc, node)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
+	}
 }
 
 const createSchemaVersion = `CREATE TABLE IF NOT EXISTS schema_version (

@@ -10,6 +10,9 @@
 //	ordered_00..63   one row per (biz, sub_key): num, the highest ORDERED
 //	                 number handed out; the table is Shard(sub_key)
 //	ordered_request  ORDERED request ids and the range each one got
+//	worker_cluster   snowflake settings of clusters without ZooKeeper (schema 2)
+//	worker_slot      their worker slots: holder, lease, high-water mark, gen
+//	                 (protocol in package worker/mysqllease)
 //	schema_version   applied migrations
 //
 // Reservations are single statements that MySQL executes atomically and
@@ -54,6 +57,7 @@ type Store struct {
 	log    *zap.Logger
 	addr   string // host:port for messages
 	dbName string
+	dur    Durability // read by Open
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -66,8 +70,9 @@ var (
 	_ segment.ReplayReporter = (*Store)(nil)
 )
 
-// Open connects to the database, checks the schema version (or migrates,
-// with Config.Migrate), samples the ORDERED tables to check the shard
+// Open connects to the database, checks that the server is crash-safe
+// (see Durability and Config.AcceptUnsafeDurability), checks the schema
+// version (or migrates, with Config.Migrate), samples the ORDERED tables to check the shard
 // mapping, and starts the background request-id cleanup. It fails when the
 // database cannot be reached within Config.Timeout (the error wraps
 // segment.ErrUnavailable); once open, the store reconnects by itself.
@@ -117,6 +122,15 @@ func (s *Store) start(ctx context.Context) error {
 	if err != nil {
 		return s.classify(ctx, "connect", err)
 	}
+	dctx, cancel := s.opContext(ctx)
+	d, err := readDurability(dctx, s.db)
+	cancel()
+	if err != nil {
+		return s.classify(ctx, "check durability", err)
+	}
+	if err := s.acceptDurability(d); err != nil {
+		return err
+	}
 	if s.cfg.Migrate {
 		// Migrations may wait for another node's; give them their own time.
 		mctx, cancel := context.WithTimeout(ctx, migrateLockWait+time.Minute)
@@ -157,6 +171,25 @@ func (s *Store) start(ctx context.Context) error {
 	}
 	return nil
 }
+
+// acceptDurability records d and applies the durability rule: an unsafe
+// server is refused unless Config.AcceptUnsafeDurability, in which case
+// the risk is logged at error level on every start.
+func (s *Store) acceptDurability(d Durability) error {
+	s.dur = d
+	if err := checkDurability(d, s.cfg.AcceptUnsafeDurability); err != nil {
+		return fmt.Errorf("mysqlstore: %w", err)
+	}
+	if !d.Safe() {
+		s.log.Error("MySQL server is not crash-safe; continuing because the risk was accepted ("+AcceptUnsafeFlag+")",
+			zap.String("durability", d.String()), zap.Int("innodb_flush_log_at_trx_commit", d.FlushLogAtTrxCommit),
+			zap.Int("sync_binlog", d.SyncBinlog), zap.Bool("log_bin", d.LogBin))
+	}
+	return nil
+}
+
+// Durability returns the server's durability settings as Open read them.
+func (s *Store) Durability() Durability { return s.dur }
 
 // Close stops the cleanup and closes the connection pool.
 func (s *Store) Close() error {

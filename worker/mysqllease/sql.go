@@ -1,0 +1,123 @@
+package mysqllease
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/idgen/idgen/worker"
+)
+
+// dbNowMs is the database's current time in Unix milliseconds. It is
+// computed from UTC_TIMESTAMP, so neither the session's time_zone nor a
+// daylight-saving change of the server's zone can shift it (UNIX_TIMESTAMP
+// of a local NOW() is ambiguous for an hour a year).
+const dbNowMs = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
+
+// MySQL error numbers the lease reacts to.
+const (
+	erLockWaitTimeout = 1205
+	erLockDeadlock    = 1213
+	erNoSuchTable     = 1146
+)
+
+func errNo(err error) uint16 {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number
+	}
+	return 0
+}
+
+// retryable: the transaction was rolled back by the server because of
+// concurrent claims; running it again is safe.
+func retryable(err error) bool {
+	n := errNo(err)
+	return n == erLockDeadlock || n == erLockWaitTimeout
+}
+
+func noSchema(err error) error {
+	if errNo(err) == erNoSuchTable {
+		return fmt.Errorf("%w (%v): run `idctl db migrate --mysql DSN` (schema version 2 adds worker_cluster and worker_slot)", ErrNoSchema, err)
+	}
+	return err
+}
+
+// newInstanceID returns a random RFC 4122 version 4 UUID: the holder
+// column of the slots this lease instance takes. A row whose holder is
+// this id was last written by this instance and no one else.
+func newInstanceID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+}
+
+// ensureMeta inserts the cluster's row with want (created_ms = the
+// database's now) unless it exists, then compares want with the stored
+// settings: the settings decide the ID layout, so a node that disagrees
+// must not issue any.
+func ensureMeta(ctx context.Context, db *sql.DB, cluster string, want worker.Meta, timeout time.Duration) (worker.Meta, error) {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := db.ExecContext(cctx,
+		`INSERT IGNORE INTO worker_cluster (cluster, epoch_ms, idc_bits, node_bits, created_ms) VALUES (?, ?, ?, ?, `+dbNowMs+`)`,
+		cluster, want.EpochMs, want.IDCBits, want.NodeBits); err != nil {
+		return worker.Meta{}, fmt.Errorf("create cluster row %q in worker_cluster: %w", cluster, noSchema(err))
+	}
+	got, err := readMeta(cctx, db, cluster)
+	if err != nil {
+		return worker.Meta{}, err
+	}
+	if err := compareMeta(got, want, cluster); err != nil {
+		return worker.Meta{}, err
+	}
+	return got, nil
+}
+
+func readMeta(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, cluster string) (worker.Meta, error) {
+	var m worker.Meta
+	err := q.QueryRowContext(ctx, `SELECT epoch_ms, idc_bits, node_bits, created_ms FROM worker_cluster WHERE cluster = ?`, cluster).
+		Scan(&m.EpochMs, &m.IDCBits, &m.NodeBits, &m.CreatedMs)
+	if errors.Is(err, sql.ErrNoRows) {
+		return m, fmt.Errorf("cluster %q has no row in worker_cluster (no node of it has started with --mysql alone)", cluster)
+	}
+	if err != nil {
+		return m, fmt.Errorf("read cluster row %q from worker_cluster: %w", cluster, noSchema(err))
+	}
+	return m, nil
+}
+
+// compareMeta names the first setting of the stored row that differs from
+// this node's configuration (created_ms is the cluster's, not compared).
+func compareMeta(have, want worker.Meta, cluster string) error {
+	where := fmt.Sprintf("MySQL (worker_cluster, cluster %q)", cluster)
+	diff := func(name string, h, w int64) error {
+		return fmt.Errorf("%w: %w: %s is %d in %s but %d in this node's configuration; refusing to start (start the node with the cluster's setting, or use another cluster name)",
+			ErrMetaMismatch, worker.ErrMetaMismatch, name, h, where, w)
+	}
+	switch {
+	case have.EpochMs != want.EpochMs:
+		return fmt.Errorf("%w: %w: epoch_ms is %d (%s) in %s but %d (%s) in this node's configuration; refusing to start (start the node with the cluster's epoch, or use another cluster name)",
+			ErrMetaMismatch, worker.ErrMetaMismatch, have.EpochMs, rfc3339(have.EpochMs), where, want.EpochMs, rfc3339(want.EpochMs))
+	case have.IDCBits != want.IDCBits:
+		return diff("idc_bits", int64(have.IDCBits), int64(want.IDCBits))
+	case have.NodeBits != want.NodeBits:
+		return diff("node_bits", int64(have.NodeBits), int64(want.NodeBits))
+	}
+	return nil
+}
+
+func rfc3339(ms int64) string {
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}

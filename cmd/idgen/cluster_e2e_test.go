@@ -61,13 +61,10 @@ func startCluster(t *testing.T, n int, zkAddr, dsn string) ([]*testnode.Node, []
 	for i := range nodes {
 		nodes[i] = testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{
 			"--zk", zkAddr, "--cluster", cluster, "--mysql", dsn, "--zk-session-timeout", "3s",
-			"--heartbeat-interval", "500ms", "--advertise-host", "127.0.0.1", "--auto-create-biz", "true",
-			"--properties-dir", t.TempDir()}})
+			"--heartbeat-interval", "500ms", "--outage-tolerance", "2s", "--advertise-host", "127.0.0.1",
+			"--auto-create-biz", "true", "--properties-dir", t.TempDir()}})
 		clients[i] = nodes[i].Client(t)
-		testnode.WaitFor(t, 20*time.Second, "node serving", func() bool {
-			r, err := clients[i].Clock(context.Background(), &idl.ClockRequest{})
-			return err == nil && r.State == "serving"
-		})
+		nodes[i].WaitSnowflake(t, 30*time.Second)
 		r, _ := clients[i].Clock(context.Background(), &idl.ClockRequest{})
 		if workers[r.Worker] {
 			t.Fatalf("worker %d held by two nodes", r.Worker)
@@ -114,13 +111,13 @@ func TestE2E_ClusterKillPauseNoDuplicate(t *testing.T) {
 	})
 	time.Sleep(time.Second)
 	ld.finish()
-	for _, space := range []string{"SNOWFLAKE", "UNORDERED", "key-1"} {
-		if ld.count(space) == 0 {
-			t.Errorf("no %s IDs issued", space)
+	for _, ch := range []string{"SNOWFLAKE", "UNORDERED", "ORDERED"} {
+		if ld.count(ch) == 0 {
+			t.Errorf("no %s IDs issued", ch)
 		}
 	}
 	t.Logf("unique ids: snowflake %d, unordered %d, ordered %d; errors by code: %v",
-		ld.count("SNOWFLAKE"), ld.count("UNORDERED"), ld.count("key-1"), ld.errs)
+		ld.count("SNOWFLAKE"), ld.count("UNORDERED"), ld.count("ORDERED"), ld.errs)
 }
 
 // caller is one load goroutine: a node's client, a business and a channel
@@ -133,12 +130,15 @@ type caller struct {
 }
 
 // load drives NextIDs from one goroutine per caller until finish. It
-// records every ID per number space (the channel, or on ORDERED the sub key,
-// whose numbers are per key) and fails the test on a repeat or, on ORDERED,
-// on a number not above the caller's previous one.
+// records every ID per number space and fails the test on a repeat or, on
+// ORDERED, on a number not above the caller's previous one. SNOWFLAKE,
+// UNORDERED and snowflake fallback IDs of one business share one space (a
+// snowflake ID below the floor would collide with a segment number there);
+// ORDERED numbers are per (business, sub key).
 type load struct {
 	mu      sync.Mutex
 	seen    map[string]map[int64]bool
+	issued  map[string]int // per channel that served ("SNOWFLAKE", "UNORDERED", "ORDERED")
 	ordered int            // ORDERED numbers received
 	errs    map[string]int // "CHANNEL CODE" -> count
 	observe func(ch idl.Channel, err error)
@@ -149,7 +149,7 @@ type load struct {
 // startLoad starts the callers; observe (may be nil) sees every result,
 // called with the load's lock held.
 func startLoad(t *testing.T, callers []caller, observe func(ch idl.Channel, err error)) *load {
-	l := &load{seen: map[string]map[int64]bool{}, errs: map[string]int{}, observe: observe, stop: make(chan struct{})}
+	l := &load{seen: map[string]map[int64]bool{}, issued: map[string]int{}, errs: map[string]int{}, observe: observe, stop: make(chan struct{})}
 	for _, c := range callers {
 		l.wg.Add(1)
 		go l.run(t, c)
@@ -160,9 +160,9 @@ func startLoad(t *testing.T, callers []caller, observe func(ch idl.Channel, err 
 func (l *load) run(t *testing.T, c caller) {
 	defer l.wg.Done()
 	last := int64(0)
-	space := c.ch.String()
+	space := "biz:" + c.biz
 	if c.ch == idl.Channel_ORDERED {
-		space = c.subKey
+		space = "ordered:" + c.biz + "/" + c.subKey
 	}
 	for i := 0; ; i++ {
 		select {
@@ -190,6 +190,7 @@ func (l *load) run(t *testing.T, c caller) {
 		if l.seen[space] == nil {
 			l.seen[space] = map[int64]bool{}
 		}
+		l.issued[resp.Channel.String()] += int(resp.Count)
 		for _, r := range resp.Ranges {
 			if c.ch == idl.Channel_ORDERED {
 				if r.First <= last {
@@ -215,11 +216,11 @@ func (l *load) finish() {
 	l.wg.Wait()
 }
 
-// count returns the distinct IDs recorded in one number space.
-func (l *load) count(space string) int {
+// count returns the IDs received from one channel (as the response named it).
+func (l *load) count(channel string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.seen[space])
+	return l.issued[channel]
 }
 
 // orderedTotal returns the ORDERED numbers received so far.

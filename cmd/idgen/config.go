@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/snowflake"
 )
 
@@ -36,17 +38,21 @@ type Config struct {
 	AllowCachedSlot  bool          `yaml:"allow_cached_slot"`
 	MaxPeerSkew      time.Duration `yaml:"max_peer_clock_skew"`
 	Heartbeat        time.Duration `yaml:"heartbeat_interval"`
+	OutageTolerance  time.Duration `yaml:"outage_tolerance"`
 
 	Epoch           string        `yaml:"epoch"`
 	IDCBits         int           `yaml:"idc_bits"`
 	NodeBits        int           `yaml:"node_bits"`
 	MaxBackwardWait time.Duration `yaml:"max_backward_wait"`
 
-	MySQL         string        `yaml:"mysql"`
-	MySQLMaxConns int           `yaml:"mysql_max_conns"`
-	StoreTimeout  time.Duration `yaml:"store_timeout"`
-	MaxStep       int64         `yaml:"max_step"`
-	SegmentTTL    time.Duration `yaml:"segment_duration"`
+	MySQL         string `yaml:"mysql"`
+	MySQLMaxConns int    `yaml:"mysql_max_conns"`
+	// MySQLAcceptUnsafe lets the node start on a MySQL server that is not
+	// crash-safe (innodb_flush_log_at_trx_commit or sync_binlog not 1).
+	MySQLAcceptUnsafe bool          `yaml:"mysql_accept_unsafe_durability"`
+	StoreTimeout      time.Duration `yaml:"store_timeout"`
+	MaxStep           int64         `yaml:"max_step"`
+	SegmentTTL        time.Duration `yaml:"segment_duration"`
 
 	AutoCreateBiz string `yaml:"auto_create_biz"` // "auto" (standalone only), "true", "false"
 	MaxBatch      int    `yaml:"max_batch"`
@@ -73,6 +79,7 @@ func DefaultConfig() Config {
 		AllowCachedSlot:  true,
 		MaxPeerSkew:      time.Second,
 		Heartbeat:        3 * time.Second,
+		OutageTolerance:  30 * time.Second,
 		Epoch:            snowflake.DefaultEpoch.Format(time.RFC3339),
 		IDCBits:          snowflake.DefaultIDCBits,
 		NodeBits:         snowflake.DefaultNodeBits,
@@ -82,7 +89,7 @@ func DefaultConfig() Config {
 		MaxStep:          100_000_000,
 		SegmentTTL:       15 * time.Minute,
 		AutoCreateBiz:    "auto",
-		MaxBatch:         10000,
+		MaxBatch:         segment.MaxBatch,
 		MaxFrameBytes:    1 << 20,
 		ShutdownTimeout:  10 * time.Second,
 		LogLevel:         "info",
@@ -165,29 +172,31 @@ var options = []option{
 	strOpt("rpc-addr", "Thrift RPC listen address", func(c *Config) *string { return &c.RPCAddr }),
 	strOpt("admin-addr", "admin HTTP listen address (/metrics, /healthz, /readyz)", func(c *Config) *string { return &c.AdminAddr }),
 	strOpt("data-dir", "standalone data directory (embedded segment store, properties file)", func(c *Config) *string { return &c.DataDir }),
-	strOpt("zk", "ZooKeeper servers HOST:PORT,...; switches on cluster worker registration", func(c *Config) *string { return &c.ZK }),
+	strOpt("zk", "ZooKeeper servers HOST:PORT,...; switches on cluster worker registration and cluster-wide businesses", func(c *Config) *string { return &c.ZK }),
 	strOpt("zk-root", "ZooKeeper root znode", func(c *Config) *string { return &c.ZKRoot }),
 	strOpt("zk-auth", "ZooKeeper digest credentials user:password (ACL on the cluster subtree)", func(c *Config) *string { return &c.ZKAuth }),
 	durOpt("zk-session-timeout", "ZooKeeper session timeout", func(c *Config) *time.Duration { return &c.ZKSessionTimeout }),
 	strOpt("cluster", "cluster name (one ZooKeeper subtree per cluster)", func(c *Config) *string { return &c.Cluster }),
 	intOpt("idc", "IDC number of this node", func(c *Config) *int { return &c.IDC }),
-	intOpt("node", "standalone node number; -1: from the properties file, else 0", func(c *Config) *int { return &c.Node }),
+	intOpt("node", "standalone only: pin the node number; -1: chosen by the node (a crash restart moves to a slot whose mark has passed)", func(c *Config) *int { return &c.Node }),
 	strOpt("properties-dir", "directory of the worker properties file (default: data-dir)", func(c *Config) *string { return &c.PropertiesDir }),
 	strOpt("advertise-host", "host peers use to reach this node (default: first non-loopback IP, else 127.0.0.1)", func(c *Config) *string { return &c.AdvertiseHost }),
 	boolOpt("allow-cached-slot", "use the cached worker slot when ZooKeeper is unreachable at start", func(c *Config) *bool { return &c.AllowCachedSlot }),
 	durOpt("max-peer-clock-skew", "refuse to start when the clock is further than this from the peers' median", func(c *Config) *time.Duration { return &c.MaxPeerSkew }),
 	durOpt("heartbeat-interval", "how often the worker slot's high-water mark is written ahead", func(c *Config) *time.Duration { return &c.Heartbeat }),
+	durOpt("outage-tolerance", "how long SNOWFLAKE keeps serving while ZooKeeper (or the MySQL worker table) is unreachable: marks are written this far ahead; a crashed node's slot is free again after about this long", func(c *Config) *time.Duration { return &c.OutageTolerance }),
 	strOpt("epoch", "snowflake epoch, RFC 3339 (cluster-wide)", func(c *Config) *string { return &c.Epoch }),
 	intOpt("idc-bits", "worker bits for the IDC (cluster-wide; idc-bits + node-bits = 10)", func(c *Config) *int { return &c.IDCBits }),
 	intOpt("node-bits", "worker bits for the node (cluster-wide)", func(c *Config) *int { return &c.NodeBits }),
 	durOpt("max-backward-wait", "largest clock step back that is waited out instead of refused", func(c *Config) *time.Duration { return &c.MaxBackwardWait }),
-	strOpt("mysql", "MySQL/MariaDB DSN user:pass@tcp(host:port)/db; switches on the MySQL store", func(c *Config) *string { return &c.MySQL }),
+	strOpt("mysql", "MySQL/MariaDB DSN user:pass@tcp(host:port)/db; switches on the MySQL store (and, without --zk, MySQL-held worker slots)", func(c *Config) *string { return &c.MySQL }),
 	intOpt("mysql-max-conns", "MySQL connection pool size", func(c *Config) *int { return &c.MySQLMaxConns }),
+	boolOpt("mysql-accept-unsafe-durability", "start even if MySQL is not crash-safe (innodb_flush_log_at_trx_commit or sync_binlog not 1): a MySQL crash may then lose reservations and repeat IDs", func(c *Config) *bool { return &c.MySQLAcceptUnsafe }),
 	durOpt("store-timeout", "deadline of one segment store call (ORDERED requests wait at most this)", func(c *Config) *time.Duration { return &c.StoreTimeout }),
 	int64Opt("max-step", "largest UNORDERED segment step", func(c *Config) *int64 { return &c.MaxStep }),
 	durOpt("segment-duration", "how long one UNORDERED segment should last; the step adapts towards it", func(c *Config) *time.Duration { return &c.SegmentTTL }),
 	strOpt("auto-create-biz", "create unknown businesses on first use: auto (standalone only), true, false", func(c *Config) *string { return &c.AutoCreateBiz }),
-	intOpt("max-batch", "largest count one request may ask for", func(c *Config) *int { return &c.MaxBatch }),
+	intOpt("max-batch", "largest count one request may ask for (1..10000, the segment limit)", func(c *Config) *int { return &c.MaxBatch }),
 	intOpt("max-frame-bytes", "largest Thrift frame the server accepts", func(c *Config) *int { return &c.MaxFrameBytes }),
 	strOpt("admin-token", "token required by admin RPCs; empty: admin RPCs from loopback only", func(c *Config) *string { return &c.AdminToken }),
 	strOpt("client-token", "token required by NextIDs; empty: none", func(c *Config) *string { return &c.ClientToken }),
@@ -198,11 +207,19 @@ var options = []option{
 
 // loadConfig builds the configuration from defaults, the YAML file named by
 // --config (or IDGEN_CONFIG), the environment and the flags in args.
-func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+//
+// --help prints the usage to stdout and returns errHelp; --version prints
+// the version and returns errHelp too (both mean: exit 0 now).
+func loadConfig(args []string, getenv func(string) string, stdout, stderr io.Writer) (Config, error) {
 	cfg := DefaultConfig()
 	fs := flag.NewFlagSet("idgen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configFile := fs.String("config", getenv("IDGEN_CONFIG"), "YAML configuration file (env IDGEN_CONFIG)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: idgen [flags]\n\nRuns one idgen node. With no --zk and no --mysql it runs standalone (data in --data-dir).\nEvery flag has an IDGEN_* environment twin and a key in the YAML file (--config).\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
 	setters := map[string]func(string) error{}
 	for _, o := range options {
 		fs.Func(o.name, fmt.Sprintf("%s (env %s, default %q)", o.usage, o.env(), o.get(&cfg)), func(v string) error {
@@ -211,7 +228,16 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 		})
 	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return cfg, errHelp
+		}
 		return cfg, err
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "idgen", version)
+		return cfg, errHelp
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q: idgen takes only flags", fs.Args())
@@ -244,8 +270,51 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 	return cfg, cfg.Validate()
 }
 
+// errHelp means the command line asked for help or the version, which
+// were printed: exit 0 without starting.
+var errHelp = errors.New("help requested")
+
+// knownEnv lists the IDGEN_* variables idgen reads (besides IDGEN_CONFIG).
+func knownEnv() map[string]bool {
+	m := map[string]bool{"IDGEN_CONFIG": true}
+	for _, o := range options {
+		m[o.env()] = true
+	}
+	return m
+}
+
+// unknownEnv returns the IDGEN_* variables of environ that name no setting
+// (a misspelt IDGEN_MSYQL would otherwise be ignored without a word).
+// IDGEN_TEST_* and IDGEN_MEASURE belong to the test harness.
+func unknownEnv(environ []string) []string {
+	known := knownEnv()
+	var out []string
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(k, "IDGEN_") || known[k] || strings.HasPrefix(k, "IDGEN_TEST_") || k == "IDGEN_MEASURE" {
+			continue
+		}
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Standalone reports whether the node runs without ZooKeeper and MySQL.
 func (c Config) Standalone() bool { return c.ZK == "" && c.MySQL == "" }
+
+// Mode names the configuration: standalone, zk, mysql or zk+mysql.
+func (c Config) Mode() string {
+	switch {
+	case c.ZK != "" && c.MySQL != "":
+		return "zk+mysql"
+	case c.ZK != "":
+		return "zk"
+	case c.MySQL != "":
+		return "mysql"
+	}
+	return "standalone"
+}
 
 // AutoCreate resolves auto_create_biz.
 func (c Config) AutoCreate() bool {
@@ -283,14 +352,20 @@ func (c Config) Validate() error {
 			bad("node", "%d out of range -1..%d", c.Node, 1<<c.NodeBits-1)
 		}
 	}
-	if c.MaxBatch < 1 || c.MaxBatch > 1_000_000 {
-		bad("max_batch", "%d out of range 1..1000000", c.MaxBatch)
+	if c.MaxBatch < 1 || c.MaxBatch > segment.MaxBatch {
+		bad("max_batch", "%d out of range 1..%d (the largest batch every channel can serve; split larger requests)", c.MaxBatch, segment.MaxBatch)
 	}
 	if c.MaxFrameBytes < 4096 {
 		bad("max_frame_bytes", "%d is below 4096", c.MaxFrameBytes)
 	}
-	if c.MaxStep < 1 {
-		bad("max_step", "%d is below 1", c.MaxStep)
+	if c.MaxStep < 1 || c.MaxStep > segment.MaxStep {
+		bad("max_step", "%d out of range 1..%d", c.MaxStep, segment.MaxStep)
+	}
+	if !c.Standalone() && c.Node != -1 {
+		bad("node", "%d is a standalone setting: with --zk or --mysql the worker slot is claimed cluster-wide so no two nodes share it; remove --node (IDGEN_NODE)", c.Node)
+	}
+	if c.OutageTolerance < 0 {
+		bad("outage_tolerance", "%v is negative", c.OutageTolerance)
 	}
 	switch c.AutoCreateBiz {
 	case "auto", "true", "false":
@@ -307,6 +382,8 @@ func (c Config) Validate() error {
 	}
 	if c.Heartbeat <= 0 {
 		bad("heartbeat_interval", "must be positive")
+	} else if c.ZK != "" && c.Heartbeat >= c.ZKSessionTimeout {
+		bad("heartbeat_interval", "%v must be below zk_session_timeout (%v)", c.Heartbeat, c.ZKSessionTimeout)
 	}
 	return errors.Join(errs...)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
@@ -20,16 +21,29 @@ import (
 
 // handler implements the IDGen service: it checks the wire request, calls
 // the issuer and maps domain errors to IdgenError in one place (toIDLError).
+//
+// It serves from the first moment of the process: until the node has
+// started, every call that needs the issuer gets a fast retryable error
+// saying what start-up is waiting for (never a hang).
 type handler struct {
-	is          *issuer.Issuer
+	node        *node
 	log         *zap.Logger
 	clk         clock.Clock
 	cluster     string
 	adminToken  string
 	clientToken string
-	state       func() string                                             // serving, clock_rollback, fenced, degraded, starting
 	workers     func(ctx context.Context, idc int) ([]*idl.Worker, error) // ListWorkers
 	m           *metrics
+}
+
+// issuer returns the node's issuer, or the retryable error a caller gets
+// while the node is starting. code is the code that error carries.
+func (h *handler) issuer(code idl.ErrorCode) (*issuer.Issuer, error) {
+	if s := h.node.serving.Load(); s != nil {
+		return s.is, nil
+	}
+	return nil, &idl.IdgenError{Code: code, Retryable: true, RetryAfterMs: 500,
+		Message: "node is starting (" + h.node.starting() + "): retry shortly or ask another node"}
 }
 
 var _ idl.IDGen = (*handler)(nil)
@@ -38,7 +52,7 @@ var _ idl.IDGen = (*handler)(nil)
 func (h *handler) NextIDs(ctx context.Context, req *idl.NextIDsRequest) (resp *idl.NextIDsResponse, err error) {
 	defer h.done("NextIDs", channelLabel(req), time.Now(), &err)
 	if req == nil {
-		return nil, invalid("missing request")
+		return nil, invalid("missing request: send a NextIDsRequest with biz and count")
 	}
 	if h.clientToken != "" && !tokenOK(req.Token, h.clientToken) {
 		return nil, &idl.IdgenError{Code: idl.ErrorCode_UNAUTHENTICATED, Message: "NextIDs needs the client token: set NextIDsRequest.token"}
@@ -51,7 +65,15 @@ func (h *handler) NextIDs(ctx context.Context, req *idl.NextIDsRequest) (resp *i
 		}
 		r.Channel = &ch
 	}
-	out, err := h.is.Next(ctx, r)
+	code := idl.ErrorCode_WORKER_UNAVAILABLE
+	if r.Channel != nil && *r.Channel != segment.ChannelSnowflake {
+		code = idl.ErrorCode_SEGMENT_UNAVAILABLE
+	}
+	is, err := h.issuer(code)
+	if err != nil {
+		return nil, err
+	}
+	out, err := is.Next(ctx, r)
 	h.m.observe(out, err)
 	if err != nil {
 		return nil, h.toIDLError(req.Biz, err)
@@ -73,7 +95,11 @@ func (h *handler) ParseID(ctx context.Context, req *idl.ParseIDRequest) (resp *i
 	if req == nil {
 		return nil, invalid("missing request")
 	}
-	p, below, err := h.is.Parse(req.Id)
+	is, err := h.issuer(idl.ErrorCode_WORKER_UNAVAILABLE)
+	if err != nil {
+		return nil, err
+	}
+	p, below, err := is.Parse(req.Id)
 	if err != nil {
 		return nil, h.toIDLError("", err)
 	}
@@ -84,8 +110,12 @@ func (h *handler) ParseID(ctx context.Context, req *idl.ParseIDRequest) (resp *i
 // Clock answers peers' start checks with this node's wall clock.
 func (h *handler) Clock(ctx context.Context, req *idl.ClockRequest) (resp *idl.ClockResponse, err error) {
 	defer h.done("Clock", "", time.Now(), &err)
-	return &idl.ClockResponse{NowMs: h.clk.Now().UnixMilli(), State: h.state(), Cluster: h.cluster,
-		Worker: int32(h.is.Worker()), Version: version}, nil
+	w := -1
+	if s := h.node.serving.Load(); s != nil {
+		w = s.is.Worker()
+	}
+	return &idl.ClockResponse{NowMs: h.clk.Now().UnixMilli(), State: h.node.String(), Cluster: h.cluster,
+		Worker: int32(w), Version: version}, nil
 }
 
 // ListWorkers returns the worker assignments.
@@ -95,7 +125,7 @@ func (h *handler) ListWorkers(ctx context.Context, req *idl.ListWorkersRequest) 
 	if req != nil && req.Idc != nil {
 		idc = int(*req.Idc)
 	}
-	ws, err := h.workers(ctx, idc)
+	ws, err := h.node.workers(ctx, idc)
 	if err != nil {
 		return nil, h.toIDLError("", err)
 	}
@@ -116,7 +146,11 @@ func (h *handler) CreateBiz(ctx context.Context, req *idl.CreateBizRequest) (res
 	if req.Channel != nil {
 		b.Channel = segment.Channel(*req.Channel)
 	}
-	out, err := h.is.CreateBiz(ctx, b)
+	is, err := h.issuer(idl.ErrorCode_SEGMENT_UNAVAILABLE)
+	if err != nil {
+		return nil, err
+	}
+	out, err := is.CreateBiz(ctx, b)
 	if err != nil {
 		return nil, h.toIDLError(req.Name, err)
 	}
@@ -149,7 +183,11 @@ func (h *handler) UpdateBiz(ctx context.Context, req *idl.UpdateBizRequest) (res
 		u.RateLimit = &v
 	}
 	u.Description = req.Description
-	out, err := h.is.UpdateBiz(ctx, req.Name, u)
+	is, err := h.issuer(idl.ErrorCode_SEGMENT_UNAVAILABLE)
+	if err != nil {
+		return nil, err
+	}
+	out, err := is.UpdateBiz(ctx, req.Name, u)
 	if err != nil {
 		return nil, h.toIDLError(req.Name, err)
 	}
@@ -166,7 +204,11 @@ func (h *handler) GetBiz(ctx context.Context, req *idl.GetBizRequest) (resp *idl
 	if err := h.admin(ctx, req.Token); err != nil {
 		return nil, err
 	}
-	out, err := h.is.GetBiz(ctx, req.Name)
+	is, err := h.issuer(idl.ErrorCode_SEGMENT_UNAVAILABLE)
+	if err != nil {
+		return nil, err
+	}
+	out, err := is.GetBiz(ctx, req.Name)
 	if err != nil {
 		return nil, h.toIDLError(req.Name, err)
 	}
@@ -183,7 +225,11 @@ func (h *handler) ListBiz(ctx context.Context, req *idl.ListBizRequest) (resp *i
 	if err := h.admin(ctx, tok); err != nil {
 		return nil, err
 	}
-	bs, err := h.is.ListBiz(ctx)
+	is, err := h.issuer(idl.ErrorCode_SEGMENT_UNAVAILABLE)
+	if err != nil {
+		return nil, err
+	}
+	bs, err := is.ListBiz(ctx)
 	if err != nil {
 		return nil, h.toIDLError("", err)
 	}
@@ -257,7 +303,7 @@ func (h *handler) toIDLError(biz string, err error) error {
 	if errors.As(err, &ie) {
 		return ie
 	}
-	e := &idl.IdgenError{Message: err.Error()}
+	e := &idl.IdgenError{Message: trimSentinel(err.Error())}
 	switch {
 	case errors.Is(err, issuer.ErrInvalid), errors.Is(err, segment.ErrInvalid), errors.Is(err, snowflake.ErrInvalid),
 		errors.Is(err, segment.ErrRequestMismatch):
@@ -269,8 +315,12 @@ func (h *handler) toIDLError(biz string, err error) error {
 		e.Code = idl.ErrorCode_INVALID_ARGUMENT
 	case errors.Is(err, clock.ErrRollback):
 		e.Code, e.Retryable = idl.ErrorCode_CLOCK_ROLLBACK, true
-	case errors.Is(err, issuer.ErrNoWorker), errors.Is(err, snowflake.ErrBeyondHighWater):
-		e.Code, e.Retryable, e.RetryAfterMs = idl.ErrorCode_WORKER_UNAVAILABLE, true, 1000
+	case errors.Is(err, snowflake.ErrClockJump):
+		e.Code, e.Retryable = idl.ErrorCode_CLOCK_JUMP, true
+	case errors.Is(err, issuer.ErrNoWorker), errors.Is(err, snowflake.ErrNotYet), errors.Is(err, snowflake.ErrStopped):
+		e.Code, e.Retryable = idl.ErrorCode_WORKER_UNAVAILABLE, true
+	case errors.Is(err, segment.ErrNoSegments):
+		e.Code = idl.ErrorCode_SEGMENT_UNAVAILABLE // a configuration, not a passing state: not retryable
 	case errors.Is(err, segment.ErrUnavailable), errors.Is(err, segment.ErrRegressed):
 		e.Code, e.Retryable, e.RetryAfterMs = idl.ErrorCode_SEGMENT_UNAVAILABLE, true, 200
 	case errors.Is(err, segment.ErrExhausted), errors.Is(err, snowflake.ErrTimeOverflow):
@@ -285,11 +335,23 @@ func (h *handler) toIDLError(biz string, err error) error {
 		h.log.Error("unexpected error: answering INTERNAL", zap.String("biz", biz), zap.Error(err))
 	}
 	if e.Retryable && e.RetryAfterMs == 0 {
-		if d := h.is.RetryAfter(err); d > 0 {
-			e.RetryAfterMs = max(1, d.Milliseconds())
+		if s := h.node.serving.Load(); s != nil {
+			if d := s.is.RetryAfter(err); d > 0 {
+				e.RetryAfterMs = max(1, d.Milliseconds())
+			}
 		}
 	}
 	return e
+}
+
+// trimSentinel drops a leading sentinel text such as "invalid argument: "
+// from a domain error's message: the code already says it, and
+// "INVALID_ARGUMENT: invalid argument: ..." reads as a stutter.
+func trimSentinel(msg string) string {
+	for _, p := range []string{issuer.ErrInvalid.Error() + ": ", segment.ErrInvalid.Error() + ": ", snowflake.ErrInvalid.Error() + ": "} {
+		msg = strings.TrimPrefix(msg, p)
+	}
+	return msg
 }
 
 func bizToIDL(b segment.Biz) *idl.Biz {

@@ -3,8 +3,10 @@
 // /metrics, /healthz and /readyz.
 //
 // With no configuration it runs standalone: no ZooKeeper, no MySQL, data
-// under ./data. --zk switches on ZooKeeper worker registration and --mysql
-// the MySQL segment store.
+// under ./data. --zk switches on ZooKeeper worker registration and
+// cluster-wide businesses, --mysql the MySQL segment store (and, without
+// --zk, MySQL-held worker slots). Every combination is safe with many nodes
+// or refused at start; see README, "Configurations".
 package main
 
 import (
@@ -20,7 +22,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cloudwego/kitex/pkg/klog"
 	"github.com/cloudwego/kitex/pkg/remote/codec"
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"github.com/cloudwego/kitex/server"
@@ -33,8 +34,10 @@ import (
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/boltstore"
 	"github.com/idgen/idgen/segment/mysqlstore"
+	"github.com/idgen/idgen/segment/zkstore"
 	"github.com/idgen/idgen/snowflake"
 	"github.com/idgen/idgen/worker"
+	"github.com/idgen/idgen/worker/mysqllease"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -45,9 +48,12 @@ var started = time.Now()
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
+		if errors.Is(err, errHelp) {
+			return
+		}
 		fmt.Fprintln(os.Stderr, "idgen:", err)
 		os.Exit(1)
 	}
@@ -55,8 +61,12 @@ func main() {
 
 // run builds every dependency explicitly, serves until ctx is cancelled and
 // closes things in reverse order.
-func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	cfg, err := loadConfig(args, getenv, stderr)
+//
+// Both servers answer from the first moment: the admin port reports
+// "starting" and NextIDs answers a retryable code while the store opens and
+// the worker slot is claimed, so a restart never looks like a hang.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := loadConfig(args, getenv, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -65,10 +75,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-	klog.SetLevel(klog.LevelWarn)
+	setKitexLogger(log.Named("kitex"))
+	for _, k := range unknownEnv(os.Environ()) {
+		log.Warn("environment variable names no idgen setting: ignored (misspelt?)", zap.String("variable", k),
+			zap.String("fix", "see idgen --help for the IDGEN_* names"))
+	}
 
-	// Bind both ports first: a port in use fails the start before any slot
-	// is claimed.
 	rpcLn, err := net.Listen("tcp", cfg.RPCAddr)
 	if err != nil {
 		return fmt.Errorf("rpc_addr: %w", err)
@@ -82,63 +94,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 	clk, debugRoutes := newClock()
 	m := newMetrics()
+	nd := newNode(clk, cfg)
+	nd.setStarting("opening the segment store and claiming a worker slot")
 
-	store, err := openStore(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-
-	guard := clock.NewGuard(clock.GuardConfig{Clock: clk, MaxBackwardWait: cfg.MaxBackwardWait,
-		Logger: log.Named("clock"), OnReject: m.clockRejected}, 0)
-
-	layout := cfg.Layout()
-	holder := &lateHolder{}
-	rpcPort := rpcLn.Addr().(*net.TCPAddr).Port
-	lease, err := startLease(ctx, cfg, layout, holder, clk, rpcPort, log)
-	if err != nil {
-		return err
-	}
-	leaseClosed := false
-	closeLease := func() {
-		if leaseClosed {
-			return
-		}
-		leaseClosed = true
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := lease.Close(cctx); err != nil {
-			log.Error("closing the worker lease", zap.Error(err))
-		}
-	}
-	defer closeLease()
-	meta := lease.Meta()
-	floor := layout.Floor(meta.CreatedMs)
-
-	unordered, err := segment.NewUnordered(segment.UnorderedConfig{Store: store, Logger: log.Named("unordered"),
-		Floor: floor, MaxStep: cfg.MaxStep, SegmentDuration: cfg.SegmentTTL, OnLoad: m.segmentLoaded})
-	if err != nil {
-		return err
-	}
-	defer unordered.Close()
-	ordered, err := segment.NewOrdered(segment.OrderedConfig{Store: store, Timeout: cfg.StoreTimeout, Logger: log.Named("ordered")})
-	if err != nil {
-		return err
-	}
-	is, err := issuer.New(issuer.Config{Store: store, Unordered: unordered, Ordered: ordered,
-		Bizs: segment.NewBizCache(store, 2*time.Second), Layout: layout, Guard: guard, Floor: floor,
-		AutoCreateBiz: cfg.AutoCreate(), MaxBatch: cfg.MaxBatch, Logger: log.Named("issuer")})
-	if err != nil {
-		return err
-	}
-	holder.attach(is)
-
-	st := &nodeState{is: is, lease: lease}
-	h := &handler{is: is, log: log.Named("rpc"), clk: clk, cluster: cfg.Cluster, adminToken: cfg.AdminToken,
-		clientToken: cfg.ClientToken, state: st.String, workers: workersFunc(cfg, lease, rpcPort), m: m}
-	m.register(is, unordered, lease, st)
-
-	admin := &http.Server{Handler: adminMux(st, m, debugRoutes), ReadHeaderTimeout: 5 * time.Second}
+	admin := &http.Server{Handler: adminMux(nd, m, debugRoutes), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := admin.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("admin HTTP server stopped", zap.Error(err))
@@ -150,6 +109,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		_ = admin.Shutdown(sctx)
 	}()
 
+	h := &handler{node: nd, log: log.Named("rpc"), clk: clk, cluster: cfg.Cluster, adminToken: cfg.AdminToken,
+		clientToken: cfg.ClientToken, m: m}
 	exit := make(chan error, 1)
 	svr := idgensvc.NewServer(h,
 		server.WithListener(rpcLn),
@@ -158,17 +119,28 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		server.WithExitWaitTime(cfg.ShutdownTimeout),
 		server.WithExitSignal(func() <-chan error { return exit }),
 	)
-	log.Info("idgen serving", zap.String("rpc_addr", rpcLn.Addr().String()), zap.String("admin_addr", adminLn.Addr().String()),
-		zap.Bool("standalone", cfg.Standalone()), zap.String("cluster", cfg.Cluster), zap.String("version", version),
-		zap.Int64("snowflake_floor", floor), zap.String("state", st.String()))
 	runErr := make(chan error, 1)
 	go func() { runErr <- svr.Run() }()
+	stopRPC := func() error {
+		exit <- nil
+		return <-runErr
+	}
+	log.Info("idgen starting", zap.String("rpc_addr", rpcLn.Addr().String()), zap.String("admin_addr", adminLn.Addr().String()),
+		zap.String("mode", cfg.Mode()), zap.String("cluster", cfg.Cluster), zap.String("version", version))
+
+	closeAll, err := nd.start(ctx, cfg, clk, m, rpcLn.Addr().(*net.TCPAddr).Port, log)
+	if err != nil {
+		_ = stopRPC()
+		return err
+	}
+	h.workers = nd.workers
+	log.Info("idgen serving", zap.String("mode", cfg.Mode()), zap.Int64("snowflake_floor", nd.floor),
+		zap.String("state", nd.String()), zap.Duration("startup", time.Since(started)))
 
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down: draining in-flight calls", zap.Duration("timeout", cfg.ShutdownTimeout))
-		exit <- nil
-		err = <-runErr
+		err = stopRPC()
 	case err = <-runErr:
 		if err != nil {
 			err = fmt.Errorf("rpc server: %w", err)
@@ -176,9 +148,79 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	// In-flight calls are done: record the exact high-water mark and free
 	// the slot before the store closes.
-	closeLease()
-	log.Info("idgen stopped", zap.Int64("last_used_ms", is.LastUsed()))
+	closeAll()
 	return err
+}
+
+// start opens the store, claims the worker slot and builds the issuer, then
+// makes the node serve. The returned func closes everything in reverse
+// order (lease first, so the exact mark is written while the process still
+// knows it).
+func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metrics, rpcPort int, log *zap.Logger) (func(), error) {
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	fail := func(err error) (func(), error) {
+		closeAll()
+		return nil, err
+	}
+
+	nd.setStarting("opening the segment store")
+	store, noSegments, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, func() { _ = store.Close() })
+	if ms, ok := store.(*mysqlstore.Store); ok {
+		m.setDurability(ms.Durability())
+	}
+
+	guard := clock.NewGuard(clock.GuardConfig{Clock: clk, MaxBackwardWait: cfg.MaxBackwardWait,
+		Logger: log.Named("clock"), OnReject: m.clockRejected}, 0)
+	layout := cfg.Layout()
+	holder := &lateHolder{}
+	nd.setStarting("claiming a worker slot")
+	lease, err := startLease(ctx, cfg, layout, holder, clk, rpcPort, store, log)
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := lease.Close(cctx); err != nil {
+			log.Error("closing the worker lease", zap.Error(err))
+		}
+		log.Info("idgen stopped", zap.Int64("last_used_ms", holder.LastUsed()))
+	})
+	meta := lease.Meta()
+	floor := layout.Floor(meta.CreatedMs)
+
+	unordered, err := segment.NewUnordered(segment.UnorderedConfig{Store: store, Logger: log.Named("unordered"),
+		Floor: floor, MaxStep: cfg.MaxStep, SegmentDuration: cfg.SegmentTTL, OnLoad: m.segmentLoaded})
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, func() { _ = unordered.Close() })
+	ordered, err := segment.NewOrdered(segment.OrderedConfig{Store: store, Timeout: cfg.StoreTimeout, Logger: log.Named("ordered")})
+	if err != nil {
+		return fail(err)
+	}
+	is, err := issuer.New(issuer.Config{Store: store, Unordered: unordered, Ordered: ordered,
+		Bizs: segment.NewBizCache(store, 2*time.Second), Layout: layout, Guard: guard, Floor: floor,
+		AutoCreateBiz: cfg.AutoCreate(), MaxBatch: cfg.MaxBatch, NoSegments: noSegments,
+		ExtendNow: lease.RequestExtend, Logger: log.Named("issuer")})
+	if err != nil {
+		return fail(err)
+	}
+	holder.attach(is)
+	health := newStoreHealth(store)
+	closers = append(closers, health.close)
+	nd.ready(is, unordered, lease, health, noSegments, floor, workersFunc(cfg, lease, rpcPort))
+	m.register(nd)
+	return closeAll, nil
 }
 
 func newLogger(cfg Config, stderr io.Writer) (*zap.Logger, error) {
@@ -195,26 +237,49 @@ func newLogger(cfg Config, stderr io.Writer) (*zap.Logger, error) {
 	return zap.New(zapcore.NewCore(encoder, zapcore.AddSync(stderr), lvl)), nil
 }
 
-// openStore opens the MySQL store with --mysql, else the embedded store.
-func openStore(ctx context.Context, cfg Config, log *zap.Logger) (segment.Store, error) {
-	if cfg.MySQL != "" {
+// errNoSegmentsZK is why a ZooKeeper-only cluster refuses the segment channels.
+var errNoSegmentsZK = errors.New("this cluster runs with --zk and no --mysql: UNORDERED, ORDERED and snowflake fallback need a shared counter store; start every node with --mysql DSN, or use SNOWFLAKE without fallback")
+
+// openStore opens the store for the configuration:
+//   - --mysql: the MySQL store (businesses and counters shared by every node);
+//   - --zk alone: businesses in ZooKeeper, no counters (noSegments says why);
+//   - neither: the embedded store under data_dir (one node per data dir).
+func openStore(ctx context.Context, cfg Config, log *zap.Logger) (segment.Store, error, error) {
+	switch {
+	case cfg.MySQL != "":
 		s, err := mysqlstore.Open(ctx, mysqlstore.Config{DSN: cfg.MySQL, MaxOpenConns: cfg.MySQLMaxConns,
-			Timeout: cfg.StoreTimeout, Logger: log.Named("mysql")})
+			Timeout: cfg.StoreTimeout, AcceptUnsafeDurability: cfg.MySQLAcceptUnsafe, Logger: log.Named("mysql")})
 		if err != nil {
-			return nil, fmt.Errorf("mysql: %w", err)
+			return nil, nil, fmt.Errorf("mysql: %w", err)
 		}
-		return s, nil
+		return s, nil, nil
+	case cfg.ZK != "":
+		s, err := zkstore.Open(ctx, zkstore.Config{Servers: strings.Split(cfg.ZK, ","), Root: cfg.ZKRoot, Cluster: cfg.Cluster,
+			Auth: cfg.ZKAuth, SessionTimeout: cfg.ZKSessionTimeout, Timeout: cfg.StoreTimeout, Logger: log.Named("zkstore")})
+		if err != nil {
+			return nil, nil, fmt.Errorf("zk business store: %w", err)
+		}
+		log.Warn("no --mysql: businesses are kept in ZooKeeper; UNORDERED, ORDERED and snowflake fallback are refused on this cluster",
+			zap.String("fix", "start every node with --mysql DSN"))
+		return s, errNoSegmentsZK, nil
 	}
 	s, err := boltstore.Open(cfg.DataDir, boltstore.Options{Logger: log.Named("store")})
-	if err != nil {
-		return nil, fmt.Errorf("data_dir: %w", err)
+	if errors.Is(err, boltstore.ErrDirInUse) {
+		// Two standalone nodes on one data dir would share one worker
+		// slot and one counter file: refuse, naming the fix.
+		return nil, nil, fmt.Errorf("--data-dir %s: %w; give every standalone node its own --data-dir (IDGEN_DATA_DIR), or run a cluster with --zk and --mysql", cfg.DataDir, err)
 	}
-	return s, nil
+	if err != nil {
+		return nil, nil, fmt.Errorf("--data-dir %s: %w", cfg.DataDir, err)
+	}
+	return s, nil, nil
 }
 
-// startLease claims the worker slot: through ZooKeeper with --zk, else from
-// configuration and the properties file.
-func startLease(ctx context.Context, cfg Config, layout snowflake.Layout, h worker.Holder, clk clock.Clock, port int, log *zap.Logger) (worker.Lease, error) {
+// startLease claims the worker slot: through ZooKeeper with --zk, through
+// the MySQL worker table with --mysql alone, else from configuration and
+// the properties file (standalone).
+func startLease(ctx context.Context, cfg Config, layout snowflake.Layout, h worker.Holder, clk clock.Clock, port int,
+	store segment.Store, log *zap.Logger) (worker.Lease, error) {
 	layout = layout.Normalize()
 	want := worker.Meta{EpochMs: layout.EpochMs(), IDCBits: layout.IDCBits, NodeBits: layout.NodeBits}
 	propsDir := cfg.PropertiesDir
@@ -222,24 +287,38 @@ func startLease(ctx context.Context, cfg Config, layout snowflake.Layout, h work
 		propsDir = cfg.DataDir
 	}
 	host := advertiseHost(cfg)
-	if cfg.ZK == "" {
-		meta, err := worker.LocalMeta(cfg.DataDir, want, clk.Now())
-		if err != nil {
-			return nil, err
-		}
-		l, err := worker.Standalone(worker.StandaloneConfig{PropertiesDir: propsDir, Cluster: cfg.Cluster, App: "idgen", Host: host, Port: port,
-			IDC: cfg.IDC, Node: cfg.Node, Meta: meta, HeartbeatInterval: cfg.Heartbeat, Clock: clk, Holder: h,
-			Logger: log.Named("worker")})
+	switch {
+	case cfg.ZK != "":
+		l, err := worker.Register(ctx, worker.Config{Servers: strings.Split(cfg.ZK, ","), Root: cfg.ZKRoot, Cluster: cfg.Cluster,
+			IDC: cfg.IDC, App: "idgen", Host: host, Port: port, PropertiesDir: propsDir, Meta: want,
+			SessionTimeout: cfg.ZKSessionTimeout, HeartbeatInterval: cfg.Heartbeat, OutageTolerance: cfg.OutageTolerance,
+			AllowCachedSlotWithoutZK: worker.Bool(cfg.AllowCachedSlot),
+			MaxPeerClockSkew:         cfg.MaxPeerSkew, PeerClock: peerClock, Auth: cfg.ZKAuth, Clock: clk, Holder: h,
+			Version: version, Logger: log.Named("worker")})
 		if err != nil {
 			return nil, fmt.Errorf("worker: %w", err)
 		}
 		return l, nil
+	case cfg.MySQL != "":
+		ms, ok := store.(*mysqlstore.Store)
+		if !ok {
+			return nil, fmt.Errorf("worker: --mysql without --zk needs the MySQL store")
+		}
+		l, err := mysqllease.Register(ctx, mysqllease.Config{DB: ms.DB(), Cluster: cfg.Cluster, IDC: cfg.IDC, Host: host, Port: port,
+			Meta: want, HeartbeatInterval: cfg.Heartbeat, OutageTolerance: cfg.OutageTolerance, MaxClockSkew: cfg.MaxPeerSkew,
+			Clock: clk, Holder: h, Version: version, Logger: log.Named("worker")})
+		if err != nil {
+			return nil, fmt.Errorf("worker (MySQL-held slots): %w", err)
+		}
+		return l, nil
 	}
-	l, err := worker.Register(ctx, worker.Config{Servers: strings.Split(cfg.ZK, ","), Root: cfg.ZKRoot, Cluster: cfg.Cluster,
-		IDC: cfg.IDC, App: "idgen", Host: host, Port: port, PropertiesDir: propsDir, Meta: want,
-		SessionTimeout: cfg.ZKSessionTimeout, HeartbeatInterval: cfg.Heartbeat, AllowCachedSlotWithoutZK: worker.Bool(cfg.AllowCachedSlot),
-		MaxPeerClockSkew: cfg.MaxPeerSkew, PeerClock: peerClock, Auth: cfg.ZKAuth, Clock: clk, Holder: h,
-		Version: version, Logger: log.Named("worker")})
+	meta, err := worker.LocalMeta(cfg.DataDir, want, clk.Now())
+	if err != nil {
+		return nil, err
+	}
+	l, err := worker.Standalone(worker.StandaloneConfig{PropertiesDir: propsDir, Cluster: cfg.Cluster, App: "idgen", Host: host, Port: port,
+		IDC: cfg.IDC, Node: cfg.Node, Meta: meta, HeartbeatInterval: cfg.Heartbeat, Clock: clk, Holder: h,
+		Logger: log.Named("worker")})
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}

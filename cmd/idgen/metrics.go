@@ -9,7 +9,7 @@ import (
 
 	"github.com/idgen/idgen/issuer"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
-	"github.com/idgen/idgen/segment"
+	"github.com/idgen/idgen/segment/mysqlstore"
 	"github.com/idgen/idgen/worker"
 )
 
@@ -29,6 +29,7 @@ type metrics struct {
 	rollbacks prometheus.Counter
 	loadDur   prometheus.Histogram
 	loadFail  prometheus.Counter
+	unsafeDB  prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -53,13 +54,18 @@ func newMetrics() *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		loadFail: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_segment_load_failures_total",
 			Help: "UNORDERED segment reservations that failed (store down, regressed, floor)."}),
+		unsafeDB: prometheus.NewGauge(prometheus.GaugeOpts{Name: "idgen_mysql_durability_unsafe",
+			Help: "1 when the MySQL server is not crash-safe (innodb_flush_log_at_trx_commit or sync_binlog not 1) and the node was told to accept it: a MySQL crash may repeat IDs."}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.issued, m.fallbacks, m.rollbacks, m.loadDur, m.loadFail,
+	reg.MustRegister(m.requests, m.latency, m.issued, m.fallbacks, m.rollbacks, m.loadDur, m.loadFail, m.unsafeDB,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
 func (m *metrics) clockRejected(time.Duration) { m.rollbacks.Inc() }
+
+// setDurability exports the MySQL durability check done at start.
+func (m *metrics) setDurability(d mysqlstore.Durability) { m.unsafeDB.Set(b2f(!d.Safe())) }
 
 func (m *metrics) segmentLoaded(_ string, d time.Duration, err error) {
 	m.loadDur.Observe(d.Seconds())
@@ -94,15 +100,21 @@ func (m *metrics) observe(resp issuer.Response, err error) {
 }
 
 // register adds the scrape-time collector of node state.
-func (m *metrics) register(is *issuer.Issuer, u *segment.Unordered, lease worker.Lease, st *nodeState) {
-	m.reg.MustRegister(&stateCollector{is: is, u: u, lease: lease, st: st})
+func (m *metrics) register(nd *node) {
+	m.reg.MustRegister(&stateCollector{nd: nd})
 }
 
 var (
 	descState = prometheus.NewDesc("idgen_worker_state", "1 for the worker lease's current state (registered, degraded, fenced, none).",
 		[]string{"state"}, nil)
-	descNode = prometheus.NewDesc("idgen_node_state", "1 for the node's serving state (serving, degraded, clock_rollback, fenced, starting).",
+	descNode = prometheus.NewDesc("idgen_node_state", "1 for the node's serving state (serving, degraded, clock_rollback, clock_jump, fenced, starting).",
 		[]string{"state"}, nil)
+	descReady = prometheus.NewDesc("idgen_channel_ready",
+		"1 when the channel serves now (strict, as /readyz?channel=...); 0 when it refuses or is disabled by the configuration.",
+		[]string{"channel", "state"}, nil)
+	descMeta = prometheus.NewDesc("idgen_cluster_meta_changed",
+		"1 when the cluster's created_ms in the worker registry differs from the one this node started with (ZooKeeper lost its state); the node keeps its floor.",
+		nil, nil)
 	descWorker = prometheus.NewDesc("idgen_worker_id", "Worker ID in use, -1 when none.", nil, nil)
 	descBehind = prometheus.NewDesc("idgen_clock_behind_seconds",
 		"How far the wall clock is below the last issued snowflake timestamp (0 normally).", nil, nil)
@@ -118,42 +130,49 @@ var (
 	descFail = prometheus.NewDesc("idgen_segment_business_load_failures_total", "Failed segment loads per business.", []string{"biz"}, nil)
 	descRegr = prometheus.NewDesc("idgen_segment_regressions_total",
 		"Segments refused because the store returned numbers not above ones already received (failover to a lagging replica).", []string{"biz"}, nil)
-	nodeStates   = []string{"serving", "degraded", "clock_rollback", "fenced", "starting"}
+	nodeStates   = []string{chServing, chDegraded, chRollback, chJump, chFenced, chStarting}
 	workerStates = []worker.State{worker.StateRegistered, worker.StateDegraded, worker.StateFenced, worker.StateNone}
 )
 
 type stateCollector struct {
-	is    *issuer.Issuer
-	u     *segment.Unordered
-	lease worker.Lease
-	st    *nodeState
+	nd *node
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descState, descNode, descWorker, descBehind, descOffset, descZK, descRemain, descRemainPct, descStep, descFail, descRegr} {
+	for _, d := range []*prometheus.Desc{descState, descNode, descReady, descMeta, descWorker, descBehind, descOffset, descZK,
+		descRemain, descRemainPct, descStep, descFail, descRegr} {
 		ch <- d
 	}
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	ws := c.lease.State()
+	st := c.nd.status()
+	for _, s := range nodeStates {
+		ch <- prometheus.MustNewConstMetric(descNode, prometheus.GaugeValue, b2f(st.State == s), s)
+	}
+	for name, cs := range st.Channels {
+		ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, b2f(cs.Ready), name, cs.State)
+	}
+	sv := c.nd.serving.Load()
+	if sv == nil {
+		return
+	}
+	ws := sv.lease.State()
 	for _, s := range workerStates {
 		ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, b2f(ws == s), string(s))
 	}
-	ns := c.st.String()
-	for _, s := range nodeStates {
-		ch <- prometheus.MustNewConstMetric(descNode, prometheus.GaugeValue, b2f(ns == s), s)
-	}
-	ch <- prometheus.MustNewConstMetric(descWorker, prometheus.GaugeValue, float64(c.is.Worker()))
-	ch <- prometheus.MustNewConstMetric(descBehind, prometheus.GaugeValue, c.is.Guard().Behind().Seconds())
-	if z, ok := c.lease.(*worker.ZKLease); ok {
-		st := z.Status()
-		ch <- prometheus.MustNewConstMetric(descZK, prometheus.GaugeValue, b2f(st.ZKConnected))
-		if st.ClockOffsetKnown {
-			ch <- prometheus.MustNewConstMetric(descOffset, prometheus.GaugeValue, st.ClockOffset.Seconds())
+	ch <- prometheus.MustNewConstMetric(descWorker, prometheus.GaugeValue, float64(sv.is.Worker()))
+	ch <- prometheus.MustNewConstMetric(descBehind, prometheus.GaugeValue, sv.is.Guard().Behind().Seconds())
+	ch <- prometheus.MustNewConstMetric(descMeta, prometheus.GaugeValue,
+		b2f(sv.lease.Meta().CreatedMs != 0 && sv.is.Layout().Floor(sv.lease.Meta().CreatedMs) != c.nd.floor))
+	if z, ok := sv.lease.(*worker.ZKLease); ok {
+		zs := z.Status()
+		ch <- prometheus.MustNewConstMetric(descZK, prometheus.GaugeValue, b2f(zs.ZKConnected))
+		if zs.ClockOffsetKnown {
+			ch <- prometheus.MustNewConstMetric(descOffset, prometheus.GaugeValue, zs.ClockOffset.Seconds())
 		}
 	}
-	for _, s := range c.u.Stats() {
+	for _, s := range sv.unordered.Stats() {
 		left := s.CurrentRemaining + s.NextRemaining
 		ch <- prometheus.MustNewConstMetric(descRemain, prometheus.GaugeValue, float64(left), s.Biz)
 		if s.Step > 0 {

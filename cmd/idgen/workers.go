@@ -8,11 +8,17 @@ import (
 	"github.com/idgen/idgen/worker"
 )
 
-// workersFunc answers ListWorkers. In cluster mode it reads ZooKeeper, the
-// same listing 'idctl workers' prints, over the lease's own session (no
-// extra session per call). A standalone node reports itself.
+// workersFunc answers ListWorkers. With --zk it reads ZooKeeper, the same
+// listing 'idctl workers' prints, over the lease's own session (no extra
+// session per call); with --mysql alone it reads the worker_slot table. A
+// standalone node reports itself.
 func workersFunc(cfg Config, lease worker.Lease, port int) func(context.Context, int) ([]*idl.Worker, error) {
-	zl, ok := lease.(*worker.ZKLease)
+	// lister is a lease that can list every node's slot: the ZooKeeper
+	// lease (member znodes) and the MySQL lease (the worker_slot table).
+	type lister interface {
+		Workers(ctx context.Context, idc int) ([]worker.WorkerInfo, error)
+	}
+	zl, ok := lease.(lister)
 	if !ok {
 		return func(ctx context.Context, idc int) ([]*idl.Worker, error) {
 			s, ok := lease.Slot()

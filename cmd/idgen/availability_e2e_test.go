@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/kitex/client"
+	"github.com/cloudwego/kitex/transport"
+
+	"github.com/idgen/idgen/internal/testnode"
+	idl "github.com/idgen/idgen/kitex_gen/idgen"
+	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgen"
+)
+
+// callTimeout is the client timeout of the availability tests: every call
+// to a node whose process runs must be answered (IDs or a retryable code)
+// within it, never time out.
+const callTimeout = 3 * time.Second
+
+// answers calls NextIDs on every channel against n for d and fails the test
+// on a call that timed out or got a non-retryable error. Connection
+// refusals before the process listens are counted, not failures. It
+// returns how many calls succeeded, were refused and got a retryable code.
+func answers(t *testing.T, n *testnode.Node, d time.Duration, segments bool) (ok, refused, retryable int) {
+	t.Helper()
+	c, err := idgensvc.NewClient("idgen", client.WithHostPorts(n.RPCAddr), client.WithRPCTimeout(callTimeout),
+		client.WithConnectTimeout(time.Second), client.WithTransportProtocol(transport.TTHeaderFramed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	channels := []idl.Channel{idl.Channel_SNOWFLAKE}
+	if segments {
+		channels = append(channels, idl.Channel_UNORDERED, idl.Channel_ORDERED)
+	}
+	deadline := time.Now().Add(d)
+	for i := 0; time.Now().Before(deadline); i++ {
+		channel := channels[i%len(channels)]
+		req := &idl.NextIDsRequest{Biz: "avail", Channel: &channel, Count: 5}
+		if channel == idl.Channel_ORDERED {
+			req.SubKey = str("k")
+		}
+		start := time.Now()
+		_, err := c.NextIDs(context.Background(), req)
+		took := time.Since(start)
+		var ie *idl.IdgenError
+		switch {
+		case err == nil:
+			ok++
+		case errors.As(err, &ie) && ie.Retryable:
+			retryable++
+			time.Sleep(time.Duration(min(ie.RetryAfterMs, 100)) * time.Millisecond)
+		case errors.As(err, &ie):
+			t.Fatalf("%s: non-retryable %v", channel, ie)
+		case strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "dial"):
+			refused++
+			time.Sleep(20 * time.Millisecond)
+		default:
+			t.Fatalf("%s: call failed after %v without an answer: %v", channel, took.Round(time.Millisecond), err)
+		}
+	}
+	return ok, refused, retryable
+}
+
+// idctlBinary builds cmd/idctl once.
+var idctlOnce struct {
+	sync.Once
+	path string
+	err  error
+}
+
+func idctl(t *testing.T) string {
+	t.Helper()
+	idctlOnce.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Join(filepath.Dir(file), "..", "..")
+		dir, err := os.MkdirTemp("", "idctl-bin-")
+		if err != nil {
+			idctlOnce.err = err
+			return
+		}
+		idctlOnce.path = filepath.Join(dir, "idctl")
+		cmd := exec.Command("go", "build", "-o", idctlOnce.path, "./cmd/idctl")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			idctlOnce.err = fmt.Errorf("go build idctl: %v\n%s", err, out)
+		}
+	})
+	if idctlOnce.err != nil {
+		t.Fatal(idctlOnce.err)
+	}
+	return idctlOnce.path
+}
+
+// TestE2E_CrashRestartAnswersAtOnce (issue 10): a node SIGKILLed under load
+// and restarted answers every call from the moment it listens — IDs or a
+// retryable code, never a timeout — and `idctl get` with its default
+// timeout succeeds right after the restart, standalone and in a cluster.
+// How fast the first SNOWFLAKE ID comes is measured by scripts, not here.
+func TestE2E_CrashRestartAnswersAtOnce(t *testing.T) {
+	zkAddr, base := os.Getenv("IDGEN_TEST_ZK"), os.Getenv("IDGEN_TEST_MYSQL")
+	for _, mode := range []string{"standalone", "cluster"} {
+		t.Run(mode, func(t *testing.T) {
+			var args []string
+			if mode == "cluster" {
+				if zkAddr == "" || base == "" {
+					t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB)")
+				}
+				args = []string{"--zk", zkAddr, "--mysql", newDatabase(t, base), "--cluster", fmt.Sprintf("crash%d", rand.Uint32()),
+					"--zk-session-timeout", "3s", "--heartbeat-interval", "500ms", "--outage-tolerance", "2s",
+					"--advertise-host", "127.0.0.1", "--auto-create-biz", "true", "--properties-dir", t.TempDir()}
+			}
+			n := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: args})
+			n.WaitSnowflake(t, 30*time.Second)
+			if ok, _, _ := answers(t, n, time.Second, true); ok == 0 {
+				t.Fatal("no call succeeded before the kill")
+			}
+			n.Kill()
+			start := time.Now()
+			n.RestartNoWait(t)
+			ok, refused, retryable := answers(t, n, 2*time.Second, true)
+			if ok == 0 {
+				t.Fatalf("no call succeeded within 2s of the restart (refused %d, retryable %d)\n%s", refused, retryable, n.Logs())
+			}
+			t.Logf("after restart: %d ok, %d refused before listening, %d retryable in %v", ok, refused, retryable, time.Since(start).Round(time.Millisecond))
+
+			n.Kill()
+			n.RestartNoWait(t)
+			out, err := exec.Command(idctl(t), "get", "--addr", n.RPCAddr, "--biz", "avail", "--channel", "snowflake").CombinedOutput()
+			if err != nil {
+				t.Fatalf("idctl get right after the restart: %v\n%s\nnode logs:\n%s", err, out, n.Logs())
+			}
+		})
+	}
+}
+
+// TestE2E_ZooKeeperOutageAndWipe (issue 10): three nodes on a private
+// ZooKeeper and the shared MariaDB, under load on every channel.
+//  1. ZooKeeper stops for less than the outage tolerance: SNOWFLAKE keeps
+//     serving on every node, no refusal at all.
+//  2. ZooKeeper is wiped (restarted with an empty data dir): the nodes
+//     reconnect, re-create the cluster and re-register by themselves and
+//     serve SNOWFLAKE again without a restart.
+//
+// Throughout, no ID is issued twice on any channel.
+func TestE2E_ZooKeeperOutageAndWipe(t *testing.T) {
+	base := os.Getenv("IDGEN_TEST_MYSQL")
+	if base == "" || os.Getenv("IDGEN_TEST_ZK") == "" {
+		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB)")
+	}
+	zk := testnode.StartZooKeeper(t)
+	dsn := newDatabase(t, base)
+	cluster := fmt.Sprintf("wipe%d", rand.Uint32())
+	var nodes []*testnode.Node
+	var callers []caller
+	for i := range 3 {
+		n := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{
+			"--zk", zk.Addr(), "--cluster", cluster, "--mysql", dsn, "--zk-session-timeout", "3s",
+			"--heartbeat-interval", "500ms", "--outage-tolerance", "8s", "--advertise-host", "127.0.0.1",
+			"--auto-create-biz", "true", "--properties-dir", t.TempDir()}})
+		n.WaitSnowflake(t, 60*time.Second)
+		nodes = append(nodes, n)
+		c := n.Client(t)
+		for _, w := range []idl.Channel{idl.Channel_SNOWFLAKE, idl.Channel_UNORDERED, idl.Channel_ORDERED} {
+			callers = append(callers, caller{c: c, biz: "wipe", ch: w, subKey: fmt.Sprintf("key-%d", i%2)})
+		}
+	}
+	var phase sync.Map // "outage" -> true while ZooKeeper is down for less than the tolerance
+	outageRefusals := 0
+	ld := startLoad(t, callers, func(ch idl.Channel, err error) {
+		if err != nil && ch == idl.Channel_SNOWFLAKE {
+			if _, on := phase.Load("outage"); on {
+				outageRefusals++
+				t.Errorf("SNOWFLAKE refused during a %s ZooKeeper outage shorter than the tolerance: %v", "3s", err)
+			}
+		}
+	})
+	time.Sleep(time.Second)
+
+	phase.Store("outage", true)
+	zk.Stop()
+	time.Sleep(3 * time.Second)
+	phase.Delete("outage")
+	zk.Start()
+	time.Sleep(2 * time.Second)
+
+	zk.Wipe()
+	for _, n := range nodes {
+		n.WaitSnowflake(t, 60*time.Second)
+	}
+	before := ld.count("SNOWFLAKE")
+	testnode.WaitFor(t, 30*time.Second, "SNOWFLAKE issuing again after the wipe", func() bool {
+		return ld.count("SNOWFLAKE") > before+100
+	})
+	ld.finish()
+	for _, n := range nodes {
+		code, body, err := n.Get(context.Background(), "/readyz")
+		if err != nil || code != http.StatusOK {
+			t.Errorf("%s /readyz after the wipe: %d %s %v", n.RPCAddr, code, body, err)
+		}
+	}
+	t.Logf("ids: snowflake %d, unordered %d, ordered %d; errors: %v; snowflake refusals during the short outage: %d",
+		ld.count("SNOWFLAKE"), ld.count("UNORDERED"), ld.count("ORDERED"), ld.errs, outageRefusals)
+}
+
+// TestE2E_StartingAnswersAtOnce (issue 10): the first node of a new
+// cluster waits one lead before its first SNOWFLAKE ID (a slot with no mark
+// may have been used by a holder whose mark was lost). Meanwhile it answers
+// at once: /readyz is 503 "starting" with the wait remaining and why,
+// SNOWFLAKE is a retryable WORKER_UNAVAILABLE whose retry_after_ms is the
+// wait, UNORDERED and ORDERED serve, and the strict per-channel probes say
+// which channel is ready.
+func TestE2E_StartingAnswersAtOnce(t *testing.T) {
+	zkAddr, base := os.Getenv("IDGEN_TEST_ZK"), os.Getenv("IDGEN_TEST_MYSQL")
+	if zkAddr == "" || base == "" {
+		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB)")
+	}
+	// Lead = heartbeat 500ms + outage tolerance 20s + margin 2s: long
+	// enough that no busy machine lets the wait end before the checks.
+	n := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{
+		"--zk", zkAddr, "--mysql", newDatabase(t, base), "--cluster", fmt.Sprintf("starting%d", rand.Uint32()),
+		"--heartbeat-interval", "500ms", "--outage-tolerance", "20s", "--advertise-host", "127.0.0.1",
+		"--auto-create-biz", "true", "--properties-dir", t.TempDir()}})
+	ctx := context.Background()
+
+	code, body, err := n.Get(ctx, "/readyz")
+	if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, `"state":"starting"`) ||
+		!strings.Contains(body, "wait_remaining_ms") || !strings.Contains(body, "high-water mark") {
+		t.Fatalf("/readyz while waiting: %d %s %v; want 503 starting with the wait remaining and the reason", code, body, err)
+	}
+	for ch, want := range map[string]int{"snowflake": 503, "unordered": 200, "ordered": 200} {
+		if code, body, _ := n.Get(ctx, "/readyz?channel="+ch); code != want {
+			t.Errorf("/readyz?channel=%s while waiting: %d %s; want %d", ch, code, body, want)
+		}
+	}
+	c := n.Client(t)
+	if _, err := c.CreateBiz(ctx, &idl.CreateBizRequest{Name: "starting", Channel: ch(idl.Channel_SNOWFLAKE), Fallback: new(false)}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.NextIDs(ctx, &idl.NextIDsRequest{Biz: "starting", Channel: ch(idl.Channel_SNOWFLAKE), Count: 1})
+	if err == nil {
+		t.Fatalf("SNOWFLAKE while waiting served %+v; want a refusal (the business does not allow fallback)", resp)
+	}
+	var ie *idl.IdgenError
+	if !errors.As(err, &ie) || ie.Code != idl.ErrorCode_WORKER_UNAVAILABLE || !ie.Retryable || ie.RetryAfterMs < 1000 {
+		t.Fatalf("SNOWFLAKE while waiting: %v; want retryable WORKER_UNAVAILABLE with retry_after_ms = the wait (seconds)", err)
+	}
+	for _, channel := range []idl.Channel{idl.Channel_UNORDERED, idl.Channel_ORDERED} {
+		req := &idl.NextIDsRequest{Biz: "starting", Channel: ch(channel), Count: 3}
+		if channel == idl.Channel_ORDERED {
+			req.SubKey = str("k")
+		}
+		if _, err := c.NextIDs(ctx, req); err != nil {
+			t.Errorf("%s while SNOWFLAKE waits: %v; want IDs", channel, err)
+		}
+	}
+	if !strings.Contains(n.Logs(), "snowflake waits until the clock passes") {
+		t.Errorf("no log line says what the node waits for:\n%s", n.Logs())
+	}
+	n.WaitSnowflake(t, 60*time.Second)
+	if _, err := c.NextIDs(ctx, &idl.NextIDsRequest{Biz: "starting", Channel: ch(idl.Channel_SNOWFLAKE), Count: 1}); err != nil {
+		t.Fatalf("SNOWFLAKE after the wait: %v", err)
+	}
+}

@@ -1,21 +1,78 @@
 #!/usr/bin/env bash
 # idgen build script.
 #
-#   ./build.sh build            compile idgen and idctl into output/ (Kitex layout)
-#   ./build.sh run [flags]      build and run a standalone idgen (data in ./data)
-#   ./build.sh test             provision ZooKeeper + MariaDB, run every check and test
-#   ./build.sh gen              regenerate kitex_gen/ from idl/idgen.thrift
-#   ./build.sh servers start    start ZooKeeper + MariaDB for development; writes .testenv
-#   ./build.sh servers stop     stop them
-#   ./build.sh lint             gofmt, go vet, staticcheck
+#   ./build.sh build              compile idgen and idctl into output/ (Kitex layout), version from git
+#   ./build.sh run [flags]        build output/bin/idgen and exec it (standalone; data in ./data)
+#   ./build.sh test [--quick] [PKG...]
+#                                 lint, promtool, provision ZooKeeper + MariaDB, go test -race;
+#                                 --quick: no staticcheck, no race detector. Ends with one line
+#                                 "TIME: N passed, N failed, N skipped"; full log in output/test/test.log
+#   ./build.sh lint               gofmt, go vet (also -tags faultinject), staticcheck, large files
+#   ./build.sh gen                regenerate kitex_gen/ from idl/idgen.thrift
+#   ./build.sh servers start      start ZooKeeper + MariaDB for development; writes .testenv
+#   ./build.sh servers stop       stop them
+#
+# Servers are installed with apt-get when missing (with sudo when not root).
+# IDGEN_VERSION overrides the version stamped into the binaries.
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$(pwd)
 MODULE=github.com/idgen/idgen
 STATICCHECK=honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# promtool comes from this Debian package version, unpacked on its own
+# (the full prometheus package installs ~320 MiB with its web dependencies).
+PROMTOOL_DEB=2.42.0+ds-5+deb12u1
+ZKSERVER=/usr/share/zookeeper/bin/zkServer.sh
+LOG=/dev/null # ./build.sh test: output/test/test.log
 
-log() { printf '==> %s\n' "$*" >&2; }
-die() { printf 'build.sh: %s\n' "$*" >&2; exit 1; }
+log() {
+  printf '==> %s\n' "$*" >&2
+  printf '==> %s\n' "$*" >>"$LOG"
+}
+die() {
+  printf 'build.sh: %s\n' "$*" >&2
+  printf 'build.sh: %s\n' "$*" >>"$LOG"
+  exit 1
+}
+
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo "$@"
+  else
+    die "need root for: $* (run as root, or install sudo)"
+  fi
+}
+
+version() {
+  if [ -n "${IDGEN_VERSION:-}" ]; then
+    printf '%s\n' "$IDGEN_VERSION"
+  else
+    git describe --tags --always --dirty 2>/dev/null || echo dev
+  fi
+}
+ldflags() { printf -- '-X=main.version=%s' "$(version)"; }
+
+# ---- exit: stop what this process started; ./build.sh test prints its summary
+
+STARTED_DIR='' # servers started by this process: stopped at exit ...
+KEEP_SERVERS=0 # ... unless ./build.sh servers start brought them up
+TESTING=0
+on_exit() {
+  local rc=$?
+  trap - EXIT
+  if [ -n "$STARTED_DIR" ] && [ "$KEEP_SERVERS" = 0 ]; then stop_dir "$STARTED_DIR" || true; fi
+  if [ "$TESTING" = 1 ]; then finish_test "$rc"; fi
+  exit "$rc"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---- build and run ------------------------------------------------------------
 
 cmd_gen() {
   go tool kitex -module "$MODULE" idl/idgen.thrift
@@ -23,33 +80,96 @@ cmd_gen() {
 }
 
 cmd_build() {
-  local tags=${BUILD_TAGS:-}
+  local v tags=()
+  v=$(version)
+  [ -z "${BUILD_TAGS:-}" ] || tags=(-tags "$BUILD_TAGS")
   mkdir -p output/bin output/conf
-  go build ${tags:+-tags "$tags"} -o output/bin/idgen ./cmd/idgen
-  go build -o output/bin/idctl ./cmd/idctl
+  go build "${tags[@]}" -ldflags "-X=main.version=$v" -o output/bin/idgen ./cmd/idgen
+  go build -ldflags "-X=main.version=$v" -o output/bin/idctl ./cmd/idctl
   cp script/bootstrap.sh output/bootstrap.sh
   chmod +x output/bootstrap.sh
-  [ -f conf/idgen.yaml ] && cp conf/idgen.yaml output/conf/ || true
-  log "built output/bin/idgen and output/bin/idctl"
+  cp conf/idgen.yaml output/conf/idgen.yaml
+  log "built output/bin/idgen and output/bin/idctl, version $v"
 }
 
 cmd_run() {
-  go run ./cmd/idgen "$@"
+  mkdir -p output/bin
+  go build -ldflags "$(ldflags)" -o output/bin/idgen ./cmd/idgen
+  exec "$ROOT/output/bin/idgen" "$@"
 }
 
-# ---- test servers ---------------------------------------------------------
+# ---- tools and servers --------------------------------------------------------
 
-need_apt=()
-ensure_packages() {
-  [ -x /usr/share/zookeeper/bin/zkServer.sh ] || need_apt+=(zookeeper)
-  command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need_apt+=(mariadb-server)
-  command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
-  if [ ${#need_apt[@]} -gt 0 ]; then
-    command -v apt-get >/dev/null 2>&1 || die "missing ${need_apt[*]} and no apt-get: install them by hand"
-    log "installing ${need_apt[*]} with apt-get"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+# find_bin NAME...: absolute path of the first NAME found on PATH or in the
+# sbin/bin directories (a non-root PATH often lacks /usr/sbin).
+find_bin() {
+  local n d p
+  for n; do
+    p=$(command -v "$n" 2>/dev/null || true)
+    if [[ $p == /* ]]; then
+      printf '%s\n' "$p"
+      return 0
+    fi
+    for d in /usr/sbin /usr/bin /usr/local/sbin /usr/local/bin /sbin /bin; do
+      if [ -x "$d/$n" ]; then
+        printf '%s\n' "$d/$n"
+        return 0
+      fi
+    done
+  done
+  return 1
+}
+
+apt_install() {
+  command -v apt-get >/dev/null 2>&1 || die "missing $*, and no apt-get: install them by hand"
+  log "installing $* with apt-get"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+MARIADBD='' INSTALL_DB=''
+ensure_servers() {
+  local need=()
+  [ -x "$ZKSERVER" ] || need+=(zookeeper)
+  { find_bin mariadbd mysqld && find_bin mariadb-install-db mysql_install_db; } >/dev/null || need+=(mariadb-server)
+  [ ${#need[@]} = 0 ] || apt_install "${need[@]}"
+  [ -x "$ZKSERVER" ] || die "no $ZKSERVER after installing zookeeper"
+  MARIADBD=$(find_bin mariadbd mysqld) || die "no mariadbd after installing mariadb-server"
+  INSTALL_DB=$(find_bin mariadb-install-db mysql_install_db) || die "no mariadb-install-db after installing mariadb-server"
+}
+
+# ensure_promtool sets PROMTOOL: promtool on PATH, else the one unpacked from
+# Debian's prometheus $PROMTOOL_DEB into ~/.cache/idgen (19 MB download).
+PROMTOOL=
+ensure_promtool() {
+  if PROMTOOL=$(find_bin promtool); then return 0; fi
+  local cache=${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/idgen
+  PROMTOOL=$cache/promtool-$PROMTOOL_DEB
+  [ -x "$PROMTOOL" ] && return 0
+  if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-deb >/dev/null 2>&1; then
+    die "no promtool and no apt-get: install promtool (Prometheus $PROMTOOL_DEB) by hand"
   fi
+  local tmp deb
+  tmp=$(mktemp -d)
+  log "fetching promtool from Debian's prometheus $PROMTOOL_DEB into $cache"
+  if ! (cd "$tmp" && apt-get download "prometheus=$PROMTOOL_DEB") >"$tmp/log" 2>&1; then
+    as_root apt-get update -qq
+    if ! (cd "$tmp" && apt-get download "prometheus=$PROMTOOL_DEB") >>"$tmp/log" 2>&1; then
+      log "prometheus $PROMTOOL_DEB is no longer served: taking the current version (update PROMTOOL_DEB)"
+      (cd "$tmp" && apt-get download prometheus) >>"$tmp/log" 2>&1 || {
+        cat "$tmp/log" >&2
+        rm -rf "$tmp"
+        die "could not download Debian's prometheus package"
+      }
+    fi
+  fi
+  deb=$(find "$tmp" -name 'prometheus_*.deb' | head -1)
+  PROMTOOL=$cache/promtool-$(basename "$deb" .deb | cut -d_ -f2)
+  mkdir -p "$cache"
+  dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/bin/promtool >"$PROMTOOL.tmp"
+  chmod +x "$PROMTOOL.tmp"
+  mv "$PROMTOOL.tmp" "$PROMTOOL"
+  rm -rf "$tmp"
 }
 
 free_port() {
@@ -59,19 +179,28 @@ s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.clos
 PY
 }
 
-wait_port() { # host port seconds
+wait_port() { # port seconds pid: 127.0.0.1:port accepts, fails early if pid exits
   local i
-  for ((i = 0; i < $3 * 10; i++)); do
-    if (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; then return 0; fi
+  for ((i = 0; i < $2 * 10; i++)); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    kill -0 "$3" 2>/dev/null || return 1
     sleep 0.1
   done
   return 1
 }
 
+# servers_start ENVFILE: ZooKeeper and MariaDB on free 127.0.0.1 ports, in a
+# new temp dir; their addresses go to ENVFILE. On any failure the exit trap
+# stops whatever had started (STARTED_DIR is set before the first start).
 servers_start() {
-  ensure_packages
-  local dir; dir=$(mktemp -d /tmp/idgen-test.XXXXXX)
-  local zkport myport; zkport=$(free_port); myport=$(free_port)
+  local envfile=$1 dir zkport myport asroot=()
+  ensure_servers
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/idgen-test.XXXXXX")
+  STARTED_DIR=$dir
+  zkport=$(free_port)
+  myport=$(free_port)
+  while [ "$myport" = "$zkport" ]; do myport=$(free_port); done
+  [ "$(id -u)" != 0 ] || asroot=(--user=root)
   mkdir -p "$dir/zk/data" "$dir/zk/log" "$dir/mysql"
   cat >"$dir/zk/zoo.cfg" <<CFG
 tickTime=500
@@ -87,22 +216,28 @@ admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr,stat,mntr
 CFG
   log "starting ZooKeeper on 127.0.0.1:$zkport ($dir/zk)"
-  ZOO_LOG_DIR="$dir/zk/log" ZOOPIDFILE="$dir/zk/pid" JVMFLAGS="-Xmx256m" \
-    /usr/share/zookeeper/bin/zkServer.sh start "$dir/zk/zoo.cfg" >"$dir/zk/start.log" 2>&1 ||
-    { cat "$dir/zk/start.log" >&2; die "ZooKeeper did not start"; }
+  # start-foreground execs the JVM (so $! is the server) and, unlike `start`,
+  # needs no writable /var/log/zookeeper (Debian's zkEnv.sh forces that dir).
+  JVMFLAGS="-Xmx256m -Dzookeeper.root.logger=INFO,CONSOLE" \
+    nohup "$ZKSERVER" start-foreground "$dir/zk/zoo.cfg" >"$dir/zk/server.log" 2>&1 </dev/null &
+  echo $! >"$dir/zk/pid"
 
   log "starting MariaDB on 127.0.0.1:$myport ($dir/mysql)"
-  mariadb-install-db --no-defaults --datadir="$dir/mysql/data" --auth-root-authentication-method=normal \
-    --user=root >"$dir/mysql/install.log" 2>&1 || { cat "$dir/mysql/install.log" >&2; die "mariadb-install-db failed"; }
-  nohup mariadbd --no-defaults --datadir="$dir/mysql/data" --socket="$dir/mysql/sock" --port="$myport" \
-    --bind-address=127.0.0.1 --user=root --pid-file="$dir/mysql/pid" --innodb-buffer-pool-size=128M \
+  "$INSTALL_DB" --no-defaults --datadir="$dir/mysql/data" --auth-root-authentication-method=normal \
+    "${asroot[@]}" >"$dir/mysql/install.log" 2>&1 ||
+    { cat "$dir/mysql/install.log" >&2; die "$INSTALL_DB failed"; }
+  nohup "$MARIADBD" --no-defaults --datadir="$dir/mysql/data" --socket="$dir/mysql/sock" --port="$myport" \
+    --bind-address=127.0.0.1 "${asroot[@]}" --pid-file="$dir/mysql/pid" --innodb-buffer-pool-size=128M \
+    --innodb-flush-log-at-trx-commit=1 --sync-binlog=1 \
     --max-connections=1000 --skip-name-resolve >"$dir/mysql/server.log" 2>&1 &
   echo $! >"$dir/mysql/mysqld.pid"
 
-  wait_port 127.0.0.1 "$zkport" 60 || { cat "$dir/zk/log/"* >&2 || true; die "ZooKeeper not listening on $zkport"; }
-  wait_port 127.0.0.1 "$myport" 60 || { tail -50 "$dir/mysql/server.log" >&2; die "MariaDB not listening on $myport"; }
+  wait_port "$zkport" 60 "$(cat "$dir/zk/pid")" ||
+    { tail -50 "$dir/zk/server.log" >&2; die "ZooKeeper not listening on 127.0.0.1:$zkport"; }
+  wait_port "$myport" 60 "$(cat "$dir/mysql/mysqld.pid")" ||
+    { tail -50 "$dir/mysql/server.log" >&2; die "MariaDB not listening on 127.0.0.1:$myport"; }
 
-  cat >"$ROOT/.testenv" <<ENV
+  cat >"$envfile" <<ENV
 export IDGEN_TEST_DIR=$dir
 export IDGEN_TEST_ZK=127.0.0.1:$zkport
 export IDGEN_TEST_ZK_CFG=$dir/zk/zoo.cfg
@@ -111,62 +246,211 @@ export IDGEN_TEST_MYSQL_DATADIR=$dir/mysql/data
 export IDGEN_TEST_MYSQL_SOCKET=$dir/mysql/sock
 export IDGEN_TEST_MYSQL_PORT=$myport
 ENV
-  log "servers up; environment in .testenv"
+  log "servers up"
+}
+
+# stop_dir DIR: stop the servers whose pid files are in DIR, then remove it.
+stop_dir() {
+  local dir=$1 f pid pids=() i
+  case $dir in */idgen-test.*) ;; *) return 0 ;; esac
+  [ -d "$dir" ] || return 0
+  for f in "$dir/zk/pid" "$dir/mysql/mysqld.pid" "$dir/mysql/pid"; do
+    [ -s "$f" ] || continue
+    pid=$(cat "$f" 2>/dev/null || true)
+    [[ $pid =~ ^[0-9]+$ ]] || continue
+    if kill "$pid" 2>/dev/null; then pids+=("$pid"); fi
+  done
+  for ((i = 0; i < 300 && ${#pids[@]} > 0; i++)); do
+    for f in "${!pids[@]}"; do kill -0 "${pids[$f]}" 2>/dev/null || unset "pids[$f]"; done
+    [ ${#pids[@]} = 0 ] || sleep 0.1
+  done
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  rm -rf "$dir"
+  log "servers stopped"
 }
 
 servers_stop() {
   [ -f "$ROOT/.testenv" ] || return 0
-  # shellcheck disable=SC1091
-  . "$ROOT/.testenv"
-  local dir=$IDGEN_TEST_DIR
-  if [ -f "$dir/zk/pid" ]; then
-    ZOO_LOG_DIR="$dir/zk/log" ZOOPIDFILE="$dir/zk/pid" \
-      /usr/share/zookeeper/bin/zkServer.sh stop "$dir/zk/zoo.cfg" >/dev/null 2>&1 || true
-  fi
-  for f in "$dir/mysql/pid" "$dir/mysql/mysqld.pid"; do
-    [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
-  done
-  sleep 1
-  rm -rf "$dir" "$ROOT/.testenv"
-  log "servers stopped"
+  stop_dir "$(sed -n 's/^export IDGEN_TEST_DIR=//p' "$ROOT/.testenv")"
+  rm -f "$ROOT/.testenv"
 }
 
 cmd_servers() {
   case "${1:-}" in
-    start) servers_stop; servers_start ;;
+    start)
+      servers_stop
+      servers_start "$ROOT/.testenv"
+      KEEP_SERVERS=1
+      log "environment in .testenv; stop them with ./build.sh servers stop"
+      ;;
     stop) servers_stop ;;
     *) die "usage: ./build.sh servers start|stop" ;;
   esac
 }
 
-cmd_lint() {
-  log "gofmt"
-  local bad; bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go') | grep -v '^kitex_gen/' || true)
-  [ -z "$bad" ] || die "gofmt needed on: $bad"
-  log "go vet"
-  go vet ./...
-  go vet -tags faultinject ./...
-  log "staticcheck"
-  go run "$STATICCHECK" ./...
+# ---- checks -----------------------------------------------------------------
+# Each check is counted in ./build.sh test's summary; its output goes to the
+# log, and to the terminal when it fails.
+
+NPASS=0 NFAIL=0 NSKIP=0 STEP='' FAILED=()
+run_check() { # name command...
+  local name=$1 out rc=0
+  shift
+  STEP=$name
+  log "$name"
+  out=$("$@" 2>&1) || rc=$?
+  [ -z "$out" ] || printf '%s\n' "$out" >>"$LOG"
+  if [ "$rc" = 0 ]; then
+    NPASS=$((NPASS + 1))
+  else
+    NFAIL=$((NFAIL + 1))
+    FAILED+=("check: $name")
+    [ -z "$out" ] || printf '%s\n' "$out" | tail -n 200 >&2
+    log "FAILED: $name (exit $rc)"
+  fi
+}
+skip_check() { # name why
+  NSKIP=$((NSKIP + 1))
+  log "$1: skipped ($2)"
 }
 
-cmd_test() {
-  cmd_lint
-  ensure_packages
-  if [ -d deploy/prometheus ]; then
-    log "promtool"
-    promtool check rules deploy/prometheus/alerts.yml
-    promtool test rules deploy/prometheus/alerts_test.yml
+check_gofmt() {
+  local files=() f bad
+  while IFS= read -r f; do
+    if [ -f "$f" ] && [[ $f != kitex_gen/* ]]; then files+=("$f"); fi
+  done < <(git ls-files --cached --others --exclude-standard -- '*.go' 2>/dev/null ||
+    find . -name '*.go' -not -path './output/*' -not -path './kitex_gen/*')
+  [ ${#files[@]} -gt 0 ] || return 0
+  bad=$(gofmt -l "${files[@]}") || return 1
+  [ -z "$bad" ] || { printf 'gofmt needed on:\n%s\n' "$bad"; return 1; }
+}
+
+# check_large_files: no file over 1 MiB that is not text is tracked by git
+# (built binaries, archives, data dumps belong elsewhere).
+check_large_files() {
+  local f size bad=0
+  git rev-parse --git-dir >/dev/null 2>&1 || { echo "not a git work tree: skipped"; return 0; }
+  while IFS= read -r -d '' f; do
+    if [ ! -f "$f" ] || [ -L "$f" ]; then continue; fi
+    size=$(stat -c %s "$f")
+    [ "$size" -gt 1048576 ] || continue
+    if ! LC_ALL=C grep -qI '' "$f"; then
+      printf '%s: %d bytes and not text; do not track it in git\n' "$f" "$size"
+      bad=1
+    fi
+  done < <(git ls-files -z)
+  return "$bad"
+}
+
+lint_checks() { # quick: 1 skips staticcheck
+  run_check gofmt check_gofmt
+  run_check "go vet" go vet ./...
+  run_check "go vet -tags faultinject" go vet -tags faultinject ./...
+  if [ "$1" = 1 ]; then
+    skip_check staticcheck "--quick"
+  else
+    run_check staticcheck go run "$STATICCHECK" ./...
   fi
-  servers_start
-  trap servers_stop EXIT
+  run_check "large files" check_large_files
+}
+
+cmd_lint() {
+  lint_checks 0
+  [ "$NFAIL" = 0 ] || die "lint failed: ${FAILED[*]}"
+  log "lint passed"
+}
+
+# ---- test -----------------------------------------------------------------------
+
+TEST_T0=0 TEST_TMP='' TEST_DONE=0
+cmd_test() {
+  local quick=0 pkgs=() flags st res p f s
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --quick) quick=1 ;;
+      --) shift; pkgs+=("$@"); break ;;
+      -*) die "unknown flag $1: ./build.sh test [--quick] [PKG...]" ;;
+      *) pkgs+=("$1") ;;
+    esac
+    shift
+  done
+  [ ${#pkgs[@]} -gt 0 ] || pkgs=(./...)
+  TESTING=1
+  TEST_T0=$SECONDS
+  mkdir -p output/test
+  LOG=$ROOT/output/test/test.log
+  : >"$LOG"
+  TEST_TMP=$(mktemp -d)
+  log "idgen $(version); full log in $LOG"
+
+  lint_checks "$quick"
+  if [ -d deploy/prometheus ]; then
+    STEP=promtool
+    ensure_promtool
+    run_check "promtool check rules" "$PROMTOOL" check rules deploy/prometheus/alerts.yml
+    run_check "promtool test rules" "$PROMTOOL" test rules deploy/prometheus/alerts_test.yml
+  fi
+
+  STEP="test summary tool"
+  build_testsummary "$TEST_TMP/testsummary"
+  STEP="servers"
+  servers_start "$TEST_TMP/testenv"
   # shellcheck disable=SC1091
-  . "$ROOT/.testenv"
+  . "$TEST_TMP/testenv"
   export IDGEN_TEST_JAVA=${IDGEN_TEST_JAVA:-$(command -v java || true)}
-  log "go test -race ./..."
-  go test -race -count=1 -timeout 12m ./... 2>&1 | tee "$IDGEN_TEST_DIR/gotest.log"
-  local rc=${PIPESTATUS[0]}
-  [ "$rc" = 0 ] || die "tests failed"
+
+  STEP="go test"
+  flags=(-count=1 -timeout 12m -ldflags "$(ldflags)")
+  [ "$quick" = 1 ] || flags=(-race "${flags[@]}")
+  log "go test ${flags[*]} ${pkgs[*]}"
+  set +e
+  go test -json "${flags[@]}" "${pkgs[@]}" 2>&1 |
+    "$TEST_TMP/testsummary" -log "$LOG" -result "$TEST_TMP/result"
+  st=("${PIPESTATUS[@]}")
+  set -e
+  if [ -s "$TEST_TMP/result" ]; then
+    mapfile -t res <"$TEST_TMP/result"
+    read -r p f s <<<"${res[0]}"
+    NPASS=$((NPASS + p)) NFAIL=$((NFAIL + f)) NSKIP=$((NSKIP + s))
+    FAILED+=("${res[@]:1}")
+  else
+    f=0
+    NFAIL=$((NFAIL + 1))
+    FAILED+=("test summary tool (exit ${st[1]})")
+  fi
+  if [ "${st[0]}" != 0 ] && [ "$f" = 0 ]; then
+    NFAIL=$((NFAIL + 1))
+    FAILED+=("go test (exit ${st[0]})")
+  fi
+  TEST_DONE=1
+}
+
+finish_test() { # exit status
+  local rc=$1 el=$((SECONDS - TEST_T0))
+  if [ "$rc" != 0 ] && [ "$TEST_DONE" = 0 ]; then
+    NFAIL=$((NFAIL + 1))
+    FAILED+=("${STEP:-build.sh}: aborted (exit $rc)")
+  fi
+  [ -z "$TEST_TMP" ] || rm -rf "$TEST_TMP"
+  {
+    echo
+    if [ "$NFAIL" -gt 0 ]; then
+      echo "FAILED:"
+      printf '  %s\n' "${FAILED[@]}"
+    fi
+    echo "full log: $LOG"
+    printf '%dm%02ds: %d passed, %d failed, %d skipped\n' $((el / 60)) $((el % 60)) "$NPASS" "$NFAIL" "$NSKIP"
+  } | tee -a "$LOG"
+  if [ "$NFAIL" -gt 0 ]; then exit 1; fi
+  exit 0
+}
+
+# build_testsummary OUT: scripts/testsummary, a small filter for `go test
+# -json`: it keeps every line in the log, prints one line per package and the
+# output of failing tests, and writes "PASSED FAILED SKIPPED" then the
+# failing names to -result.
+build_testsummary() {
+  go build -o "$1" ./scripts/testsummary
 }
 
 case "${1:-}" in
@@ -176,5 +460,6 @@ case "${1:-}" in
   gen) shift; cmd_gen "$@" ;;
   servers) shift; cmd_servers "$@" ;;
   lint) shift; cmd_lint "$@" ;;
-  *) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  -h | --help | help) usage ;;
+  *) usage >&2; exit 2 ;;
 esac

@@ -54,7 +54,7 @@ func register(t *testing.T, cfg Config) *ZKLease {
 	return l
 }
 
-func connOf(l *ZKLease) *fakeConn { return l.conn.(*fakeConn) }
+func connOf(l *ZKLease) *fakeConn { return l.zk.get().(*fakeConn) }
 
 func TestConfigValidateNamesField(t *testing.T) {
 	h := newTestHolder("h", nil, nil)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
 )
 
@@ -59,6 +60,16 @@ type manager struct {
 	lossLogged bool // the current connection loss was logged
 	retryTimer *time.Timer
 	retryDue   bool // false while a failed task's retry delay runs
+
+	redialing bool            // a new client is being connected
+	redialed  chan redialDone // the redial goroutine's result
+}
+
+// redialDone is a new client (or why there is none).
+type redialDone struct {
+	conn   ZK
+	events <-chan zk.Event
+	err    error
 }
 
 func (l *ZKLease) run(ctx context.Context) {
@@ -70,7 +81,7 @@ func (l *ZKLease) run(ctx context.Context) {
 	m := &manager{
 		l: l, ctx: ctx, results: make(chan taskResult, 4),
 		mode: mode, seenExpired: v.expired, retryDue: true,
-		retryTimer: stoppedTimer(),
+		retryTimer: stoppedTimer(), redialed: make(chan redialDone, 1),
 	}
 	m.loop()
 }
@@ -88,11 +99,25 @@ func (m *manager) loop() {
 	for {
 		v, changed := m.l.sess.view()
 		m.observe(v)
+		m.maybeRedial(v)
 		m.startTask(v, false)
 		select {
 		case <-m.ctx.Done():
 			m.shutdown()
 			return
+		case r := <-m.redialed:
+			m.redialing = false
+			if r.err != nil {
+				m.l.log.Warn("connecting a new ZooKeeper client failed; trying again", zap.Error(r.err))
+				continue
+			}
+			m.l.zk.swap(r.conn)
+			m.l.sess.attach(r.conn, r.events)
+			// Digest credentials belong to a client: the re-claim's
+			// prepare adds them to the new one before its first request.
+			m.l.mu.Lock()
+			m.l.authOK = false
+			m.l.mu.Unlock()
 		case <-changed:
 		case <-m.retryTimer.C:
 			m.retryDue = true
@@ -153,6 +178,29 @@ func (m *manager) observe(v sessionView) {
 	case m.mode == StateFenced && hasSlot && !m.needReclaim:
 		m.needResume = true
 	}
+}
+
+// maybeRedial replaces the ZooKeeper client when the ensemble has refused
+// its handshake redialAfter times in a row (see redial.go). The connect
+// runs in its own goroutine: the manager never blocks on ZooKeeper.
+func (m *manager) maybeRedial(v sessionView) {
+	if m.redialing || v.has || v.closed || v.refused < redialAfter {
+		return
+	}
+	m.redialing = true
+	l := m.l
+	l.log.Warn("ZooKeeper refuses this client's handshake (the ensemble lost its state, e.g. restarted with an empty data dir): connecting a new client; the slot is then claimed again, above every mark",
+		zap.Int("refused_handshakes", v.refused))
+	go func() {
+		conn, events, err := l.cfg.Connect(l.cfg.Servers, l.cfg.SessionTimeout)
+		select {
+		case m.redialed <- redialDone{conn: conn, events: events, err: err}:
+		case <-m.ctx.Done():
+			if conn != nil {
+				conn.Close()
+			}
+		}
+	}()
 }
 
 func (m *manager) disarmFence() {

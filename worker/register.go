@@ -60,7 +60,8 @@ func Register(ctx context.Context, cfg Config) (*ZKLease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: connect to %s: %v", ErrZKUnavailable, strings.Join(cfg.Servers, ","), err)
 	}
-	l.conn = conn
+	l.zk = &swapZK{cur: conn}
+	l.conn = l.zk
 	l.sess = watchSession(conn, events)
 
 	if l.sess.waitSession(ctx, cfg.ConnectTimeout) {

@@ -21,6 +21,11 @@ type sessionView struct {
 	expired uint64
 	// closed: the client's event channel was closed (client closed).
 	closed bool
+	// refused counts handshakes refused in a row: a TCP connection that
+	// ended before a session (see redial.go). Reset by a session.
+	refused int
+	// client counts the clients attached (1 for the first).
+	client int
 }
 
 // sessionWatch reads a client's event channel in one goroutine that never
@@ -29,35 +34,60 @@ type sessionView struct {
 // and a channel that is closed at the next change; comparing snapshots
 // (session id, expiry count) is robust to transitions they did not see.
 type sessionWatch struct {
-	conn ZK
-
 	mu      sync.Mutex
+	conn    ZK // the client whose events are read now
 	v       sessionView
 	changed chan struct{}
+	tcp     bool // connected (StateConnected) and no session or disconnect since
 }
 
 func watchSession(conn ZK, events <-chan zk.Event) *sessionWatch {
-	w := &sessionWatch{conn: conn, changed: make(chan struct{})}
+	w := &sessionWatch{changed: make(chan struct{})}
 	w.v.lostAt = time.Now()
-	go w.read(events)
+	w.attach(conn, events)
 	return w
 }
 
-func (w *sessionWatch) read(events <-chan zk.Event) {
+// attach makes conn's events the ones that count (a replaced client's
+// later events are ignored) and starts reading them.
+func (w *sessionWatch) attach(conn ZK, events <-chan zk.Event) {
+	w.mu.Lock()
+	w.conn = conn
+	w.v.client++
+	w.v.refused, w.tcp = 0, false
+	gen := w.v.client
+	w.signal()
+	w.mu.Unlock()
+	go w.read(events, gen)
+}
+
+func (w *sessionWatch) read(events <-chan zk.Event, gen int) {
 	for ev := range events {
 		if ev.Type != zk.EventSession {
 			continue
 		}
 		w.mu.Lock()
+		if gen != w.v.client { // a replaced client: drain, ignore
+			w.mu.Unlock()
+			continue
+		}
 		switch ev.State {
 		case zk.StateHasSession:
 			w.v.has = true
 			w.v.id = w.conn.SessionID()
 			w.v.lostAt = time.Time{}
+			w.v.refused, w.tcp = 0, false
 		case zk.StateExpired:
 			w.v.expired++
 			w.lost()
-		case zk.StateConnecting, zk.StateConnected:
+		case zk.StateConnected:
+			w.tcp = true
+			if !w.v.has {
+				w.mu.Unlock()
+				continue
+			}
+			w.lost()
+		case zk.StateConnecting:
 			// Still without a session if it was lost; unchanged otherwise
 			// (the client reports Connecting only after Disconnected).
 			if !w.v.has {
@@ -66,15 +96,21 @@ func (w *sessionWatch) read(events <-chan zk.Event) {
 			}
 			w.lost()
 		default: // Disconnected, AuthFailed, ...
+			if w.tcp && !w.v.has {
+				w.v.refused++ // the server closed the connection before a session
+			}
+			w.tcp = false
 			w.lost()
 		}
 		w.signal()
 		w.mu.Unlock()
 	}
 	w.mu.Lock()
-	w.v.closed = true
-	w.lost()
-	w.signal()
+	if gen == w.v.client {
+		w.v.closed = true
+		w.lost()
+		w.signal()
+	}
 	w.mu.Unlock()
 }
 

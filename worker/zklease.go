@@ -18,7 +18,8 @@ type ZKLease struct {
 	log     *zap.Logger
 	l       layout
 	acl     []zk.ACL
-	conn    ZK
+	conn    ZK      // the swappable client below (see redial.go)
+	zk      *swapZK // the same, for replacing the client
 	sess    *sessionWatch
 	props   string // properties file path
 	pid     int

@@ -1,0 +1,97 @@
+package worker
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// refuseHandshakes makes the connection behave as against an ensemble that
+// lost its state: the session is gone from the client's view and every
+// reconnect is closed by the server before a session (n times).
+func (c *fakeConn) refuseHandshakes(n int) {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	c.has = false
+	c.send(zk.StateDisconnected)
+	for range n {
+		c.send(zk.StateConnecting)
+		c.send(zk.StateConnected)
+		c.send(zk.StateDisconnected)
+	}
+}
+
+// wipe drops every znode, as a ZooKeeper restarted with an empty data dir.
+func (f *fakeZK) wipe() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nodes = map[string]*fakeNode{"/": {}}
+}
+
+// TestWipedEnsembleRedialsAndReclaims (issue 10): ZooKeeper loses its state
+// and refuses the old client's handshakes. The lease replaces its client,
+// re-creates the cluster znodes, claims its slot again above everything it
+// issued, and no (worker, millisecond) is issued twice.
+func TestWipedEnsembleRedialsAndReclaims(t *testing.T) {
+	f := newFakeZK(nil)
+	log := newIssuedLog()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h := newTestHolder("a", nil, log)
+	a := register(t, fakeConfig(t, f, h, 9000))
+	go h.issueLoop(ctx)
+	waitFor(t, "a issuing", 5*time.Second, func() bool { return h.snap().issued > 5 })
+	before, _ := a.Slot()
+
+	old := connOf(a)
+	f.mu.Lock()
+	conns := len(f.conns)
+	f.mu.Unlock()
+	f.wipe()
+	old.refuseHandshakes(redialAfter)
+
+	waitFor(t, "a new client", 5*time.Second, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.conns) > conns
+	})
+	waitFor(t, "the slot claimed again in the wiped ensemble", 10*time.Second, func() bool {
+		s, ok := a.Slot()
+		if !ok || a.State() != StateRegistered {
+			return false
+		}
+		_, _, exists := f.get(a.l.slot(s.IDC, s.Node))
+		_, _, meta := f.get(a.l.meta())
+		return exists && meta
+	})
+	f.mu.Lock()
+	closed := old.closed
+	f.mu.Unlock()
+	if !closed {
+		t.Error("the refused client was not closed")
+	}
+	if after, _ := a.Slot(); after.Node == before.Node && after.NotBefore < before.NotBefore {
+		t.Fatalf("re-claimed its slot with NotBefore %d below the first claim's %d", after.NotBefore, before.NotBefore)
+	}
+	waitFor(t, "a issuing after the wipe", 10*time.Second, func() bool { return h.snap().issued > 50 })
+	cancel()
+	log.check(t)
+	h.checkNoProblems(t)
+}
+
+// TestSessionWatchCountsRefusedHandshakes: only connections the server
+// closed before a session count, and a session resets the count.
+func TestSessionWatchCountsRefusedHandshakes(t *testing.T) {
+	f := newFakeZK(nil)
+	conn, events, _ := f.connect(nil, time.Second)
+	w := watchSession(conn, events)
+	waitFor(t, "session", time.Second, func() bool { v, _ := w.view(); return v.has })
+	c := conn.(*fakeConn)
+	c.disconnect() // a plain outage: no TCP connection accepted
+	c.refuseHandshakes(2)
+	waitFor(t, "two refusals", time.Second, func() bool { v, _ := w.view(); return v.refused == 2 })
+	c.reconnect()
+	waitFor(t, "reset by the session", time.Second, func() bool { v, _ := w.view(); return v.has && v.refused == 0 })
+}

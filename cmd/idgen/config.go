@@ -216,10 +216,15 @@ func loadConfig(args []string, getenv func(string) string, stdout, stderr io.Wri
 	fs.SetOutput(stderr)
 	configFile := fs.String("config", getenv("IDGEN_CONFIG"), "YAML configuration file (env IDGEN_CONFIG)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: idgen [flags]\n\nRuns one idgen node. With no --zk and no --mysql it runs standalone (data in --data-dir).\nEvery flag has an IDGEN_* environment twin and a key in the YAML file (--config).\n\nFlags:\n")
+	usage := func(w io.Writer) {
+		fs.SetOutput(w)
+		fmt.Fprintf(w, "Usage: idgen [flags]\n\nRuns one idgen node. With no --zk and no --mysql it runs standalone (data in --data-dir).\nEvery flag has an IDGEN_* environment twin and a key in the YAML file (--config).\n\nFlags:\n")
 		fs.PrintDefaults()
+		fs.SetOutput(stderr)
 	}
+	// The flag package calls Usage for -h and for bad flags alike; print
+	// it after Parse instead, to stdout when asked for, else to stderr.
+	fs.Usage = func() {}
 	setters := map[string]func(string) error{}
 	for _, o := range options {
 		fs.Func(o.name, fmt.Sprintf("%s (env %s, default %q)", o.usage, o.env(), o.get(&cfg)), func(v string) error {
@@ -229,10 +234,10 @@ func loadConfig(args []string, getenv func(string) string, stdout, stderr io.Wri
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
+			usage(stdout)
 			return cfg, errHelp
 		}
+		usage(stderr)
 		return cfg, err
 	}
 	if *showVersion {

@@ -9,6 +9,8 @@ enum Channel {
     UNORDERED = 0, // unique, trend-increasing: MySQL/embedded segments, double-buffered
     ORDERED   = 1, // strictly increasing per (biz, sub_key) across the cluster
     SNOWFLAKE = 2, // time-ordered per node, decodable with ParseID
+    SLOW_ORDERED = 3, // the older Java service's name for its MySQL strict channel: served exactly as ORDERED,
+                      // answered with SLOW_ORDERED
 }
 
 enum ErrorCode {
@@ -41,7 +43,7 @@ struct IDRange {
 struct NextIDsRequest {
     1: required string biz,
     2: optional Channel channel,    // unset: the business's default channel
-    3: optional i32 count = 1,      // 1..max_batch; never clamped, refused whole when too large
+    3: optional i32 count = 1,      // 1..max_batch; unset or 0 means 1; never clamped, refused whole when too large
     4: optional string sub_key,     // required for ORDERED
     5: optional string request_id,  // ORDERED only: a retry with the same id returns the same range
     6: optional string token,
@@ -153,7 +155,11 @@ struct ListBizResponse {
     1: required list<Biz> bizs,
 }
 
-service IDGen {
+// The service is IDGenService (not IDGen) so that Kitex generates its client
+// and server into kitex_gen/idgen/idgenservice, a package name distinct from
+// the types package kitex_gen/idgen. The Thrift method names, and so the
+// wire, are unchanged.
+service IDGenService {
     NextIDsResponse NextIDs(1: NextIDsRequest req) throws (1: IdgenError err),
     ParseIDResponse ParseID(1: ParseIDRequest req) throws (1: IdgenError err),
     ClockResponse Clock(1: ClockRequest req) throws (1: IdgenError err),

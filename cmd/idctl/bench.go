@@ -11,13 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cloudwego/kitex/client"
-	"github.com/cloudwego/kitex/pkg/connpool"
 	"github.com/cloudwego/kitex/pkg/kerrors"
-	"github.com/cloudwego/kitex/transport"
 
+	"github.com/idgen/idgen/client"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
-	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgen"
 )
 
 // benchConfig is a parsed `idctl bench` command line.
@@ -36,6 +33,7 @@ type benchConfig struct {
 	progress    time.Duration // 0: no progress output
 	timeout     time.Duration
 	token       string
+	prefetch    bool // through the client's local prefetch buffer
 }
 
 const (
@@ -45,12 +43,17 @@ const (
 	maxBenchCount        = 1 << 20 // the server refuses more than its max_batch anyway
 )
 
-const benchSynopsis = "idctl bench --addr HOST:PORT --biz NAME [--duration D | --requests N] [flags]"
+const benchSynopsis = "idctl bench --addr HOST:PORT --biz NAME [--duration D | --requests N] [--prefetch] [flags]"
 
 const benchAbout = `Drives one idgen node with a bounded load: --concurrency callers on one
 Kitex client, each sending NextIDs and waiting for the answer, for
 --duration or --requests (one of them; an unbounded run is refused).
 Reports requests/s, IDs/s, latency percentiles and errors by code.
+Requests go through the client package (github.com/idgen/idgen/client)
+without retries, so that every failure is counted. With --prefetch they
+are served from the client's local prefetch buffer instead (UNORDERED or
+SNOWFLAKE, named with --channel), refilled in the background with
+retries: a "request" is then one Next/NextN call of the application.
 
 With --check every ID received is kept (about 8 bytes per single ID, a
 batch as one range) and checked for duplicates at the end (per sub key when
@@ -79,6 +82,7 @@ func parseBenchFlags(args []string) (benchConfig, error) {
 	quiet := fs.Bool("quiet", false, "no progress output")
 	timeout := fs.Duration("timeout", 3*time.Second, "RPC timeout of one request")
 	token := fs.String("token", envOr("IDGEN_TOKEN", ""), "client token if the server requires one (env IDGEN_TOKEN)")
+	prefetch := fs.Bool("prefetch", false, "measure the prefetching client: IDs come from its local buffer (needs --channel unordered or snowflake)")
 	if err := fs.parse(args); err != nil {
 		return benchConfig{}, err
 	}
@@ -91,7 +95,7 @@ func parseBenchFlags(args []string) (benchConfig, error) {
 		return bad("unexpected argument %q", fs.args[0])
 	}
 	cfg := benchConfig{addr: *addr, biz: *biz, count: *count, concurrency: *conc, warmup: *warmup,
-		check: *check, asJSON: *asJSON, progress: *progress, timeout: *timeout, token: *token}
+		check: *check, asJSON: *asJSON, progress: *progress, timeout: *timeout, token: *token, prefetch: *prefetch}
 	switch {
 	case cfg.addr == "":
 		return bad("--addr HOST:PORT is required (or IDGEN_ADDR)")
@@ -132,6 +136,9 @@ func parseBenchFlags(args []string) (benchConfig, error) {
 			return benchConfig{}, fs.withUsage(err)
 		}
 		cfg.channel = &ch
+	}
+	if cfg.prefetch && (cfg.channel == nil || *cfg.channel != idl.Channel_UNORDERED && *cfg.channel != idl.Channel_SNOWFLAKE) {
+		return bad("--prefetch needs --channel unordered or snowflake (ORDERED is never prefetched)")
 	}
 	wantKeys := set["sub-key"] || set["keys"]
 	if wantKeys && cfg.channel != nil && *cfg.channel != idl.Channel_ORDERED {
@@ -179,13 +186,12 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	c, err := newBenchClient(cfg.addr, cfg.timeout, cfg.concurrency)
+	c, err := newBenchClient(cfg)
 	if err != nil {
 		return err
 	}
-	call := func(ctx context.Context, req *idl.NextIDsRequest) (*idl.NextIDsResponse, error) {
-		return c.NextIDs(ctx, req)
-	}
+	defer c.Close()
+	call := benchCall(c, cfg)
 	res := runBench(ctx, cfg, call, newProgress(stderr, cfg.progress))
 	if err := writeBenchResult(stdout, cfg, res); err != nil {
 		return err
@@ -193,16 +199,68 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return res.verdict()
 }
 
-// newBenchClient returns one Kitex client for the whole run. Unlike the
-// other commands' client it keeps up to conns idle connections: Kitex's
-// default pool keeps 10 per address, so at 64 callers most requests would
-// open and close a connection and the run would measure connection setup.
-func newBenchClient(addr string, timeout time.Duration, conns int) (idgensvc.Client, error) {
-	quietKitex()
-	return idgensvc.NewClient("idgen", client.WithHostPorts(addr), client.WithRPCTimeout(timeout),
-		client.WithConnectTimeout(time.Second), client.WithTransportProtocol(transport.TTHeaderFramed),
-		client.WithLongConnection(connpool.IdleConfig{MaxIdlePerAddress: conns, MaxIdleGlobal: conns,
-			MaxIdleTimeout: time.Minute}))
+// newBenchClient returns one client for the whole run. It keeps up to
+// --concurrency idle connections: Kitex's default pool keeps 10 per
+// address, so at 64 callers most requests would open and close a
+// connection and the run would measure connection setup.
+func newBenchClient(cfg benchConfig) (*client.Client, error) {
+	cc := client.Config{Addrs: []string{cfg.addr}, Token: cfg.token, RPCTimeout: cfg.timeout, CallTimeout: cfg.timeout,
+		ConnectTimeout: time.Second, MaxIdleConns: cfg.concurrency, MaxAttempts: 1}
+	if cfg.prefetch {
+		// The refills retry; the application's calls are what is measured.
+		cc.MaxAttempts = 0
+		cc.Prefetch.Bizs = []client.PrefetchBiz{{Biz: cfg.biz, Channel: client.Channel(*cfg.channel)}}
+	}
+	c, err := client.New(cc)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return c, nil
+}
+
+// benchCall adapts the client to the benchmark's request/response loop.
+func benchCall(c *client.Client, cfg benchConfig) nextFunc {
+	var opts []client.CallOption
+	if cfg.channel != nil {
+		opts = append(opts, client.WithChannel(client.Channel(*cfg.channel)))
+	}
+	if cfg.prefetch {
+		ch := *cfg.channel
+		return func(ctx context.Context, req *idl.NextIDsRequest) (*idl.NextIDsResponse, error) {
+			if req.Count == 1 {
+				id, err := c.Next(ctx, req.Biz, opts...)
+				if err != nil {
+					return nil, err
+				}
+				return &idl.NextIDsResponse{Ranges: []*idl.IDRange{{First: id, Last: id}}, Channel: ch, Count: 1}, nil
+			}
+			rs, err := c.NextN(ctx, req.Biz, int(req.Count), opts...)
+			if err != nil {
+				return nil, err
+			}
+			return toResponse(rs, ch, false), nil
+		}
+	}
+	return func(ctx context.Context, req *idl.NextIDsRequest) (*idl.NextIDsResponse, error) {
+		o := opts
+		if req.SubKey != nil {
+			o = append(o[:len(o):len(o)], client.WithSubKey(*req.SubKey))
+		}
+		res, err := c.Fetch(ctx, req.Biz, int(req.Count), o...)
+		if err != nil {
+			return nil, err
+		}
+		return toResponse(res.Ranges, idl.Channel(res.Channel), res.Fallback), nil
+	}
+}
+
+func toResponse(rs []client.Range, ch idl.Channel, fallback bool) *idl.NextIDsResponse {
+	resp := &idl.NextIDsResponse{Ranges: make([]*idl.IDRange, len(rs)), Channel: ch, Fallback: fallback}
+	for i, r := range rs {
+		resp.Ranges[i] = &idl.IDRange{First: r.First, Last: r.Last}
+		resp.Count += r.Len()
+	}
+	return resp
 }
 
 // benchWorker is one caller's private tallies, merged after the run so the

@@ -18,7 +18,7 @@ import (
 	"github.com/cloudwego/kitex/server"
 
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
-	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgen"
+	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 	"github.com/idgen/idgen/snowflake"
 )
 
@@ -360,7 +360,7 @@ func TestParseLocal(t *testing.T) {
 // fakeNode answers the RPCs idctl's tests need; the others panic (nil
 // embedded interface), which the tests never call.
 type fakeNode struct {
-	idl.IDGen
+	idl.IDGenService
 	mu      sync.Mutex
 	creates []*idl.CreateBizRequest
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/cloudwego/kitex/transport"
 
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
-	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgen"
+	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 )
 
 // newClient returns a Kitex client for one idgen node (TTHeader framing, so
@@ -77,6 +77,8 @@ func parseChannel(s string) (idl.Channel, error) {
 		return idl.Channel_ORDERED, nil
 	case "snowflake", "2":
 		return idl.Channel_SNOWFLAKE, nil
+	case "slow_ordered", "slow-ordered", "3":
+		return idl.Channel_SLOW_ORDERED, nil
 	}
-	return 0, usageError{fmt.Errorf("--channel %q: want snowflake, unordered or ordered", s)}
+	return 0, usageError{fmt.Errorf("--channel %q: want snowflake, unordered, ordered or slow_ordered", s)}
 }

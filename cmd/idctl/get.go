@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strings"
 	"time"
 
-	idl "github.com/idgen/idgen/kitex_gen/idgen"
-	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgen"
+	"github.com/idgen/idgen/client"
 )
 
 // cmdGet asks a node for IDs and prints one per line.
@@ -41,28 +39,36 @@ func cmdGet(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	case *timeout <= 0:
 		return fs.usageErr("--timeout %v: want a positive duration", *timeout)
 	}
-	req := &idl.NextIDsRequest{Biz: *biz, Count: int32(*count)}
+	var opts []client.CallOption
 	if *channel != "" {
 		ch, err := parseChannel(*channel)
 		if err != nil {
 			return fs.withUsage(err)
 		}
-		req.Channel = &ch
+		opts = append(opts, client.WithChannel(client.Channel(ch)))
 	}
 	if *subKey != "" {
-		req.SubKey = subKey
+		opts = append(opts, client.WithSubKey(*subKey))
 	}
 	if *requestID != "" {
-		req.RequestId = requestID
+		opts = append(opts, client.WithRequestID(*requestID))
 	}
-	if *token != "" {
-		req.Token = token
+	if *addr == "" {
+		return fs.withUsage(usageError{errors.New("--addr HOST:PORT is required (or IDGEN_ADDR)")})
 	}
-	c, err := newClient(*addr, *timeout)
+	// The client retries retryable refusals (after their retry_after_ms)
+	// and transport failures until --timeout; an ORDERED call keeps its
+	// request_id across retries, so a lost reply is answered with the
+	// stored range.
+	c, err := client.New(client.Config{Addrs: []string{*addr}, Token: *token, CallTimeout: *timeout,
+		RPCTimeout: *timeout, ConnectTimeout: time.Second, MaxAttempts: 1 << 20})
 	if err != nil {
 		return fs.withUsage(err)
 	}
-	resp, err := nextWithRetry(ctx, c, req, *timeout)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	resp, err := c.Fetch(ctx, *biz, *count, opts...)
 	if err != nil {
 		return describe(err)
 	}
@@ -80,48 +86,4 @@ func cmdGet(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 	return w.Flush()
-}
-
-// nextWithRetry calls NextIDs until it succeeds, fails for good or timeout
-// has passed. It retries only what issued nothing: a typed retryable
-// refusal (after its retry_after_ms) and a connection the node did not
-// accept (a node that is restarting). An RPC that timed out is not
-// retried: its IDs may have been issued and the reply lost.
-func nextWithRetry(ctx context.Context, c idgensvc.Client, req *idl.NextIDsRequest, timeout time.Duration) (*idl.NextIDsResponse, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		resp, err := c.NextIDs(ctx, req)
-		if err == nil {
-			return resp, nil
-		}
-		wait, again := retryAfter(err)
-		if !again {
-			return nil, err
-		}
-		if dl, _ := ctx.Deadline(); time.Until(dl) < wait {
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(wait):
-		}
-	}
-}
-
-// retryAfter says whether err is worth retrying and after how long.
-func retryAfter(err error) (time.Duration, bool) {
-	var ie *idl.IdgenError
-	if errors.As(err, &ie) {
-		if !ie.Retryable {
-			return 0, false
-		}
-		return min(max(time.Duration(ie.RetryAfterMs)*time.Millisecond, 20*time.Millisecond), time.Second), true
-	}
-	msg := err.Error()
-	if strings.Contains(msg, "connection refused") || strings.Contains(msg, "get connection error") {
-		return 50 * time.Millisecond, true
-	}
-	return 0, false
 }

@@ -17,10 +17,12 @@ import (
 
 	"github.com/cloudwego/kitex/client"
 	"github.com/cloudwego/kitex/transport"
+	zkpkg "github.com/go-zookeeper/zk"
 
 	"github.com/idgen/idgen/internal/testnode"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
-	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgen"
+	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
+	"github.com/idgen/idgen/worker"
 )
 
 // callTimeout is the client timeout of the availability tests: every call
@@ -194,7 +196,37 @@ func TestE2E_ZooKeeperOutageAndWipe(t *testing.T) {
 	zk.Start()
 	time.Sleep(2 * time.Second)
 
+	// Raise the ensemble's zxid well above what the empty one will have,
+	// and let every node see it (a heartbeat's reply carries it): then the
+	// wiped ensemble refuses their clients' handshakes, as in production,
+	// where a long-lived ensemble has a large zxid.
+	bumpZxid(t, zk.Addr(), 2000)
+	time.Sleep(2 * time.Second)
 	zk.Wipe()
+	wiped := time.Now()
+	// The nodes must register again in the wiped ensemble by themselves
+	// (a new client after refused handshakes, the cluster re-created).
+	testnode.WaitFor(t, 60*time.Second, "every node registered again in the wiped ZooKeeper", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn, err := worker.DialZK(ctx, []string{zk.Addr()}, 5*time.Second, "", nil)
+		if err != nil {
+			return false
+		}
+		defer conn.Close()
+		ws, err := worker.ListWorkers(ctx, conn, "/idgen", cluster, -1)
+		held := 0
+		for _, w := range ws {
+			if w.SlotHeld {
+				held++
+			}
+		}
+		return err == nil && held == len(nodes)
+	})
+	t.Logf("all nodes registered again %v after the wipe", time.Since(wiped).Round(100*time.Millisecond))
+	// Past the outage tolerance (8s), SNOWFLAKE serves only on marks
+	// written to the new ensemble.
+	time.Sleep(time.Until(wiped.Add(10 * time.Second)))
 	for _, n := range nodes {
 		n.WaitSnowflake(t, 60*time.Second)
 	}
@@ -270,5 +302,26 @@ func TestE2E_StartingAnswersAtOnce(t *testing.T) {
 	n.WaitSnowflake(t, 60*time.Second)
 	if _, err := c.NextIDs(ctx, &idl.NextIDsRequest{Biz: "starting", Channel: ch(idl.Channel_SNOWFLAKE), Count: 1}); err != nil {
 		t.Fatalf("SNOWFLAKE after the wait: %v", err)
+	}
+}
+
+// bumpZxid makes n writes to a scratch znode, so the ensemble's zxid grows
+// by n.
+func bumpZxid(t *testing.T, addr string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := worker.DialZK(ctx, []string{addr}, 5*time.Second, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Create("/zxid-bump", nil, 0, zkpkg.WorldACL(zkpkg.PermAll)); err != nil && !errors.Is(err, zkpkg.ErrNodeExists) {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if _, err := conn.Set("/zxid-bump", []byte("x"), -1); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

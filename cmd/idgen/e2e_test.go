@@ -11,7 +11,7 @@ import (
 
 	"github.com/idgen/idgen/internal/testnode"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
-	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgen"
+	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 )
 
 func ch(c idl.Channel) *idl.Channel { return &c }
@@ -168,10 +168,10 @@ func TestE2E_BadInput(t *testing.T) {
 		{"biz with space", &idl.NextIDsRequest{Biz: "a b", Count: 1}, idl.ErrorCode_INVALID_ARGUMENT, "biz"},
 		{"biz starting with dot", &idl.NextIDsRequest{Biz: ".x", Count: 1}, idl.ErrorCode_INVALID_ARGUMENT, "biz"},
 		{"biz too long", &idl.NextIDsRequest{Biz: strings.Repeat("a", 129), Count: 1}, idl.ErrorCode_INVALID_ARGUMENT, "biz"},
-		{"count zero", &idl.NextIDsRequest{Biz: "known", Count: 0}, idl.ErrorCode_INVALID_ARGUMENT, "count"},
 		{"count negative", &idl.NextIDsRequest{Biz: "known", Count: -5}, idl.ErrorCode_INVALID_ARGUMENT, "count"},
 		{"count over max batch", &idl.NextIDsRequest{Biz: "known", Count: 10001}, idl.ErrorCode_INVALID_ARGUMENT, "not clamped"},
 		{"unknown channel", &idl.NextIDsRequest{Biz: "known", Channel: ch(7), Count: 1}, idl.ErrorCode_INVALID_ARGUMENT, "channel"},
+		{"slow ordered without sub key", &idl.NextIDsRequest{Biz: "known", Channel: ch(idl.Channel_SLOW_ORDERED), Count: 1}, idl.ErrorCode_INVALID_ARGUMENT, "sub_key"},
 		{"ordered without sub key", &idl.NextIDsRequest{Biz: "known", Channel: ch(idl.Channel_ORDERED), Count: 1}, idl.ErrorCode_INVALID_ARGUMENT, "sub_key"},
 		{"sub key on snowflake", &idl.NextIDsRequest{Biz: "known", Channel: ch(idl.Channel_SNOWFLAKE), SubKey: str("x"), Count: 1}, idl.ErrorCode_INVALID_ARGUMENT, "sub_key"},
 		{"unknown biz", &idl.NextIDsRequest{Biz: "nope", Count: 1}, idl.ErrorCode_UNKNOWN_BIZ, "idctl biz create"},
@@ -206,6 +206,52 @@ func TestE2E_BadInput(t *testing.T) {
 		} else if ie := (*idl.IdgenError)(nil); !errors.As(err, &ie) || ie.Code != idl.ErrorCode_INVALID_ARGUMENT {
 			t.Fatalf("CreateBiz(%+v) err = %v, want INVALID_ARGUMENT", bad, err)
 		}
+	}
+}
+
+// TestE2E_CountZeroAndSlowOrdered: count unset or 0 means 1 (Go's zero
+// value must not beat the IDL default), and the older service's channel 3
+// (SLOW_ORDERED) is served by the ORDERED processor, on the same sequence,
+// and answered with the value the caller sent.
+func TestE2E_CountZeroAndSlowOrdered(t *testing.T) {
+	node := testnode.Start(t, testnode.Options{DataDir: t.TempDir()})
+	c := node.Client(t)
+	ctx := context.Background()
+	for _, chn := range []*idl.Channel{nil, ch(idl.Channel_UNORDERED), ch(idl.Channel_SNOWFLAKE)} {
+		resp, err := c.NextIDs(ctx, &idl.NextIDsRequest{Biz: "zero", Channel: chn})
+		if err != nil {
+			t.Fatalf("count 0 on %v: %v", chn, err)
+		}
+		if resp.Count != 1 || len(resp.Ranges) != 1 || resp.Ranges[0].First != resp.Ranges[0].Last {
+			t.Fatalf("count 0 on %v: got %+v, want one ID", chn, resp)
+		}
+	}
+	a, err := c.NextIDs(ctx, &idl.NextIDsRequest{Biz: "slow", Channel: ch(idl.Channel_ORDERED), SubKey: str("k"), Count: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.NextIDs(ctx, &idl.NextIDsRequest{Biz: "slow", Channel: ch(idl.Channel_SLOW_ORDERED), SubKey: str("k"), Count: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Channel != idl.Channel_SLOW_ORDERED {
+		t.Fatalf("channel 3 answered as %v, want SLOW_ORDERED", b.Channel)
+	}
+	if b.Count != 3 || b.Ranges[0].First != a.Ranges[0].Last+1 {
+		t.Fatalf("SLOW_ORDERED %+v does not continue ORDERED %+v", b.Ranges, a.Ranges)
+	}
+	// A retry with the same request_id on channel 3 replays the range.
+	rid := "slow-retry-1"
+	r1, err := c.NextIDs(ctx, &idl.NextIDsRequest{Biz: "slow", Channel: ch(idl.Channel_SLOW_ORDERED), SubKey: str("k"), RequestId: &rid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := c.NextIDs(ctx, &idl.NextIDsRequest{Biz: "slow", Channel: ch(idl.Channel_SLOW_ORDERED), SubKey: str("k"), RequestId: &rid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r1.Ranges[0].First != r2.Ranges[0].First || r1.Count != 1 {
+		t.Fatalf("request_id replay: %+v then %+v", r1.Ranges, r2.Ranges)
 	}
 }
 

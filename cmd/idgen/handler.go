@@ -19,7 +19,7 @@ import (
 	"github.com/idgen/idgen/snowflake"
 )
 
-// handler implements the IDGen service: it checks the wire request, calls
+// handler implements the IDGenService service: it checks the wire request, calls
 // the issuer and maps domain errors to IdgenError in one place (toIDLError).
 //
 // It serves from the first moment of the process: until the node has
@@ -46,7 +46,7 @@ func (h *handler) issuer(code idl.ErrorCode) (*issuer.Issuer, error) {
 		Message: "node is starting (" + h.node.starting() + "): retry shortly or ask another node"}
 }
 
-var _ idl.IDGen = (*handler)(nil)
+var _ idl.IDGenService = (*handler)(nil)
 
 // NextIDs issues IDs.
 func (h *handler) NextIDs(ctx context.Context, req *idl.NextIDsRequest) (resp *idl.NextIDsResponse, err error) {
@@ -58,10 +58,22 @@ func (h *handler) NextIDs(ctx context.Context, req *idl.NextIDsRequest) (resp *i
 		return nil, &idl.IdgenError{Code: idl.ErrorCode_UNAUTHENTICATED, Message: "NextIDs needs the client token: set NextIDsRequest.token"}
 	}
 	r := issuer.Request{Biz: req.Biz, Count: int(req.Count), SubKey: req.GetSubKey(), RequestID: req.GetRequestId()}
+	if r.Count == 0 {
+		// Unset or 0 means 1: Go's zero value (and a plain Thrift client
+		// that leaves the field out) must not beat the IDL default.
+		r.Count = 1
+	}
+	slowOrdered := false
 	if req.Channel != nil {
-		ch := segment.Channel(*req.Channel)
-		if int64(ch) != int64(*req.Channel) {
-			return nil, invalid(fmt.Sprintf("channel %d: want 0 (UNORDERED), 1 (ORDERED) or 2 (SNOWFLAKE)", *req.Channel))
+		wire := *req.Channel
+		if wire == idl.Channel_SLOW_ORDERED {
+			// The older Java service's strict MySQL channel: the ORDERED
+			// processor serves it, and the answer names what was asked.
+			wire, slowOrdered = idl.Channel_ORDERED, true
+		}
+		ch := segment.Channel(wire)
+		if int64(ch) != int64(wire) {
+			return nil, invalid(fmt.Sprintf("channel %d: want 0 (UNORDERED), 1 (ORDERED), 2 (SNOWFLAKE) or 3 (SLOW_ORDERED)", *req.Channel))
 		}
 		r.Channel = &ch
 	}
@@ -80,6 +92,9 @@ func (h *handler) NextIDs(ctx context.Context, req *idl.NextIDsRequest) (resp *i
 	}
 	resp = &idl.NextIDsResponse{Ranges: make([]*idl.IDRange, len(out.Ranges)), Channel: idl.Channel(out.Channel),
 		Fallback: out.Fallback, Count: out.Count()}
+	if slowOrdered && resp.Channel == idl.Channel_ORDERED {
+		resp.Channel = idl.Channel_SLOW_ORDERED
+	}
 	for i, rg := range out.Ranges {
 		resp.Ranges[i] = &idl.IDRange{First: rg.First, Last: rg.Last}
 	}
@@ -285,6 +300,9 @@ func (h *handler) done(method, channel string, start time.Time, err *error) {
 func channelLabel(req *idl.NextIDsRequest) string {
 	if req == nil || req.Channel == nil {
 		return "default"
+	}
+	if *req.Channel == idl.Channel_SLOW_ORDERED {
+		return segment.ChannelOrdered.String()
 	}
 	if *req.Channel < 0 || *req.Channel > 2 {
 		return "invalid"

@@ -30,7 +30,7 @@ import (
 
 	"github.com/idgen/idgen/clock"
 	"github.com/idgen/idgen/issuer"
-	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgen"
+	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/boltstore"
 	"github.com/idgen/idgen/segment/mysqlstore"

@@ -10,7 +10,7 @@ import (
 	"github.com/cloudwego/kitex/client/callopt"
 
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
-	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgen"
+	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 )
 
 // peerClock asks a peer's Clock() RPC for its wall clock (Unix ms). The

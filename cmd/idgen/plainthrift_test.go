@@ -145,6 +145,16 @@ func TestE2E_PlainApacheThriftClients(t *testing.T) {
 			if code != 0 || len(ranges) == 0 || ranges[0][1]-ranges[0][0]+1 != 5 {
 				t.Fatalf("ranges %v code %d", ranges, code)
 			}
+			// count 0 means 1; channel 3 (SLOW_ORDERED) is ORDERED's strict
+			// sequence (plainNextIDs sends no sub_key, so the refusal names it).
+			ranges, code = plainNextIDs(t, trans, "plain", int32(idl.Channel_UNORDERED), 0)
+			if code != 0 || len(ranges) != 1 || ranges[0][0] != ranges[0][1] {
+				t.Fatalf("count 0: ranges %v code %d, want one ID", ranges, code)
+			}
+			_, code = plainNextIDs(t, trans, "plain", int32(idl.Channel_SLOW_ORDERED), 1)
+			if code != int32(idl.ErrorCode_INVALID_ARGUMENT) {
+				t.Fatalf("channel 3 without sub_key: code %d, want INVALID_ARGUMENT (as ORDERED)", code)
+			}
 			// The exception reaches a plain client as a decodable struct.
 			_, code = plainNextIDs(t, trans, "bad name", 2, 1)
 			if code != int32(idl.ErrorCode_INVALID_ARGUMENT) {

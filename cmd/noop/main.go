@@ -28,7 +28,7 @@ import (
 	"github.com/cloudwego/kitex/server"
 
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
-	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgen"
+	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 )
 
 func main() {
@@ -81,7 +81,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 // noop implements the IDL with constant answers.
 type noop struct{}
 
-var _ idl.IDGen = (*noop)(nil)
+var _ idl.IDGenService = (*noop)(nil)
 
 // NextIDs returns the range 1..count: no generator, no store, no lock.
 func (*noop) NextIDs(_ context.Context, req *idl.NextIDsRequest) (*idl.NextIDsResponse, error) {

@@ -22,7 +22,7 @@ import (
 	"github.com/cloudwego/kitex/client"
 	"github.com/cloudwego/kitex/transport"
 
-	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgen"
+	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 )
 
 var (

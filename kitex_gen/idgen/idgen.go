@@ -12,9 +12,10 @@ import (
 type Channel int64
 
 const (
-	Channel_UNORDERED Channel = 0
-	Channel_ORDERED   Channel = 1
-	Channel_SNOWFLAKE Channel = 2
+	Channel_UNORDERED    Channel = 0
+	Channel_ORDERED      Channel = 1
+	Channel_SNOWFLAKE    Channel = 2
+	Channel_SLOW_ORDERED Channel = 3
 )
 
 func (p Channel) String() string {
@@ -25,6 +26,8 @@ func (p Channel) String() string {
 		return "ORDERED"
 	case Channel_SNOWFLAKE:
 		return "SNOWFLAKE"
+	case Channel_SLOW_ORDERED:
+		return "SLOW_ORDERED"
 	}
 	return "<UNSET>"
 }
@@ -37,6 +40,8 @@ func ChannelFromString(s string) (Channel, error) {
 		return Channel_ORDERED, nil
 	case "SNOWFLAKE":
 		return Channel_SNOWFLAKE, nil
+	case "SLOW_ORDERED":
+		return Channel_SLOW_ORDERED, nil
 	}
 	return Channel(0), fmt.Errorf("not a valid Channel string")
 }
@@ -1402,7 +1407,7 @@ var fieldIDToName_IdgenError = map[int16]string{
 	4: "retry_after_ms",
 }
 
-type IDGen interface {
+type IDGenService interface {
 	NextIDs(ctx context.Context, req *NextIDsRequest) (r *NextIDsResponse, err error)
 
 	ParseID(ctx context.Context, req *ParseIDRequest) (r *ParseIDResponse, err error)
@@ -1420,759 +1425,759 @@ type IDGen interface {
 	ListBiz(ctx context.Context, req *ListBizRequest) (r *ListBizResponse, err error)
 }
 
-type IDGenNextIDsArgs struct {
+type IDGenServiceNextIDsArgs struct {
 	Req *NextIDsRequest `thrift:"req,1" frugal:"1,default,NextIDsRequest" json:"req"`
 }
 
-func NewIDGenNextIDsArgs() *IDGenNextIDsArgs {
-	return &IDGenNextIDsArgs{}
+func NewIDGenServiceNextIDsArgs() *IDGenServiceNextIDsArgs {
+	return &IDGenServiceNextIDsArgs{}
 }
 
-func (p *IDGenNextIDsArgs) InitDefault() {
+func (p *IDGenServiceNextIDsArgs) InitDefault() {
 }
 
-var IDGenNextIDsArgs_Req_DEFAULT *NextIDsRequest
+var IDGenServiceNextIDsArgs_Req_DEFAULT *NextIDsRequest
 
-func (p *IDGenNextIDsArgs) GetReq() (v *NextIDsRequest) {
+func (p *IDGenServiceNextIDsArgs) GetReq() (v *NextIDsRequest) {
 	if !p.IsSetReq() {
-		return IDGenNextIDsArgs_Req_DEFAULT
+		return IDGenServiceNextIDsArgs_Req_DEFAULT
 	}
 	return p.Req
 }
-func (p *IDGenNextIDsArgs) SetReq(val *NextIDsRequest) {
+func (p *IDGenServiceNextIDsArgs) SetReq(val *NextIDsRequest) {
 	p.Req = val
 }
 
-func (p *IDGenNextIDsArgs) IsSetReq() bool {
+func (p *IDGenServiceNextIDsArgs) IsSetReq() bool {
 	return p.Req != nil
 }
 
-func (p *IDGenNextIDsArgs) String() string {
+func (p *IDGenServiceNextIDsArgs) String() string {
 	if p == nil {
 		return "<nil>"
 	}
-	return fmt.Sprintf("IDGenNextIDsArgs(%+v)", *p)
+	return fmt.Sprintf("IDGenServiceNextIDsArgs(%+v)", *p)
 }
 
-var fieldIDToName_IDGenNextIDsArgs = map[int16]string{
+var fieldIDToName_IDGenServiceNextIDsArgs = map[int16]string{
 	1: "req",
 }
 
-type IDGenNextIDsResult struct {
+type IDGenServiceNextIDsResult struct {
 	Success *NextIDsResponse `thrift:"success,0,optional" frugal:"0,optional,NextIDsResponse" json:"success,omitempty"`
 	Err     *IdgenError      `thrift:"err,1,optional" frugal:"1,optional,IdgenError" json:"err,omitempty"`
 }
 
-func NewIDGenNextIDsResult() *IDGenNextIDsResult {
-	return &IDGenNextIDsResult{}
+func NewIDGenServiceNextIDsResult() *IDGenServiceNextIDsResult {
+	return &IDGenServiceNextIDsResult{}
 }
 
-func (p *IDGenNextIDsResult) InitDefault() {
+func (p *IDGenServiceNextIDsResult) InitDefault() {
 }
 
-var IDGenNextIDsResult_Success_DEFAULT *NextIDsResponse
+var IDGenServiceNextIDsResult_Success_DEFAULT *NextIDsResponse
 
-func (p *IDGenNextIDsResult) GetSuccess() (v *NextIDsResponse) {
+func (p *IDGenServiceNextIDsResult) GetSuccess() (v *NextIDsResponse) {
 	if !p.IsSetSuccess() {
-		return IDGenNextIDsResult_Success_DEFAULT
+		return IDGenServiceNextIDsResult_Success_DEFAULT
 	}
 	return p.Success
 }
 
-var IDGenNextIDsResult_Err_DEFAULT *IdgenError
+var IDGenServiceNextIDsResult_Err_DEFAULT *IdgenError
 
-func (p *IDGenNextIDsResult) GetErr() (v *IdgenError) {
+func (p *IDGenServiceNextIDsResult) GetErr() (v *IdgenError) {
 	if !p.IsSetErr() {
-		return IDGenNextIDsResult_Err_DEFAULT
+		return IDGenServiceNextIDsResult_Err_DEFAULT
 	}
 	return p.Err
 }
-func (p *IDGenNextIDsResult) SetSuccess(x interface{}) {
+func (p *IDGenServiceNextIDsResult) SetSuccess(x interface{}) {
 	p.Success = x.(*NextIDsResponse)
 }
-func (p *IDGenNextIDsResult) SetErr(val *IdgenError) {
+func (p *IDGenServiceNextIDsResult) SetErr(val *IdgenError) {
 	p.Err = val
 }
 
-func (p *IDGenNextIDsResult) IsSetSuccess() bool {
+func (p *IDGenServiceNextIDsResult) IsSetSuccess() bool {
 	return p.Success != nil
 }
 
-func (p *IDGenNextIDsResult) IsSetErr() bool {
+func (p *IDGenServiceNextIDsResult) IsSetErr() bool {
 	return p.Err != nil
 }
 
-func (p *IDGenNextIDsResult) String() string {
+func (p *IDGenServiceNextIDsResult) String() string {
 	if p == nil {
 		return "<nil>"
 	}
-	return fmt.Sprintf("IDGenNextIDsResult(%+v)", *p)
+	return fmt.Sprintf("IDGenServiceNextIDsResult(%+v)", *p)
 }
 
-var fieldIDToName_IDGenNextIDsResult = map[int16]string{
+var fieldIDToName_IDGenServiceNextIDsResult = map[int16]string{
 	0: "success",
 	1: "err",
 }
 
-type IDGenParseIDArgs struct {
+type IDGenServiceParseIDArgs struct {
 	Req *ParseIDRequest `thrift:"req,1" frugal:"1,default,ParseIDRequest" json:"req"`
 }
 
-func NewIDGenParseIDArgs() *IDGenParseIDArgs {
-	return &IDGenParseIDArgs{}
+func NewIDGenServiceParseIDArgs() *IDGenServiceParseIDArgs {
+	return &IDGenServiceParseIDArgs{}
 }
 
-func (p *IDGenParseIDArgs) InitDefault() {
+func (p *IDGenServiceParseIDArgs) InitDefault() {
 }
 
-var IDGenParseIDArgs_Req_DEFAULT *ParseIDRequest
+var IDGenServiceParseIDArgs_Req_DEFAULT *ParseIDRequest
 
-func (p *IDGenParseIDArgs) GetReq() (v *ParseIDRequest) {
+func (p *IDGenServiceParseIDArgs) GetReq() (v *ParseIDRequest) {
 	if !p.IsSetReq() {
-		return IDGenParseIDArgs_Req_DEFAULT
+		return IDGenServiceParseIDArgs_Req_DEFAULT
 	}
 	return p.Req
 }
-func (p *IDGenParseIDArgs) SetReq(val *ParseIDRequest) {
+func (p *IDGenServiceParseIDArgs) SetReq(val *ParseIDRequest) {
 	p.Req = val
 }
 
-func (p *IDGenParseIDArgs) IsSetReq() bool {
+func (p *IDGenServiceParseIDArgs) IsSetReq() bool {
 	return p.Req != nil
 }
 
-func (p *IDGenParseIDArgs) String() string {
+func (p *IDGenServiceParseIDArgs) String() string {
 	if p == nil {
 		return "<nil>"
 	}
-	return fmt.Sprintf("IDGenParseIDArgs(%+v)", *p)
+	return fmt.Sprintf("IDGenServiceParseIDArgs(%+v)", *p)
 }
 
-var fieldIDToName_IDGenParseIDArgs = map[int16]string{
+var fieldIDToName_IDGenServiceParseIDArgs = map[int16]string{
 	1: "req",
 }
 
-type IDGenParseIDResult struct {
+type IDGenServiceParseIDResult struct {
 	Success *ParseIDResponse `thrift:"success,0,optional" frugal:"0,optional,ParseIDResponse" json:"success,omitempty"`
 	Err     *IdgenError      `thrift:"err,1,optional" frugal:"1,optional,IdgenError" json:"err,omitempty"`
 }
 
-func NewIDGenParseIDResult() *IDGenParseIDResult {
-	return &IDGenParseIDResult{}
+func NewIDGenServiceParseIDResult() *IDGenServiceParseIDResult {
+	return &IDGenServiceParseIDResult{}
 }
 
-func (p *IDGenParseIDResult) InitDefault() {
+func (p *IDGenServiceParseIDResult) InitDefault() {
 }
 
-var IDGenParseIDResult_Success_DEFAULT *ParseIDResponse
+var IDGenServiceParseIDResult_Success_DEFAULT *ParseIDResponse
 
-func (p *IDGenParseIDResult) GetSuccess() (v *ParseIDResponse) {
+func (p *IDGenServiceParseIDResult) GetSuccess() (v *ParseIDResponse) {
 	if !p.IsSetSuccess() {
-		return IDGenParseIDResult_Success_DEFAULT
+		return IDGenServiceParseIDResult_Success_DEFAULT
 	}
 	return p.Success
 }
 
-var IDGenParseIDResult_Err_DEFAULT *IdgenError
+var IDGenServiceParseIDResult_Err_DEFAULT *IdgenError
 
-func (p *IDGenParseIDResult) GetErr() (v *IdgenError) {
+func (p *IDGenServiceParseIDResult) GetErr() (v *IdgenError) {
 	if !p.IsSetErr() {
-		return IDGenParseIDResult_Err_DEFAULT
+		return IDGenServiceParseIDResult_Err_DEFAULT
 	}
 	return p.Err
 }
-func (p *IDGenParseIDResult) SetSuccess(x interface{}) {
+func (p *IDGenServiceParseIDResult) SetSuccess(x interface{}) {
 	p.Success = x.(*ParseIDResponse)
 }
-func (p *IDGenParseIDResult) SetErr(val *IdgenError) {
+func (p *IDGenServiceParseIDResult) SetErr(val *IdgenError) {
 	p.Err = val
 }
 
-func (p *IDGenParseIDResult) IsSetSuccess() bool {
+func (p *IDGenServiceParseIDResult) IsSetSuccess() bool {
 	return p.Success != nil
 }
 
-func (p *IDGenParseIDResult) IsSetErr() bool {
+func (p *IDGenServiceParseIDResult) IsSetErr() bool {
 	return p.Err != nil
 }
 
-func (p *IDGenParseIDResult) String() string {
+func (p *IDGenServiceParseIDResult) String() string {
 	if p == nil {
 		return "<nil>"
 	}
-	return fmt.Sprintf("IDGenParseIDResult(%+v)", *p)
+	return fmt.Sprintf("IDGenServiceParseIDResult(%+v)", *p)
 }
 
-var fieldIDToName_IDGenParseIDResult = map[int16]string{
+var fieldIDToName_IDGenServiceParseIDResult = map[int16]string{
 	0: "success",
 	1: "err",
 }
 
-type IDGenClockArgs struct {
+type IDGenServiceClockArgs struct {
 	Req *ClockRequest `thrift:"req,1" frugal:"1,default,ClockRequest" json:"req"`
 }
 
-func NewIDGenClockArgs() *IDGenClockArgs {
-	return &IDGenClockArgs{}
+func NewIDGenServiceClockArgs() *IDGenServiceClockArgs {
+	return &IDGenServiceClockArgs{}
 }
 
-func (p *IDGenClockArgs) InitDefault() {
+func (p *IDGenServiceClockArgs) InitDefault() {
 }
 
-var IDGenClockArgs_Req_DEFAULT *ClockRequest
+var IDGenServiceClockArgs_Req_DEFAULT *ClockRequest
 
-func (p *IDGenClockArgs) GetReq() (v *ClockRequest) {
+func (p *IDGenServiceClockArgs) GetReq() (v *ClockRequest) {
 	if !p.IsSetReq() {
-		return IDGenClockArgs_Req_DEFAULT
+		return IDGenServiceClockArgs_Req_DEFAULT
 	}
 	return p.Req
 }
-func (p *IDGenClockArgs) SetReq(val *ClockRequest) {
+func (p *IDGenServiceClockArgs) SetReq(val *ClockRequest) {
 	p.Req = val
 }
 
-func (p *IDGenClockArgs) IsSetReq() bool {
+func (p *IDGenServiceClockArgs) IsSetReq() bool {
 	return p.Req != nil
 }
 
-func (p *IDGenClockArgs) String() string {
+func (p *IDGenServiceClockArgs) String() string {
 	if p == nil {
 		return "<nil>"
 	}
-	return fmt.Sprintf("IDGenClockArgs(%+v)", *p)
+	return fmt.Sprintf("IDGenServiceClockArgs(%+v)", *p)
 }
 
-var fieldIDToName_IDGenClockArgs = map[int16]string{
+var fieldIDToName_IDGenServiceClockArgs = map[int16]string{
 	1: "req",
 }
 
-type IDGenClockResult struct {
+type IDGenServiceClockResult struct {
 	Success *ClockResponse `thrift:"success,0,optional" frugal:"0,optional,ClockResponse" json:"success,omitempty"`
 	Err     *IdgenError    `thrift:"err,1,optional" frugal:"1,optional,IdgenError" json:"err,omitempty"`
 }
 
-func NewIDGenClockResult() *IDGenClockResult {
-	return &IDGenClockResult{}
+func NewIDGenServiceClockResult() *IDGenServiceClockResult {
+	return &IDGenServiceClockResult{}
 }
 
-func (p *IDGenClockResult) InitDefault() {
+func (p *IDGenServiceClockResult) InitDefault() {
 }
 
-var IDGenClockResult_Success_DEFAULT *ClockResponse
+var IDGenServiceClockResult_Success_DEFAULT *ClockResponse
 
-func (p *IDGenClockResult) GetSuccess() (v *ClockResponse) {
+func (p *IDGenServiceClockResult) GetSuccess() (v *ClockResponse) {
 	if !p.IsSetSuccess() {
-		return IDGenClockResult_Success_DEFAULT
+		return IDGenServiceClockResult_Success_DEFAULT
 	}
 	return p.Success
 }
 
-var IDGenClockResult_Err_DEFAULT *IdgenError
+var IDGenServiceClockResult_Err_DEFAULT *IdgenError
 
-func (p *IDGenClockResult) GetErr() (v *IdgenError) {
+func (p *IDGenServiceClockResult) GetErr() (v *IdgenError) {
 	if !p.IsSetErr() {
-		return IDGenClockResult_Err_DEFAULT
+		return IDGenServiceClockResult_Err_DEFAULT
 	}
 	return p.Err
 }
-func (p *IDGenClockResult) SetSuccess(x interface{}) {
+func (p *IDGenServiceClockResult) SetSuccess(x interface{}) {
 	p.Success = x.(*ClockResponse)
 }
-func (p *IDGenClockResult) SetErr(val *IdgenError) {
+func (p *IDGenServiceClockResult) SetErr(val *IdgenError) {
 	p.Err = val
 }
 
-func (p *IDGenClockResult) IsSetSuccess() bool {
+func (p *IDGenServiceClockResult) IsSetSuccess() bool {
 	return p.Success != nil
 }
 
-func (p *IDGenClockResult) IsSetErr() bool {
+func (p *IDGenServiceClockResult) IsSetErr() bool {
 	return p.Err != nil
 }
 
-func (p *IDGenClockResult) String() string {
+func (p *IDGenServiceClockResult) String() string {
 	if p == nil {
 		return "<nil>"
 	}
-	return fmt.Sprintf("IDGenClockResult(%+v)", *p)
+	return fmt.Sprintf("IDGenServiceClockResult(%+v)", *p)
 }
 
-var fieldIDToName_IDGenClockResult = map[int16]string{
+var fieldIDToName_IDGenServiceClockResult = map[int16]string{
 	0: "success",
 	1: "err",
 }
 
-type IDGenListWorkersArgs struct {
+type IDGenServiceListWorkersArgs struct {
 	Req *ListWorkersRequest `thrift:"req,1" frugal:"1,default,ListWorkersRequest" json:"req"`
 }
 
-func NewIDGenListWorkersArgs() *IDGenListWorkersArgs {
-	return &IDGenListWorkersArgs{}
+func NewIDGenServiceListWorkersArgs() *IDGenServiceListWorkersArgs {
+	return &IDGenServiceListWorkersArgs{}
 }
 
-func (p *IDGenListWorkersArgs) InitDefault() {
+func (p *IDGenServiceListWorkersArgs) InitDefault() {
 }
 
-var IDGenListWorkersArgs_Req_DEFAULT *ListWorkersRequest
+var IDGenServiceListWorkersArgs_Req_DEFAULT *ListWorkersRequest
 
-func (p *IDGenListWorkersArgs) GetReq() (v *ListWorkersRequest) {
+func (p *IDGenServiceListWorkersArgs) GetReq() (v *ListWorkersRequest) {
 	if !p.IsSetReq() {
-		return IDGenListWorkersArgs_Req_DEFAULT
+		return IDGenServiceListWorkersArgs_Req_DEFAULT
 	}
 	return p.Req
 }
-func (p *IDGenListWorkersArgs) SetReq(val *ListWorkersRequest) {
+func (p *IDGenServiceListWorkersArgs) SetReq(val *ListWorkersRequest) {
 	p.Req = val
 }
 
-func (p *IDGenListWorkersArgs) IsSetReq() bool {
+func (p *IDGenServiceListWorkersArgs) IsSetReq() bool {
 	return p.Req != nil
 }
 
-func (p *IDGenListWorkersArgs) String() string {
+func (p *IDGenServiceListWorkersArgs) String() string {
 	if p == nil {
 		return "<nil>"
 	}
-	return fmt.Sprintf("IDGenListWorkersArgs(%+v)", *p)
+	return fmt.Sprintf("IDGenServiceListWorkersArgs(%+v)", *p)
 }
 
-var fieldIDToName_IDGenListWorkersArgs = map[int16]string{
+var fieldIDToName_IDGenServiceListWorkersArgs = map[int16]string{
 	1: "req",
 }
 
-type IDGenListWorkersResult struct {
+type IDGenServiceListWorkersResult struct {
 	Success *ListWorkersResponse `thrift:"success,0,optional" frugal:"0,optional,ListWorkersResponse" json:"success,omitempty"`
 	Err     *IdgenError          `thrift:"err,1,optional" frugal:"1,optional,IdgenError" json:"err,omitempty"`
 }
 
-func NewIDGenListWorkersResult() *IDGenListWorkersResult {
-	return &IDGenListWorkersResult{}
+func NewIDGenServiceListWorkersResult() *IDGenServiceListWorkersResult {
+	return &IDGenServiceListWorkersResult{}
 }
 
-func (p *IDGenListWorkersResult) InitDefault() {
+func (p *IDGenServiceListWorkersResult) InitDefault() {
 }
 
-var IDGenListWorkersResult_Success_DEFAULT *ListWorkersResponse
+var IDGenServiceListWorkersResult_Success_DEFAULT *ListWorkersResponse
 
-func (p *IDGenListWorkersResult) GetSuccess() (v *ListWorkersResponse) {
+func (p *IDGenServiceListWorkersResult) GetSuccess() (v *ListWorkersResponse) {
 	if !p.IsSetSuccess() {
-		return IDGenListWorkersResult_Success_DEFAULT
+		return IDGenServiceListWorkersResult_Success_DEFAULT
 	}
 	return p.Success
 }
 
-var IDGenListWorkersResult_Err_DEFAULT *IdgenError
+var IDGenServiceListWorkersResult_Err_DEFAULT *IdgenError
 
-func (p *IDGenListWorkersResult) GetErr() (v *IdgenError) {
+func (p *IDGenServiceListWorkersResult) GetErr() (v *IdgenError) {
 	if !p.IsSetErr() {
-		return IDGenListWorkersResult_Err_DEFAULT
+		return IDGenServiceListWorkersResult_Err_DEFAULT
 	}
 	return p.Err
 }
-func (p *IDGenListWorkersResult) SetSuccess(x interface{}) {
+func (p *IDGenServiceListWorkersResult) SetSuccess(x interface{}) {
 	p.Success = x.(*ListWorkersResponse)
 }
-func (p *IDGenListWorkersResult) SetErr(val *IdgenError) {
+func (p *IDGenServiceListWorkersResult) SetErr(val *IdgenError) {
 	p.Err = val
 }
 
-func (p *IDGenListWorkersResult) IsSetSuccess() bool {
+func (p *IDGenServiceListWorkersResult) IsSetSuccess() bool {
 	return p.Success != nil
 }
 
-func (p *IDGenListWorkersResult) IsSetErr() bool {
+func (p *IDGenServiceListWorkersResult) IsSetErr() bool {
 	return p.Err != nil
 }
 
-func (p *IDGenListWorkersResult) String() string {
+func (p *IDGenServiceListWorkersResult) String() string {
 	if p == nil {
 		return "<nil>"
 	}
-	return fmt.Sprintf("IDGenListWorkersResult(%+v)", *p)
+	return fmt.Sprintf("IDGenServiceListWorkersResult(%+v)", *p)
 }
 
-var fieldIDToName_IDGenListWorkersResult = map[int16]string{
+var fieldIDToName_IDGenServiceListWorkersResult = map[int16]string{
 	0: "success",
 	1: "err",
 }
 
-type IDGenCreateBizArgs struct {
+type IDGenServiceCreateBizArgs struct {
 	Req *CreateBizRequest `thrift:"req,1" frugal:"1,default,CreateBizRequest" json:"req"`
 }
 
-func NewIDGenCreateBizArgs() *IDGenCreateBizArgs {
-	return &IDGenCreateBizArgs{}
+func NewIDGenServiceCreateBizArgs() *IDGenServiceCreateBizArgs {
+	return &IDGenServiceCreateBizArgs{}
 }
 
-func (p *IDGenCreateBizArgs) InitDefault() {
+func (p *IDGenServiceCreateBizArgs) InitDefault() {
 }
 
-var IDGenCreateBizArgs_Req_DEFAULT *CreateBizRequest
+var IDGenServiceCreateBizArgs_Req_DEFAULT *CreateBizRequest
 
-func (p *IDGenCreateBizArgs) GetReq() (v *CreateBizRequest) {
+func (p *IDGenServiceCreateBizArgs) GetReq() (v *CreateBizRequest) {
 	if !p.IsSetReq() {
-		return IDGenCreateBizArgs_Req_DEFAULT
+		return IDGenServiceCreateBizArgs_Req_DEFAULT
 	}
 	return p.Req
 }
-func (p *IDGenCreateBizArgs) SetReq(val *CreateBizRequest) {
+func (p *IDGenServiceCreateBizArgs) SetReq(val *CreateBizRequest) {
 	p.Req = val
 }
 
-func (p *IDGenCreateBizArgs) IsSetReq() bool {
+func (p *IDGenServiceCreateBizArgs) IsSetReq() bool {
 	return p.Req != nil
 }
 
-func (p *IDGenCreateBizArgs) String() string {
+func (p *IDGenServiceCreateBizArgs) String() string {
 	if p == nil {
 		return "<nil>"
 	}
-	return fmt.Sprintf("IDGenCreateBizArgs(%+v)", *p)
+	return fmt.Sprintf("IDGenServiceCreateBizArgs(%+v)", *p)
 }
 
-var fieldIDToName_IDGenCreateBizArgs = map[int16]string{
+var fieldIDToName_IDGenServiceCreateBizArgs = map[int16]string{
 	1: "req",
 }
 
-type IDGenCreateBizResult struct {
+type IDGenServiceCreateBizResult struct {
 	Success *Biz        `thrift:"success,0,optional" frugal:"0,optional,Biz" json:"success,omitempty"`
 	Err     *IdgenError `thrift:"err,1,optional" frugal:"1,optional,IdgenError" json:"err,omitempty"`
 }
 
-func NewIDGenCreateBizResult() *IDGenCreateBizResult {
-	return &IDGenCreateBizResult{}
+func NewIDGenServiceCreateBizResult() *IDGenServiceCreateBizResult {
+	return &IDGenServiceCreateBizResult{}
 }
 
-func (p *IDGenCreateBizResult) InitDefault() {
+func (p *IDGenServiceCreateBizResult) InitDefault() {
 }
 
-var IDGenCreateBizResult_Success_DEFAULT *Biz
+var IDGenServiceCreateBizResult_Success_DEFAULT *Biz
 
-func (p *IDGenCreateBizResult) GetSuccess() (v *Biz) {
+func (p *IDGenServiceCreateBizResult) GetSuccess() (v *Biz) {
 	if !p.IsSetSuccess() {
-		return IDGenCreateBizResult_Success_DEFAULT
+		return IDGenServiceCreateBizResult_Success_DEFAULT
 	}
 	return p.Success
 }
 
-var IDGenCreateBizResult_Err_DEFAULT *IdgenError
+var IDGenServiceCreateBizResult_Err_DEFAULT *IdgenError
 
-func (p *IDGenCreateBizResult) GetErr() (v *IdgenError) {
+func (p *IDGenServiceCreateBizResult) GetErr() (v *IdgenError) {
 	if !p.IsSetErr() {
-		return IDGenCreateBizResult_Err_DEFAULT
+		return IDGenServiceCreateBizResult_Err_DEFAULT
 	}
 	return p.Err
 }
-func (p *IDGenCreateBizResult) SetSuccess(x interface{}) {
+func (p *IDGenServiceCreateBizResult) SetSuccess(x interface{}) {
 	p.Success = x.(*Biz)
 }
-func (p *IDGenCreateBizResult) SetErr(val *IdgenError) {
+func (p *IDGenServiceCreateBizResult) SetErr(val *IdgenError) {
 	p.Err = val
 }
 
-func (p *IDGenCreateBizResult) IsSetSuccess() bool {
+func (p *IDGenServiceCreateBizResult) IsSetSuccess() bool {
 	return p.Success != nil
 }
 
-func (p *IDGenCreateBizResult) IsSetErr() bool {
+func (p *IDGenServiceCreateBizResult) IsSetErr() bool {
 	return p.Err != nil
 }
 
-func (p *IDGenCreateBizResult) String() string {
+func (p *IDGenServiceCreateBizResult) String() string {
 	if p == nil {
 		return "<nil>"
 	}
-	return fmt.Sprintf("IDGenCreateBizResult(%+v)", *p)
+	return fmt.Sprintf("IDGenServiceCreateBizResult(%+v)", *p)
 }
 
-var fieldIDToName_IDGenCreateBizResult = map[int16]string{
+var fieldIDToName_IDGenServiceCreateBizResult = map[int16]string{
 	0: "success",
 	1: "err",
 }
 
-type IDGenUpdateBizArgs struct {
+type IDGenServiceUpdateBizArgs struct {
 	Req *UpdateBizRequest `thrift:"req,1" frugal:"1,default,UpdateBizRequest" json:"req"`
 }
 
-func NewIDGenUpdateBizArgs() *IDGenUpdateBizArgs {
-	return &IDGenUpdateBizArgs{}
+func NewIDGenServiceUpdateBizArgs() *IDGenServiceUpdateBizArgs {
+	return &IDGenServiceUpdateBizArgs{}
 }
 
-func (p *IDGenUpdateBizArgs) InitDefault() {
+func (p *IDGenServiceUpdateBizArgs) InitDefault() {
 }
 
-var IDGenUpdateBizArgs_Req_DEFAULT *UpdateBizRequest
+var IDGenServiceUpdateBizArgs_Req_DEFAULT *UpdateBizRequest
 
-func (p *IDGenUpdateBizArgs) GetReq() (v *UpdateBizRequest) {
+func (p *IDGenServiceUpdateBizArgs) GetReq() (v *UpdateBizRequest) {
 	if !p.IsSetReq() {
-		return IDGenUpdateBizArgs_Req_DEFAULT
+		return IDGenServiceUpdateBizArgs_Req_DEFAULT
 	}
 	return p.Req
 }
-func (p *IDGenUpdateBizArgs) SetReq(val *UpdateBizRequest) {
+func (p *IDGenServiceUpdateBizArgs) SetReq(val *UpdateBizRequest) {
 	p.Req = val
 }
 
-func (p *IDGenUpdateBizArgs) IsSetReq() bool {
+func (p *IDGenServiceUpdateBizArgs) IsSetReq() bool {
 	return p.Req != nil
 }
 
-func (p *IDGenUpdateBizArgs) String() string {
+func (p *IDGenServiceUpdateBizArgs) String() string {
 	if p == nil {
 		return "<nil>"
 	}
-	return fmt.Sprintf("IDGenUpdateBizArgs(%+v)", *p)
+	return fmt.Sprintf("IDGenServiceUpdateBizArgs(%+v)", *p)
 }
 
-var fieldIDToName_IDGenUpdateBizArgs = map[int16]string{
+var fieldIDToName_IDGenServiceUpdateBizArgs = map[int16]string{
 	1: "req",
 }
 
-type IDGenUpdateBizResult struct {
+type IDGenServiceUpdateBizResult struct {
 	Success *Biz        `thrift:"success,0,optional" frugal:"0,optional,Biz" json:"success,omitempty"`
 	Err     *IdgenError `thrift:"err,1,optional" frugal:"1,optional,IdgenError" json:"err,omitempty"`
 }
 
-func NewIDGenUpdateBizResult() *IDGenUpdateBizResult {
-	return &IDGenUpdateBizResult{}
+func NewIDGenServiceUpdateBizResult() *IDGenServiceUpdateBizResult {
+	return &IDGenServiceUpdateBizResult{}
 }
 
-func (p *IDGenUpdateBizResult) InitDefault() {
+func (p *IDGenServiceUpdateBizResult) InitDefault() {
 }
 
-var IDGenUpdateBizResult_Success_DEFAULT *Biz
+var IDGenServiceUpdateBizResult_Success_DEFAULT *Biz
 
-func (p *IDGenUpdateBizResult) GetSuccess() (v *Biz) {
+func (p *IDGenServiceUpdateBizResult) GetSuccess() (v *Biz) {
 	if !p.IsSetSuccess() {
-		return IDGenUpdateBizResult_Success_DEFAULT
+		return IDGenServiceUpdateBizResult_Success_DEFAULT
 	}
 	return p.Success
 }
 
-var IDGenUpdateBizResult_Err_DEFAULT *IdgenError
+var IDGenServiceUpdateBizResult_Err_DEFAULT *IdgenError
 
-func (p *IDGenUpdateBizResult) GetErr() (v *IdgenError) {
+func (p *IDGenServiceUpdateBizResult) GetErr() (v *IdgenError) {
 	if !p.IsSetErr() {
-		return IDGenUpdateBizResult_Err_DEFAULT
+		return IDGenServiceUpdateBizResult_Err_DEFAULT
 	}
 	return p.Err
 }
-func (p *IDGenUpdateBizResult) SetSuccess(x interface{}) {
+func (p *IDGenServiceUpdateBizResult) SetSuccess(x interface{}) {
 	p.Success = x.(*Biz)
 }
-func (p *IDGenUpdateBizResult) SetErr(val *IdgenError) {
+func (p *IDGenServiceUpdateBizResult) SetErr(val *IdgenError) {
 	p.Err = val
 }
 
-func (p *IDGenUpdateBizResult) IsSetSuccess() bool {
+func (p *IDGenServiceUpdateBizResult) IsSetSuccess() bool {
 	return p.Success != nil
 }
 
-func (p *IDGenUpdateBizResult) IsSetErr() bool {
+func (p *IDGenServiceUpdateBizResult) IsSetErr() bool {
 	return p.Err != nil
 }
 
-func (p *IDGenUpdateBizResult) String() string {
+func (p *IDGenServiceUpdateBizResult) String() string {
 	if p == nil {
 		return "<nil>"
 	}
-	return fmt.Sprintf("IDGenUpdateBizResult(%+v)", *p)
+	return fmt.Sprintf("IDGenServiceUpdateBizResult(%+v)", *p)
 }
 
-var fieldIDToName_IDGenUpdateBizResult = map[int16]string{
+var fieldIDToName_IDGenServiceUpdateBizResult = map[int16]string{
 	0: "success",
 	1: "err",
 }
 
-type IDGenGetBizArgs struct {
+type IDGenServiceGetBizArgs struct {
 	Req *GetBizRequest `thrift:"req,1" frugal:"1,default,GetBizRequest" json:"req"`
 }
 
-func NewIDGenGetBizArgs() *IDGenGetBizArgs {
-	return &IDGenGetBizArgs{}
+func NewIDGenServiceGetBizArgs() *IDGenServiceGetBizArgs {
+	return &IDGenServiceGetBizArgs{}
 }
 
-func (p *IDGenGetBizArgs) InitDefault() {
+func (p *IDGenServiceGetBizArgs) InitDefault() {
 }
 
-var IDGenGetBizArgs_Req_DEFAULT *GetBizRequest
+var IDGenServiceGetBizArgs_Req_DEFAULT *GetBizRequest
 
-func (p *IDGenGetBizArgs) GetReq() (v *GetBizRequest) {
+func (p *IDGenServiceGetBizArgs) GetReq() (v *GetBizRequest) {
 	if !p.IsSetReq() {
-		return IDGenGetBizArgs_Req_DEFAULT
+		return IDGenServiceGetBizArgs_Req_DEFAULT
 	}
 	return p.Req
 }
-func (p *IDGenGetBizArgs) SetReq(val *GetBizRequest) {
+func (p *IDGenServiceGetBizArgs) SetReq(val *GetBizRequest) {
 	p.Req = val
 }
 
-func (p *IDGenGetBizArgs) IsSetReq() bool {
+func (p *IDGenServiceGetBizArgs) IsSetReq() bool {
 	return p.Req != nil
 }
 
-func (p *IDGenGetBizArgs) String() string {
+func (p *IDGenServiceGetBizArgs) String() string {
 	if p == nil {
 		return "<nil>"
 	}
-	return fmt.Sprintf("IDGenGetBizArgs(%+v)", *p)
+	return fmt.Sprintf("IDGenServiceGetBizArgs(%+v)", *p)
 }
 
-var fieldIDToName_IDGenGetBizArgs = map[int16]string{
+var fieldIDToName_IDGenServiceGetBizArgs = map[int16]string{
 	1: "req",
 }
 
-type IDGenGetBizResult struct {
+type IDGenServiceGetBizResult struct {
 	Success *Biz        `thrift:"success,0,optional" frugal:"0,optional,Biz" json:"success,omitempty"`
 	Err     *IdgenError `thrift:"err,1,optional" frugal:"1,optional,IdgenError" json:"err,omitempty"`
 }
 
-func NewIDGenGetBizResult() *IDGenGetBizResult {
-	return &IDGenGetBizResult{}
+func NewIDGenServiceGetBizResult() *IDGenServiceGetBizResult {
+	return &IDGenServiceGetBizResult{}
 }
 
-func (p *IDGenGetBizResult) InitDefault() {
+func (p *IDGenServiceGetBizResult) InitDefault() {
 }
 
-var IDGenGetBizResult_Success_DEFAULT *Biz
+var IDGenServiceGetBizResult_Success_DEFAULT *Biz
 
-func (p *IDGenGetBizResult) GetSuccess() (v *Biz) {
+func (p *IDGenServiceGetBizResult) GetSuccess() (v *Biz) {
 	if !p.IsSetSuccess() {
-		return IDGenGetBizResult_Success_DEFAULT
+		return IDGenServiceGetBizResult_Success_DEFAULT
 	}
 	return p.Success
 }
 
-var IDGenGetBizResult_Err_DEFAULT *IdgenError
+var IDGenServiceGetBizResult_Err_DEFAULT *IdgenError
 
-func (p *IDGenGetBizResult) GetErr() (v *IdgenError) {
+func (p *IDGenServiceGetBizResult) GetErr() (v *IdgenError) {
 	if !p.IsSetErr() {
-		return IDGenGetBizResult_Err_DEFAULT
+		return IDGenServiceGetBizResult_Err_DEFAULT
 	}
 	return p.Err
 }
-func (p *IDGenGetBizResult) SetSuccess(x interface{}) {
+func (p *IDGenServiceGetBizResult) SetSuccess(x interface{}) {
 	p.Success = x.(*Biz)
 }
-func (p *IDGenGetBizResult) SetErr(val *IdgenError) {
+func (p *IDGenServiceGetBizResult) SetErr(val *IdgenError) {
 	p.Err = val
 }
 
-func (p *IDGenGetBizResult) IsSetSuccess() bool {
+func (p *IDGenServiceGetBizResult) IsSetSuccess() bool {
 	return p.Success != nil
 }
 
-func (p *IDGenGetBizResult) IsSetErr() bool {
+func (p *IDGenServiceGetBizResult) IsSetErr() bool {
 	return p.Err != nil
 }
 
-func (p *IDGenGetBizResult) String() string {
+func (p *IDGenServiceGetBizResult) String() string {
 	if p == nil {
 		return "<nil>"
 	}
-	return fmt.Sprintf("IDGenGetBizResult(%+v)", *p)
+	return fmt.Sprintf("IDGenServiceGetBizResult(%+v)", *p)
 }
 
-var fieldIDToName_IDGenGetBizResult = map[int16]string{
+var fieldIDToName_IDGenServiceGetBizResult = map[int16]string{
 	0: "success",
 	1: "err",
 }
 
-type IDGenListBizArgs struct {
+type IDGenServiceListBizArgs struct {
 	Req *ListBizRequest `thrift:"req,1" frugal:"1,default,ListBizRequest" json:"req"`
 }
 
-func NewIDGenListBizArgs() *IDGenListBizArgs {
-	return &IDGenListBizArgs{}
+func NewIDGenServiceListBizArgs() *IDGenServiceListBizArgs {
+	return &IDGenServiceListBizArgs{}
 }
 
-func (p *IDGenListBizArgs) InitDefault() {
+func (p *IDGenServiceListBizArgs) InitDefault() {
 }
 
-var IDGenListBizArgs_Req_DEFAULT *ListBizRequest
+var IDGenServiceListBizArgs_Req_DEFAULT *ListBizRequest
 
-func (p *IDGenListBizArgs) GetReq() (v *ListBizRequest) {
+func (p *IDGenServiceListBizArgs) GetReq() (v *ListBizRequest) {
 	if !p.IsSetReq() {
-		return IDGenListBizArgs_Req_DEFAULT
+		return IDGenServiceListBizArgs_Req_DEFAULT
 	}
 	return p.Req
 }
-func (p *IDGenListBizArgs) SetReq(val *ListBizRequest) {
+func (p *IDGenServiceListBizArgs) SetReq(val *ListBizRequest) {
 	p.Req = val
 }
 
-func (p *IDGenListBizArgs) IsSetReq() bool {
+func (p *IDGenServiceListBizArgs) IsSetReq() bool {
 	return p.Req != nil
 }
 
-func (p *IDGenListBizArgs) String() string {
+func (p *IDGenServiceListBizArgs) String() string {
 	if p == nil {
 		return "<nil>"
 	}
-	return fmt.Sprintf("IDGenListBizArgs(%+v)", *p)
+	return fmt.Sprintf("IDGenServiceListBizArgs(%+v)", *p)
 }
 
-var fieldIDToName_IDGenListBizArgs = map[int16]string{
+var fieldIDToName_IDGenServiceListBizArgs = map[int16]string{
 	1: "req",
 }
 
-type IDGenListBizResult struct {
+type IDGenServiceListBizResult struct {
 	Success *ListBizResponse `thrift:"success,0,optional" frugal:"0,optional,ListBizResponse" json:"success,omitempty"`
 	Err     *IdgenError      `thrift:"err,1,optional" frugal:"1,optional,IdgenError" json:"err,omitempty"`
 }
 
-func NewIDGenListBizResult() *IDGenListBizResult {
-	return &IDGenListBizResult{}
+func NewIDGenServiceListBizResult() *IDGenServiceListBizResult {
+	return &IDGenServiceListBizResult{}
 }
 
-func (p *IDGenListBizResult) InitDefault() {
+func (p *IDGenServiceListBizResult) InitDefault() {
 }
 
-var IDGenListBizResult_Success_DEFAULT *ListBizResponse
+var IDGenServiceListBizResult_Success_DEFAULT *ListBizResponse
 
-func (p *IDGenListBizResult) GetSuccess() (v *ListBizResponse) {
+func (p *IDGenServiceListBizResult) GetSuccess() (v *ListBizResponse) {
 	if !p.IsSetSuccess() {
-		return IDGenListBizResult_Success_DEFAULT
+		return IDGenServiceListBizResult_Success_DEFAULT
 	}
 	return p.Success
 }
 
-var IDGenListBizResult_Err_DEFAULT *IdgenError
+var IDGenServiceListBizResult_Err_DEFAULT *IdgenError
 
-func (p *IDGenListBizResult) GetErr() (v *IdgenError) {
+func (p *IDGenServiceListBizResult) GetErr() (v *IdgenError) {
 	if !p.IsSetErr() {
-		return IDGenListBizResult_Err_DEFAULT
+		return IDGenServiceListBizResult_Err_DEFAULT
 	}
 	return p.Err
 }
-func (p *IDGenListBizResult) SetSuccess(x interface{}) {
+func (p *IDGenServiceListBizResult) SetSuccess(x interface{}) {
 	p.Success = x.(*ListBizResponse)
 }
-func (p *IDGenListBizResult) SetErr(val *IdgenError) {
+func (p *IDGenServiceListBizResult) SetErr(val *IdgenError) {
 	p.Err = val
 }
 
-func (p *IDGenListBizResult) IsSetSuccess() bool {
+func (p *IDGenServiceListBizResult) IsSetSuccess() bool {
 	return p.Success != nil
 }
 
-func (p *IDGenListBizResult) IsSetErr() bool {
+func (p *IDGenServiceListBizResult) IsSetErr() bool {
 	return p.Err != nil
 }
 
-func (p *IDGenListBizResult) String() string {
+func (p *IDGenServiceListBizResult) String() string {
 	if p == nil {
 		return "<nil>"
 	}
-	return fmt.Sprintf("IDGenListBizResult(%+v)", *p)
+	return fmt.Sprintf("IDGenServiceListBizResult(%+v)", *p)
 }
 
-var fieldIDToName_IDGenListBizResult = map[int16]string{
+var fieldIDToName_IDGenServiceListBizResult = map[int16]string{
 	0: "success",
 	1: "err",
 }
 
-// exceptions of methods in IDGen.
+// exceptions of methods in IDGenService.
 var (
 	_ error = (*IdgenError)(nil)
 )

@@ -4840,7 +4840,7 @@ func (p *IdgenError) field4Length() int {
 	return l
 }
 
-func (p *IDGenNextIDsArgs) FastRead(buf []byte) (int, error) {
+func (p *IDGenServiceNextIDsArgs) FastRead(buf []byte) (int, error) {
 
 	var err error
 	var offset int
@@ -4884,12 +4884,12 @@ func (p *IDGenNextIDsArgs) FastRead(buf []byte) (int, error) {
 ReadFieldBeginError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d begin error: ", p, fieldId), err)
 ReadFieldError:
-	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenNextIDsArgs[fieldId]), err)
+	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenServiceNextIDsArgs[fieldId]), err)
 SkipFieldError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T field %d skip type %d error: ", p, fieldId, fieldTypeId), err)
 }
 
-func (p *IDGenNextIDsArgs) FastReadField1(buf []byte) (int, error) {
+func (p *IDGenServiceNextIDsArgs) FastReadField1(buf []byte) (int, error) {
 	offset := 0
 	_field := NewNextIDsRequest()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -4901,11 +4901,11 @@ func (p *IDGenNextIDsArgs) FastReadField1(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenNextIDsArgs) FastWrite(buf []byte) int {
+func (p *IDGenServiceNextIDsArgs) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
 
-func (p *IDGenNextIDsArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceNextIDsArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p != nil {
 		offset += p.fastWriteField1(buf[offset:], w)
@@ -4914,7 +4914,7 @@ func (p *IDGenNextIDsArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) in
 	return offset
 }
 
-func (p *IDGenNextIDsArgs) BLength() int {
+func (p *IDGenServiceNextIDsArgs) BLength() int {
 	l := 0
 	if p != nil {
 		l += p.field1Length()
@@ -4923,21 +4923,21 @@ func (p *IDGenNextIDsArgs) BLength() int {
 	return l
 }
 
-func (p *IDGenNextIDsArgs) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceNextIDsArgs) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 1)
 	offset += p.Req.FastWriteNocopy(buf[offset:], w)
 	return offset
 }
 
-func (p *IDGenNextIDsArgs) field1Length() int {
+func (p *IDGenServiceNextIDsArgs) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
 	l += p.Req.BLength()
 	return l
 }
 
-func (p *IDGenNextIDsResult) FastRead(buf []byte) (int, error) {
+func (p *IDGenServiceNextIDsResult) FastRead(buf []byte) (int, error) {
 
 	var err error
 	var offset int
@@ -4995,12 +4995,12 @@ func (p *IDGenNextIDsResult) FastRead(buf []byte) (int, error) {
 ReadFieldBeginError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d begin error: ", p, fieldId), err)
 ReadFieldError:
-	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenNextIDsResult[fieldId]), err)
+	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenServiceNextIDsResult[fieldId]), err)
 SkipFieldError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T field %d skip type %d error: ", p, fieldId, fieldTypeId), err)
 }
 
-func (p *IDGenNextIDsResult) FastReadField0(buf []byte) (int, error) {
+func (p *IDGenServiceNextIDsResult) FastReadField0(buf []byte) (int, error) {
 	offset := 0
 	_field := NewNextIDsResponse()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -5012,7 +5012,7 @@ func (p *IDGenNextIDsResult) FastReadField0(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenNextIDsResult) FastReadField1(buf []byte) (int, error) {
+func (p *IDGenServiceNextIDsResult) FastReadField1(buf []byte) (int, error) {
 	offset := 0
 	_field := NewIdgenError()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -5024,11 +5024,11 @@ func (p *IDGenNextIDsResult) FastReadField1(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenNextIDsResult) FastWrite(buf []byte) int {
+func (p *IDGenServiceNextIDsResult) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
 
-func (p *IDGenNextIDsResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceNextIDsResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p != nil {
 		offset += p.fastWriteField0(buf[offset:], w)
@@ -5038,7 +5038,7 @@ func (p *IDGenNextIDsResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) 
 	return offset
 }
 
-func (p *IDGenNextIDsResult) BLength() int {
+func (p *IDGenServiceNextIDsResult) BLength() int {
 	l := 0
 	if p != nil {
 		l += p.field0Length()
@@ -5048,7 +5048,7 @@ func (p *IDGenNextIDsResult) BLength() int {
 	return l
 }
 
-func (p *IDGenNextIDsResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceNextIDsResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p.IsSetSuccess() {
 		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 0)
@@ -5057,7 +5057,7 @@ func (p *IDGenNextIDsResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) 
 	return offset
 }
 
-func (p *IDGenNextIDsResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceNextIDsResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p.IsSetErr() {
 		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 1)
@@ -5066,7 +5066,7 @@ func (p *IDGenNextIDsResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) 
 	return offset
 }
 
-func (p *IDGenNextIDsResult) field0Length() int {
+func (p *IDGenServiceNextIDsResult) field0Length() int {
 	l := 0
 	if p.IsSetSuccess() {
 		l += thrift.Binary.FieldBeginLength()
@@ -5075,7 +5075,7 @@ func (p *IDGenNextIDsResult) field0Length() int {
 	return l
 }
 
-func (p *IDGenNextIDsResult) field1Length() int {
+func (p *IDGenServiceNextIDsResult) field1Length() int {
 	l := 0
 	if p.IsSetErr() {
 		l += thrift.Binary.FieldBeginLength()
@@ -5084,7 +5084,7 @@ func (p *IDGenNextIDsResult) field1Length() int {
 	return l
 }
 
-func (p *IDGenParseIDArgs) FastRead(buf []byte) (int, error) {
+func (p *IDGenServiceParseIDArgs) FastRead(buf []byte) (int, error) {
 
 	var err error
 	var offset int
@@ -5128,12 +5128,12 @@ func (p *IDGenParseIDArgs) FastRead(buf []byte) (int, error) {
 ReadFieldBeginError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d begin error: ", p, fieldId), err)
 ReadFieldError:
-	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenParseIDArgs[fieldId]), err)
+	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenServiceParseIDArgs[fieldId]), err)
 SkipFieldError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T field %d skip type %d error: ", p, fieldId, fieldTypeId), err)
 }
 
-func (p *IDGenParseIDArgs) FastReadField1(buf []byte) (int, error) {
+func (p *IDGenServiceParseIDArgs) FastReadField1(buf []byte) (int, error) {
 	offset := 0
 	_field := NewParseIDRequest()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -5145,11 +5145,11 @@ func (p *IDGenParseIDArgs) FastReadField1(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenParseIDArgs) FastWrite(buf []byte) int {
+func (p *IDGenServiceParseIDArgs) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
 
-func (p *IDGenParseIDArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceParseIDArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p != nil {
 		offset += p.fastWriteField1(buf[offset:], w)
@@ -5158,7 +5158,7 @@ func (p *IDGenParseIDArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) in
 	return offset
 }
 
-func (p *IDGenParseIDArgs) BLength() int {
+func (p *IDGenServiceParseIDArgs) BLength() int {
 	l := 0
 	if p != nil {
 		l += p.field1Length()
@@ -5167,21 +5167,21 @@ func (p *IDGenParseIDArgs) BLength() int {
 	return l
 }
 
-func (p *IDGenParseIDArgs) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceParseIDArgs) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 1)
 	offset += p.Req.FastWriteNocopy(buf[offset:], w)
 	return offset
 }
 
-func (p *IDGenParseIDArgs) field1Length() int {
+func (p *IDGenServiceParseIDArgs) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
 	l += p.Req.BLength()
 	return l
 }
 
-func (p *IDGenParseIDResult) FastRead(buf []byte) (int, error) {
+func (p *IDGenServiceParseIDResult) FastRead(buf []byte) (int, error) {
 
 	var err error
 	var offset int
@@ -5239,12 +5239,12 @@ func (p *IDGenParseIDResult) FastRead(buf []byte) (int, error) {
 ReadFieldBeginError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d begin error: ", p, fieldId), err)
 ReadFieldError:
-	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenParseIDResult[fieldId]), err)
+	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenServiceParseIDResult[fieldId]), err)
 SkipFieldError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T field %d skip type %d error: ", p, fieldId, fieldTypeId), err)
 }
 
-func (p *IDGenParseIDResult) FastReadField0(buf []byte) (int, error) {
+func (p *IDGenServiceParseIDResult) FastReadField0(buf []byte) (int, error) {
 	offset := 0
 	_field := NewParseIDResponse()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -5256,7 +5256,7 @@ func (p *IDGenParseIDResult) FastReadField0(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenParseIDResult) FastReadField1(buf []byte) (int, error) {
+func (p *IDGenServiceParseIDResult) FastReadField1(buf []byte) (int, error) {
 	offset := 0
 	_field := NewIdgenError()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -5268,11 +5268,11 @@ func (p *IDGenParseIDResult) FastReadField1(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenParseIDResult) FastWrite(buf []byte) int {
+func (p *IDGenServiceParseIDResult) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
 
-func (p *IDGenParseIDResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceParseIDResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p != nil {
 		offset += p.fastWriteField0(buf[offset:], w)
@@ -5282,7 +5282,7 @@ func (p *IDGenParseIDResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) 
 	return offset
 }
 
-func (p *IDGenParseIDResult) BLength() int {
+func (p *IDGenServiceParseIDResult) BLength() int {
 	l := 0
 	if p != nil {
 		l += p.field0Length()
@@ -5292,7 +5292,7 @@ func (p *IDGenParseIDResult) BLength() int {
 	return l
 }
 
-func (p *IDGenParseIDResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceParseIDResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p.IsSetSuccess() {
 		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 0)
@@ -5301,7 +5301,7 @@ func (p *IDGenParseIDResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) 
 	return offset
 }
 
-func (p *IDGenParseIDResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceParseIDResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p.IsSetErr() {
 		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 1)
@@ -5310,7 +5310,7 @@ func (p *IDGenParseIDResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) 
 	return offset
 }
 
-func (p *IDGenParseIDResult) field0Length() int {
+func (p *IDGenServiceParseIDResult) field0Length() int {
 	l := 0
 	if p.IsSetSuccess() {
 		l += thrift.Binary.FieldBeginLength()
@@ -5319,7 +5319,7 @@ func (p *IDGenParseIDResult) field0Length() int {
 	return l
 }
 
-func (p *IDGenParseIDResult) field1Length() int {
+func (p *IDGenServiceParseIDResult) field1Length() int {
 	l := 0
 	if p.IsSetErr() {
 		l += thrift.Binary.FieldBeginLength()
@@ -5328,7 +5328,7 @@ func (p *IDGenParseIDResult) field1Length() int {
 	return l
 }
 
-func (p *IDGenClockArgs) FastRead(buf []byte) (int, error) {
+func (p *IDGenServiceClockArgs) FastRead(buf []byte) (int, error) {
 
 	var err error
 	var offset int
@@ -5372,12 +5372,12 @@ func (p *IDGenClockArgs) FastRead(buf []byte) (int, error) {
 ReadFieldBeginError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d begin error: ", p, fieldId), err)
 ReadFieldError:
-	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenClockArgs[fieldId]), err)
+	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenServiceClockArgs[fieldId]), err)
 SkipFieldError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T field %d skip type %d error: ", p, fieldId, fieldTypeId), err)
 }
 
-func (p *IDGenClockArgs) FastReadField1(buf []byte) (int, error) {
+func (p *IDGenServiceClockArgs) FastReadField1(buf []byte) (int, error) {
 	offset := 0
 	_field := NewClockRequest()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -5389,11 +5389,11 @@ func (p *IDGenClockArgs) FastReadField1(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenClockArgs) FastWrite(buf []byte) int {
+func (p *IDGenServiceClockArgs) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
 
-func (p *IDGenClockArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceClockArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p != nil {
 		offset += p.fastWriteField1(buf[offset:], w)
@@ -5402,7 +5402,7 @@ func (p *IDGenClockArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int 
 	return offset
 }
 
-func (p *IDGenClockArgs) BLength() int {
+func (p *IDGenServiceClockArgs) BLength() int {
 	l := 0
 	if p != nil {
 		l += p.field1Length()
@@ -5411,21 +5411,21 @@ func (p *IDGenClockArgs) BLength() int {
 	return l
 }
 
-func (p *IDGenClockArgs) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceClockArgs) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 1)
 	offset += p.Req.FastWriteNocopy(buf[offset:], w)
 	return offset
 }
 
-func (p *IDGenClockArgs) field1Length() int {
+func (p *IDGenServiceClockArgs) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
 	l += p.Req.BLength()
 	return l
 }
 
-func (p *IDGenClockResult) FastRead(buf []byte) (int, error) {
+func (p *IDGenServiceClockResult) FastRead(buf []byte) (int, error) {
 
 	var err error
 	var offset int
@@ -5483,12 +5483,12 @@ func (p *IDGenClockResult) FastRead(buf []byte) (int, error) {
 ReadFieldBeginError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d begin error: ", p, fieldId), err)
 ReadFieldError:
-	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenClockResult[fieldId]), err)
+	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenServiceClockResult[fieldId]), err)
 SkipFieldError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T field %d skip type %d error: ", p, fieldId, fieldTypeId), err)
 }
 
-func (p *IDGenClockResult) FastReadField0(buf []byte) (int, error) {
+func (p *IDGenServiceClockResult) FastReadField0(buf []byte) (int, error) {
 	offset := 0
 	_field := NewClockResponse()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -5500,7 +5500,7 @@ func (p *IDGenClockResult) FastReadField0(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenClockResult) FastReadField1(buf []byte) (int, error) {
+func (p *IDGenServiceClockResult) FastReadField1(buf []byte) (int, error) {
 	offset := 0
 	_field := NewIdgenError()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -5512,11 +5512,11 @@ func (p *IDGenClockResult) FastReadField1(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenClockResult) FastWrite(buf []byte) int {
+func (p *IDGenServiceClockResult) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
 
-func (p *IDGenClockResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceClockResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p != nil {
 		offset += p.fastWriteField0(buf[offset:], w)
@@ -5526,7 +5526,7 @@ func (p *IDGenClockResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) in
 	return offset
 }
 
-func (p *IDGenClockResult) BLength() int {
+func (p *IDGenServiceClockResult) BLength() int {
 	l := 0
 	if p != nil {
 		l += p.field0Length()
@@ -5536,7 +5536,7 @@ func (p *IDGenClockResult) BLength() int {
 	return l
 }
 
-func (p *IDGenClockResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceClockResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p.IsSetSuccess() {
 		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 0)
@@ -5545,7 +5545,7 @@ func (p *IDGenClockResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) in
 	return offset
 }
 
-func (p *IDGenClockResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceClockResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p.IsSetErr() {
 		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 1)
@@ -5554,7 +5554,7 @@ func (p *IDGenClockResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) in
 	return offset
 }
 
-func (p *IDGenClockResult) field0Length() int {
+func (p *IDGenServiceClockResult) field0Length() int {
 	l := 0
 	if p.IsSetSuccess() {
 		l += thrift.Binary.FieldBeginLength()
@@ -5563,7 +5563,7 @@ func (p *IDGenClockResult) field0Length() int {
 	return l
 }
 
-func (p *IDGenClockResult) field1Length() int {
+func (p *IDGenServiceClockResult) field1Length() int {
 	l := 0
 	if p.IsSetErr() {
 		l += thrift.Binary.FieldBeginLength()
@@ -5572,7 +5572,7 @@ func (p *IDGenClockResult) field1Length() int {
 	return l
 }
 
-func (p *IDGenListWorkersArgs) FastRead(buf []byte) (int, error) {
+func (p *IDGenServiceListWorkersArgs) FastRead(buf []byte) (int, error) {
 
 	var err error
 	var offset int
@@ -5616,12 +5616,12 @@ func (p *IDGenListWorkersArgs) FastRead(buf []byte) (int, error) {
 ReadFieldBeginError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d begin error: ", p, fieldId), err)
 ReadFieldError:
-	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenListWorkersArgs[fieldId]), err)
+	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenServiceListWorkersArgs[fieldId]), err)
 SkipFieldError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T field %d skip type %d error: ", p, fieldId, fieldTypeId), err)
 }
 
-func (p *IDGenListWorkersArgs) FastReadField1(buf []byte) (int, error) {
+func (p *IDGenServiceListWorkersArgs) FastReadField1(buf []byte) (int, error) {
 	offset := 0
 	_field := NewListWorkersRequest()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -5633,11 +5633,11 @@ func (p *IDGenListWorkersArgs) FastReadField1(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenListWorkersArgs) FastWrite(buf []byte) int {
+func (p *IDGenServiceListWorkersArgs) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
 
-func (p *IDGenListWorkersArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceListWorkersArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p != nil {
 		offset += p.fastWriteField1(buf[offset:], w)
@@ -5646,7 +5646,7 @@ func (p *IDGenListWorkersArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter
 	return offset
 }
 
-func (p *IDGenListWorkersArgs) BLength() int {
+func (p *IDGenServiceListWorkersArgs) BLength() int {
 	l := 0
 	if p != nil {
 		l += p.field1Length()
@@ -5655,21 +5655,21 @@ func (p *IDGenListWorkersArgs) BLength() int {
 	return l
 }
 
-func (p *IDGenListWorkersArgs) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceListWorkersArgs) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 1)
 	offset += p.Req.FastWriteNocopy(buf[offset:], w)
 	return offset
 }
 
-func (p *IDGenListWorkersArgs) field1Length() int {
+func (p *IDGenServiceListWorkersArgs) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
 	l += p.Req.BLength()
 	return l
 }
 
-func (p *IDGenListWorkersResult) FastRead(buf []byte) (int, error) {
+func (p *IDGenServiceListWorkersResult) FastRead(buf []byte) (int, error) {
 
 	var err error
 	var offset int
@@ -5727,12 +5727,12 @@ func (p *IDGenListWorkersResult) FastRead(buf []byte) (int, error) {
 ReadFieldBeginError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d begin error: ", p, fieldId), err)
 ReadFieldError:
-	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenListWorkersResult[fieldId]), err)
+	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenServiceListWorkersResult[fieldId]), err)
 SkipFieldError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T field %d skip type %d error: ", p, fieldId, fieldTypeId), err)
 }
 
-func (p *IDGenListWorkersResult) FastReadField0(buf []byte) (int, error) {
+func (p *IDGenServiceListWorkersResult) FastReadField0(buf []byte) (int, error) {
 	offset := 0
 	_field := NewListWorkersResponse()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -5744,7 +5744,7 @@ func (p *IDGenListWorkersResult) FastReadField0(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenListWorkersResult) FastReadField1(buf []byte) (int, error) {
+func (p *IDGenServiceListWorkersResult) FastReadField1(buf []byte) (int, error) {
 	offset := 0
 	_field := NewIdgenError()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -5756,11 +5756,11 @@ func (p *IDGenListWorkersResult) FastReadField1(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenListWorkersResult) FastWrite(buf []byte) int {
+func (p *IDGenServiceListWorkersResult) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
 
-func (p *IDGenListWorkersResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceListWorkersResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p != nil {
 		offset += p.fastWriteField0(buf[offset:], w)
@@ -5770,7 +5770,7 @@ func (p *IDGenListWorkersResult) FastWriteNocopy(buf []byte, w thrift.NocopyWrit
 	return offset
 }
 
-func (p *IDGenListWorkersResult) BLength() int {
+func (p *IDGenServiceListWorkersResult) BLength() int {
 	l := 0
 	if p != nil {
 		l += p.field0Length()
@@ -5780,7 +5780,7 @@ func (p *IDGenListWorkersResult) BLength() int {
 	return l
 }
 
-func (p *IDGenListWorkersResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceListWorkersResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p.IsSetSuccess() {
 		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 0)
@@ -5789,7 +5789,7 @@ func (p *IDGenListWorkersResult) fastWriteField0(buf []byte, w thrift.NocopyWrit
 	return offset
 }
 
-func (p *IDGenListWorkersResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceListWorkersResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p.IsSetErr() {
 		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 1)
@@ -5798,7 +5798,7 @@ func (p *IDGenListWorkersResult) fastWriteField1(buf []byte, w thrift.NocopyWrit
 	return offset
 }
 
-func (p *IDGenListWorkersResult) field0Length() int {
+func (p *IDGenServiceListWorkersResult) field0Length() int {
 	l := 0
 	if p.IsSetSuccess() {
 		l += thrift.Binary.FieldBeginLength()
@@ -5807,7 +5807,7 @@ func (p *IDGenListWorkersResult) field0Length() int {
 	return l
 }
 
-func (p *IDGenListWorkersResult) field1Length() int {
+func (p *IDGenServiceListWorkersResult) field1Length() int {
 	l := 0
 	if p.IsSetErr() {
 		l += thrift.Binary.FieldBeginLength()
@@ -5816,7 +5816,7 @@ func (p *IDGenListWorkersResult) field1Length() int {
 	return l
 }
 
-func (p *IDGenCreateBizArgs) FastRead(buf []byte) (int, error) {
+func (p *IDGenServiceCreateBizArgs) FastRead(buf []byte) (int, error) {
 
 	var err error
 	var offset int
@@ -5860,12 +5860,12 @@ func (p *IDGenCreateBizArgs) FastRead(buf []byte) (int, error) {
 ReadFieldBeginError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d begin error: ", p, fieldId), err)
 ReadFieldError:
-	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenCreateBizArgs[fieldId]), err)
+	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenServiceCreateBizArgs[fieldId]), err)
 SkipFieldError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T field %d skip type %d error: ", p, fieldId, fieldTypeId), err)
 }
 
-func (p *IDGenCreateBizArgs) FastReadField1(buf []byte) (int, error) {
+func (p *IDGenServiceCreateBizArgs) FastReadField1(buf []byte) (int, error) {
 	offset := 0
 	_field := NewCreateBizRequest()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -5877,11 +5877,11 @@ func (p *IDGenCreateBizArgs) FastReadField1(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenCreateBizArgs) FastWrite(buf []byte) int {
+func (p *IDGenServiceCreateBizArgs) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
 
-func (p *IDGenCreateBizArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceCreateBizArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p != nil {
 		offset += p.fastWriteField1(buf[offset:], w)
@@ -5890,7 +5890,7 @@ func (p *IDGenCreateBizArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) 
 	return offset
 }
 
-func (p *IDGenCreateBizArgs) BLength() int {
+func (p *IDGenServiceCreateBizArgs) BLength() int {
 	l := 0
 	if p != nil {
 		l += p.field1Length()
@@ -5899,21 +5899,21 @@ func (p *IDGenCreateBizArgs) BLength() int {
 	return l
 }
 
-func (p *IDGenCreateBizArgs) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceCreateBizArgs) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 1)
 	offset += p.Req.FastWriteNocopy(buf[offset:], w)
 	return offset
 }
 
-func (p *IDGenCreateBizArgs) field1Length() int {
+func (p *IDGenServiceCreateBizArgs) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
 	l += p.Req.BLength()
 	return l
 }
 
-func (p *IDGenCreateBizResult) FastRead(buf []byte) (int, error) {
+func (p *IDGenServiceCreateBizResult) FastRead(buf []byte) (int, error) {
 
 	var err error
 	var offset int
@@ -5971,12 +5971,12 @@ func (p *IDGenCreateBizResult) FastRead(buf []byte) (int, error) {
 ReadFieldBeginError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d begin error: ", p, fieldId), err)
 ReadFieldError:
-	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenCreateBizResult[fieldId]), err)
+	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenServiceCreateBizResult[fieldId]), err)
 SkipFieldError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T field %d skip type %d error: ", p, fieldId, fieldTypeId), err)
 }
 
-func (p *IDGenCreateBizResult) FastReadField0(buf []byte) (int, error) {
+func (p *IDGenServiceCreateBizResult) FastReadField0(buf []byte) (int, error) {
 	offset := 0
 	_field := NewBiz()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -5988,7 +5988,7 @@ func (p *IDGenCreateBizResult) FastReadField0(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenCreateBizResult) FastReadField1(buf []byte) (int, error) {
+func (p *IDGenServiceCreateBizResult) FastReadField1(buf []byte) (int, error) {
 	offset := 0
 	_field := NewIdgenError()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -6000,11 +6000,11 @@ func (p *IDGenCreateBizResult) FastReadField1(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenCreateBizResult) FastWrite(buf []byte) int {
+func (p *IDGenServiceCreateBizResult) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
 
-func (p *IDGenCreateBizResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceCreateBizResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p != nil {
 		offset += p.fastWriteField0(buf[offset:], w)
@@ -6014,7 +6014,7 @@ func (p *IDGenCreateBizResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter
 	return offset
 }
 
-func (p *IDGenCreateBizResult) BLength() int {
+func (p *IDGenServiceCreateBizResult) BLength() int {
 	l := 0
 	if p != nil {
 		l += p.field0Length()
@@ -6024,7 +6024,7 @@ func (p *IDGenCreateBizResult) BLength() int {
 	return l
 }
 
-func (p *IDGenCreateBizResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceCreateBizResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p.IsSetSuccess() {
 		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 0)
@@ -6033,7 +6033,7 @@ func (p *IDGenCreateBizResult) fastWriteField0(buf []byte, w thrift.NocopyWriter
 	return offset
 }
 
-func (p *IDGenCreateBizResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceCreateBizResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p.IsSetErr() {
 		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 1)
@@ -6042,7 +6042,7 @@ func (p *IDGenCreateBizResult) fastWriteField1(buf []byte, w thrift.NocopyWriter
 	return offset
 }
 
-func (p *IDGenCreateBizResult) field0Length() int {
+func (p *IDGenServiceCreateBizResult) field0Length() int {
 	l := 0
 	if p.IsSetSuccess() {
 		l += thrift.Binary.FieldBeginLength()
@@ -6051,7 +6051,7 @@ func (p *IDGenCreateBizResult) field0Length() int {
 	return l
 }
 
-func (p *IDGenCreateBizResult) field1Length() int {
+func (p *IDGenServiceCreateBizResult) field1Length() int {
 	l := 0
 	if p.IsSetErr() {
 		l += thrift.Binary.FieldBeginLength()
@@ -6060,7 +6060,7 @@ func (p *IDGenCreateBizResult) field1Length() int {
 	return l
 }
 
-func (p *IDGenUpdateBizArgs) FastRead(buf []byte) (int, error) {
+func (p *IDGenServiceUpdateBizArgs) FastRead(buf []byte) (int, error) {
 
 	var err error
 	var offset int
@@ -6104,12 +6104,12 @@ func (p *IDGenUpdateBizArgs) FastRead(buf []byte) (int, error) {
 ReadFieldBeginError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d begin error: ", p, fieldId), err)
 ReadFieldError:
-	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenUpdateBizArgs[fieldId]), err)
+	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenServiceUpdateBizArgs[fieldId]), err)
 SkipFieldError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T field %d skip type %d error: ", p, fieldId, fieldTypeId), err)
 }
 
-func (p *IDGenUpdateBizArgs) FastReadField1(buf []byte) (int, error) {
+func (p *IDGenServiceUpdateBizArgs) FastReadField1(buf []byte) (int, error) {
 	offset := 0
 	_field := NewUpdateBizRequest()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -6121,11 +6121,11 @@ func (p *IDGenUpdateBizArgs) FastReadField1(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenUpdateBizArgs) FastWrite(buf []byte) int {
+func (p *IDGenServiceUpdateBizArgs) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
 
-func (p *IDGenUpdateBizArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceUpdateBizArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p != nil {
 		offset += p.fastWriteField1(buf[offset:], w)
@@ -6134,7 +6134,7 @@ func (p *IDGenUpdateBizArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) 
 	return offset
 }
 
-func (p *IDGenUpdateBizArgs) BLength() int {
+func (p *IDGenServiceUpdateBizArgs) BLength() int {
 	l := 0
 	if p != nil {
 		l += p.field1Length()
@@ -6143,21 +6143,21 @@ func (p *IDGenUpdateBizArgs) BLength() int {
 	return l
 }
 
-func (p *IDGenUpdateBizArgs) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceUpdateBizArgs) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 1)
 	offset += p.Req.FastWriteNocopy(buf[offset:], w)
 	return offset
 }
 
-func (p *IDGenUpdateBizArgs) field1Length() int {
+func (p *IDGenServiceUpdateBizArgs) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
 	l += p.Req.BLength()
 	return l
 }
 
-func (p *IDGenUpdateBizResult) FastRead(buf []byte) (int, error) {
+func (p *IDGenServiceUpdateBizResult) FastRead(buf []byte) (int, error) {
 
 	var err error
 	var offset int
@@ -6215,12 +6215,12 @@ func (p *IDGenUpdateBizResult) FastRead(buf []byte) (int, error) {
 ReadFieldBeginError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d begin error: ", p, fieldId), err)
 ReadFieldError:
-	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenUpdateBizResult[fieldId]), err)
+	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenServiceUpdateBizResult[fieldId]), err)
 SkipFieldError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T field %d skip type %d error: ", p, fieldId, fieldTypeId), err)
 }
 
-func (p *IDGenUpdateBizResult) FastReadField0(buf []byte) (int, error) {
+func (p *IDGenServiceUpdateBizResult) FastReadField0(buf []byte) (int, error) {
 	offset := 0
 	_field := NewBiz()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -6232,7 +6232,7 @@ func (p *IDGenUpdateBizResult) FastReadField0(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenUpdateBizResult) FastReadField1(buf []byte) (int, error) {
+func (p *IDGenServiceUpdateBizResult) FastReadField1(buf []byte) (int, error) {
 	offset := 0
 	_field := NewIdgenError()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -6244,11 +6244,11 @@ func (p *IDGenUpdateBizResult) FastReadField1(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenUpdateBizResult) FastWrite(buf []byte) int {
+func (p *IDGenServiceUpdateBizResult) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
 
-func (p *IDGenUpdateBizResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceUpdateBizResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p != nil {
 		offset += p.fastWriteField0(buf[offset:], w)
@@ -6258,7 +6258,7 @@ func (p *IDGenUpdateBizResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter
 	return offset
 }
 
-func (p *IDGenUpdateBizResult) BLength() int {
+func (p *IDGenServiceUpdateBizResult) BLength() int {
 	l := 0
 	if p != nil {
 		l += p.field0Length()
@@ -6268,7 +6268,7 @@ func (p *IDGenUpdateBizResult) BLength() int {
 	return l
 }
 
-func (p *IDGenUpdateBizResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceUpdateBizResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p.IsSetSuccess() {
 		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 0)
@@ -6277,7 +6277,7 @@ func (p *IDGenUpdateBizResult) fastWriteField0(buf []byte, w thrift.NocopyWriter
 	return offset
 }
 
-func (p *IDGenUpdateBizResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceUpdateBizResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p.IsSetErr() {
 		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 1)
@@ -6286,7 +6286,7 @@ func (p *IDGenUpdateBizResult) fastWriteField1(buf []byte, w thrift.NocopyWriter
 	return offset
 }
 
-func (p *IDGenUpdateBizResult) field0Length() int {
+func (p *IDGenServiceUpdateBizResult) field0Length() int {
 	l := 0
 	if p.IsSetSuccess() {
 		l += thrift.Binary.FieldBeginLength()
@@ -6295,7 +6295,7 @@ func (p *IDGenUpdateBizResult) field0Length() int {
 	return l
 }
 
-func (p *IDGenUpdateBizResult) field1Length() int {
+func (p *IDGenServiceUpdateBizResult) field1Length() int {
 	l := 0
 	if p.IsSetErr() {
 		l += thrift.Binary.FieldBeginLength()
@@ -6304,7 +6304,7 @@ func (p *IDGenUpdateBizResult) field1Length() int {
 	return l
 }
 
-func (p *IDGenGetBizArgs) FastRead(buf []byte) (int, error) {
+func (p *IDGenServiceGetBizArgs) FastRead(buf []byte) (int, error) {
 
 	var err error
 	var offset int
@@ -6348,12 +6348,12 @@ func (p *IDGenGetBizArgs) FastRead(buf []byte) (int, error) {
 ReadFieldBeginError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d begin error: ", p, fieldId), err)
 ReadFieldError:
-	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenGetBizArgs[fieldId]), err)
+	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenServiceGetBizArgs[fieldId]), err)
 SkipFieldError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T field %d skip type %d error: ", p, fieldId, fieldTypeId), err)
 }
 
-func (p *IDGenGetBizArgs) FastReadField1(buf []byte) (int, error) {
+func (p *IDGenServiceGetBizArgs) FastReadField1(buf []byte) (int, error) {
 	offset := 0
 	_field := NewGetBizRequest()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -6365,11 +6365,11 @@ func (p *IDGenGetBizArgs) FastReadField1(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenGetBizArgs) FastWrite(buf []byte) int {
+func (p *IDGenServiceGetBizArgs) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
 
-func (p *IDGenGetBizArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceGetBizArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p != nil {
 		offset += p.fastWriteField1(buf[offset:], w)
@@ -6378,7 +6378,7 @@ func (p *IDGenGetBizArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int
 	return offset
 }
 
-func (p *IDGenGetBizArgs) BLength() int {
+func (p *IDGenServiceGetBizArgs) BLength() int {
 	l := 0
 	if p != nil {
 		l += p.field1Length()
@@ -6387,21 +6387,21 @@ func (p *IDGenGetBizArgs) BLength() int {
 	return l
 }
 
-func (p *IDGenGetBizArgs) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceGetBizArgs) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 1)
 	offset += p.Req.FastWriteNocopy(buf[offset:], w)
 	return offset
 }
 
-func (p *IDGenGetBizArgs) field1Length() int {
+func (p *IDGenServiceGetBizArgs) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
 	l += p.Req.BLength()
 	return l
 }
 
-func (p *IDGenGetBizResult) FastRead(buf []byte) (int, error) {
+func (p *IDGenServiceGetBizResult) FastRead(buf []byte) (int, error) {
 
 	var err error
 	var offset int
@@ -6459,12 +6459,12 @@ func (p *IDGenGetBizResult) FastRead(buf []byte) (int, error) {
 ReadFieldBeginError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d begin error: ", p, fieldId), err)
 ReadFieldError:
-	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenGetBizResult[fieldId]), err)
+	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenServiceGetBizResult[fieldId]), err)
 SkipFieldError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T field %d skip type %d error: ", p, fieldId, fieldTypeId), err)
 }
 
-func (p *IDGenGetBizResult) FastReadField0(buf []byte) (int, error) {
+func (p *IDGenServiceGetBizResult) FastReadField0(buf []byte) (int, error) {
 	offset := 0
 	_field := NewBiz()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -6476,7 +6476,7 @@ func (p *IDGenGetBizResult) FastReadField0(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenGetBizResult) FastReadField1(buf []byte) (int, error) {
+func (p *IDGenServiceGetBizResult) FastReadField1(buf []byte) (int, error) {
 	offset := 0
 	_field := NewIdgenError()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -6488,11 +6488,11 @@ func (p *IDGenGetBizResult) FastReadField1(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenGetBizResult) FastWrite(buf []byte) int {
+func (p *IDGenServiceGetBizResult) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
 
-func (p *IDGenGetBizResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceGetBizResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p != nil {
 		offset += p.fastWriteField0(buf[offset:], w)
@@ -6502,7 +6502,7 @@ func (p *IDGenGetBizResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) i
 	return offset
 }
 
-func (p *IDGenGetBizResult) BLength() int {
+func (p *IDGenServiceGetBizResult) BLength() int {
 	l := 0
 	if p != nil {
 		l += p.field0Length()
@@ -6512,7 +6512,7 @@ func (p *IDGenGetBizResult) BLength() int {
 	return l
 }
 
-func (p *IDGenGetBizResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceGetBizResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p.IsSetSuccess() {
 		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 0)
@@ -6521,7 +6521,7 @@ func (p *IDGenGetBizResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) i
 	return offset
 }
 
-func (p *IDGenGetBizResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceGetBizResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p.IsSetErr() {
 		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 1)
@@ -6530,7 +6530,7 @@ func (p *IDGenGetBizResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) i
 	return offset
 }
 
-func (p *IDGenGetBizResult) field0Length() int {
+func (p *IDGenServiceGetBizResult) field0Length() int {
 	l := 0
 	if p.IsSetSuccess() {
 		l += thrift.Binary.FieldBeginLength()
@@ -6539,7 +6539,7 @@ func (p *IDGenGetBizResult) field0Length() int {
 	return l
 }
 
-func (p *IDGenGetBizResult) field1Length() int {
+func (p *IDGenServiceGetBizResult) field1Length() int {
 	l := 0
 	if p.IsSetErr() {
 		l += thrift.Binary.FieldBeginLength()
@@ -6548,7 +6548,7 @@ func (p *IDGenGetBizResult) field1Length() int {
 	return l
 }
 
-func (p *IDGenListBizArgs) FastRead(buf []byte) (int, error) {
+func (p *IDGenServiceListBizArgs) FastRead(buf []byte) (int, error) {
 
 	var err error
 	var offset int
@@ -6592,12 +6592,12 @@ func (p *IDGenListBizArgs) FastRead(buf []byte) (int, error) {
 ReadFieldBeginError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d begin error: ", p, fieldId), err)
 ReadFieldError:
-	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenListBizArgs[fieldId]), err)
+	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenServiceListBizArgs[fieldId]), err)
 SkipFieldError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T field %d skip type %d error: ", p, fieldId, fieldTypeId), err)
 }
 
-func (p *IDGenListBizArgs) FastReadField1(buf []byte) (int, error) {
+func (p *IDGenServiceListBizArgs) FastReadField1(buf []byte) (int, error) {
 	offset := 0
 	_field := NewListBizRequest()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -6609,11 +6609,11 @@ func (p *IDGenListBizArgs) FastReadField1(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenListBizArgs) FastWrite(buf []byte) int {
+func (p *IDGenServiceListBizArgs) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
 
-func (p *IDGenListBizArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceListBizArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p != nil {
 		offset += p.fastWriteField1(buf[offset:], w)
@@ -6622,7 +6622,7 @@ func (p *IDGenListBizArgs) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) in
 	return offset
 }
 
-func (p *IDGenListBizArgs) BLength() int {
+func (p *IDGenServiceListBizArgs) BLength() int {
 	l := 0
 	if p != nil {
 		l += p.field1Length()
@@ -6631,21 +6631,21 @@ func (p *IDGenListBizArgs) BLength() int {
 	return l
 }
 
-func (p *IDGenListBizArgs) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceListBizArgs) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 1)
 	offset += p.Req.FastWriteNocopy(buf[offset:], w)
 	return offset
 }
 
-func (p *IDGenListBizArgs) field1Length() int {
+func (p *IDGenServiceListBizArgs) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
 	l += p.Req.BLength()
 	return l
 }
 
-func (p *IDGenListBizResult) FastRead(buf []byte) (int, error) {
+func (p *IDGenServiceListBizResult) FastRead(buf []byte) (int, error) {
 
 	var err error
 	var offset int
@@ -6703,12 +6703,12 @@ func (p *IDGenListBizResult) FastRead(buf []byte) (int, error) {
 ReadFieldBeginError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d begin error: ", p, fieldId), err)
 ReadFieldError:
-	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenListBizResult[fieldId]), err)
+	return offset, thrift.PrependError(fmt.Sprintf("%T read field %d '%s' error: ", p, fieldId, fieldIDToName_IDGenServiceListBizResult[fieldId]), err)
 SkipFieldError:
 	return offset, thrift.PrependError(fmt.Sprintf("%T field %d skip type %d error: ", p, fieldId, fieldTypeId), err)
 }
 
-func (p *IDGenListBizResult) FastReadField0(buf []byte) (int, error) {
+func (p *IDGenServiceListBizResult) FastReadField0(buf []byte) (int, error) {
 	offset := 0
 	_field := NewListBizResponse()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -6720,7 +6720,7 @@ func (p *IDGenListBizResult) FastReadField0(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenListBizResult) FastReadField1(buf []byte) (int, error) {
+func (p *IDGenServiceListBizResult) FastReadField1(buf []byte) (int, error) {
 	offset := 0
 	_field := NewIdgenError()
 	if l, err := _field.FastRead(buf[offset:]); err != nil {
@@ -6732,11 +6732,11 @@ func (p *IDGenListBizResult) FastReadField1(buf []byte) (int, error) {
 	return offset, nil
 }
 
-func (p *IDGenListBizResult) FastWrite(buf []byte) int {
+func (p *IDGenServiceListBizResult) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
 
-func (p *IDGenListBizResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceListBizResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p != nil {
 		offset += p.fastWriteField0(buf[offset:], w)
@@ -6746,7 +6746,7 @@ func (p *IDGenListBizResult) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) 
 	return offset
 }
 
-func (p *IDGenListBizResult) BLength() int {
+func (p *IDGenServiceListBizResult) BLength() int {
 	l := 0
 	if p != nil {
 		l += p.field0Length()
@@ -6756,7 +6756,7 @@ func (p *IDGenListBizResult) BLength() int {
 	return l
 }
 
-func (p *IDGenListBizResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceListBizResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p.IsSetSuccess() {
 		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 0)
@@ -6765,7 +6765,7 @@ func (p *IDGenListBizResult) fastWriteField0(buf []byte, w thrift.NocopyWriter) 
 	return offset
 }
 
-func (p *IDGenListBizResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
+func (p *IDGenServiceListBizResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) int {
 	offset := 0
 	if p.IsSetErr() {
 		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.STRUCT, 1)
@@ -6774,7 +6774,7 @@ func (p *IDGenListBizResult) fastWriteField1(buf []byte, w thrift.NocopyWriter) 
 	return offset
 }
 
-func (p *IDGenListBizResult) field0Length() int {
+func (p *IDGenServiceListBizResult) field0Length() int {
 	l := 0
 	if p.IsSetSuccess() {
 		l += thrift.Binary.FieldBeginLength()
@@ -6783,7 +6783,7 @@ func (p *IDGenListBizResult) field0Length() int {
 	return l
 }
 
-func (p *IDGenListBizResult) field1Length() int {
+func (p *IDGenServiceListBizResult) field1Length() int {
 	l := 0
 	if p.IsSetErr() {
 		l += thrift.Binary.FieldBeginLength()
@@ -6792,66 +6792,66 @@ func (p *IDGenListBizResult) field1Length() int {
 	return l
 }
 
-func (p *IDGenNextIDsArgs) GetFirstArgument() interface{} {
+func (p *IDGenServiceNextIDsArgs) GetFirstArgument() interface{} {
 	return p.Req
 }
 
-func (p *IDGenNextIDsResult) GetResult() interface{} {
+func (p *IDGenServiceNextIDsResult) GetResult() interface{} {
 	return p.Success
 }
 
-func (p *IDGenParseIDArgs) GetFirstArgument() interface{} {
+func (p *IDGenServiceParseIDArgs) GetFirstArgument() interface{} {
 	return p.Req
 }
 
-func (p *IDGenParseIDResult) GetResult() interface{} {
+func (p *IDGenServiceParseIDResult) GetResult() interface{} {
 	return p.Success
 }
 
-func (p *IDGenClockArgs) GetFirstArgument() interface{} {
+func (p *IDGenServiceClockArgs) GetFirstArgument() interface{} {
 	return p.Req
 }
 
-func (p *IDGenClockResult) GetResult() interface{} {
+func (p *IDGenServiceClockResult) GetResult() interface{} {
 	return p.Success
 }
 
-func (p *IDGenListWorkersArgs) GetFirstArgument() interface{} {
+func (p *IDGenServiceListWorkersArgs) GetFirstArgument() interface{} {
 	return p.Req
 }
 
-func (p *IDGenListWorkersResult) GetResult() interface{} {
+func (p *IDGenServiceListWorkersResult) GetResult() interface{} {
 	return p.Success
 }
 
-func (p *IDGenCreateBizArgs) GetFirstArgument() interface{} {
+func (p *IDGenServiceCreateBizArgs) GetFirstArgument() interface{} {
 	return p.Req
 }
 
-func (p *IDGenCreateBizResult) GetResult() interface{} {
+func (p *IDGenServiceCreateBizResult) GetResult() interface{} {
 	return p.Success
 }
 
-func (p *IDGenUpdateBizArgs) GetFirstArgument() interface{} {
+func (p *IDGenServiceUpdateBizArgs) GetFirstArgument() interface{} {
 	return p.Req
 }
 
-func (p *IDGenUpdateBizResult) GetResult() interface{} {
+func (p *IDGenServiceUpdateBizResult) GetResult() interface{} {
 	return p.Success
 }
 
-func (p *IDGenGetBizArgs) GetFirstArgument() interface{} {
+func (p *IDGenServiceGetBizArgs) GetFirstArgument() interface{} {
 	return p.Req
 }
 
-func (p *IDGenGetBizResult) GetResult() interface{} {
+func (p *IDGenServiceGetBizResult) GetResult() interface{} {
 	return p.Success
 }
 
-func (p *IDGenListBizArgs) GetFirstArgument() interface{} {
+func (p *IDGenServiceListBizArgs) GetFirstArgument() interface{} {
 	return p.Req
 }
 
-func (p *IDGenListBizResult) GetResult() interface{} {
+func (p *IDGenServiceListBizResult) GetResult() interface{} {
 	return p.Success
 }

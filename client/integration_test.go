@@ -1,0 +1,152 @@
+package client_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+
+	"github.com/idgen/idgen/client"
+	"github.com/idgen/idgen/internal/testnode"
+	"github.com/idgen/idgen/segment/mysqlstore"
+)
+
+// newDatabase creates a migrated database of its own on the test server.
+func newDatabase(t *testing.T, base string) string {
+	name := fmt.Sprintf("idgen_client_%d", rand.Uint32())
+	admin, err := sql.Open("mysql", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = admin.Exec("DROP DATABASE IF EXISTS " + name)
+		admin.Close()
+	})
+	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
+		t.Fatal(err)
+	}
+	dsn := base + name
+	if _, err := mysqlstore.Migrate(context.Background(), dsn); err != nil {
+		t.Fatal(err)
+	}
+	return dsn
+}
+
+// TestIntegration_ClusterFailover: the client finds three real nodes in
+// ZooKeeper; one is SIGKILLed under load and the callers see no error and
+// no duplicate; a fourth node joins and takes calls.
+func TestIntegration_ClusterFailover(t *testing.T) {
+	zkAddr, base := os.Getenv("IDGEN_TEST_ZK"), os.Getenv("IDGEN_TEST_MYSQL")
+	if zkAddr == "" || base == "" {
+		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB), or source .testenv")
+	}
+	dsn := newDatabase(t, base)
+	cluster := fmt.Sprintf("client%d", rand.Uint32())
+	start := func() *testnode.Node {
+		n := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{
+			"--zk", zkAddr, "--cluster", cluster, "--mysql", dsn, "--zk-session-timeout", "3s",
+			"--heartbeat-interval", "500ms", "--advertise-host", "127.0.0.1",
+			"--auto-create-biz", "true", "--properties-dir", t.TempDir()}})
+		n.WaitSnowflake(t, 60*time.Second)
+		return n
+	}
+	nodes := []*testnode.Node{start(), start(), start()}
+
+	c, err := client.New(client.Config{ZK: strings.Split(zkAddr, ","), Cluster: cluster, CallTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	testnode.WaitFor(t, 30*time.Second, "the client to list 3 nodes", func() bool { return len(c.Addrs()) == 3 })
+
+	// Load: 8 callers on UNORDERED and SNOWFLAKE, every ID kept.
+	var (
+		mu     sync.Mutex
+		seen   = map[int64]string{}
+		errs   []error
+		served atomic.Int64
+		stop   atomic.Bool
+		wg     sync.WaitGroup
+	)
+	for w := 0; w < 8; w++ {
+		ch := client.Unordered
+		if w%2 == 1 {
+			ch = client.Snowflake
+		}
+		wg.Go(func() {
+			for !stop.Load() {
+				id, err := c.Next(context.Background(), "cl", client.WithChannel(ch))
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				} else if prev, dup := seen[id]; dup && prev == ch.String() {
+					errs = append(errs, fmt.Errorf("duplicate %d on %v", id, ch))
+				} else {
+					seen[id] = ch.String()
+				}
+				mu.Unlock()
+				served.Add(1)
+			}
+		})
+	}
+	waitServed := func(n int64, what string) {
+		target := served.Load() + n
+		testnode.WaitFor(t, 60*time.Second, what, func() bool { return served.Load() >= target })
+	}
+	waitServed(500, "load before the kill")
+	nodes[0].Kill()
+	waitServed(2000, "load after the kill")
+
+	// A fourth node joins: the client lists it and it serves calls.
+	n4 := start()
+	testnode.WaitFor(t, 30*time.Second, "the client to list the new node", func() bool {
+		for _, a := range c.Addrs() {
+			if a == n4.RPCAddr {
+				return true
+			}
+		}
+		return false
+	})
+	before := rpcCount(t, n4)
+	waitServed(2000, "load after the join")
+	stop.Store(true)
+	wg.Wait()
+	if after := rpcCount(t, n4); after <= before {
+		t.Errorf("the new node served %v NextIDs calls, want more than %v", after, before)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(errs) > 0 {
+		t.Fatalf("%d caller-visible errors, first: %v", len(errs), errs[0])
+	}
+	t.Logf("%d IDs, no error, no duplicate", len(seen))
+}
+
+// rpcCount reads the node's NextIDs call count from /metrics.
+func rpcCount(t *testing.T, n *testnode.Node) float64 {
+	t.Helper()
+	_, body, err := n.Get(context.Background(), "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, "#") || !strings.Contains(line, `method="NextIDs"`) || !strings.Contains(line, "_total") {
+			continue
+		}
+		var v float64
+		f := strings.Fields(line)
+		if _, err := fmt.Sscan(f[len(f)-1], &v); err == nil {
+			total += v
+		}
+	}
+	return total
+}

@@ -82,7 +82,7 @@ func (l *ZKLease) reclaim(ctx context.Context, degraded bool, s Slot, sid int64,
 	}
 	r.meta = meta
 	l.mu.Lock()
-	ourHW := l.hw
+	ourHW, oldSID := l.hw, l.sid
 	l.mu.Unlock()
 	c := l.claimer(meta)
 	node := s.Node
@@ -91,6 +91,18 @@ func (l *ZKLease) reclaim(ctx context.Context, degraded bool, s Slot, sid int64,
 		r.err = err
 		return r
 	}
+	if !ok && !degraded && owner != 0 && owner == oldSID && l.ownClaimWait(true) {
+		// The claim is our own expired session's: ZooKeeper removes it
+		// within a session timeout (a restarted server expires restored
+		// sessions only then). Taking it back keeps the slot's history
+		// ours, so the holder continues above what it issued at once;
+		// taking another slot would mean waiting past that slot's mark,
+		// up to a whole lead. Retry shortly, but not forever.
+		r.err = fmt.Errorf("slot idc %d node %d is still claimed by this node's expired session %s: waiting for ZooKeeper to remove it",
+			s.IDC, s.Node, sessionHex(owner))
+		return r
+	}
+	l.ownClaimWait(false)
 	if !ok {
 		if degraded {
 			fenceNow(fmt.Errorf("%w: ZooKeeper is back and slot idc %d node %d (worker %d), used from the cache while it was unreachable, is held by session %s; snowflake stopped, taking another slot",
@@ -170,4 +182,22 @@ func (l *ZKLease) promote(ctx context.Context, s Slot, meta Meta, sid int64) tas
 	}
 	r.member, r.slot = member, s
 	return r
+}
+
+// ownClaimWait tracks how long a re-claim has waited for the slot claim of
+// this node's own expired session to disappear. With waiting true it
+// starts or continues the wait and reports whether to keep waiting (at
+// most two session timeouts); with false it ends the wait.
+func (l *ZKLease) ownClaimWait(waiting bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !waiting {
+		l.ownWaitSince = time.Time{}
+		return false
+	}
+	now := time.Now()
+	if l.ownWaitSince.IsZero() {
+		l.ownWaitSince = now
+	}
+	return now.Sub(l.ownWaitSince) < 2*l.cfg.SessionTimeout
 }

@@ -33,19 +33,20 @@ type ZKLease struct {
 
 	// mu guards the fields below. The manager goroutine writes them;
 	// accessors read them.
-	mu          sync.Mutex
-	state       State
-	meta        Meta
-	metaOK      bool // meta compared with ZooKeeper's (false while degraded)
-	authOK      bool // digest credential added to the client
-	slot        Slot
-	hasSlot     bool
-	sid         int64  // session that holds the slot (0: degraded or none)
-	member      string // member znode path ("" if none)
-	hw          int64  // highest high-water mark written (ZooKeeper or file)
-	beatAt      time.Time
-	offset      time.Duration
-	offsetKnown bool
+	mu           sync.Mutex
+	ownWaitSince time.Time // see ownClaimWait
+	state        State
+	meta         Meta
+	metaOK       bool // meta compared with ZooKeeper's (false while degraded)
+	authOK       bool // digest credential added to the client
+	slot         Slot
+	hasSlot      bool
+	sid          int64  // session that holds the slot (0: degraded or none)
+	member       string // member znode path ("" if none)
+	hw           int64  // highest high-water mark written (ZooKeeper or file)
+	beatAt       time.Time
+	offset       time.Duration
+	offsetKnown  bool
 	// lastVer is the version of last/<node> after this lease's last
 	// write (or the read it claimed the slot at); every mark write is
 	// conditional on it (rule 1). lastExists is false when the slot had

@@ -11,6 +11,10 @@
 #   ./build.sh gen                regenerate kitex_gen/ from idl/idgen.thrift
 #   ./build.sh servers start      start ZooKeeper + MariaDB for development; writes .testenv
 #   ./build.sh servers stop       stop them
+#   ./build.sh faults [--seed N] [--soak DUR] [SCENARIO...]
+#                                 fault-injection suite (faults/): own ZooKeeper + MariaDB, 3+ real
+#                                 nodes under load, independent checker, negative controls; not part
+#                                 of test. ./build.sh faults --list names the scenarios
 #
 # Servers are installed with apt-get when missing (with sudo when not root).
 # IDGEN_VERSION overrides the version stamped into the binaries.
@@ -453,6 +457,50 @@ build_testsummary() {
   go build -o "$1" ./scripts/testsummary
 }
 
+# ---- faults -------------------------------------------------------------------
+
+# cmd_faults: the fault-injection suite (docs/reliability.md). Builds idgen
+# (normal and -tags faultinject), idctl and the suite into output/faults/bin,
+# starts its own ZooKeeper and MariaDB on fresh loopback ports (stopped by
+# the exit trap, even after a failure; the suite rewrites their pid files
+# when it restarts them), and runs the scenarios. Every idgen node the suite
+# starts dies with it (PDEATHSIG) and is also stopped here by its pid file.
+cmd_faults() {
+  local bin=$ROOT/output/faults/bin args=() rc=0 f pid
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --seed | --soak | --work | --results) args+=("-${1#--}" "$2"); shift ;;
+      --list) args+=(-list) ;;
+      -*) die "unknown flag $1: ./build.sh faults [--seed N] [--soak DUR] [--work DIR] [--results FILE] [--list] [SCENARIO...]" ;;
+      *) args+=("$1") ;;
+    esac
+    shift
+  done
+  mkdir -p "$bin"
+  log "building idgen, idgen (faultinject), idctl and the suite into $bin"
+  go build -ldflags "$(ldflags)" -o "$bin/idgen" ./cmd/idgen
+  go build -tags faultinject -ldflags "$(ldflags)" -o "$bin/idgen-faultinject" ./cmd/idgen
+  go build -ldflags "$(ldflags)" -o "$bin/idctl" ./cmd/idctl
+  go build -o "$bin/faults" ./faults/cmd/faults
+  args=(-bin "$bin/idgen" -bin-faultinject "$bin/idgen-faultinject" -idctl "$bin/idctl" "${args[@]}")
+  if [[ " ${args[*]} " == *" -list "* ]]; then
+    "$bin/faults" "${args[@]}"
+    return 0
+  fi
+  servers_start "$bin/env"
+  # shellcheck disable=SC1091
+  . "$bin/env"
+  export IDGEN_FAULTS_MARIADBD=$MARIADBD IDGEN_FAULTS_ZKSERVER=$ZKSERVER IDGEN_FAULTS_PIDDIR=$STARTED_DIR/faults-pids
+  mkdir -p "$IDGEN_FAULTS_PIDDIR"
+  "$bin/faults" "${args[@]}" || rc=$?
+  for f in "$IDGEN_FAULTS_PIDDIR"/*.pid; do
+    [ -s "$f" ] || continue
+    pid=$(cat "$f" 2>/dev/null || true)
+    if [[ $pid =~ ^[0-9]+$ ]]; then kill -9 "$pid" 2>/dev/null || true; fi
+  done
+  [ "$rc" = 0 ] || die "faults: a scenario failed or a negative control did not fail (exit $rc)"
+}
+
 case "${1:-}" in
   build) shift; cmd_build "$@" ;;
   run) shift; cmd_run "$@" ;;
@@ -460,6 +508,7 @@ case "${1:-}" in
   gen) shift; cmd_gen "$@" ;;
   servers) shift; cmd_servers "$@" ;;
   lint) shift; cmd_lint "$@" ;;
+  faults) shift; cmd_faults "$@" ;;
   -h | --help | help) usage ;;
   *) usage >&2; exit 2 ;;
 esac

@@ -103,6 +103,9 @@ type option struct {
 	usage string
 	set   func(c *Config, v string) error
 	get   func(c *Config) string
+	// isBool: the flag may be given without a value (--allow-cached-slot
+	// means true), like the standard library's bool flags.
+	isBool bool
 }
 
 func (o option) env() string {
@@ -112,7 +115,7 @@ func (o option) env() string {
 func strOpt(name, usage string, f func(*Config) *string) option {
 	return option{name, usage,
 		func(c *Config, v string) error { *f(c) = v; return nil },
-		func(c *Config) string { return *f(c) }}
+		func(c *Config) string { return *f(c) }, false}
 }
 
 func intOpt(name, usage string, f func(*Config) *int) option {
@@ -125,7 +128,7 @@ func intOpt(name, usage string, f func(*Config) *int) option {
 			*f(c) = n
 			return nil
 		},
-		func(c *Config) string { return strconv.Itoa(*f(c)) }}
+		func(c *Config) string { return strconv.Itoa(*f(c)) }, false}
 }
 
 func int64Opt(name, usage string, f func(*Config) *int64) option {
@@ -138,7 +141,7 @@ func int64Opt(name, usage string, f func(*Config) *int64) option {
 			*f(c) = n
 			return nil
 		},
-		func(c *Config) string { return strconv.FormatInt(*f(c), 10) }}
+		func(c *Config) string { return strconv.FormatInt(*f(c), 10) }, false}
 }
 
 func durOpt(name, usage string, f func(*Config) *time.Duration) option {
@@ -151,7 +154,7 @@ func durOpt(name, usage string, f func(*Config) *time.Duration) option {
 			*f(c) = d
 			return nil
 		},
-		func(c *Config) string { return f(c).String() }}
+		func(c *Config) string { return f(c).String() }, false}
 }
 
 func boolOpt(name, usage string, f func(*Config) *bool) option {
@@ -164,7 +167,7 @@ func boolOpt(name, usage string, f func(*Config) *bool) option {
 			*f(c) = b
 			return nil
 		},
-		func(c *Config) string { return strconv.FormatBool(*f(c)) }}
+		func(c *Config) string { return strconv.FormatBool(*f(c)) }, true}
 }
 
 // options lists every setting. The README's configuration table is this list.
@@ -227,10 +230,16 @@ func loadConfig(args []string, getenv func(string) string, stdout, stderr io.Wri
 	fs.Usage = func() {}
 	setters := map[string]func(string) error{}
 	for _, o := range options {
-		fs.Func(o.name, fmt.Sprintf("%s (env %s, default %q)", o.usage, o.env(), o.get(&cfg)), func(v string) error {
+		usage := fmt.Sprintf("%s (env %s, default %q)", o.usage, o.env(), o.get(&cfg))
+		record := func(v string) error {
 			setters[o.name] = func(string) error { return o.set(&cfg, v) }
 			return nil
-		})
+		}
+		if o.isBool {
+			fs.BoolFunc(o.name, usage, record) // --flag, --flag=true, --flag=false
+		} else {
+			fs.Func(o.name, usage, record)
+		}
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -65,3 +65,16 @@ func TestConfigRefusals(t *testing.T) {
 		t.Errorf("standalone --node 3: %v", err)
 	}
 }
+
+// TestBoolFlagsWithoutValue: a bool flag given without a value means true
+// and does not swallow the next argument.
+func TestBoolFlagsWithoutValue(t *testing.T) {
+	cfg, err := loadConfig([]string{"--mysql-accept-unsafe-durability", "--allow-cached-slot=false", "--rpc-addr", ":9"}, noEnv,
+		&bytes.Buffer{}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.MySQLAcceptUnsafe || cfg.AllowCachedSlot || cfg.RPCAddr != ":9" {
+		t.Fatalf("accept-unsafe %v, allow-cached-slot %v, rpc-addr %q", cfg.MySQLAcceptUnsafe, cfg.AllowCachedSlot, cfg.RPCAddr)
+	}
+}

@@ -35,6 +35,7 @@ func (h *lateHolder) attach(t worker.Holder) {
 }
 
 func (h *lateHolder) Acquired(s worker.Slot) {
+	s = faultSlot(s) // faultinject builds only: IDGEN_FAULT_IGNORE_NOT_BEFORE (holder_faultinject.go)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.target != nil {

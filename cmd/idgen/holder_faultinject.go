@@ -1,0 +1,25 @@
+//go:build faultinject
+
+package main
+
+import (
+	"os"
+
+	"github.com/idgen/idgen/worker"
+)
+
+// faultSlot is the fault-injection suite's negative control (./build.sh
+// faults): with IDGEN_FAULT_IGNORE_NOT_BEFORE=1 the node forgets the slot's
+// NotBefore, so a holder that takes a slot issues at once instead of waiting
+// past the high-water mark of its previous holders. That breaks rule 2 of
+// the slot invariant on purpose; the suite checks that its checker then sees
+// duplicates. Only builds with the faultinject tag contain this file.
+func faultSlot(s worker.Slot) worker.Slot {
+	if os.Getenv("IDGEN_FAULT_IGNORE_NOT_BEFORE") == "1" {
+		s.NotBefore = 0
+	}
+	return s
+}
+
+// faultInjectBuild: this binary has the faultinject hooks.
+const faultInjectBuild = true

@@ -1,0 +1,12 @@
+//go:build !faultinject
+
+package main
+
+import "github.com/idgen/idgen/worker"
+
+// faultSlot returns s unchanged: normal builds have no way to skip the wait
+// past a slot's high-water mark (see holder_faultinject.go).
+func faultSlot(s worker.Slot) worker.Slot { return s }
+
+// faultInjectBuild: this binary has the faultinject hooks.
+const faultInjectBuild = false

@@ -1,0 +1,521 @@
+package scenario
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/idgen/idgen/faults/harness"
+)
+
+// scarce makes worker slots scarce: 2 node bits, 4 slots in IDC 0.
+var scarce = []string{"--idc-bits", "8", "--node-bits", "2"}
+
+// All returns the scenarios in the order the suite runs them.
+func All() []Scenario {
+	return []Scenario{
+		{"baseline", "3 nodes, no fault, 10 s of load", false, baseline},
+		{"kill-one", "SIGKILL one node under load, restart it", false, killOne},
+		{"kill-all", "SIGKILL all 3 nodes at once, restart them", false, killAll},
+		{"pause", "4 slots; SIGSTOP a node past its session, a 5th node takes its exact slot, resume it under load", false, pause},
+		{"zk-short", "ZooKeeper SIGKILLed and restarted at once (session 10 s: down shorter than the session)", false, zkShort},
+		{"zk-long", "ZooKeeper down 12 s (session 3 s: longer than the session), then back", false, zkLong},
+		{"zk-wipe", "ZooKeeper wiped (all znodes, sessions, marks gone) under load", false, zkWipe},
+		{"zk-partition", "4 slots; a node silently partitioned from ZooKeeper by a proxy while a 5th node takes its slot, then healed", false, zkPartition},
+		{"zk-lost-reply", "the reply to a node's slot create lost by the proxy, at start and again at a re-claim under load", false, zkLostReply},
+		{"mysql-kill", "MariaDB SIGKILLed under load, restarted 3 s later", false, mysqlKill},
+		{"clock-back-50ms", "one node's clock stepped back 50 ms (faultinject /debug/clock), then forward again", false, clockStep(-50)},
+		{"clock-back-3s", "one node's clock stepped back 3 s, then forward again", false, clockStep(-3000)},
+		{"clock-forward", "one node's clock stepped forward 3 s, back again, then forward and a clean restart (clock 3 s behind its mark)", false, clockForward},
+		{"soak", "random fault every 30 s from a seeded schedule (--soak, --seed)", false, soak},
+		{"neg-mysql-unsafe", "CONTROL: MariaDB with innodb_flush_log_at_trx_commit=0, sync_binlog=0, step 10, SIGKILLed with all nodes under load", true, negMySQLUnsafe},
+		{"neg-ignore-not-before", "CONTROL: IDGEN_FAULT_IGNORE_NOT_BEFORE=1, clock +6 s, clean restart (clock back 6 s): no wait past the mark", true, negIgnoreNotBefore},
+	}
+}
+
+func std(r *Run, o ClusterOpts) (*Cluster, error) {
+	if o.Nodes == 0 {
+		o.Nodes = 3
+	}
+	return r.NewCluster(o)
+}
+
+func baseline(r *Run) error {
+	c, err := std(r, ClusterOpts{})
+	if err != nil {
+		return err
+	}
+	r.StartLoad(c.Active())
+	r.Sleep(10 * time.Second)
+	r.StopLoad()
+	return nil
+}
+
+func killOne(r *Run) error {
+	c, err := std(r, ClusterOpts{})
+	if err != nil {
+		return err
+	}
+	r.StartLoad(c.Active())
+	r.Sleep(4 * time.Second)
+	n := c.Nodes[1]
+	n.Kill()
+	r.Note("killed n1")
+	r.Sleep(2 * time.Second)
+	t := time.Now()
+	if err := n.Start(60 * time.Second); err != nil {
+		return err
+	}
+	if err := n.WaitSnowflake(60 * time.Second); err != nil {
+		return err
+	}
+	r.Note("n1 back, serving SNOWFLAKE %v after restart", time.Since(t).Round(100*time.Millisecond))
+	r.Sleep(4 * time.Second)
+	r.StopLoad()
+	return nil
+}
+
+func parallel(nodes []*harness.Node, f func(*harness.Node) error) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(nodes))
+	for i, n := range nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = f(n) }()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func killAll(r *Run) error {
+	c, err := std(r, ClusterOpts{})
+	if err != nil {
+		return err
+	}
+	r.StartLoad(c.Active())
+	r.Sleep(4 * time.Second)
+	_ = parallel(c.Active(), func(n *harness.Node) error { n.Kill(); return nil })
+	r.Note("killed all")
+	r.Sleep(time.Second)
+	t := time.Now()
+	if err := parallel(c.Active(), func(n *harness.Node) error {
+		if err := n.Start(60 * time.Second); err != nil {
+			return err
+		}
+		return n.WaitSnowflake(60 * time.Second)
+	}); err != nil {
+		return err
+	}
+	r.Note("all serving SNOWFLAKE %v after restart", time.Since(t).Round(100*time.Millisecond))
+	r.Sleep(4 * time.Second)
+	r.StopLoad()
+	return nil
+}
+
+// takeSlot starts spare and waits until it holds worker w and serves
+// SNOWFLAKE.
+func takeSlot(r *Run, spare *harness.Node, w int32) error {
+	t := time.Now()
+	if err := spare.Start(60 * time.Second); err != nil {
+		return err
+	}
+	if err := spare.WaitSnowflake(60 * time.Second); err != nil {
+		return err
+	}
+	got, _, err := spare.Worker()
+	if err != nil {
+		return err
+	}
+	if got != w {
+		return fmt.Errorf("%s took worker %d, not the victim's %d: the scenario did not happen", spare.Name, got, w)
+	}
+	r.Note("%s took worker %d, serving SNOWFLAKE %v after start", spare.Name, w, time.Since(t).Round(100*time.Millisecond))
+	return nil
+}
+
+func pause(r *Run) error {
+	c, err := std(r, ClusterOpts{Nodes: 4, Spare: 1, Args: scarce})
+	if err != nil {
+		return err
+	}
+	r.StartLoad(c.Active())
+	r.Sleep(3 * time.Second)
+	victim, spare := c.Nodes[1], c.Nodes[4]
+	w, _, err := victim.Worker()
+	if err != nil {
+		return err
+	}
+	victim.Signal(syscall.SIGSTOP)
+	r.Note("SIGSTOP n1 (worker %d)", w)
+	r.Sleep(5 * time.Second) // session 3 s
+	if err := takeSlot(r, spare, w); err != nil {
+		victim.Signal(syscall.SIGCONT)
+		return err
+	}
+	r.AddLoad([]*harness.Node{spare})
+	r.Sleep(time.Second)
+	victim.Signal(syscall.SIGCONT)
+	r.Note("SIGCONT n1")
+	r.Sleep(8 * time.Second)
+	if w2, st, err := victim.Worker(); err == nil {
+		r.Note("n1 after resume: worker %d, state %s", w2, st)
+	}
+	r.StopLoad()
+	return nil
+}
+
+func zkShort(r *Run) error {
+	c, err := std(r, ClusterOpts{Session: "10s"})
+	if err != nil {
+		return err
+	}
+	r.StartLoad(c.Active())
+	r.Sleep(3 * time.Second)
+	t := time.Now()
+	r.Env.Servers.ZKKill()
+	if err := r.Env.Servers.ZKStart(); err != nil {
+		return err
+	}
+	r.Note("ZooKeeper down %v (session 10s)", time.Since(t).Round(100*time.Millisecond))
+	r.Sleep(8 * time.Second)
+	r.StopLoad()
+	return nil
+}
+
+func zkLong(r *Run) error {
+	c, err := std(r, ClusterOpts{})
+	if err != nil {
+		return err
+	}
+	r.StartLoad(c.Active())
+	r.Sleep(3 * time.Second)
+	t := time.Now()
+	r.Env.Servers.ZKKill()
+	r.Sleep(12 * time.Second)
+	if err := r.Env.Servers.ZKStart(); err != nil {
+		return err
+	}
+	r.Note("ZooKeeper down %v (session 3s)", time.Since(t).Round(100*time.Millisecond))
+	if err := parallel(c.Active(), func(n *harness.Node) error { return n.WaitSnowflake(60 * time.Second) }); err != nil {
+		return err
+	}
+	r.Note("all serving SNOWFLAKE again %v after ZooKeeper was killed", time.Since(t).Round(100*time.Millisecond))
+	r.Sleep(4 * time.Second)
+	r.StopLoad()
+	return nil
+}
+
+func zkWipe(r *Run) error {
+	c, err := std(r, ClusterOpts{})
+	if err != nil {
+		return err
+	}
+	r.StartLoad(c.Active())
+	r.Sleep(3 * time.Second)
+	t := time.Now()
+	if err := r.Env.Servers.ZKWipe(); err != nil {
+		return err
+	}
+	r.Note("ZooKeeper wiped, back after %v", time.Since(t).Round(100*time.Millisecond))
+	// The nodes notice the wipe at their next heartbeat and re-create the
+	// cluster; a slot whose mark was lost is taken one lead later, so
+	// SNOWFLAKE proper pauses (fallback serves): the gap shows it.
+	r.Sleep(10 * time.Second)
+	if err := parallel(c.Active(), func(n *harness.Node) error { return n.WaitSnowflake(90 * time.Second) }); err != nil {
+		return err
+	}
+	r.Sleep(3 * time.Second)
+	r.StopLoad()
+	return nil
+}
+
+func zkPartition(r *Run) error {
+	p, err := r.Proxy()
+	if err != nil {
+		return err
+	}
+	c, err := std(r, ClusterOpts{Nodes: 4, Spare: 1, Args: scarce, ZK: map[int]string{1: p.Addr}})
+	if err != nil {
+		return err
+	}
+	r.StartLoad(c.Active())
+	r.Sleep(3 * time.Second)
+	victim, spare := c.Nodes[1], c.Nodes[4]
+	w, _, err := victim.Worker()
+	if err != nil {
+		return err
+	}
+	p.Partition()
+	t := time.Now()
+	r.Note("n1 (worker %d) partitioned from ZooKeeper", w)
+	r.Sleep(5 * time.Second)
+	if err := takeSlot(r, spare, w); err != nil {
+		p.Heal()
+		return err
+	}
+	r.AddLoad([]*harness.Node{spare})
+	r.Sleep(3 * time.Second)
+	p.Heal()
+	r.Note("healed after %v", time.Since(t).Round(100*time.Millisecond))
+	r.Sleep(6 * time.Second)
+	if w2, st, err := victim.Worker(); err == nil {
+		r.Note("n1 after heal: worker %d, state %s", w2, st)
+	}
+	r.StopLoad()
+	return nil
+}
+
+func zkLostReply(r *Run) error {
+	p, err := r.Proxy()
+	if err != nil {
+		return err
+	}
+	c, err := std(r, ClusterOpts{ZK: map[int]string{1: p.Addr}, BeforeStart: func(i int) error {
+		if i == 1 {
+			p.LoseNextSlotCreateReply()
+		}
+		return nil
+	}})
+	if err != nil {
+		return err
+	}
+	if p.Lost.Load() == 0 {
+		return errors.New("the proxy saw no slot create from n1 at start: the scenario did not happen")
+	}
+	r.Note("reply to n1's slot create lost at start")
+	r.StartLoad(c.Active())
+	r.Sleep(3 * time.Second)
+	// Expire n1's session under load, and lose the reply to its re-claim.
+	p.LoseNextSlotCreateReply()
+	p.Partition()
+	r.Sleep(5 * time.Second)
+	p.Heal()
+	deadline := time.Now().Add(30 * time.Second)
+	for p.Lost.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if p.Lost.Load() < 2 {
+		r.Note("no re-claim create seen after the session expired")
+	} else {
+		r.Note("reply to n1's re-claim create lost under load")
+	}
+	if err := c.Nodes[1].WaitSnowflake(60 * time.Second); err != nil {
+		return err
+	}
+	r.Sleep(4 * time.Second)
+	r.StopLoad()
+	return nil
+}
+
+func mysqlKill(r *Run) error {
+	c, err := std(r, ClusterOpts{})
+	if err != nil {
+		return err
+	}
+	r.StartLoad(c.Active())
+	r.Sleep(4 * time.Second)
+	t := time.Now()
+	r.Env.Servers.MySQLKill()
+	r.Sleep(3 * time.Second)
+	if err := r.Env.Servers.MySQLStart(false); err != nil {
+		return err
+	}
+	r.Note("MariaDB down %v", time.Since(t).Round(100*time.Millisecond))
+	r.Sleep(6 * time.Second)
+	r.StopLoad()
+	return nil
+}
+
+func clockStep(ms int64) func(*Run) error {
+	return func(r *Run) error {
+		c, err := std(r, ClusterOpts{FaultInject: true})
+		if err != nil {
+			return err
+		}
+		r.StartLoad(c.Active())
+		r.Sleep(3 * time.Second)
+		n := c.Nodes[0]
+		if err := n.ShiftClock(ms); err != nil {
+			return err
+		}
+		r.Note("n0 clock %+d ms", ms)
+		r.Sleep(time.Duration(-ms)*time.Millisecond + 3*time.Second)
+		if err := n.ShiftClock(0); err != nil {
+			return err
+		}
+		r.Note("n0 clock back to +0")
+		r.Sleep(3 * time.Second)
+		r.StopLoad()
+		return nil
+	}
+}
+
+func clockForward(r *Run) error {
+	c, err := std(r, ClusterOpts{FaultInject: true})
+	if err != nil {
+		return err
+	}
+	r.StartLoad(c.Active())
+	r.Sleep(3 * time.Second)
+	n := c.Nodes[0]
+	if err := n.ShiftClock(3000); err != nil {
+		return err
+	}
+	r.Note("n0 clock +3000 ms")
+	r.Sleep(3 * time.Second)
+	if err := n.ShiftClock(0); err != nil {
+		return err
+	}
+	r.Note("n0 clock back to +0 (a 3 s step back)")
+	r.Sleep(5 * time.Second)
+	if err := n.ShiftClock(3000); err != nil {
+		return err
+	}
+	r.Sleep(2 * time.Second)
+	n.Term()
+	t := time.Now()
+	if err := n.Start(60 * time.Second); err != nil {
+		return err
+	}
+	if err := n.WaitSnowflake(60 * time.Second); err != nil {
+		return err
+	}
+	r.Note("n0 clock +3000 ms, clean restart (clock 3 s behind its mark): SNOWFLAKE after %v", time.Since(t).Round(100*time.Millisecond))
+	r.Sleep(3 * time.Second)
+	r.StopLoad()
+	return nil
+}
+
+// soak injects a random fault every 30 s for r.Env.Soak, from a schedule
+// drawn from the seed.
+func soak(r *Run) error {
+	c, err := std(r, ClusterOpts{FaultInject: true})
+	if err != nil {
+		return err
+	}
+	s := r.Env.Servers
+	rng := rand.New(rand.NewPCG(r.Env.Seed, 0x50a4))
+	nodes := c.Active()
+	type fault struct {
+		name string
+		f    func() error
+	}
+	pick := func() *harness.Node { return nodes[rng.IntN(len(nodes))] }
+	restart := func(n *harness.Node) error {
+		if err := n.Start(60 * time.Second); err != nil {
+			return err
+		}
+		return n.WaitSnowflake(60 * time.Second)
+	}
+	faults := []func() fault{
+		func() fault {
+			n := pick()
+			return fault{"kill " + n.Name, func() error { n.Kill(); time.Sleep(time.Second); return restart(n) }}
+		},
+		func() fault {
+			return fault{"kill all", func() error {
+				_ = parallel(nodes, func(n *harness.Node) error { n.Kill(); return nil })
+				time.Sleep(time.Second)
+				return parallel(nodes, restart)
+			}}
+		},
+		func() fault {
+			n := pick()
+			return fault{"pause " + n.Name + " 5s", func() error {
+				n.Signal(syscall.SIGSTOP)
+				time.Sleep(5 * time.Second)
+				n.Signal(syscall.SIGCONT)
+				return nil
+			}}
+		},
+		func() fault {
+			return fault{"ZooKeeper restart", func() error { s.ZKKill(); return s.ZKStart() }}
+		},
+		func() fault {
+			return fault{"ZooKeeper down 8s", func() error { s.ZKKill(); time.Sleep(8 * time.Second); return s.ZKStart() }}
+		},
+		func() fault {
+			return fault{"MariaDB kill 3s", func() error { s.MySQLKill(); time.Sleep(3 * time.Second); return s.MySQLStart(false) }}
+		},
+		func() fault {
+			n, ms := pick(), []int64{-50, -3000, 3000}[rng.IntN(3)]
+			return fault{fmt.Sprintf("clock %s %+dms for 5s", n.Name, ms), func() error {
+				if err := n.ShiftClock(ms); err != nil {
+					return err
+				}
+				time.Sleep(5 * time.Second)
+				return n.ShiftClock(0)
+			}}
+		},
+	}
+	r.StartLoad(nodes)
+	end := time.Now().Add(r.Env.Soak)
+	var done []string
+	for i := 0; time.Now().Add(30*time.Second).Before(end.Add(time.Second)) && i < 100; i++ {
+		next := time.Now().Add(30 * time.Second)
+		f := faults[rng.IntN(len(faults))]()
+		r.Logf("soak fault %d: %s", i+1, f.name)
+		if err := f.f(); err != nil {
+			return fmt.Errorf("soak fault %d (%s): %w", i+1, f.name, err)
+		}
+		done = append(done, f.name)
+		time.Sleep(time.Until(next))
+	}
+	r.Note("seed %d, %d faults: %v", r.Env.Seed, len(done), done)
+	r.StopLoad()
+	return nil
+}
+
+func negMySQLUnsafe(r *Run) error {
+	s := r.Env.Servers
+	s.MySQLStop()
+	if err := s.MySQLStart(true); err != nil {
+		return err
+	}
+	c, err := std(r, ClusterOpts{Step: 10, Args: []string{"--mysql-accept-unsafe-durability=true", "--max-step", "50"}})
+	if err != nil {
+		return err
+	}
+	r.StartLoad(c.Active())
+	r.Sleep(4 * time.Second)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); s.MySQLKill() }()
+	_ = parallel(c.Active(), func(n *harness.Node) error { n.Kill(); return nil })
+	wg.Wait()
+	r.Note("MariaDB (unsafe) and all nodes SIGKILLed")
+	if err := s.MySQLStart(true); err != nil {
+		return err
+	}
+	if err := parallel(c.Active(), func(n *harness.Node) error { return n.Start(60 * time.Second) }); err != nil {
+		return err
+	}
+	r.Sleep(6 * time.Second)
+	r.StopLoad()
+	return nil
+}
+
+func negIgnoreNotBefore(r *Run) error {
+	c, err := std(r, ClusterOpts{FaultInject: true, Env: map[int][]string{0: {"IDGEN_FAULT_IGNORE_NOT_BEFORE=1"}}})
+	if err != nil {
+		return err
+	}
+	r.StartLoad(c.Active())
+	r.Sleep(2 * time.Second)
+	n := c.Nodes[0]
+	if err := n.ShiftClock(6000); err != nil {
+		return err
+	}
+	r.Note("n0 clock +6000 ms")
+	r.Sleep(4 * time.Second)
+	n.Term()
+	if err := n.Start(60 * time.Second); err != nil {
+		return err
+	}
+	r.Note("n0 restarted cleanly, clock 6 s behind its mark, NotBefore ignored")
+	r.Sleep(6 * time.Second)
+	r.StopLoad()
+	return nil
+}

@@ -54,7 +54,11 @@ func (r Range) Len() int64 { return r.Last - r.First + 1 }
 
 // Result is what one NextIDs answer (or the prefetch buffer) gave.
 type Result struct {
-	Ranges   []Range
+	Ranges []Range
+	// IDs (obfuscated integers) or Codes replace Ranges for a business
+	// whose output is not a plain range (its obfuscate or format setting).
+	IDs      []int64
+	Codes    []string
 	Channel  Channel // the channel that served
 	Fallback bool    // SNOWFLAKE was refused and a segment served instead
 	Addr     string  // the node that answered ("" when served from the prefetch buffer)
@@ -62,6 +66,9 @@ type Result struct {
 
 // Count is the number of IDs in r.
 func (r Result) Count() int64 {
+	if r.IDs != nil || r.Codes != nil {
+		return int64(len(r.IDs) + len(r.Codes))
+	}
 	var n int64
 	for _, rg := range r.Ranges {
 		n += rg.Len()
@@ -192,6 +199,12 @@ func (c *Client) Next(ctx context.Context, biz string, opts ...CallOption) (int6
 	if err != nil {
 		return 0, err
 	}
+	switch {
+	case len(res.IDs) > 0:
+		return res.IDs[0], nil
+	case len(res.Codes) > 0:
+		return 0, fmt.Errorf("idgen: business %q hands out codes, not integers: use Fetch and Result.Codes", biz)
+	}
 	return res.Ranges[0].First, nil
 }
 
@@ -292,8 +305,9 @@ func (c *Client) fetch(ctx context.Context, biz string, n int, o callOpts) (Resu
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Ranges: make([]Range, 0, len(resp.Ranges)), Channel: Channel(resp.Channel), Fallback: resp.Fallback, Addr: addr}
-	var got int64
+	res := Result{Ranges: make([]Range, 0, len(resp.Ranges)), Channel: Channel(resp.Channel), Fallback: resp.Fallback, Addr: addr,
+		IDs: resp.Ids, Codes: resp.Codes}
+	got := int64(len(resp.Ids) + len(resp.Codes))
 	for _, r := range resp.Ranges {
 		if r == nil || r.Last < r.First {
 			return Result{}, fmt.Errorf("idgen %s: malformed range %v in the answer", addr, r)

@@ -53,7 +53,11 @@ struct NextIDsResponse {
     1: required list<IDRange> ranges,
     2: required Channel channel,    // the channel that actually served
     3: required bool fallback,      // true when SNOWFLAKE was refused and a segment served instead
-    4: required i64 count,          // total number of IDs across ranges
+    4: required i64 count,          // total number of IDs (across ranges, or in ids or codes)
+    // Businesses whose output is not a plain range (obfuscated IDs, codes)
+    // get their values here, one per issued number, and an empty ranges.
+    5: optional list<i64> ids,      // obfuscate on, format int
+    6: optional list<string> codes, // format code: Crockford base32, see the README
 }
 
 struct ParseIDRequest {
@@ -116,6 +120,12 @@ struct Biz {
     8: required string description,
     9: required i64 created_at_ms,
     10: required i64 updated_at_ms,
+    11: optional bool obfuscate,         // outputs go through the business's keyed bijection
+    12: optional string format,          // int or code
+    13: optional i32 code_min_length,    // shortest code
+    14: optional list<string> plugins,   // plugins run for this business, e.g. [audit, stats]
+    15: optional bool issued,            // has issued: obfuscate, format, code_min_length are locked
+    // The secret key is never sent.
 }
 
 struct CreateBizRequest {
@@ -128,6 +138,10 @@ struct CreateBizRequest {
     7: optional i32 rate_limit,
     8: optional string description,
     9: optional string token,
+    10: optional bool obfuscate,
+    11: optional string format,          // int (default) or code
+    12: optional i32 code_min_length,
+    13: optional list<string> plugins,
 }
 
 // Only the fields that are set change. start_num cannot change after creation.
@@ -140,6 +154,11 @@ struct UpdateBizRequest {
     7: optional i32 rate_limit,
     8: optional string description,
     9: optional string token,
+    // Output settings change only while the business has issued nothing.
+    10: optional bool obfuscate,
+    11: optional string format,
+    12: optional i32 code_min_length,
+    13: optional list<string> plugins,
 }
 
 struct GetBizRequest {
@@ -155,6 +174,21 @@ struct ListBizResponse {
     1: required list<Biz> bizs,
 }
 
+// Decode turns a business's output (an obfuscated ID or a code, as text)
+// back into the number behind it (admin).
+struct DecodeRequest {
+    1: required string biz,
+    2: required string value,
+    3: optional string token,
+}
+
+struct DecodeResponse {
+    1: required i64 number,               // the underlying number
+    2: required string format,            // int or code
+    3: required bool obfuscated,
+    4: optional ParseIDResponse snowflake, // set when number is a snowflake ID of this cluster
+}
+
 // The service is IDGenService (not IDGen) so that Kitex generates its client
 // and server into kitex_gen/idgen/idgenservice, a package name distinct from
 // the types package kitex_gen/idgen. The Thrift method names, and so the
@@ -168,4 +202,5 @@ service IDGenService {
     Biz UpdateBiz(1: UpdateBizRequest req) throws (1: IdgenError err),
     Biz GetBiz(1: GetBizRequest req) throws (1: IdgenError err),
     ListBizResponse ListBiz(1: ListBizRequest req) throws (1: IdgenError err),
+    DecodeResponse Decode(1: DecodeRequest req) throws (1: IdgenError err),
 }

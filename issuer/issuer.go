@@ -17,10 +17,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 
 	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/ext"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/snowflake"
 )
@@ -63,7 +65,11 @@ type Config struct {
 	// ExtendNow asks the worker lease to write the next high-water mark at
 	// once (non-blocking); the generators call it near or past the mark.
 	ExtendNow func()
-	Logger    *zap.Logger // nil: no logs
+	// Extensions holds custom strategies and rejection handlers (package
+	// ext); nil: the built-ins only. New adds the built-in strategies to it
+	// (channels 0..3 must be free).
+	Extensions *ext.Registry
+	Logger     *zap.Logger // nil: no logs
 }
 
 // Issuer serves ID requests. It is safe for concurrent use.
@@ -77,6 +83,9 @@ type Issuer struct {
 	// everAcquired: a slot was held once (fenced, not starting, since).
 	everAcquired atomic.Bool
 	limits       sync.Map // biz name -> *limiter
+	ext          *ext.Registry
+	rejections   *prometheus.CounterVec
+	outputs      sync.Map // biz name -> *output, once it has issued
 }
 
 type fenceState struct{ reason error }
@@ -115,7 +124,15 @@ func New(cfg Config) (*Issuer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	is := &Issuer{cfg: cfg, log: cfg.Logger}
+	if cfg.Extensions == nil {
+		cfg.Extensions = ext.NewRegistry()
+	}
+	is := &Issuer{cfg: cfg, log: cfg.Logger, ext: cfg.Extensions,
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idgen_strategy_rejections_total",
+			Help: "Refusals of a strategy (before any rejection handler such as the snowflake fallback served)."}, []string{"strategy"})}
+	if err := is.registerBuiltins(cfg.Extensions); err != nil {
+		return nil, err
+	}
 	is.fence.Store(&fenceState{reason: errNotAcquired})
 	return is, nil
 }
@@ -125,6 +142,10 @@ func (is *Issuer) Layout() snowflake.Layout { return is.cfg.Layout }
 
 // Guard returns the rollback guard (readiness reads Behind from it).
 func (is *Issuer) Guard() *clock.Guard { return is.cfg.Guard }
+
+// Collectors returns the issuer's own metrics (strategy refusals) for the
+// assembly to register.
+func (is *Issuer) Collectors() []prometheus.Collector { return []prometheus.Collector{is.rejections} }
 
 // MaxBatch returns the largest count a request may ask for.
 func (is *Issuer) MaxBatch() int { return is.cfg.MaxBatch }
@@ -138,9 +159,12 @@ type Request struct {
 	RequestID string // ORDERED only, optional
 }
 
-// Response carries the IDs as inclusive ranges.
+// Response carries the IDs as inclusive ranges or, for a business whose
+// output is not a plain range, as IDs or codes (one per number, Ranges nil).
 type Response struct {
 	Ranges   []segment.Range
+	IDs      []int64         // obfuscated integers
+	Codes    []string        // codes (format code)
 	Channel  segment.Channel // the channel that served
 	Fallback bool            // SNOWFLAKE refused and the business's segment served
 	// Refusal is why SNOWFLAKE refused when Fallback is true.
@@ -149,6 +173,9 @@ type Response struct {
 
 // Count returns the number of IDs in r.
 func (r Response) Count() int64 {
+	if r.IDs != nil || r.Codes != nil {
+		return int64(len(r.IDs) + len(r.Codes))
+	}
 	var n int64
 	for _, rg := range r.Ranges {
 		n += rg.Len()
@@ -169,50 +196,27 @@ func (is *Issuer) Next(ctx context.Context, req Request) (Response, error) {
 	if req.Channel != nil {
 		ch = *req.Channel
 	}
-	if ch == segment.ChannelOrdered && req.SubKey == "" {
+	if isOrdered(ch) && req.SubKey == "" {
 		return Response{}, fmt.Errorf("%w: sub_key is required on the ORDERED channel (it names the sequence, e.g. a chat id)", ErrInvalid)
 	}
-	if ch != segment.ChannelOrdered && (req.SubKey != "" || req.RequestID != "") {
+	if !isOrdered(ch) && (req.SubKey != "" || req.RequestID != "") {
 		return Response{}, fmt.Errorf("%w: sub_key and request_id are only used on the ORDERED channel, not %s", ErrInvalid, ch)
 	}
 	if err := is.allow(biz); err != nil {
 		return Response{}, err
 	}
-	if ch != segment.ChannelSnowflake && is.cfg.NoSegments != nil {
-		return Response{}, is.noSegments(ch.String())
-	}
-	switch ch {
-	case segment.ChannelUnordered:
-		rs, err := is.cfg.Unordered.Take(ctx, biz, int64(req.Count))
-		return Response{Ranges: rs, Channel: segment.ChannelUnordered}, err
-	case segment.ChannelOrdered:
-		r, err := is.cfg.Ordered.Take(ctx, biz, req.SubKey, int64(req.Count), req.RequestID)
-		if err != nil {
-			return Response{}, err
-		}
-		return Response{Ranges: []segment.Range{r}, Channel: segment.ChannelOrdered}, nil
-	case segment.ChannelSnowflake:
-		return is.snowflake(ctx, biz, req.Count)
-	}
-	return Response{}, fmt.Errorf("%w: channel %d (want 0 UNORDERED, 1 ORDERED or 2 SNOWFLAKE)", ErrInvalid, ch)
-}
-
-func (is *Issuer) snowflake(ctx context.Context, biz segment.Biz, n int) (Response, error) {
-	rs, err := is.snowflakeRanges(n)
-	if err == nil {
-		return Response{Ranges: rs, Channel: segment.ChannelSnowflake}, nil
-	}
-	if !biz.Fallback || !Refusal(err) {
+	out, err := is.outputOf(ctx, biz)
+	if err != nil {
 		return Response{}, err
 	}
-	if is.cfg.NoSegments != nil {
-		return Response{}, fmt.Errorf("%w (no fallback: %w)", err, is.noSegments("snowflake fallback"))
+	res, err := is.ext.Serve(ctx, ext.Request{Biz: biz, Channel: ch, Count: req.Count, SubKey: req.SubKey, RequestID: req.RequestID},
+		ext.RejectionFunc(is.logRejection), ext.RejectionFunc(is.snowflakeFallback))
+	if err != nil {
+		return Response{}, err
 	}
-	frs, ferr := is.cfg.Unordered.Take(ctx, biz, int64(n))
-	if ferr != nil {
-		return Response{}, fmt.Errorf("snowflake refused (%v) and the fallback segment failed: %w", err, ferr)
-	}
-	return Response{Ranges: frs, Channel: segment.ChannelUnordered, Fallback: true, Refusal: err}, nil
+	resp := Response{Ranges: res.Ranges, Channel: res.Channel, Fallback: res.Fallback, Refusal: res.Refusal}
+	out.apply(&resp)
+	return resp, nil
 }
 
 // noSegments is the refusal of a segment channel in a deployment without
@@ -255,8 +259,8 @@ func (is *Issuer) validate(req Request) error {
 	if req.Count > is.cfg.MaxBatch {
 		return fmt.Errorf("%w: count %d is above max_batch %d (larger batches are refused, not clamped: split the request)", ErrInvalid, req.Count, is.cfg.MaxBatch)
 	}
-	if req.Channel != nil && (*req.Channel < segment.ChannelUnordered || *req.Channel > segment.ChannelSnowflake) {
-		return fmt.Errorf("%w: channel %d: want 0 (UNORDERED), 1 (ORDERED) or 2 (SNOWFLAKE)", ErrInvalid, *req.Channel)
+	if req.Channel != nil && !is.ext.Has(*req.Channel) {
+		return fmt.Errorf("%w: channel %d: want 0 (UNORDERED), 1 (ORDERED), 2 (SNOWFLAKE), 3 (SLOW_ORDERED) or a registered one %v", ErrInvalid, *req.Channel, is.ext.Channels())
 	}
 	if len(req.SubKey) > segment.MaxSubKeyLen {
 		return fmt.Errorf("%w: sub_key is %d bytes, at most %d", ErrInvalid, len(req.SubKey), segment.MaxSubKeyLen)

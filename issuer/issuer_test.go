@@ -28,7 +28,7 @@ type fixture struct {
 	floor int64
 }
 
-func newIssuer(t *testing.T, mod func(*Config)) fixture {
+func newIssuer(t testing.TB, mod func(*Config)) fixture {
 	t.Helper()
 	store := memstore.New()
 	fc := clocktest.New(t0)

@@ -54,8 +54,24 @@ type Biz struct {
 	Fallback    bool    // SNOWFLAKE may fall back to the UNORDERED segment
 	RateLimit   int     // requests per second per node, 0 = unlimited
 	Description string
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	// Obfuscate maps each number through the business's keyed bijection
+	// (issuer/obfuscate) before handing it out.
+	Obfuscate bool
+	// Format is int (64-bit IDs) or code (short base32 strings).
+	Format Format
+	// CodeMinLength is the shortest code (FormatCode), 0..MaxCodeMinLength.
+	CodeMinLength int
+	// Plugins are the names of the plugins run for this business, in the
+	// order of their Order values.
+	Plugins []string
+	// Key is the secret of the obfuscation, generated at creation. It is
+	// never sent by the admin RPCs nor logged (SecretKey redacts itself).
+	Key SecretKey
+	// Issued is set (for good) before the business's first number is handed
+	// out; from then on Obfuscate, Format and CodeMinLength are locked.
+	Issued    bool
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // Defaults for Biz fields left zero at creation.
@@ -75,6 +91,14 @@ type BizUpdate struct {
 	Fallback    *bool
 	RateLimit   *int
 	Description *string
+	// Output settings: refused with ErrOutputLocked once Issued, unless
+	// unchanged.
+	Obfuscate     *bool
+	Format        *Format
+	CodeMinLength *int
+	Plugins       *[]string
+	// Issued can only be set to true (the issuer does, before issuing).
+	Issued *bool
 }
 
 // OrderedRequest reserves Count consecutive numbers for (Biz, SubKey).

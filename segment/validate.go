@@ -79,6 +79,10 @@ func NormalizeBiz(b Biz) (Biz, error) {
 	if b.StartNum < 1 {
 		return Biz{}, fmt.Errorf("%w: biz %q: start_num %d must be >= 1", ErrInvalid, b.Name, b.StartNum)
 	}
+	if len(b.Key) == 0 {
+		b.Key = NewSecretKey()
+	}
+	b.Plugins = append([]string(nil), b.Plugins...)
 	return b, validateSettings(b)
 }
 
@@ -96,7 +100,7 @@ func validateSettings(b Biz) error {
 	case len(b.Description) > MaxDescriptionLen:
 		return fmt.Errorf("%w: biz %q: description is %d bytes, at most %d allowed", ErrInvalid, b.Name, len(b.Description), MaxDescriptionLen)
 	}
-	return nil
+	return validateOutput(b)
 }
 
 // ApplyBizUpdate returns b with u applied and validated, UpdatedAt set to
@@ -120,6 +124,10 @@ func ApplyBizUpdate(b Biz, u BizUpdate, now time.Time) (Biz, error) {
 	}
 	if u.Description != nil {
 		b.Description = *u.Description
+	}
+	b, err := applyOutputUpdate(b, u)
+	if err != nil {
+		return Biz{}, err
 	}
 	if err := validateSettings(b); err != nil {
 		return Biz{}, err

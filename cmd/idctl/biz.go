@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -70,6 +71,9 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		step, start          *int64
 		lowWater, rateLim    *int
 		fallback, noFallback *bool
+		obf                  *bool
+		format, plugins      *string
+		codeMin              *int
 	)
 	if sub == "create" || sub == "update" {
 		// On create "not given" means the server's default, on update
@@ -99,6 +103,10 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		rateLim = fs.Int("rate-limit", 0, "allow `N` requests per second per node; 0 = unlimited ("+unset+")")
 		desc = fs.String("description", "", "free `text`")
+		obf = fs.Bool("obfuscate", false, "hand out numbers through the business's keyed bijection (only while it has issued nothing)")
+		format = fs.String("format", "", "`int` or code (Crockford base32); only while the business has issued nothing")
+		codeMin = fs.Int("code-min-length", 0, fmt.Sprintf("shortest code, 0-%d", segment.MaxCodeMinLength))
+		plugins = fs.String("plugins", "", "comma-separated plugin `names` run for the business (empty: none)")
 		if sub == "create" {
 			start = fs.Int64("start", 0, fmt.Sprintf("first UNORDERED/ORDERED `number` (not given: %d)", segment.DefaultStartNum))
 		}
@@ -169,14 +177,38 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if set["description"] {
 			d = desc
 		}
+		var (
+			ob *bool
+			fm *string
+			pl []string
+		)
+		if set["obfuscate"] {
+			ob = obf
+		}
+		if set["format"] {
+			if _, ferr := segment.ParseFormat(*format); ferr != nil {
+				return fs.usageErr("--format %q: want int or code", *format)
+			}
+			fm = format
+		}
+		if set["plugins"] {
+			pl = []string{}
+			for _, p := range strings.Split(*plugins, ",") {
+				if p = strings.TrimSpace(p); p != "" {
+					pl = append(pl, p)
+				}
+			}
+		}
 		if sub == "create" {
 			create = &idl.CreateBizRequest{Name: *biz, Channel: ch, Step: opt64("step", step),
 				LowWaterPct: opt32("low-water", lowWater), StartNum: opt64("start", start), Fallback: fb,
-				RateLimit: opt32("rate-limit", rateLim), Description: d, Token: tok}
+				RateLimit: opt32("rate-limit", rateLim), Description: d, Token: tok,
+				Obfuscate: ob, Format: fm, CodeMinLength: opt32("code-min-length", codeMin), Plugins: pl}
 		} else {
 			update = &idl.UpdateBizRequest{Name: *biz, Channel: ch, Step: opt64("step", step),
 				LowWaterPct: opt32("low-water", lowWater), Fallback: fb, RateLimit: opt32("rate-limit", rateLim),
-				Description: d, Token: tok}
+				Description: d, Token: tok,
+				Obfuscate: ob, Format: fm, CodeMinLength: opt32("code-min-length", codeMin), Plugins: pl}
 		}
 		if err != nil {
 			return err
@@ -218,10 +250,27 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return enc.Encode(out)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tCHANNEL\tSTEP\tLOW-WATER\tSTART\tFALLBACK\tRATE-LIMIT\tUPDATED\tDESCRIPTION")
+	fmt.Fprintln(tw, "NAME\tCHANNEL\tSTEP\tLOW-WATER\tSTART\tFALLBACK\tRATE-LIMIT\tOUTPUT\tPLUGINS\tUPDATED\tDESCRIPTION")
 	for _, b := range out {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d%%\t%d\t%v\t%d\t%s\t%s\n", b.Name, b.Channel, b.Step, b.LowWaterPct, b.StartNum,
-			b.Fallback, b.RateLimit, time.UnixMilli(b.UpdatedAtMs).UTC().Format(time.RFC3339), b.Description)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d%%\t%d\t%v\t%d\t%s\t%s\t%s\t%s\n", b.Name, b.Channel, b.Step, b.LowWaterPct, b.StartNum,
+			b.Fallback, b.RateLimit, outputLabel(b), strings.Join(b.Plugins, ","),
+			time.UnixMilli(b.UpdatedAtMs).UTC().Format(time.RFC3339), b.Description)
 	}
 	return tw.Flush()
+}
+
+// outputLabel describes a business's output: int, int+obfuscated, code(6),
+// code(6)+obfuscated.
+func outputLabel(b *idl.Biz) string {
+	out := b.GetFormat()
+	if out == "" {
+		out = "int"
+	}
+	if out == "code" {
+		out = fmt.Sprintf("code(%d)", b.GetCodeMinLength())
+	}
+	if b.GetObfuscate() {
+		out += "+obfuscated"
+	}
+	return out
 }

@@ -195,7 +195,7 @@ func helpFlags(t *testing.T, args ...string) ([]string, string) {
 func TestBizFlagsPerSubcommand(t *testing.T) {
 	cleanEnv(t)
 	common := []string{"addr", "json", "timeout", "token"}
-	settings := []string{"channel", "description", "fallback", "low-water", "rate-limit", "step"}
+	settings := []string{"channel", "code-min-length", "description", "fallback", "format", "low-water", "obfuscate", "plugins", "rate-limit", "step"}
 	for _, c := range []struct {
 		sub  string
 		want []string
@@ -230,7 +230,7 @@ func TestBizFlagsPerSubcommand(t *testing.T) {
 func TestUsageMatchesFlags(t *testing.T) {
 	cleanEnv(t)
 	mentioned := regexp.MustCompile(`--([a-z][a-z0-9-]*)`)
-	cmds := [][]string{{"get"}, {"parse"}, {"workers"}, {"bench"}, {"biz", "create"}, {"biz", "update"},
+	cmds := [][]string{{"get"}, {"parse"}, {"decode"}, {"workers"}, {"bench"}, {"biz", "create"}, {"biz", "update"},
 		{"biz", "get"}, {"biz", "list"}, {"db", "migrate"}, {"db", "version"}, {"db", "check"}}
 	listed := map[string][]string{}
 	for _, c := range cmds {

@@ -76,6 +76,12 @@ func cmdGet(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stderr, "note: snowflake refused; served by the %s fallback segment\n", resp.Channel)
 	}
 	w := bufio.NewWriter(stdout)
+	for _, id := range resp.IDs {
+		fmt.Fprintln(w, id)
+	}
+	for _, code := range resp.Codes {
+		fmt.Fprintln(w, code)
+	}
 	for _, r := range resp.Ranges {
 		if *ranges {
 			fmt.Fprintf(w, "%d-%d\n", r.First, r.Last)

@@ -28,6 +28,7 @@ usage:
   idctl get     --addr HOST:PORT --biz NAME [--channel snowflake|unordered|ordered]
                 [--count N] [--sub-key K] [--request-id R]
   idctl parse   [--json] [--addr HOST:PORT] ID
+  idctl decode  --addr HOST:PORT --biz NAME [--json] VALUE
   idctl workers --zk HOSTS [--cluster NAME] [--idc N] [--json] [--watch]
   idctl biz     create|update --addr HOST:PORT --biz NAME [--channel C] [--step N] ...
   idctl biz     get --addr HOST:PORT --biz NAME
@@ -45,6 +46,7 @@ type command func(ctx context.Context, args []string, stdout, stderr io.Writer) 
 var commands = map[string]command{
 	"get":     cmdGet,
 	"parse":   cmdParse,
+	"decode":  cmdDecode,
 	"workers": cmdWorkers,
 	"biz":     cmdBiz,
 	"db":      cmdDB,

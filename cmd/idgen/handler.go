@@ -98,6 +98,12 @@ func (h *handler) NextIDs(ctx context.Context, req *idl.NextIDsRequest) (resp *i
 	for i, rg := range out.Ranges {
 		resp.Ranges[i] = &idl.IDRange{First: rg.First, Last: rg.Last}
 	}
+	if out.IDs != nil {
+		resp.Ids = out.IDs
+	}
+	if out.Codes != nil {
+		resp.Codes = out.Codes
+	}
 	if out.Fallback {
 		h.log.Debug("snowflake fallback served", zap.String("biz", req.Biz), zap.NamedError("refusal", out.Refusal))
 	}
@@ -161,6 +167,14 @@ func (h *handler) CreateBiz(ctx context.Context, req *idl.CreateBizRequest) (res
 	if req.Channel != nil {
 		b.Channel = segment.Channel(*req.Channel)
 	}
+	b.Obfuscate, b.CodeMinLength, b.Plugins = req.GetObfuscate(), int(req.GetCodeMinLength()), req.Plugins
+	if req.Format != nil {
+		f, err := segment.ParseFormat(*req.Format)
+		if err != nil {
+			return nil, h.toIDLError(req.Name, err)
+		}
+		b.Format = f
+	}
 	is, err := h.issuer(idl.ErrorCode_SEGMENT_UNAVAILABLE)
 	if err != nil {
 		return nil, err
@@ -198,6 +212,21 @@ func (h *handler) UpdateBiz(ctx context.Context, req *idl.UpdateBizRequest) (res
 		u.RateLimit = &v
 	}
 	u.Description = req.Description
+	u.Obfuscate = req.Obfuscate
+	if req.Format != nil {
+		f, err := segment.ParseFormat(*req.Format)
+		if err != nil {
+			return nil, h.toIDLError(req.Name, err)
+		}
+		u.Format = &f
+	}
+	if req.CodeMinLength != nil {
+		v := int(*req.CodeMinLength)
+		u.CodeMinLength = &v
+	}
+	if req.Plugins != nil {
+		u.Plugins = &req.Plugins
+	}
 	is, err := h.issuer(idl.ErrorCode_SEGMENT_UNAVAILABLE)
 	if err != nil {
 		return nil, err
@@ -329,7 +358,7 @@ func (h *handler) toIDLError(biz string, err error) error {
 	case errors.Is(err, segment.ErrUnknownBiz):
 		e.Code = idl.ErrorCode_UNKNOWN_BIZ
 		e.Message = fmt.Sprintf("unknown business %q: create it with 'idctl biz create --biz %s' (or the CreateBiz RPC)", biz, biz)
-	case errors.Is(err, segment.ErrBizExists):
+	case errors.Is(err, segment.ErrBizExists), errors.Is(err, segment.ErrOutputLocked):
 		e.Code = idl.ErrorCode_INVALID_ARGUMENT
 	case errors.Is(err, clock.ErrRollback):
 		e.Code, e.Retryable = idl.ErrorCode_CLOCK_ROLLBACK, true
@@ -375,8 +404,13 @@ func trimSentinel(msg string) string {
 func bizToIDL(b segment.Biz) *idl.Biz {
 	return &idl.Biz{Name: b.Name, Channel: idl.Channel(b.Channel), Step: b.Step, LowWaterPct: int32(b.LowWaterPct),
 		StartNum: b.StartNum, Fallback: b.Fallback, RateLimit: int32(b.RateLimit), Description: b.Description,
-		CreatedAtMs: msOrZero(b.CreatedAt), UpdatedAtMs: msOrZero(b.UpdatedAt)}
+		CreatedAtMs: msOrZero(b.CreatedAt), UpdatedAtMs: msOrZero(b.UpdatedAt),
+		// Never the key.
+		Obfuscate: &b.Obfuscate, Format: ptr(b.Format.String()), CodeMinLength: ptr(int32(b.CodeMinLength)),
+		Plugins: b.Plugins, Issued: &b.Issued}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 func msOrZero(t time.Time) int64 {
 	if t.IsZero() {

@@ -220,6 +220,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	closers = append(closers, health.close)
 	nd.ready(is, unordered, lease, health, noSegments, floor, workersFunc(cfg, lease, rpcPort))
 	m.register(nd)
+	m.reg.MustRegister(is.Collectors()...)
 	return closeAll, nil
 }
 

@@ -313,6 +313,8 @@ type NextIDsResponse struct {
 	Channel  Channel    `thrift:"channel,2,required" frugal:"2,required,Channel" json:"channel"`
 	Fallback bool       `thrift:"fallback,3,required" frugal:"3,required,bool" json:"fallback"`
 	Count    int64      `thrift:"count,4,required" frugal:"4,required,i64" json:"count"`
+	Ids      []int64    `thrift:"ids,5,optional" frugal:"5,optional,list<i64>" json:"ids,omitempty"`
+	Codes    []string   `thrift:"codes,6,optional" frugal:"6,optional,list<string>" json:"codes,omitempty"`
 }
 
 func NewNextIDsResponse() *NextIDsResponse {
@@ -337,6 +339,24 @@ func (p *NextIDsResponse) GetFallback() (v bool) {
 func (p *NextIDsResponse) GetCount() (v int64) {
 	return p.Count
 }
+
+var NextIDsResponse_Ids_DEFAULT []int64
+
+func (p *NextIDsResponse) GetIds() (v []int64) {
+	if !p.IsSetIds() {
+		return NextIDsResponse_Ids_DEFAULT
+	}
+	return p.Ids
+}
+
+var NextIDsResponse_Codes_DEFAULT []string
+
+func (p *NextIDsResponse) GetCodes() (v []string) {
+	if !p.IsSetCodes() {
+		return NextIDsResponse_Codes_DEFAULT
+	}
+	return p.Codes
+}
 func (p *NextIDsResponse) SetRanges(val []*IDRange) {
 	p.Ranges = val
 }
@@ -348,6 +368,20 @@ func (p *NextIDsResponse) SetFallback(val bool) {
 }
 func (p *NextIDsResponse) SetCount(val int64) {
 	p.Count = val
+}
+func (p *NextIDsResponse) SetIds(val []int64) {
+	p.Ids = val
+}
+func (p *NextIDsResponse) SetCodes(val []string) {
+	p.Codes = val
+}
+
+func (p *NextIDsResponse) IsSetIds() bool {
+	return p.Ids != nil
+}
+
+func (p *NextIDsResponse) IsSetCodes() bool {
+	return p.Codes != nil
 }
 
 func (p *NextIDsResponse) String() string {
@@ -362,6 +396,8 @@ var fieldIDToName_NextIDsResponse = map[int16]string{
 	2: "channel",
 	3: "fallback",
 	4: "count",
+	5: "ids",
+	6: "codes",
 }
 
 type ParseIDRequest struct {
@@ -774,16 +810,21 @@ var fieldIDToName_ListWorkersResponse = map[int16]string{
 }
 
 type Biz struct {
-	Name        string  `thrift:"name,1,required" frugal:"1,required,string" json:"name"`
-	Channel     Channel `thrift:"channel,2,required" frugal:"2,required,Channel" json:"channel"`
-	Step        int64   `thrift:"step,3,required" frugal:"3,required,i64" json:"step"`
-	LowWaterPct int32   `thrift:"low_water_pct,4,required" frugal:"4,required,i32" json:"low_water_pct"`
-	StartNum    int64   `thrift:"start_num,5,required" frugal:"5,required,i64" json:"start_num"`
-	Fallback    bool    `thrift:"fallback,6,required" frugal:"6,required,bool" json:"fallback"`
-	RateLimit   int32   `thrift:"rate_limit,7,required" frugal:"7,required,i32" json:"rate_limit"`
-	Description string  `thrift:"description,8,required" frugal:"8,required,string" json:"description"`
-	CreatedAtMs int64   `thrift:"created_at_ms,9,required" frugal:"9,required,i64" json:"created_at_ms"`
-	UpdatedAtMs int64   `thrift:"updated_at_ms,10,required" frugal:"10,required,i64" json:"updated_at_ms"`
+	Name          string   `thrift:"name,1,required" frugal:"1,required,string" json:"name"`
+	Channel       Channel  `thrift:"channel,2,required" frugal:"2,required,Channel" json:"channel"`
+	Step          int64    `thrift:"step,3,required" frugal:"3,required,i64" json:"step"`
+	LowWaterPct   int32    `thrift:"low_water_pct,4,required" frugal:"4,required,i32" json:"low_water_pct"`
+	StartNum      int64    `thrift:"start_num,5,required" frugal:"5,required,i64" json:"start_num"`
+	Fallback      bool     `thrift:"fallback,6,required" frugal:"6,required,bool" json:"fallback"`
+	RateLimit     int32    `thrift:"rate_limit,7,required" frugal:"7,required,i32" json:"rate_limit"`
+	Description   string   `thrift:"description,8,required" frugal:"8,required,string" json:"description"`
+	CreatedAtMs   int64    `thrift:"created_at_ms,9,required" frugal:"9,required,i64" json:"created_at_ms"`
+	UpdatedAtMs   int64    `thrift:"updated_at_ms,10,required" frugal:"10,required,i64" json:"updated_at_ms"`
+	Obfuscate     *bool    `thrift:"obfuscate,11,optional" frugal:"11,optional,bool" json:"obfuscate,omitempty"`
+	Format        *string  `thrift:"format,12,optional" frugal:"12,optional,string" json:"format,omitempty"`
+	CodeMinLength *int32   `thrift:"code_min_length,13,optional" frugal:"13,optional,i32" json:"code_min_length,omitempty"`
+	Plugins       []string `thrift:"plugins,14,optional" frugal:"14,optional,list<string>" json:"plugins,omitempty"`
+	Issued        *bool    `thrift:"issued,15,optional" frugal:"15,optional,bool" json:"issued,omitempty"`
 }
 
 func NewBiz() *Biz {
@@ -832,6 +873,51 @@ func (p *Biz) GetCreatedAtMs() (v int64) {
 func (p *Biz) GetUpdatedAtMs() (v int64) {
 	return p.UpdatedAtMs
 }
+
+var Biz_Obfuscate_DEFAULT bool
+
+func (p *Biz) GetObfuscate() (v bool) {
+	if !p.IsSetObfuscate() {
+		return Biz_Obfuscate_DEFAULT
+	}
+	return *p.Obfuscate
+}
+
+var Biz_Format_DEFAULT string
+
+func (p *Biz) GetFormat() (v string) {
+	if !p.IsSetFormat() {
+		return Biz_Format_DEFAULT
+	}
+	return *p.Format
+}
+
+var Biz_CodeMinLength_DEFAULT int32
+
+func (p *Biz) GetCodeMinLength() (v int32) {
+	if !p.IsSetCodeMinLength() {
+		return Biz_CodeMinLength_DEFAULT
+	}
+	return *p.CodeMinLength
+}
+
+var Biz_Plugins_DEFAULT []string
+
+func (p *Biz) GetPlugins() (v []string) {
+	if !p.IsSetPlugins() {
+		return Biz_Plugins_DEFAULT
+	}
+	return p.Plugins
+}
+
+var Biz_Issued_DEFAULT bool
+
+func (p *Biz) GetIssued() (v bool) {
+	if !p.IsSetIssued() {
+		return Biz_Issued_DEFAULT
+	}
+	return *p.Issued
+}
 func (p *Biz) SetName(val string) {
 	p.Name = val
 }
@@ -862,6 +948,41 @@ func (p *Biz) SetCreatedAtMs(val int64) {
 func (p *Biz) SetUpdatedAtMs(val int64) {
 	p.UpdatedAtMs = val
 }
+func (p *Biz) SetObfuscate(val *bool) {
+	p.Obfuscate = val
+}
+func (p *Biz) SetFormat(val *string) {
+	p.Format = val
+}
+func (p *Biz) SetCodeMinLength(val *int32) {
+	p.CodeMinLength = val
+}
+func (p *Biz) SetPlugins(val []string) {
+	p.Plugins = val
+}
+func (p *Biz) SetIssued(val *bool) {
+	p.Issued = val
+}
+
+func (p *Biz) IsSetObfuscate() bool {
+	return p.Obfuscate != nil
+}
+
+func (p *Biz) IsSetFormat() bool {
+	return p.Format != nil
+}
+
+func (p *Biz) IsSetCodeMinLength() bool {
+	return p.CodeMinLength != nil
+}
+
+func (p *Biz) IsSetPlugins() bool {
+	return p.Plugins != nil
+}
+
+func (p *Biz) IsSetIssued() bool {
+	return p.Issued != nil
+}
 
 func (p *Biz) String() string {
 	if p == nil {
@@ -881,18 +1002,27 @@ var fieldIDToName_Biz = map[int16]string{
 	8:  "description",
 	9:  "created_at_ms",
 	10: "updated_at_ms",
+	11: "obfuscate",
+	12: "format",
+	13: "code_min_length",
+	14: "plugins",
+	15: "issued",
 }
 
 type CreateBizRequest struct {
-	Name        string   `thrift:"name,1,required" frugal:"1,required,string" json:"name"`
-	Channel     *Channel `thrift:"channel,2,optional" frugal:"2,optional,Channel" json:"channel,omitempty"`
-	Step        *int64   `thrift:"step,3,optional" frugal:"3,optional,i64" json:"step,omitempty"`
-	LowWaterPct *int32   `thrift:"low_water_pct,4,optional" frugal:"4,optional,i32" json:"low_water_pct,omitempty"`
-	StartNum    *int64   `thrift:"start_num,5,optional" frugal:"5,optional,i64" json:"start_num,omitempty"`
-	Fallback    *bool    `thrift:"fallback,6,optional" frugal:"6,optional,bool" json:"fallback,omitempty"`
-	RateLimit   *int32   `thrift:"rate_limit,7,optional" frugal:"7,optional,i32" json:"rate_limit,omitempty"`
-	Description *string  `thrift:"description,8,optional" frugal:"8,optional,string" json:"description,omitempty"`
-	Token       *string  `thrift:"token,9,optional" frugal:"9,optional,string" json:"token,omitempty"`
+	Name          string   `thrift:"name,1,required" frugal:"1,required,string" json:"name"`
+	Channel       *Channel `thrift:"channel,2,optional" frugal:"2,optional,Channel" json:"channel,omitempty"`
+	Step          *int64   `thrift:"step,3,optional" frugal:"3,optional,i64" json:"step,omitempty"`
+	LowWaterPct   *int32   `thrift:"low_water_pct,4,optional" frugal:"4,optional,i32" json:"low_water_pct,omitempty"`
+	StartNum      *int64   `thrift:"start_num,5,optional" frugal:"5,optional,i64" json:"start_num,omitempty"`
+	Fallback      *bool    `thrift:"fallback,6,optional" frugal:"6,optional,bool" json:"fallback,omitempty"`
+	RateLimit     *int32   `thrift:"rate_limit,7,optional" frugal:"7,optional,i32" json:"rate_limit,omitempty"`
+	Description   *string  `thrift:"description,8,optional" frugal:"8,optional,string" json:"description,omitempty"`
+	Token         *string  `thrift:"token,9,optional" frugal:"9,optional,string" json:"token,omitempty"`
+	Obfuscate     *bool    `thrift:"obfuscate,10,optional" frugal:"10,optional,bool" json:"obfuscate,omitempty"`
+	Format        *string  `thrift:"format,11,optional" frugal:"11,optional,string" json:"format,omitempty"`
+	CodeMinLength *int32   `thrift:"code_min_length,12,optional" frugal:"12,optional,i32" json:"code_min_length,omitempty"`
+	Plugins       []string `thrift:"plugins,13,optional" frugal:"13,optional,list<string>" json:"plugins,omitempty"`
 }
 
 func NewCreateBizRequest() *CreateBizRequest {
@@ -977,6 +1107,42 @@ func (p *CreateBizRequest) GetToken() (v string) {
 	}
 	return *p.Token
 }
+
+var CreateBizRequest_Obfuscate_DEFAULT bool
+
+func (p *CreateBizRequest) GetObfuscate() (v bool) {
+	if !p.IsSetObfuscate() {
+		return CreateBizRequest_Obfuscate_DEFAULT
+	}
+	return *p.Obfuscate
+}
+
+var CreateBizRequest_Format_DEFAULT string
+
+func (p *CreateBizRequest) GetFormat() (v string) {
+	if !p.IsSetFormat() {
+		return CreateBizRequest_Format_DEFAULT
+	}
+	return *p.Format
+}
+
+var CreateBizRequest_CodeMinLength_DEFAULT int32
+
+func (p *CreateBizRequest) GetCodeMinLength() (v int32) {
+	if !p.IsSetCodeMinLength() {
+		return CreateBizRequest_CodeMinLength_DEFAULT
+	}
+	return *p.CodeMinLength
+}
+
+var CreateBizRequest_Plugins_DEFAULT []string
+
+func (p *CreateBizRequest) GetPlugins() (v []string) {
+	if !p.IsSetPlugins() {
+		return CreateBizRequest_Plugins_DEFAULT
+	}
+	return p.Plugins
+}
 func (p *CreateBizRequest) SetName(val string) {
 	p.Name = val
 }
@@ -1003,6 +1169,18 @@ func (p *CreateBizRequest) SetDescription(val *string) {
 }
 func (p *CreateBizRequest) SetToken(val *string) {
 	p.Token = val
+}
+func (p *CreateBizRequest) SetObfuscate(val *bool) {
+	p.Obfuscate = val
+}
+func (p *CreateBizRequest) SetFormat(val *string) {
+	p.Format = val
+}
+func (p *CreateBizRequest) SetCodeMinLength(val *int32) {
+	p.CodeMinLength = val
+}
+func (p *CreateBizRequest) SetPlugins(val []string) {
+	p.Plugins = val
 }
 
 func (p *CreateBizRequest) IsSetChannel() bool {
@@ -1037,6 +1215,22 @@ func (p *CreateBizRequest) IsSetToken() bool {
 	return p.Token != nil
 }
 
+func (p *CreateBizRequest) IsSetObfuscate() bool {
+	return p.Obfuscate != nil
+}
+
+func (p *CreateBizRequest) IsSetFormat() bool {
+	return p.Format != nil
+}
+
+func (p *CreateBizRequest) IsSetCodeMinLength() bool {
+	return p.CodeMinLength != nil
+}
+
+func (p *CreateBizRequest) IsSetPlugins() bool {
+	return p.Plugins != nil
+}
+
 func (p *CreateBizRequest) String() string {
 	if p == nil {
 		return "<nil>"
@@ -1045,26 +1239,34 @@ func (p *CreateBizRequest) String() string {
 }
 
 var fieldIDToName_CreateBizRequest = map[int16]string{
-	1: "name",
-	2: "channel",
-	3: "step",
-	4: "low_water_pct",
-	5: "start_num",
-	6: "fallback",
-	7: "rate_limit",
-	8: "description",
-	9: "token",
+	1:  "name",
+	2:  "channel",
+	3:  "step",
+	4:  "low_water_pct",
+	5:  "start_num",
+	6:  "fallback",
+	7:  "rate_limit",
+	8:  "description",
+	9:  "token",
+	10: "obfuscate",
+	11: "format",
+	12: "code_min_length",
+	13: "plugins",
 }
 
 type UpdateBizRequest struct {
-	Name        string   `thrift:"name,1,required" frugal:"1,required,string" json:"name"`
-	Channel     *Channel `thrift:"channel,2,optional" frugal:"2,optional,Channel" json:"channel,omitempty"`
-	Step        *int64   `thrift:"step,3,optional" frugal:"3,optional,i64" json:"step,omitempty"`
-	LowWaterPct *int32   `thrift:"low_water_pct,4,optional" frugal:"4,optional,i32" json:"low_water_pct,omitempty"`
-	Fallback    *bool    `thrift:"fallback,6,optional" frugal:"6,optional,bool" json:"fallback,omitempty"`
-	RateLimit   *int32   `thrift:"rate_limit,7,optional" frugal:"7,optional,i32" json:"rate_limit,omitempty"`
-	Description *string  `thrift:"description,8,optional" frugal:"8,optional,string" json:"description,omitempty"`
-	Token       *string  `thrift:"token,9,optional" frugal:"9,optional,string" json:"token,omitempty"`
+	Name          string   `thrift:"name,1,required" frugal:"1,required,string" json:"name"`
+	Channel       *Channel `thrift:"channel,2,optional" frugal:"2,optional,Channel" json:"channel,omitempty"`
+	Step          *int64   `thrift:"step,3,optional" frugal:"3,optional,i64" json:"step,omitempty"`
+	LowWaterPct   *int32   `thrift:"low_water_pct,4,optional" frugal:"4,optional,i32" json:"low_water_pct,omitempty"`
+	Fallback      *bool    `thrift:"fallback,6,optional" frugal:"6,optional,bool" json:"fallback,omitempty"`
+	RateLimit     *int32   `thrift:"rate_limit,7,optional" frugal:"7,optional,i32" json:"rate_limit,omitempty"`
+	Description   *string  `thrift:"description,8,optional" frugal:"8,optional,string" json:"description,omitempty"`
+	Token         *string  `thrift:"token,9,optional" frugal:"9,optional,string" json:"token,omitempty"`
+	Obfuscate     *bool    `thrift:"obfuscate,10,optional" frugal:"10,optional,bool" json:"obfuscate,omitempty"`
+	Format        *string  `thrift:"format,11,optional" frugal:"11,optional,string" json:"format,omitempty"`
+	CodeMinLength *int32   `thrift:"code_min_length,12,optional" frugal:"12,optional,i32" json:"code_min_length,omitempty"`
+	Plugins       []string `thrift:"plugins,13,optional" frugal:"13,optional,list<string>" json:"plugins,omitempty"`
 }
 
 func NewUpdateBizRequest() *UpdateBizRequest {
@@ -1140,6 +1342,42 @@ func (p *UpdateBizRequest) GetToken() (v string) {
 	}
 	return *p.Token
 }
+
+var UpdateBizRequest_Obfuscate_DEFAULT bool
+
+func (p *UpdateBizRequest) GetObfuscate() (v bool) {
+	if !p.IsSetObfuscate() {
+		return UpdateBizRequest_Obfuscate_DEFAULT
+	}
+	return *p.Obfuscate
+}
+
+var UpdateBizRequest_Format_DEFAULT string
+
+func (p *UpdateBizRequest) GetFormat() (v string) {
+	if !p.IsSetFormat() {
+		return UpdateBizRequest_Format_DEFAULT
+	}
+	return *p.Format
+}
+
+var UpdateBizRequest_CodeMinLength_DEFAULT int32
+
+func (p *UpdateBizRequest) GetCodeMinLength() (v int32) {
+	if !p.IsSetCodeMinLength() {
+		return UpdateBizRequest_CodeMinLength_DEFAULT
+	}
+	return *p.CodeMinLength
+}
+
+var UpdateBizRequest_Plugins_DEFAULT []string
+
+func (p *UpdateBizRequest) GetPlugins() (v []string) {
+	if !p.IsSetPlugins() {
+		return UpdateBizRequest_Plugins_DEFAULT
+	}
+	return p.Plugins
+}
 func (p *UpdateBizRequest) SetName(val string) {
 	p.Name = val
 }
@@ -1163,6 +1401,18 @@ func (p *UpdateBizRequest) SetDescription(val *string) {
 }
 func (p *UpdateBizRequest) SetToken(val *string) {
 	p.Token = val
+}
+func (p *UpdateBizRequest) SetObfuscate(val *bool) {
+	p.Obfuscate = val
+}
+func (p *UpdateBizRequest) SetFormat(val *string) {
+	p.Format = val
+}
+func (p *UpdateBizRequest) SetCodeMinLength(val *int32) {
+	p.CodeMinLength = val
+}
+func (p *UpdateBizRequest) SetPlugins(val []string) {
+	p.Plugins = val
 }
 
 func (p *UpdateBizRequest) IsSetChannel() bool {
@@ -1193,6 +1443,22 @@ func (p *UpdateBizRequest) IsSetToken() bool {
 	return p.Token != nil
 }
 
+func (p *UpdateBizRequest) IsSetObfuscate() bool {
+	return p.Obfuscate != nil
+}
+
+func (p *UpdateBizRequest) IsSetFormat() bool {
+	return p.Format != nil
+}
+
+func (p *UpdateBizRequest) IsSetCodeMinLength() bool {
+	return p.CodeMinLength != nil
+}
+
+func (p *UpdateBizRequest) IsSetPlugins() bool {
+	return p.Plugins != nil
+}
+
 func (p *UpdateBizRequest) String() string {
 	if p == nil {
 		return "<nil>"
@@ -1201,14 +1467,18 @@ func (p *UpdateBizRequest) String() string {
 }
 
 var fieldIDToName_UpdateBizRequest = map[int16]string{
-	1: "name",
-	2: "channel",
-	3: "step",
-	4: "low_water_pct",
-	6: "fallback",
-	7: "rate_limit",
-	8: "description",
-	9: "token",
+	1:  "name",
+	2:  "channel",
+	3:  "step",
+	4:  "low_water_pct",
+	6:  "fallback",
+	7:  "rate_limit",
+	8:  "description",
+	9:  "token",
+	10: "obfuscate",
+	11: "format",
+	12: "code_min_length",
+	13: "plugins",
 }
 
 type GetBizRequest struct {
@@ -1325,6 +1595,127 @@ var fieldIDToName_ListBizResponse = map[int16]string{
 	1: "bizs",
 }
 
+type DecodeRequest struct {
+	Biz   string  `thrift:"biz,1,required" frugal:"1,required,string" json:"biz"`
+	Value string  `thrift:"value,2,required" frugal:"2,required,string" json:"value"`
+	Token *string `thrift:"token,3,optional" frugal:"3,optional,string" json:"token,omitempty"`
+}
+
+func NewDecodeRequest() *DecodeRequest {
+	return &DecodeRequest{}
+}
+
+func (p *DecodeRequest) InitDefault() {
+}
+
+func (p *DecodeRequest) GetBiz() (v string) {
+	return p.Biz
+}
+
+func (p *DecodeRequest) GetValue() (v string) {
+	return p.Value
+}
+
+var DecodeRequest_Token_DEFAULT string
+
+func (p *DecodeRequest) GetToken() (v string) {
+	if !p.IsSetToken() {
+		return DecodeRequest_Token_DEFAULT
+	}
+	return *p.Token
+}
+func (p *DecodeRequest) SetBiz(val string) {
+	p.Biz = val
+}
+func (p *DecodeRequest) SetValue(val string) {
+	p.Value = val
+}
+func (p *DecodeRequest) SetToken(val *string) {
+	p.Token = val
+}
+
+func (p *DecodeRequest) IsSetToken() bool {
+	return p.Token != nil
+}
+
+func (p *DecodeRequest) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("DecodeRequest(%+v)", *p)
+}
+
+var fieldIDToName_DecodeRequest = map[int16]string{
+	1: "biz",
+	2: "value",
+	3: "token",
+}
+
+type DecodeResponse struct {
+	Number     int64            `thrift:"number,1,required" frugal:"1,required,i64" json:"number"`
+	Format     string           `thrift:"format,2,required" frugal:"2,required,string" json:"format"`
+	Obfuscated bool             `thrift:"obfuscated,3,required" frugal:"3,required,bool" json:"obfuscated"`
+	Snowflake  *ParseIDResponse `thrift:"snowflake,4,optional" frugal:"4,optional,ParseIDResponse" json:"snowflake,omitempty"`
+}
+
+func NewDecodeResponse() *DecodeResponse {
+	return &DecodeResponse{}
+}
+
+func (p *DecodeResponse) InitDefault() {
+}
+
+func (p *DecodeResponse) GetNumber() (v int64) {
+	return p.Number
+}
+
+func (p *DecodeResponse) GetFormat() (v string) {
+	return p.Format
+}
+
+func (p *DecodeResponse) GetObfuscated() (v bool) {
+	return p.Obfuscated
+}
+
+var DecodeResponse_Snowflake_DEFAULT *ParseIDResponse
+
+func (p *DecodeResponse) GetSnowflake() (v *ParseIDResponse) {
+	if !p.IsSetSnowflake() {
+		return DecodeResponse_Snowflake_DEFAULT
+	}
+	return p.Snowflake
+}
+func (p *DecodeResponse) SetNumber(val int64) {
+	p.Number = val
+}
+func (p *DecodeResponse) SetFormat(val string) {
+	p.Format = val
+}
+func (p *DecodeResponse) SetObfuscated(val bool) {
+	p.Obfuscated = val
+}
+func (p *DecodeResponse) SetSnowflake(val *ParseIDResponse) {
+	p.Snowflake = val
+}
+
+func (p *DecodeResponse) IsSetSnowflake() bool {
+	return p.Snowflake != nil
+}
+
+func (p *DecodeResponse) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("DecodeResponse(%+v)", *p)
+}
+
+var fieldIDToName_DecodeResponse = map[int16]string{
+	1: "number",
+	2: "format",
+	3: "obfuscated",
+	4: "snowflake",
+}
+
 type IdgenError struct {
 	Code         ErrorCode `thrift:"code,1,required" frugal:"1,required,ErrorCode" json:"code"`
 	Message      string    `thrift:"message,2,required" frugal:"2,required,string" json:"message"`
@@ -1423,6 +1814,8 @@ type IDGenService interface {
 	GetBiz(ctx context.Context, req *GetBizRequest) (r *Biz, err error)
 
 	ListBiz(ctx context.Context, req *ListBizRequest) (r *ListBizResponse, err error)
+
+	Decode(ctx context.Context, req *DecodeRequest) (r *DecodeResponse, err error)
 }
 
 type IDGenServiceNextIDsArgs struct {
@@ -2173,6 +2566,100 @@ func (p *IDGenServiceListBizResult) String() string {
 }
 
 var fieldIDToName_IDGenServiceListBizResult = map[int16]string{
+	0: "success",
+	1: "err",
+}
+
+type IDGenServiceDecodeArgs struct {
+	Req *DecodeRequest `thrift:"req,1" frugal:"1,default,DecodeRequest" json:"req"`
+}
+
+func NewIDGenServiceDecodeArgs() *IDGenServiceDecodeArgs {
+	return &IDGenServiceDecodeArgs{}
+}
+
+func (p *IDGenServiceDecodeArgs) InitDefault() {
+}
+
+var IDGenServiceDecodeArgs_Req_DEFAULT *DecodeRequest
+
+func (p *IDGenServiceDecodeArgs) GetReq() (v *DecodeRequest) {
+	if !p.IsSetReq() {
+		return IDGenServiceDecodeArgs_Req_DEFAULT
+	}
+	return p.Req
+}
+func (p *IDGenServiceDecodeArgs) SetReq(val *DecodeRequest) {
+	p.Req = val
+}
+
+func (p *IDGenServiceDecodeArgs) IsSetReq() bool {
+	return p.Req != nil
+}
+
+func (p *IDGenServiceDecodeArgs) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("IDGenServiceDecodeArgs(%+v)", *p)
+}
+
+var fieldIDToName_IDGenServiceDecodeArgs = map[int16]string{
+	1: "req",
+}
+
+type IDGenServiceDecodeResult struct {
+	Success *DecodeResponse `thrift:"success,0,optional" frugal:"0,optional,DecodeResponse" json:"success,omitempty"`
+	Err     *IdgenError     `thrift:"err,1,optional" frugal:"1,optional,IdgenError" json:"err,omitempty"`
+}
+
+func NewIDGenServiceDecodeResult() *IDGenServiceDecodeResult {
+	return &IDGenServiceDecodeResult{}
+}
+
+func (p *IDGenServiceDecodeResult) InitDefault() {
+}
+
+var IDGenServiceDecodeResult_Success_DEFAULT *DecodeResponse
+
+func (p *IDGenServiceDecodeResult) GetSuccess() (v *DecodeResponse) {
+	if !p.IsSetSuccess() {
+		return IDGenServiceDecodeResult_Success_DEFAULT
+	}
+	return p.Success
+}
+
+var IDGenServiceDecodeResult_Err_DEFAULT *IdgenError
+
+func (p *IDGenServiceDecodeResult) GetErr() (v *IdgenError) {
+	if !p.IsSetErr() {
+		return IDGenServiceDecodeResult_Err_DEFAULT
+	}
+	return p.Err
+}
+func (p *IDGenServiceDecodeResult) SetSuccess(x interface{}) {
+	p.Success = x.(*DecodeResponse)
+}
+func (p *IDGenServiceDecodeResult) SetErr(val *IdgenError) {
+	p.Err = val
+}
+
+func (p *IDGenServiceDecodeResult) IsSetSuccess() bool {
+	return p.Success != nil
+}
+
+func (p *IDGenServiceDecodeResult) IsSetErr() bool {
+	return p.Err != nil
+}
+
+func (p *IDGenServiceDecodeResult) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("IDGenServiceDecodeResult(%+v)", *p)
+}
+
+var fieldIDToName_IDGenServiceDecodeResult = map[int16]string{
 	0: "success",
 	1: "err",
 }

@@ -22,6 +22,12 @@ type bizRecord struct {
 	Fallback    bool      `json:"fallback"`
 	RateLimit   int       `json:"rate_limit"`
 	Description string    `json:"description,omitempty"`
+	Obfuscate   bool      `json:"obfuscate,omitempty"`
+	Format      int8      `json:"format,omitempty"`
+	CodeMinLen  int       `json:"code_min_length,omitempty"`
+	Plugins     []string  `json:"plugins,omitempty"`
+	Key         []byte    `json:"secret_key,omitempty"`
+	Issued      bool      `json:"issued,omitempty"`
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
 }
@@ -30,6 +36,8 @@ func encodeBiz(b segment.Biz) ([]byte, error) {
 	return json.Marshal(bizRecord{
 		Name: b.Name, Channel: int8(b.Channel), Step: b.Step, LowWaterPct: b.LowWaterPct,
 		StartNum: b.StartNum, Fallback: b.Fallback, RateLimit: b.RateLimit, Description: b.Description,
+		Obfuscate: b.Obfuscate, Format: int8(b.Format), CodeMinLen: b.CodeMinLength, Plugins: b.Plugins,
+		Key: []byte(b.Key), Issued: b.Issued,
 		CreatedAt: b.CreatedAt.UTC(), UpdatedAt: b.UpdatedAt.UTC(),
 	})
 }
@@ -42,6 +50,8 @@ func decodeBiz(v []byte) (segment.Biz, error) {
 	return segment.Biz{
 		Name: r.Name, Channel: segment.Channel(r.Channel), Step: r.Step, LowWaterPct: r.LowWaterPct,
 		StartNum: r.StartNum, Fallback: r.Fallback, RateLimit: r.RateLimit, Description: r.Description,
+		Obfuscate: r.Obfuscate, Format: segment.Format(r.Format), CodeMinLength: r.CodeMinLen, Plugins: r.Plugins,
+		Key: r.Key, Issued: r.Issued || len(r.Key) == 0, // no key: stored before output settings existed, may have issued
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 	}, nil
 }

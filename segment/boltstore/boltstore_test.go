@@ -173,3 +173,18 @@ func TestOptionsValidation(t *testing.T) {
 		})
 	}
 }
+
+// TestLegacyBizIsIssued: a business stored before output settings existed
+// (no key) counts as having issued, so its output can no longer switch to
+// obfuscation (which could repeat numbers it handed out) and its next
+// number needs no store write.
+func TestLegacyBizIsIssued(t *testing.T) {
+	b, err := decodeBiz([]byte(`{"name":"old","channel":2,"step":1000,"start_num":1}`))
+	if err != nil || !b.Issued {
+		t.Fatalf("legacy record: %+v %v; want Issued", b, err)
+	}
+	b, err = decodeBiz([]byte(`{"name":"new","channel":2,"step":1000,"start_num":1,"secret_key":"AAAAAAAAAAAAAAAAAAAAAA=="}`))
+	if err != nil || b.Issued {
+		t.Fatalf("new record: %+v %v; want not Issued", b, err)
+	}
+}

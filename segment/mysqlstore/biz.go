@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -43,8 +44,10 @@ func (s *Store) CreateBiz(ctx context.Context, b segment.Biz) (segment.Biz, erro
 	defer cancel()
 	err = s.inTx(cctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(cctx, `INSERT INTO biz (name, channel, step, low_water_pct, start_num, fallback,
-  rate_limit, description, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			b.Name, int(b.Channel), b.Step, b.LowWaterPct, b.StartNum, b.Fallback, b.RateLimit, b.Description, t, t)
+  rate_limit, description, obfuscate, format, code_min_length, plugins, secret_key, issued, created_at, updated_at)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			b.Name, int(b.Channel), b.Step, b.LowWaterPct, b.StartNum, b.Fallback, b.RateLimit, b.Description,
+			b.Obfuscate, int(b.Format), b.CodeMinLength, strings.Join(b.Plugins, ","), []byte(b.Key), b.Issued, t, t)
 		if isDupEntry(err) {
 			return segment.ErrBizExists
 		}
@@ -87,8 +90,11 @@ func (s *Store) UpdateBiz(ctx context.Context, name string, u segment.BizUpdate)
 		}
 		b.UpdatedAt = b.UpdatedAt.Truncate(time.Microsecond)
 		_, err = tx.ExecContext(cctx, `UPDATE biz SET channel = ?, step = ?, low_water_pct = ?, fallback = ?,
-  rate_limit = ?, description = ?, updated_at = ? WHERE name = ?`,
-			int(b.Channel), b.Step, b.LowWaterPct, b.Fallback, b.RateLimit, b.Description, b.UpdatedAt, name)
+  rate_limit = ?, description = ?, obfuscate = ?, format = ?, code_min_length = ?, plugins = ?, secret_key = ?,
+  issued = ?, updated_at = ? WHERE name = ?`,
+			int(b.Channel), b.Step, b.LowWaterPct, b.Fallback, b.RateLimit, b.Description,
+			b.Obfuscate, int(b.Format), b.CodeMinLength, strings.Join(b.Plugins, ","), []byte(b.Key), b.Issued,
+			b.UpdatedAt, name)
 		return err
 	})
 	if err != nil {
@@ -136,19 +142,27 @@ func (s *Store) ListBiz(ctx context.Context) ([]segment.Biz, error) {
 }
 
 const selectBiz = `SELECT name, channel, step, low_water_pct, start_num, fallback, rate_limit, description,
-  created_at, updated_at FROM biz`
+  obfuscate, format, code_min_length, plugins, secret_key, issued, created_at, updated_at FROM biz`
 
 func scanBiz(row interface{ Scan(...any) error }) (segment.Biz, error) {
 	var (
-		b  segment.Biz
-		ch int
+		b       segment.Biz
+		ch, f   int
+		plugins string
+		key     []byte
 	)
 	err := row.Scan(&b.Name, &ch, &b.Step, &b.LowWaterPct, &b.StartNum, &b.Fallback, &b.RateLimit,
-		&b.Description, &b.CreatedAt, &b.UpdatedAt)
+		&b.Description, &b.Obfuscate, &f, &b.CodeMinLength, &plugins, &key, &b.Issued, &b.CreatedAt, &b.UpdatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return segment.Biz{}, segment.ErrUnknownBiz
 	}
-	b.Channel = segment.Channel(ch)
+	b.Channel, b.Format = segment.Channel(ch), segment.Format(f)
+	if plugins != "" {
+		b.Plugins = strings.Split(plugins, ",")
+	}
+	if len(key) > 0 {
+		b.Key = key
+	}
 	return b, err
 }
 

@@ -18,6 +18,9 @@ type Migration struct {
 	Version     int
 	Description string
 	stmts       []string
+	// apply runs after stmts, for steps that need a look first (an ALTER
+	// guarded by information_schema).
+	apply func(ctx context.Context, conn *sql.Conn) error
 }
 
 // Every statement of a migration must be idempotent (CREATE TABLE IF NOT
@@ -28,6 +31,46 @@ type Migration struct {
 var migrations = []Migration{
 	{Version: 1, Description: "businesses, UNORDERED segments, 64 ORDERED tables, ORDERED request ids", stmts: schemaV1()},
 	{Version: 2, Description: "snowflake worker slots held in MySQL (worker_cluster, worker_slot)", stmts: schemaV2()},
+	{Version: 3, Description: "business output settings: obfuscate, format, code_min_length, plugins, secret_key, issued", apply: schemaV3},
+}
+
+// bizColumnsV3 are the columns schema 3 adds to biz. secret_key is empty
+// for businesses created before it; the store generates one on their next
+// update (always before the output settings can matter).
+var bizColumnsV3 = []struct{ name, def string }{
+	{"obfuscate", "BOOLEAN NOT NULL DEFAULT 0"},
+	{"format", "TINYINT NOT NULL DEFAULT 0"},
+	{"code_min_length", "INT NOT NULL DEFAULT 0"},
+	{"plugins", "VARCHAR(512) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT ''"},
+	{"secret_key", "VARBINARY(32) NOT NULL DEFAULT ''"},
+	{"issued", "BOOLEAN NOT NULL DEFAULT 0"},
+}
+
+// schemaV3 adds the output columns, each guarded by a look at
+// information_schema (no ADD COLUMN IF NOT EXISTS on MySQL 8).
+func schemaV3(ctx context.Context, conn *sql.Conn) error {
+	for _, c := range bizColumnsV3 {
+		var n int
+		err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.COLUMNS
+  WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'biz' AND COLUMN_NAME = ?`, c.name).Scan(&n)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			continue
+		}
+		if _, err := conn.ExecContext(ctx, "ALTER TABLE biz ADD COLUMN "+c.name+" "+c.def); err != nil {
+			return fmt.Errorf("add column biz.%s: %w", c.name, err)
+		}
+	}
+	// Businesses from before schema 3 (no key yet) may have issued
+	// numbers: lock their output settings, so a later switch to
+	// obfuscation cannot collide with what they handed out, and their next
+	// number needs no store write. New businesses always get a key.
+	if _, err := conn.ExecContext(ctx, "UPDATE biz SET issued = 1 WHERE secret_key = ''"); err != nil {
+		return fmt.Errorf("lock the output of existing businesses: %w", err)
+	}
+	return nil
 }
 
 // LatestVersion is the schema version this build needs.
@@ -189,6 +232,11 @@ func MigrateDB(ctx context.Context, db *sql.DB) ([]Migration, error) {
 		}
 		for _, stmt := range m.stmts {
 			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+				return applied, fmt.Errorf("schema version %d: %w", m.Version, err)
+			}
+		}
+		if m.apply != nil {
+			if err := m.apply(ctx, conn); err != nil {
 				return applied, fmt.Errorf("schema version %d: %w", m.Version, err)
 			}
 		}

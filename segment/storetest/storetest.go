@@ -74,6 +74,7 @@ func run(t *testing.T, newStore func(t *testing.T) segment.Store, bizOnly bool) 
 		{"UpdateInvalid", s.testUpdateInvalid},
 		{"UnknownBiz", s.testUnknownBiz},
 		{"List", s.testList},
+		{"OutputSettings", s.testOutputSettings},
 		{"SegmentContiguous", s.testSegmentContiguous},
 		{"SegmentStartNum", s.testSegmentStartNum},
 		{"SegmentInvalidStep", s.testSegmentInvalidStep},
@@ -87,7 +88,7 @@ func run(t *testing.T, newStore func(t *testing.T) segment.Store, bizOnly bool) 
 		{"OrderedConcurrentRetries", s.testOrderedConcurrentRetries},
 	}
 	if bizOnly { // the business tests, less UnknownBiz (it reserves)
-		tests = append(tests[:6:6], tests[7])
+		tests = append(tests[:6:6], tests[7], tests[8])
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -206,6 +206,12 @@ type record struct {
 	Fallback    bool      `json:"fallback"`
 	RateLimit   int       `json:"rate_limit"`
 	Description string    `json:"description,omitempty"`
+	Obfuscate   bool      `json:"obfuscate,omitempty"`
+	Format      string    `json:"format,omitempty"`
+	CodeMinLen  int       `json:"code_min_length,omitempty"`
+	Plugins     []string  `json:"plugins,omitempty"`
+	Key         []byte    `json:"secret_key,omitempty"`
+	Issued      bool      `json:"issued,omitempty"`
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
 }
@@ -213,6 +219,8 @@ type record struct {
 func encode(b segment.Biz) []byte {
 	v, _ := json.Marshal(record{Name: b.Name, Channel: b.Channel.String(), Step: b.Step, LowWaterPct: b.LowWaterPct,
 		StartNum: b.StartNum, Fallback: b.Fallback, RateLimit: b.RateLimit, Description: b.Description,
+		Obfuscate: b.Obfuscate, Format: b.Format.String(), CodeMinLen: b.CodeMinLength, Plugins: b.Plugins,
+		Key: []byte(b.Key), Issued: b.Issued,
 		CreatedAt: b.CreatedAt.UTC(), UpdatedAt: b.UpdatedAt.UTC()})
 	return v
 }
@@ -229,8 +237,14 @@ func decode(v []byte) (segment.Biz, error) {
 	case "ordered":
 		ch = segment.ChannelOrdered
 	}
+	format, err := segment.ParseFormat(r.Format)
+	if err != nil {
+		return segment.Biz{}, fmt.Errorf("zkstore: business znode: %w", err)
+	}
 	return segment.Biz{Name: r.Name, Channel: ch, Step: r.Step, LowWaterPct: r.LowWaterPct, StartNum: r.StartNum,
 		Fallback: r.Fallback, RateLimit: r.RateLimit, Description: r.Description,
+		Obfuscate: r.Obfuscate, Format: format, CodeMinLength: r.CodeMinLen, Plugins: r.Plugins,
+		Key: r.Key, Issued: r.Issued || len(r.Key) == 0, // no key: stored before output settings existed, may have issued
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC()}, nil
 }
 

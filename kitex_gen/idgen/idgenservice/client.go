@@ -19,6 +19,7 @@ type Client interface {
 	UpdateBiz(ctx context.Context, req *idgen.UpdateBizRequest, callOptions ...callopt.Option) (r *idgen.Biz, err error)
 	GetBiz(ctx context.Context, req *idgen.GetBizRequest, callOptions ...callopt.Option) (r *idgen.Biz, err error)
 	ListBiz(ctx context.Context, req *idgen.ListBizRequest, callOptions ...callopt.Option) (r *idgen.ListBizResponse, err error)
+	Decode(ctx context.Context, req *idgen.DecodeRequest, callOptions ...callopt.Option) (r *idgen.DecodeResponse, err error)
 }
 
 // NewClient creates a client for the service defined in IDL.
@@ -88,4 +89,9 @@ func (p *kIDGenServiceClient) GetBiz(ctx context.Context, req *idgen.GetBizReque
 func (p *kIDGenServiceClient) ListBiz(ctx context.Context, req *idgen.ListBizRequest, callOptions ...callopt.Option) (r *idgen.ListBizResponse, err error) {
 	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
 	return p.kClient.ListBiz(ctx, req)
+}
+
+func (p *kIDGenServiceClient) Decode(ctx context.Context, req *idgen.DecodeRequest, callOptions ...callopt.Option) (r *idgen.DecodeResponse, err error) {
+	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
+	return p.kClient.Decode(ctx, req)
 }

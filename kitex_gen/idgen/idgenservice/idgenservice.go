@@ -69,6 +69,13 @@ var serviceMethods = map[string]kitex.MethodInfo{
 		false,
 		kitex.WithStreamingMode(kitex.StreamingNone),
 	),
+	"Decode": kitex.NewMethodInfo(
+		decodeHandler,
+		newIDGenServiceDecodeArgs,
+		newIDGenServiceDecodeResult,
+		false,
+		kitex.WithStreamingMode(kitex.StreamingNone),
+	),
 }
 
 var (
@@ -327,6 +334,30 @@ func newIDGenServiceListBizResult() interface{} {
 	return idgen.NewIDGenServiceListBizResult()
 }
 
+func decodeHandler(ctx context.Context, handler interface{}, arg, result interface{}) error {
+	realArg := arg.(*idgen.IDGenServiceDecodeArgs)
+	realResult := result.(*idgen.IDGenServiceDecodeResult)
+	success, err := handler.(idgen.IDGenService).Decode(ctx, realArg.Req)
+	if err != nil {
+		switch v := err.(type) {
+		case *idgen.IdgenError:
+			realResult.Err = v
+		default:
+			return err
+		}
+	} else {
+		realResult.Success = success
+	}
+	return nil
+}
+func newIDGenServiceDecodeArgs() interface{} {
+	return idgen.NewIDGenServiceDecodeArgs()
+}
+
+func newIDGenServiceDecodeResult() interface{} {
+	return idgen.NewIDGenServiceDecodeResult()
+}
+
 type kClient struct {
 	c client.Client
 }
@@ -440,6 +471,20 @@ func (p *kClient) ListBiz(ctx context.Context, req *idgen.ListBizRequest) (r *id
 	_args.Req = req
 	var _result idgen.IDGenServiceListBizResult
 	if err = p.c.Call(ctx, "ListBiz", &_args, &_result); err != nil {
+		return
+	}
+	switch {
+	case _result.Err != nil:
+		return r, _result.Err
+	}
+	return _result.GetSuccess(), nil
+}
+
+func (p *kClient) Decode(ctx context.Context, req *idgen.DecodeRequest) (r *idgen.DecodeResponse, err error) {
+	var _args idgen.IDGenServiceDecodeArgs
+	_args.Req = req
+	var _result idgen.IDGenServiceDecodeResult
+	if err = p.c.Call(ctx, "Decode", &_args, &_result); err != nil {
 		return
 	}
 	switch {

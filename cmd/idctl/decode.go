@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	idl "github.com/idgen/idgen/kitex_gen/idgen"
+)
+
+// cmdDecode asks a node (admin) for the number behind a business's output.
+func cmdDecode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newCmdFlags("decode", "idctl decode --addr HOST:PORT --biz NAME [--json] VALUE",
+		"Prints the number behind an obfuscated ID or a code of a business (the admin Decode RPC: the\n"+
+			"key stays on the server) and, when that number is a snowflake ID of the cluster, its parse.\n")
+	addr := fs.String("addr", envOr("IDGEN_ADDR", "127.0.0.1:8888"), "idgen RPC address (env IDGEN_ADDR)")
+	token := fs.String("token", envOr("IDGEN_ADMIN_TOKEN", ""), "admin token (env IDGEN_ADMIN_TOKEN)")
+	biz := fs.String("biz", "", "business name (required)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	timeout := fs.Duration("timeout", 5*time.Second, "RPC timeout")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if *biz == "" {
+		return fs.usageErr("--biz is required")
+	}
+	if fs.NArg() != 1 {
+		return fs.usageErr("want exactly one VALUE (an ID or a code)")
+	}
+	var tok *string
+	if *token != "" {
+		tok = token
+	}
+	c, err := newClient(*addr, *timeout)
+	if err != nil {
+		return fs.withUsage(err)
+	}
+	resp, err := c.Decode(ctx, &idl.DecodeRequest{Biz: *biz, Value: fs.Arg(0), Token: tok})
+	if err != nil {
+		return describe(err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(resp)
+	}
+	fmt.Fprintf(stdout, "number:     %d\nformat:     %s\nobfuscated: %v\n", resp.Number, resp.Format, resp.Obfuscated)
+	if p := resp.Snowflake; p != nil {
+		fmt.Fprintf(stdout, "snowflake:  time %s idc %d node %d worker %d sequence %d\n", p.Time, p.Idc, p.Node, p.Worker, p.Sequence)
+	}
+	return nil
+}

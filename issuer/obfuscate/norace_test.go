@@ -1,0 +1,5 @@
+//go:build !race
+
+package obfuscate
+
+const raceEnabled = false

@@ -370,6 +370,13 @@ func (f *fakeNode) ParseID(_ context.Context, req *idl.ParseIDRequest) (*idl.Par
 		Worker: 258, Sequence: 3, BelowFloor: req.Id < 1000}, nil
 }
 
+func (f *fakeNode) Decode(_ context.Context, req *idl.DecodeRequest) (*idl.DecodeResponse, error) {
+	if req.Biz != "coupon" || req.Value != "AA5PM8" {
+		return nil, &idl.IdgenError{Code: idl.ErrorCode_INVALID_ARGUMENT, Message: "unexpected " + req.Biz + " " + req.Value}
+	}
+	return &idl.DecodeResponse{Number: 2, Format: "code", Obfuscated: true}, nil
+}
+
 func (f *fakeNode) CreateBiz(_ context.Context, req *idl.CreateBizRequest) (*idl.Biz, error) {
 	f.mu.Lock()
 	f.creates = append(f.creates, req)
@@ -437,6 +444,14 @@ func TestAgainstFakeNode(t *testing.T) {
 		}
 		if b.RateLimit == nil || *b.RateLimit != 0 {
 			t.Errorf("--rate-limit 0 sent %v", b.RateLimit)
+		}
+	})
+	t.Run("decode sends the value", func(t *testing.T) {
+		for _, args := range [][]string{{"decode", "--addr", addr, "--biz", "coupon", "AA5PM8"}, {"decode", "AA5PM8", "--addr", addr, "--biz", "coupon"}} {
+			code, out, errOut := runCLI(t, args...)
+			if code != 0 || !strings.Contains(out, "number:     2") || !strings.Contains(out, "obfuscated: true") {
+				t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+			}
 		}
 	})
 	t.Run("server error has one prefix", func(t *testing.T) {

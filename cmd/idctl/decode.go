@@ -26,7 +26,7 @@ func cmdDecode(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *biz == "" {
 		return fs.usageErr("--biz is required")
 	}
-	if fs.NArg() != 1 {
+	if len(fs.args) != 1 {
 		return fs.usageErr("want exactly one VALUE (an ID or a code)")
 	}
 	var tok *string
@@ -37,7 +37,7 @@ func cmdDecode(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fs.withUsage(err)
 	}
-	resp, err := c.Decode(ctx, &idl.DecodeRequest{Biz: *biz, Value: fs.Arg(0), Token: tok})
+	resp, err := c.Decode(ctx, &idl.DecodeRequest{Biz: *biz, Value: fs.args[0], Token: tok})
 	if err != nil {
 		return describe(err)
 	}

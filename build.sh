@@ -2,7 +2,7 @@
 # idgen build script.
 #
 #   ./build.sh build              compile idgen and idctl into output/ (Kitex layout), version from git
-#   ./build.sh run [flags]        build output/bin/idgen and exec it (standalone; data in ./data)
+#   ./build.sh run [flags]        build output/bin/idgen (and idctl) and exec idgen (standalone; data in ./data)
 #   ./build.sh test [--quick] [PKG...]
 #                                 lint, promtool, provision ZooKeeper + MariaDB, go test -race;
 #                                 --quick: no staticcheck, no race detector. Ends with one line
@@ -99,6 +99,7 @@ cmd_build() {
 cmd_run() {
   mkdir -p output/bin
   go build -ldflags "$(ldflags)" -o output/bin/idgen ./cmd/idgen
+  go build -ldflags "$(ldflags)" -o output/bin/idctl ./cmd/idctl # for the README's session
   exec "$ROOT/output/bin/idgen" "$@"
 }
 

@@ -33,3 +33,20 @@ func TestGetRetries(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchAbsorbsObfuscatedOutput: a business that answers in ids or
+// codes (empty ranges) is counted, not reported as a bad response.
+func TestBenchAbsorbsObfuscatedOutput(t *testing.T) {
+	w := &benchWorker{}
+	ids := &idl.NextIDsResponse{Ranges: []*idl.IDRange{{First: 77, Last: 77}, {First: 5, Last: 5}}, Count: 2}
+	if err := w.absorb(ids, 0, 2); err != nil {
+		t.Errorf("obfuscated IDs as single ranges: %v", err)
+	}
+	codes := &idl.NextIDsResponse{Codes: []string{"BGTR00", "AA5PM8", "F2MXEA"}, Count: 3}
+	if err := w.absorb(codes, 0, 3); err != nil {
+		t.Errorf("codes: %v", err)
+	}
+	if err := w.absorb(&idl.NextIDsResponse{Codes: []string{"BGTR00"}, Count: 1}, 0, 2); err == nil {
+		t.Error("one code for two asked: want a bad response")
+	}
+}

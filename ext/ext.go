@@ -11,6 +11,33 @@
 // handled=true answers instead (the SNOWFLAKE fallback to the business's
 // segment is such a handler), otherwise the caller gets the strategy's
 // error. The default chain logs and counts every refusal.
+//
+// # Plugins
+//
+// A Plugin is an interceptor around one business's issuance (an audit
+// trail, issuance metrics, a policy check). Plugins are registered by name
+// in code (Registry.RegisterPlugin) and enabled per business by its
+// plugins setting; a business names only registered plugins (the issuer
+// refuses an unknown name when the business is created or updated; a name
+// stored by a node with another registry is logged once and ignored). The
+// enabled plugins run in Order, smallest first, ties by name:
+//
+//   - Before runs before any number is issued. Returning an error that
+//     wraps ErrRejected refuses the request (the caller gets
+//     PERMISSION_DENIED with the error's message) and no later Before runs.
+//     Any other error is a broken plugin, not a decision: it is logged and
+//     counted and issuance goes on (fail-open, so a plugin cannot stop ID
+//     issuance by accident).
+//   - After runs once the numbers are issued, with a copy of the result:
+//     it cannot change the IDs nor fail the request.
+//   - OnError runs when the request failed (a strategy's error, or a
+//     Before rejection); it cannot change the error.
+//
+// A panic in any hook is recovered, logged and counted
+// (idgen_plugin_failures_total{plugin,hook}); the request goes on as if the
+// hook had returned nil. Hooks run on the request's goroutine: they must be
+// fast and must not block (hand slow work, such as writing a file, to a
+// goroutine of the plugin's own, and drop when it is behind).
 package ext
 
 import (
@@ -71,12 +98,13 @@ type Registry struct {
 	mu         sync.RWMutex
 	strategies map[segment.Channel]Strategy
 	handlers   []RejectionHandler
+	plugins    map[string]Plugin
 }
 
 // NewRegistry returns an empty Registry (the issuer adds its built-ins to
 // the values left free).
 func NewRegistry() *Registry {
-	return &Registry{strategies: map[segment.Channel]Strategy{}}
+	return &Registry{strategies: map[segment.Channel]Strategy{}, plugins: map[string]Plugin{}}
 }
 
 // RegisterStrategy serves channel ch with s. A value already taken is

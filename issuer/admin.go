@@ -19,6 +19,9 @@ func (is *Issuer) CreateBiz(ctx context.Context, b segment.Biz) (segment.Biz, er
 	if err := is.checkChannels(b.Channel, b.Fallback); err != nil {
 		return segment.Biz{}, err
 	}
+	if err := is.ext.CheckPlugins(b.Plugins); err != nil {
+		return segment.Biz{}, err
+	}
 	start, step := b.StartNum, b.Step
 	if start == 0 {
 		start = segment.DefaultStartNum
@@ -45,6 +48,11 @@ func (is *Issuer) UpdateBiz(ctx context.Context, name string, u segment.BizUpdat
 			fb = *u.Fallback
 		}
 		if err := is.checkChannels(ch, fb); err != nil {
+			return segment.Biz{}, err
+		}
+	}
+	if u.Plugins != nil {
+		if err := is.ext.CheckPlugins(*u.Plugins); err != nil {
 			return segment.Biz{}, err
 		}
 	}

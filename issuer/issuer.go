@@ -86,6 +86,7 @@ type Issuer struct {
 	ext          *ext.Registry
 	rejections   *prometheus.CounterVec
 	outputs      sync.Map // biz name -> *output, once it has issued
+	plugins      pluginState
 }
 
 type fenceState struct{ reason error }
@@ -129,7 +130,8 @@ func New(cfg Config) (*Issuer, error) {
 	}
 	is := &Issuer{cfg: cfg, log: cfg.Logger, ext: cfg.Extensions,
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idgen_strategy_rejections_total",
-			Help: "Refusals of a strategy (before any rejection handler such as the snowflake fallback served)."}, []string{"strategy"})}
+			Help: "Refusals of a strategy (before any rejection handler such as the snowflake fallback served)."}, []string{"strategy"}),
+		plugins: newPluginState()}
 	if err := is.registerBuiltins(cfg.Extensions); err != nil {
 		return nil, err
 	}
@@ -143,9 +145,11 @@ func (is *Issuer) Layout() snowflake.Layout { return is.cfg.Layout }
 // Guard returns the rollback guard (readiness reads Behind from it).
 func (is *Issuer) Guard() *clock.Guard { return is.cfg.Guard }
 
-// Collectors returns the issuer's own metrics (strategy refusals) for the
-// assembly to register.
-func (is *Issuer) Collectors() []prometheus.Collector { return []prometheus.Collector{is.rejections} }
+// Collectors returns the issuer's own metrics (strategy refusals, plugin
+// failures) for the assembly to register.
+func (is *Issuer) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{is.rejections, is.plugins.failures}
+}
 
 // MaxBatch returns the largest count a request may ask for.
 func (is *Issuer) MaxBatch() int { return is.cfg.MaxBatch }
@@ -157,6 +161,8 @@ type Request struct {
 	Count     int
 	SubKey    string // ORDERED only, required there
 	RequestID string // ORDERED only, optional
+	// Caller is the caller's address, passed to the plugins (optional).
+	Caller string
 }
 
 // Response carries the IDs as inclusive ranges or, for a business whose
@@ -205,18 +211,44 @@ func (is *Issuer) Next(ctx context.Context, req Request) (Response, error) {
 	if err := is.allow(biz); err != nil {
 		return Response{}, err
 	}
-	out, err := is.outputOf(ctx, biz)
-	if err != nil {
-		return Response{}, err
+	ps := is.pluginsOf(biz)
+	var call *ext.Call
+	if ps != nil {
+		call = &ext.Call{Biz: biz, Channel: ch, Count: req.Count, SubKey: req.SubKey, RequestID: req.RequestID,
+			Caller: req.Caller, Worker: is.Worker(), Start: time.Now()}
+		if err := is.runBefore(ctx, ps, call); err != nil {
+			is.runOnError(ctx, ps, call, err)
+			return Response{}, err
+		}
 	}
-	res, err := is.ext.Serve(ctx, ext.Request{Biz: biz, Channel: ch, Count: req.Count, SubKey: req.SubKey, RequestID: req.RequestID},
-		ext.RejectionFunc(is.logRejection), ext.RejectionFunc(is.snowflakeFallback))
+	out, res, err := is.serve(ctx, biz, ch, req)
+	if ps != nil {
+		// Plugins see the numbers before the output mapping, and a copy:
+		// nothing they do can change what the caller gets.
+		if err != nil {
+			is.runOnError(ctx, ps, call, err)
+		} else {
+			is.runAfter(ctx, ps, call, res)
+		}
+	}
 	if err != nil {
 		return Response{}, err
 	}
 	resp := Response{Ranges: res.Ranges, Channel: res.Channel, Fallback: res.Fallback, Refusal: res.Refusal}
 	out.apply(&resp)
 	return resp, nil
+}
+
+// serve locks the business's output (marking it issued) and runs the
+// strategy of ch with the rejection chain.
+func (is *Issuer) serve(ctx context.Context, biz segment.Biz, ch segment.Channel, req Request) (*output, ext.Result, error) {
+	out, err := is.outputOf(ctx, biz)
+	if err != nil {
+		return nil, ext.Result{}, err
+	}
+	res, err := is.ext.Serve(ctx, ext.Request{Biz: biz, Channel: ch, Count: req.Count, SubKey: req.SubKey, RequestID: req.RequestID},
+		ext.RejectionFunc(is.logRejection), ext.RejectionFunc(is.snowflakeFallback))
+	return out, res, err
 }
 
 // noSegments is the refusal of a segment channel in a deployment without

@@ -231,7 +231,7 @@ func TestUsageMatchesFlags(t *testing.T) {
 	cleanEnv(t)
 	mentioned := regexp.MustCompile(`--([a-z][a-z0-9-]*)`)
 	cmds := [][]string{{"get"}, {"parse"}, {"decode"}, {"workers"}, {"bench"}, {"biz", "create"}, {"biz", "update"},
-		{"biz", "get"}, {"biz", "list"}, {"db", "migrate"}, {"db", "version"}, {"db", "check"}}
+		{"biz", "get"}, {"biz", "list"}, {"db", "migrate"}, {"db", "version"}, {"db", "check"}, {"audit"}}
 	listed := map[string][]string{}
 	for _, c := range cmds {
 		flags, out := helpFlags(t, c...)

@@ -1,6 +1,6 @@
 // Command idctl is the operator's CLI for idgen: get IDs, parse an ID, list
 // worker assignments from ZooKeeper, manage businesses, migrate the MySQL
-// schema and run a bounded load benchmark.
+// schema, run a bounded load benchmark and read a node's audit file.
 //
 // Exit status: 0 on success and for --help/-h (help goes to stdout), 2 for a
 // mistake in the command line (the error and a usage hint go to stderr), 1
@@ -34,6 +34,7 @@ usage:
   idctl biz     get --addr HOST:PORT --biz NAME
   idctl biz     list --addr HOST:PORT
   idctl db      migrate|version|check --mysql DSN
+  idctl audit   [--file F] [--biz NAME] [--since 10m|RFC3339] [--json]
   idctl bench   --addr HOST:PORT --biz NAME [--channel C] [--count N]
                 [--concurrency N] [--duration D | --requests N] [--check] [--json]
   idctl version
@@ -51,6 +52,7 @@ var commands = map[string]command{
 	"biz":     cmdBiz,
 	"db":      cmdDB,
 	"bench":   cmdBench,
+	"audit":   cmdAudit,
 }
 
 func main() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -59,6 +60,9 @@ type Config struct {
 	MaxFrameBytes int    `yaml:"max_frame_bytes"`
 	AdminToken    string `yaml:"admin_token"`
 	ClientToken   string `yaml:"client_token"`
+	// AuditFile is where the audit plugin appends its JSON lines ("":
+	// <data_dir>/audit.jsonl, one file per node in every mode).
+	AuditFile string `yaml:"audit_file"`
 
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	LogLevel        string        `yaml:"log_level"`
@@ -203,9 +207,18 @@ var options = []option{
 	intOpt("max-frame-bytes", "largest Thrift frame the server accepts", func(c *Config) *int { return &c.MaxFrameBytes }),
 	strOpt("admin-token", "token required by admin RPCs; empty: admin RPCs from loopback only", func(c *Config) *string { return &c.AdminToken }),
 	strOpt("client-token", "token required by NextIDs; empty: none", func(c *Config) *string { return &c.ClientToken }),
+	strOpt("audit-file", "JSON-lines file of the audit plugin, one per node (default: data-dir/audit.jsonl); read it with 'idctl audit'", func(c *Config) *string { return &c.AuditFile }),
 	durOpt("shutdown-timeout", "how long SIGTERM waits for in-flight calls", func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
 	strOpt("log-level", "debug, info, warn or error", func(c *Config) *string { return &c.LogLevel }),
 	strOpt("log-format", "json or console", func(c *Config) *string { return &c.LogFormat }),
+}
+
+// AuditPath is the audit file: audit_file, else audit.jsonl in data_dir.
+func (c Config) AuditPath() string {
+	if c.AuditFile != "" {
+		return c.AuditFile
+	}
+	return filepath.Join(c.DataDir, "audit.jsonl")
 }
 
 // loadConfig builds the configuration from defaults, the YAML file named by

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/ext"
 	"github.com/idgen/idgen/issuer"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	"github.com/idgen/idgen/segment"
@@ -57,7 +58,7 @@ func (h *handler) NextIDs(ctx context.Context, req *idl.NextIDsRequest) (resp *i
 	if h.clientToken != "" && !tokenOK(req.Token, h.clientToken) {
 		return nil, &idl.IdgenError{Code: idl.ErrorCode_UNAUTHENTICATED, Message: "NextIDs needs the client token: set NextIDsRequest.token"}
 	}
-	r := issuer.Request{Biz: req.Biz, Count: int(req.Count), SubKey: req.GetSubKey(), RequestID: req.GetRequestId()}
+	r := issuer.Request{Biz: req.Biz, Count: int(req.Count), SubKey: req.GetSubKey(), RequestID: req.GetRequestId(), Caller: callerAddr(ctx)}
 	if r.Count == 0 {
 		// Unset or 0 means 1: Go's zero value (and a plain Thrift client
 		// that leaves the field out) must not beat the IDL default.
@@ -302,6 +303,15 @@ func tokenOK(got *string, want string) bool {
 	return got != nil && subtle.ConstantTimeCompare([]byte(*got), []byte(want)) == 1
 }
 
+// callerAddr is the RPC peer's address ("" when unknown), for plugins.
+func callerAddr(ctx context.Context) string {
+	ri := rpcinfo.GetRPCInfo(ctx)
+	if ri == nil || ri.From() == nil || ri.From().Address() == nil {
+		return ""
+	}
+	return ri.From().Address().String()
+}
+
 func fromLoopback(ctx context.Context) bool {
 	ri := rpcinfo.GetRPCInfo(ctx)
 	if ri == nil || ri.From() == nil || ri.From().Address() == nil {
@@ -355,6 +365,10 @@ func (h *handler) toIDLError(biz string, err error) error {
 	case errors.Is(err, issuer.ErrInvalid), errors.Is(err, segment.ErrInvalid), errors.Is(err, snowflake.ErrInvalid),
 		errors.Is(err, segment.ErrRequestMismatch):
 		e.Code = idl.ErrorCode_INVALID_ARGUMENT
+	case errors.Is(err, ext.ErrRejected):
+		// A plugin's policy refused this caller or request: a decision,
+		// not a malformed request nor a passing state.
+		e.Code = idl.ErrorCode_PERMISSION_DENIED
 	case errors.Is(err, segment.ErrUnknownBiz):
 		e.Code = idl.ErrorCode_UNKNOWN_BIZ
 		e.Message = fmt.Sprintf("unknown business %q: create it with 'idctl biz create --biz %s' (or the CreateBiz RPC)", biz, biz)

@@ -29,8 +29,10 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/ext"
 	"github.com/idgen/idgen/issuer"
 	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
+	"github.com/idgen/idgen/plugins"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/boltstore"
 	"github.com/idgen/idgen/segment/mysqlstore"
@@ -208,10 +210,17 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	if err != nil {
 		return fail(err)
 	}
+	exts, closeExts, err := defaultExtensions(cfg, m, fmt.Sprintf("%s:%d", advertiseHost(cfg), rpcPort), log)
+	if err != nil {
+		return fail(err)
+	}
+	// Closed after the RPC server drained (closers run in reverse, before
+	// the lease and the store): the last requests' records are flushed.
+	closers = append(closers, closeExts)
 	is, err := issuer.New(issuer.Config{Store: store, Unordered: unordered, Ordered: ordered,
 		Bizs: segment.NewBizCache(store, 2*time.Second), Layout: layout, Guard: guard, Floor: floor,
 		AutoCreateBiz: cfg.AutoCreate(), MaxBatch: cfg.MaxBatch, NoSegments: noSegments,
-		ExtendNow: lease.RequestExtend, Logger: log.Named("issuer")})
+		ExtendNow: lease.RequestExtend, Extensions: exts, Logger: log.Named("issuer")})
 	if err != nil {
 		return fail(err)
 	}
@@ -222,6 +231,33 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	m.register(nd)
 	m.reg.MustRegister(is.Collectors()...)
 	return closeAll, nil
+}
+
+// defaultExtensions is the default assembly's registry: the built-in
+// plugins audit (to cfg.AuditPath()) and stats, their metrics registered
+// with the node's registry. The returned func flushes and closes the audit
+// file.
+func defaultExtensions(cfg Config, m *metrics, servedBy string, log *zap.Logger) (*ext.Registry, func(), error) {
+	reg := ext.NewRegistry()
+	audit, err := plugins.OpenAudit(cfg.AuditPath(), plugins.AuditConfig{ServedBy: servedBy, Logger: log.Named("audit")})
+	if err != nil {
+		return nil, nil, fmt.Errorf("audit_file %s: %w", cfg.AuditPath(), err)
+	}
+	closeAudit := func() {
+		if err := audit.Close(5 * time.Second); err != nil {
+			log.Error("closing the audit file", zap.String("file", cfg.AuditPath()), zap.Error(err))
+		}
+	}
+	stats := plugins.NewStats()
+	for _, p := range []ext.Plugin{audit, stats} {
+		if err := reg.RegisterPlugin(p); err != nil {
+			closeAudit()
+			return nil, nil, err
+		}
+	}
+	m.reg.MustRegister(audit.Collectors()...)
+	m.reg.MustRegister(stats.Collectors()...)
+	return reg, closeAudit, nil
 }
 
 func newLogger(cfg Config, stderr io.Writer) (*zap.Logger, error) {

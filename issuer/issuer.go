@@ -1,7 +1,7 @@
 // Package issuer routes ID requests to the three channels (SNOWFLAKE,
 // UNORDERED, ORDERED), applies each business's settings (default channel,
 // snowflake fallback, rate limit) and answers business administration. It
-// knows nothing of Kitex: the RPC handler in cmd/idgen validates the wire
+// knows nothing of Kitex: the RPC handler in package server validates the wire
 // request, calls Issuer and maps its errors to the IDL exception.
 //
 // Issuer is the worker.Holder of the node's worker lease: it builds a

@@ -2,8 +2,10 @@
 // order numbers, yyyyMMdd followed by a six-digit, zero-padded sequence
 // number of that day (20261122000001, 20261122000002, ...).
 //
-// The strategy is registered on channel 16 in an ext.Registry handed to
-// the issuer; the built-in channels keep working beside it. The day's
+// main embeds the whole idgen server (package server) and registers the
+// strategy on channel 16 through server.Options.Register; every flag of
+// idgen works (`go run ./examples/dateorder --data-dir /tmp/d`), and the
+// built-in channels keep working beside it. The day's
 // sequence comes from the ORDERED processor with the date as sub key, so
 // it is unique and strictly increasing per day across every node that
 // shares the store, and a day that runs past 999999 is refused, never
@@ -13,13 +15,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/idgen/idgen/ext"
 	"github.com/idgen/idgen/issuer"
 	"github.com/idgen/idgen/segment"
-	"github.com/idgen/idgen/segment/boltstore"
+	"github.com/idgen/idgen/server"
 )
 
 // Channel is the channel value the example serves.
@@ -28,11 +29,33 @@ const Channel segment.Channel = 16
 // seqDigits is the width of the day's sequence number.
 const seqDigits = 1_000_000
 
-// Strategy issues date-prefixed order numbers.
+// Strategy issues date-prefixed order numbers. The day's sequence comes
+// from Ordered, or, when that is nil, from the ORDERED strategy of
+// Registry (the server's own, registered after Options.Register ran).
 type Strategy struct {
-	Ordered *segment.Ordered
-	Now     func() time.Time // nil: time.Now
-	Loc     *time.Location   // nil: UTC
+	Ordered  *segment.Ordered
+	Registry *ext.Registry
+	Now      func() time.Time // nil: time.Now
+	Loc      *time.Location   // nil: UTC
+}
+
+// take reserves n numbers of the day's sequence.
+func (s *Strategy) take(ctx context.Context, biz segment.Biz, subKey string, n int) (segment.Range, error) {
+	if s.Ordered != nil {
+		return s.Ordered.Take(ctx, biz, subKey, int64(n), "")
+	}
+	ordered, ok := s.Registry.Strategy(segment.ChannelOrdered)
+	if !ok {
+		return segment.Range{}, fmt.Errorf("dateorder: no ORDERED strategy registered")
+	}
+	res, err := ordered.Generate(ctx, ext.Request{Biz: biz, Channel: segment.ChannelOrdered, Count: n, SubKey: subKey})
+	if err != nil {
+		return segment.Range{}, err
+	}
+	if len(res.Ranges) != 1 {
+		return segment.Range{}, fmt.Errorf("dateorder: ORDERED answered %d ranges, want 1", len(res.Ranges))
+	}
+	return res.Ranges[0], nil
 }
 
 // Name implements ext.Strategy.
@@ -48,7 +71,7 @@ func (s *Strategy) Generate(ctx context.Context, req ext.Request) (ext.Result, e
 		loc = s.Loc
 	}
 	day := now().In(loc).Format("20060102")
-	r, err := s.Ordered.Take(ctx, req.Biz, "day:"+day, int64(req.Count), "")
+	r, err := s.take(ctx, req.Biz, "day:"+day, req.Count)
 	if err != nil {
 		return ext.Result{}, err
 	}
@@ -89,41 +112,7 @@ func New(store segment.Store, now func() time.Time) (*issuer.Issuer, func(), err
 }
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "dateorder:", err)
-		os.Exit(1)
-	}
-}
-
-func run() error {
-	dir, err := os.MkdirTemp("", "dateorder")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	store, err := boltstore.Open(dir, boltstore.Options{})
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	is, done, err := New(store, nil)
-	if err != nil {
-		return err
-	}
-	defer done()
-	ctx := context.Background()
-	if _, err := is.CreateBiz(ctx, segment.Biz{Name: "order", Channel: segment.ChannelUnordered}); err != nil {
-		return err
-	}
-	ch := Channel
-	resp, err := is.Next(ctx, issuer.Request{Biz: "order", Channel: &ch, Count: 3})
-	if err != nil {
-		return err
-	}
-	for _, r := range resp.Ranges {
-		for n := r.First; n <= r.Last; n++ {
-			fmt.Println(n)
-		}
-	}
-	return nil
+	server.Main(server.Options{Register: func(r *ext.Registry) error {
+		return r.RegisterStrategy(Channel, &Strategy{Registry: r})
+	}})
 }

@@ -4,12 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"testing"
 	"time"
 
+	"github.com/cloudwego/kitex/client"
+	"github.com/cloudwego/kitex/transport"
+
+	"github.com/idgen/idgen/ext"
 	"github.com/idgen/idgen/issuer"
+	idl "github.com/idgen/idgen/kitex_gen/idgen"
+	"github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/boltstore"
+	"github.com/idgen/idgen/server"
 )
 
 // TestDateOrderServesEndToEnd: the custom strategy registered on channel
@@ -68,4 +77,74 @@ func TestDateOrderServesEndToEnd(t *testing.T) {
 	if _, err := is.Next(ctx, issuer.Request{Biz: "order", Channel: &bad, Count: 1}); !errors.Is(err, issuer.ErrInvalid) {
 		t.Fatalf("channel 17: %v, want ErrInvalid", err)
 	}
+}
+
+// TestEmbeddedServerServesChannel16: the whole server, embedded with
+// server.Run and the strategy registered through Options.Register, serves
+// channel 16 over Kitex beside the built-in channels.
+func TestEmbeddedServerServesChannel16(t *testing.T) {
+	rpc, admin := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- server.Run(ctx, server.Options{Version: "test", Register: func(r *ext.Registry) error {
+			return r.RegisterStrategy(Channel, &Strategy{Registry: r})
+		}}, []string{"--data-dir", t.TempDir(), "--rpc-addr", rpc, "--admin-addr", admin, "--log-level", "error"},
+			func(string) string { return "" }, io.Discard, io.Discard)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server.Run: %v", err)
+		}
+	})
+	c, err := idgenservice.NewClient("idgen", client.WithHostPorts(rpc), client.WithRPCTimeout(3*time.Second),
+		client.WithTransportProtocol(transport.TTHeaderFramed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	biz := "order"
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := c.CreateBiz(context.Background(), &idl.CreateBizRequest{Name: biz})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server not serving CreateBiz: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ch := idl.Channel(Channel)
+	today := time.Now().UTC().Format("20060102")
+	var last int64
+	for i := 0; i < 3; i++ {
+		resp, err := c.NextIDs(context.Background(), &idl.NextIDsRequest{Biz: biz, Channel: &ch, Count: 2})
+		if err != nil {
+			t.Fatalf("NextIDs on channel %d: %v", Channel, err)
+		}
+		for _, r := range resp.Ranges {
+			for n := r.First; n <= r.Last; n++ {
+				s := fmt.Sprint(n)
+				if n <= last || len(s) != 14 || (s[:8] != today && s[:8] != time.Now().UTC().Format("20060102")) {
+					t.Fatalf("got %d after %d; want yyyyMMdd (%s) and six digits, rising", n, last, today)
+				}
+				last = n
+			}
+		}
+	}
+	snow := idl.Channel_SNOWFLAKE
+	if _, err := c.NextIDs(context.Background(), &idl.NextIDsRequest{Biz: biz, Channel: &snow, Count: 1}); err != nil {
+		t.Errorf("built-in SNOWFLAKE beside channel 16: %v", err)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -85,7 +85,7 @@ func idctl(t *testing.T) string {
 	t.Helper()
 	idctlOnce.Do(func() {
 		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(file), "..", "..")
+		root := filepath.Join(filepath.Dir(file), "..")
 		dir, err := os.MkdirTemp("", "idctl-bin-")
 		if err != nil {
 			idctlOnce.err = err

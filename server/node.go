@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 
 	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/ext"
 	"github.com/idgen/idgen/issuer"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/worker"
@@ -19,6 +20,7 @@ import (
 // the store opens and the worker slot is claimed) and points at the issuer
 // once start-up is done.
 type node struct {
+	register  func(*ext.Registry) error // Options.Register (nil: none)
 	clk       clock.Clock
 	mode      string
 	startedAt time.Time

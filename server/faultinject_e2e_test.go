@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -167,7 +167,7 @@ func TestE2E_ClockRollbackFaultInject(t *testing.T) {
 // TestE2E_MetricsNamesUsedByAlerts: every metric an alert rule uses is
 // exported by a node (cluster-only metrics are listed and skipped here).
 func TestE2E_MetricsNamesUsedByAlerts(t *testing.T) {
-	rules, err := os.ReadFile("../../deploy/prometheus/alerts.yml")
+	rules, err := os.ReadFile("../deploy/prometheus/alerts.yml")
 	if err != nil {
 		t.Fatal(err)
 	}

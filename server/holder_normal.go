@@ -1,6 +1,6 @@
 //go:build !faultinject
 
-package main
+package server
 
 import "github.com/idgen/idgen/worker"
 

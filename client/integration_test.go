@@ -2,7 +2,6 @@ package client_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -16,30 +15,9 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 
 	"github.com/idgen/idgen/client"
+	"github.com/idgen/idgen/internal/testdb"
 	"github.com/idgen/idgen/internal/testnode"
-	"github.com/idgen/idgen/segment/mysqlstore"
 )
-
-// newDatabase creates a migrated database of its own on the test server.
-func newDatabase(t *testing.T, base string) string {
-	name := fmt.Sprintf("idgen_client_%d", rand.Uint32())
-	admin, err := sql.Open("mysql", base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = admin.Exec("DROP DATABASE IF EXISTS " + name)
-		admin.Close()
-	})
-	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
-		t.Fatal(err)
-	}
-	dsn := base + name
-	if _, err := mysqlstore.Migrate(context.Background(), dsn); err != nil {
-		t.Fatal(err)
-	}
-	return dsn
-}
 
 // TestIntegration_ClusterFailover: the client finds three real nodes in
 // ZooKeeper; one is SIGKILLed under load and the callers see no error and
@@ -49,7 +27,7 @@ func TestIntegration_ClusterFailover(t *testing.T) {
 	if zkAddr == "" || base == "" {
 		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB), or source .testenv")
 	}
-	dsn := newDatabase(t, base)
+	dsn := testdb.New(t, base)
 	cluster := fmt.Sprintf("client%d", rand.Uint32())
 	start := func() *testnode.Node {
 		n := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{

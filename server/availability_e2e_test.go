@@ -19,6 +19,7 @@ import (
 	"github.com/cloudwego/kitex/transport"
 	zkpkg "github.com/go-zookeeper/zk"
 
+	"github.com/idgen/idgen/internal/testdb"
 	"github.com/idgen/idgen/internal/testnode"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
@@ -118,7 +119,7 @@ func TestE2E_CrashRestartAnswersAtOnce(t *testing.T) {
 				if zkAddr == "" || base == "" {
 					t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB)")
 				}
-				args = []string{"--zk", zkAddr, "--mysql", newDatabase(t, base), "--cluster", fmt.Sprintf("crash%d", rand.Uint32()),
+				args = []string{"--zk", zkAddr, "--mysql", testdb.New(t, base), "--cluster", fmt.Sprintf("crash%d", rand.Uint32()),
 					"--zk-session-timeout", "3s", "--heartbeat-interval", "500ms", "--outage-tolerance", "2s",
 					"--advertise-host", "127.0.0.1", "--auto-create-biz", "true", "--properties-dir", t.TempDir()}
 			}
@@ -161,7 +162,7 @@ func TestE2E_ZooKeeperOutageAndWipe(t *testing.T) {
 		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB)")
 	}
 	zk := testnode.StartZooKeeper(t)
-	dsn := newDatabase(t, base)
+	dsn := testdb.New(t, base)
 	cluster := fmt.Sprintf("wipe%d", rand.Uint32())
 	var nodes []*testnode.Node
 	var callers []caller
@@ -260,7 +261,7 @@ func TestE2E_StartingAnswersAtOnce(t *testing.T) {
 	// Lead = heartbeat 500ms + outage tolerance 20s + margin 2s: long
 	// enough that no busy machine lets the wait end before the checks.
 	n := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{
-		"--zk", zkAddr, "--mysql", newDatabase(t, base), "--cluster", fmt.Sprintf("starting%d", rand.Uint32()),
+		"--zk", zkAddr, "--mysql", testdb.New(t, base), "--cluster", fmt.Sprintf("starting%d", rand.Uint32()),
 		"--heartbeat-interval", "500ms", "--outage-tolerance", "20s", "--advertise-host", "127.0.0.1",
 		"--auto-create-biz", "true", "--properties-dir", t.TempDir()}})
 	ctx := context.Background()

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -14,10 +13,10 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 
+	"github.com/idgen/idgen/internal/testdb"
 	"github.com/idgen/idgen/internal/testnode"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
-	"github.com/idgen/idgen/segment/mysqlstore"
 )
 
 // clusterEnv returns ZooKeeper and MySQL from ./build.sh test, or skips.
@@ -26,29 +25,7 @@ func clusterEnv(t *testing.T) (zkAddr, dsn string) {
 	if zkAddr == "" || base == "" {
 		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB)")
 	}
-	return zkAddr, newDatabase(t, base)
-}
-
-// newDatabase creates a migrated database on the server of base and
-// returns its DSN.
-func newDatabase(t *testing.T, base string) (dsn string) {
-	name := fmt.Sprintf("idgen_e2e_%d", rand.Uint32())
-	admin, err := sql.Open("mysql", base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = admin.Exec("DROP DATABASE IF EXISTS " + name)
-		admin.Close()
-	})
-	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
-		t.Fatal(err)
-	}
-	dsn = base + name
-	if _, err := mysqlstore.Migrate(context.Background(), dsn); err != nil {
-		t.Fatal(err)
-	}
-	return dsn
+	return zkAddr, testdb.New(t, base)
 }
 
 // startCluster starts n nodes of a fresh cluster on zkAddr and dsn and
@@ -247,7 +224,7 @@ func TestE2E_ClusterMariaDBRestart(t *testing.T) {
 		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB)")
 	}
 	db := testnode.StartMariaDB(t)
-	dsn := newDatabase(t, db.Base())
+	dsn := testdb.New(t, db.Base())
 	_, clients := startCluster(t, 3, zkAddr, dsn)
 
 	var down atomic.Bool

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idgen/idgen/internal/testdb"
 	"github.com/idgen/idgen/internal/testnode"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
@@ -40,10 +41,10 @@ func TestE2E_TwoNodesEveryConfiguration(t *testing.T) {
 			return []string{"--zk", zkAddr, "--cluster", fmt.Sprintf("cfg%d", rand.Uint32())}
 		}},
 		{name: "mysql only", servers: true, segments: true, args: func(t *testing.T) []string {
-			return []string{"--mysql", newDatabase(t, base), "--cluster", fmt.Sprintf("cfg%d", rand.Uint32())}
+			return []string{"--mysql", testdb.New(t, base), "--cluster", fmt.Sprintf("cfg%d", rand.Uint32())}
 		}},
 		{name: "zk and mysql", servers: true, segments: true, args: func(t *testing.T) []string {
-			return []string{"--zk", zkAddr, "--mysql", newDatabase(t, base), "--cluster", fmt.Sprintf("cfg%d", rand.Uint32())}
+			return []string{"--zk", zkAddr, "--mysql", testdb.New(t, base), "--cluster", fmt.Sprintf("cfg%d", rand.Uint32())}
 		}},
 	}
 	for _, tc := range cases {

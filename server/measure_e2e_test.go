@@ -15,6 +15,7 @@ import (
 	"github.com/cloudwego/kitex/client"
 	"github.com/cloudwego/kitex/transport"
 
+	"github.com/idgen/idgen/internal/testdb"
 	"github.com/idgen/idgen/internal/testnode"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
@@ -78,7 +79,7 @@ func TestMeasure_CrashRestartFirstID(t *testing.T) {
 				if zkAddr == "" || base == "" {
 					t.Skip("needs IDGEN_TEST_ZK and IDGEN_TEST_MYSQL")
 				}
-				args = []string{"--zk", zkAddr, "--mysql", newDatabase(t, base), "--cluster", fmt.Sprintf("m%d", rand.Uint32()),
+				args = []string{"--zk", zkAddr, "--mysql", testdb.New(t, base), "--cluster", fmt.Sprintf("m%d", rand.Uint32()),
 					"--advertise-host", "127.0.0.1", "--auto-create-biz", "true", "--properties-dir", t.TempDir()}
 			}
 			n := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: args})
@@ -162,7 +163,7 @@ func TestMeasure_ZooKeeperOutageGap(t *testing.T) {
 		t.Skip("needs IDGEN_TEST_MYSQL")
 	}
 	zk := testnode.StartZooKeeper(t)
-	dsn := newDatabase(t, base)
+	dsn := testdb.New(t, base)
 	cluster := fmt.Sprintf("gap%d", rand.Uint32())
 	var clients []idgensvc.Client
 	for range 3 {

@@ -64,14 +64,11 @@ func (h *handler) NextIDs(ctx context.Context, req *idl.NextIDsRequest) (resp *i
 		// that leaves the field out) must not beat the IDL default.
 		r.Count = 1
 	}
-	slowOrdered := false
 	if req.Channel != nil {
+		// SLOW_ORDERED (3), the older Java service's strict MySQL channel,
+		// is a built-in strategy of the issuer: served by the ORDERED
+		// processor and answered as 3.
 		wire := *req.Channel
-		if wire == idl.Channel_SLOW_ORDERED {
-			// The older Java service's strict MySQL channel: the ORDERED
-			// processor serves it, and the answer names what was asked.
-			wire, slowOrdered = idl.Channel_ORDERED, true
-		}
 		ch := segment.Channel(wire)
 		if int64(ch) != int64(wire) {
 			return nil, invalid(fmt.Sprintf("channel %d: want 0 (UNORDERED), 1 (ORDERED), 2 (SNOWFLAKE) or 3 (SLOW_ORDERED)", *req.Channel))
@@ -93,9 +90,6 @@ func (h *handler) NextIDs(ctx context.Context, req *idl.NextIDsRequest) (resp *i
 	}
 	resp = &idl.NextIDsResponse{Ranges: make([]*idl.IDRange, len(out.Ranges)), Channel: idl.Channel(out.Channel),
 		Fallback: out.Fallback, Count: out.Count()}
-	if slowOrdered && resp.Channel == idl.Channel_ORDERED {
-		resp.Channel = idl.Channel_SLOW_ORDERED
-	}
 	for i, rg := range out.Ranges {
 		resp.Ranges[i] = &idl.IDRange{First: rg.First, Last: rg.Last}
 	}

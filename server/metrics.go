@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/idgen/idgen/issuer"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
+	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/mysqlstore"
 	"github.com/idgen/idgen/worker"
 )
@@ -93,10 +95,23 @@ func (m *metrics) observe(resp issuer.Response, err error) {
 	if err != nil {
 		return
 	}
-	m.issued.WithLabelValues(resp.Channel.String()).Add(float64(resp.Count()))
+	m.issued.WithLabelValues(issuedLabel(resp.Channel)).Add(float64(resp.Count()))
 	if resp.Fallback {
 		m.fallbacks.Inc()
 	}
+}
+
+// issuedLabel names the channel that served: SLOW_ORDERED counts as
+// ordered (one processor, one sequence); a custom strategy by its value
+// (only registered channels serve, so the label set stays bounded).
+func issuedLabel(ch segment.Channel) string {
+	switch ch {
+	case segment.ChannelUnordered, segment.ChannelOrdered, segment.ChannelSnowflake:
+		return ch.String()
+	case issuer.ChannelSlowOrdered:
+		return segment.ChannelOrdered.String()
+	}
+	return strconv.Itoa(int(ch))
 }
 
 // register adds the scrape-time collector of node state.

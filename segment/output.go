@@ -154,3 +154,11 @@ func applyOutputUpdate(b Biz, u BizUpdate) (Biz, error) {
 	}
 	return b, nil
 }
+
+// StoredIssued is the Issued flag of a business as a store reads it back.
+// A business stored before output settings existed has no key and may have
+// issued numbers already: it counts as issued, so its output can no longer
+// switch to obfuscation (which could repeat numbers it handed out) and its
+// next number needs no store write. Every store applies this rule when it
+// decodes a business; MySQL's schema 3 migration sets the flag instead.
+func StoredIssued(issued bool, key []byte) bool { return issued || len(key) == 0 }

@@ -51,7 +51,7 @@ func decodeBiz(v []byte) (segment.Biz, error) {
 		Name: r.Name, Channel: segment.Channel(r.Channel), Step: r.Step, LowWaterPct: r.LowWaterPct,
 		StartNum: r.StartNum, Fallback: r.Fallback, RateLimit: r.RateLimit, Description: r.Description,
 		Obfuscate: r.Obfuscate, Format: segment.Format(r.Format), CodeMinLength: r.CodeMinLen, Plugins: r.Plugins,
-		Key: r.Key, Issued: r.Issued || len(r.Key) == 0, // no key: stored before output settings existed, may have issued
+		Key: r.Key, Issued: segment.StoredIssued(r.Issued, r.Key),
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 	}, nil
 }

@@ -63,10 +63,8 @@ func schemaV3(ctx context.Context, conn *sql.Conn) error {
 			return fmt.Errorf("add column biz.%s: %w", c.name, err)
 		}
 	}
-	// Businesses from before schema 3 (no key yet) may have issued
-	// numbers: lock their output settings, so a later switch to
-	// obfuscation cannot collide with what they handed out, and their next
-	// number needs no store write. New businesses always get a key.
+	// Businesses from before schema 3 (no key yet) count as issued: the
+	// rule of segment.StoredIssued, kept in the rows here.
 	if _, err := conn.ExecContext(ctx, "UPDATE biz SET issued = 1 WHERE secret_key = ''"); err != nil {
 		return fmt.Errorf("lock the output of existing businesses: %w", err)
 	}

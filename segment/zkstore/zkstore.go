@@ -244,7 +244,7 @@ func decode(v []byte) (segment.Biz, error) {
 	return segment.Biz{Name: r.Name, Channel: ch, Step: r.Step, LowWaterPct: r.LowWaterPct, StartNum: r.StartNum,
 		Fallback: r.Fallback, RateLimit: r.RateLimit, Description: r.Description,
 		Obfuscate: r.Obfuscate, Format: format, CodeMinLength: r.CodeMinLen, Plugins: r.Plugins,
-		Key: r.Key, Issued: r.Issued || len(r.Key) == 0, // no key: stored before output settings existed, may have issued
+		Key: r.Key, Issued: segment.StoredIssued(r.Issued, r.Key),
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC()}, nil
 }
 

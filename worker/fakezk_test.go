@@ -172,10 +172,20 @@ func (c *fakeConn) reconnect() {
 
 // expire ends the session on the server (its ephemerals go) and, like the
 // real client, reconnects with a new session.
-func (c *fakeConn) expire() {
+func (c *fakeConn) expire() { c.replaceSession(false) }
+
+// replaceSession ends the session as the client sees it and gives the
+// connection a new one, like the real client after StateExpired. The old
+// session's ephemerals go at once, or, with keepClaims, stay until the
+// test removes them (a restarted server expires restored sessions only
+// after their timeout). It returns the old session id.
+func (c *fakeConn) replaceSession(keepClaims bool) (old int64) {
 	c.f.mu.Lock()
 	defer c.f.mu.Unlock()
-	c.f.expireEphemerals(c.sid)
+	old = c.sid
+	if !keepClaims {
+		c.f.expireEphemerals(c.sid)
+	}
 	c.has = false
 	c.send(zk.StateDisconnected)
 	c.send(zk.StateExpired)
@@ -185,6 +195,7 @@ func (c *fakeConn) expire() {
 	c.has = true
 	c.send(zk.StateConnected)
 	c.send(zk.StateHasSession)
+	return old
 }
 
 // check returns the error of an operation in the current state; f.mu is

@@ -96,26 +96,6 @@ func TestSessionWatchCountsRefusedHandshakes(t *testing.T) {
 	waitFor(t, "reset by the session", time.Second, func() bool { v, _ := w.view(); return v.has && v.refused == 0 })
 }
 
-// expireKeepingClaims ends the session as a restarted ZooKeeper server
-// does: the client learns at once that its session is gone and gets a new
-// one, but the old session's ephemeral znodes stay until the server
-// expires the restored session (the test removes them later).
-func (c *fakeConn) expireKeepingClaims() (old int64) {
-	c.f.mu.Lock()
-	defer c.f.mu.Unlock()
-	old = c.sid
-	c.has = false
-	c.send(zk.StateDisconnected)
-	c.send(zk.StateExpired)
-	c.send(zk.StateDisconnected)
-	c.f.nextSID++
-	c.sid = c.f.nextSID
-	c.has = true
-	c.send(zk.StateConnected)
-	c.send(zk.StateHasSession)
-	return old
-}
-
 // TestReclaimWaitsForOwnExpiredClaim: after a session expiry whose slot
 // claim ZooKeeper has not removed yet, the lease waits for it to go and
 // takes its own slot back (continuing above what it issued), rather than
@@ -131,7 +111,7 @@ func TestReclaimWaitsForOwnExpiredClaim(t *testing.T) {
 	waitFor(t, "a issuing", 5*time.Second, func() bool { return h.snap().issued > 5 })
 	before, _ := a.Slot()
 
-	old := connOf(a).expireKeepingClaims()
+	old := connOf(a).replaceSession(true)
 	waitFor(t, "fenced by the expiry", 5*time.Second, func() bool { return len(h.snap().fenced) > 0 })
 	time.Sleep(300 * time.Millisecond) // some re-claim attempts find the old claim
 	f.mu.Lock()

@@ -579,3 +579,76 @@ func TestIntegration_LeastPrivilege(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Schema 4 on a database at schema 3 with a MySQL-held cluster: the
+// cluster's row becomes registry 'mysql', as does a row an older build
+// inserts afterwards (it names no registry); running it again, or after a
+// lost version row, changes nothing.
+func TestIntegration_MigrateWorkerRegistry(t *testing.T) {
+	ctx := testCtx(t)
+	dsn := newTestDatabase(t, testServer(t), false)
+	db, _, err := openDB(dsn, migrateStatementTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var v3 []Migration
+	for _, m := range migrations {
+		if m.Version <= 3 {
+			v3 = append(v3, m)
+		}
+	}
+	if _, err := migrateDB(ctx, db, v3); err != nil {
+		t.Fatal(err)
+	}
+	if cur, err := schemaVersionDB(ctx, db); err != nil || cur != 3 {
+		t.Fatalf("schema version %d, %v; want 3", cur, err)
+	}
+	oldRow := `INSERT INTO worker_cluster (cluster, epoch_ms, idc_bits, node_bits, created_ms) VALUES (?, 1, 2, 8, 5)`
+	if _, err := db.ExecContext(ctx, oldRow, "old"); err != nil {
+		t.Fatal(err)
+	}
+	applied, err := MigrateDB(ctx, db)
+	if err != nil || len(applied) != 1 || applied[0].Version != 4 {
+		t.Fatalf("Migrate from schema 3 applied %v, %v; want version 4", applied, err)
+	}
+	if _, err := db.ExecContext(ctx, oldRow, "older-build"); err != nil {
+		t.Fatal(err)
+	}
+	registries := func() map[string]string {
+		rows, err := db.QueryContext(ctx, `SELECT cluster, registry FROM worker_cluster`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[string]string{}
+		for rows.Next() {
+			var c, r string
+			if err := rows.Scan(&c, &r); err != nil {
+				t.Fatal(err)
+			}
+			out[c] = r
+		}
+		return out
+	}
+	if got := registries(); got["old"] != "mysql" || got["older-build"] != "mysql" || len(got) != 2 {
+		t.Fatalf("registries after schema 4: %v; want both mysql", got)
+	}
+	if _, err := db.ExecContext(ctx, `UPDATE worker_cluster SET registry = 'zookeeper' WHERE cluster = 'old'`); err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := MigrateDB(ctx, db); err != nil || len(applied) != 0 {
+		t.Fatalf("second Migrate applied %v, %v", applied, err)
+	}
+	// The column is there but the version row is lost: applied again,
+	// without touching the rows.
+	if _, err := db.ExecContext(ctx, `DELETE FROM schema_version WHERE version = 4`); err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := MigrateDB(ctx, db); err != nil || len(applied) != 1 {
+		t.Fatalf("Migrate after a lost version row applied %v, %v", applied, err)
+	}
+	if got := registries(); got["old"] != "zookeeper" {
+		t.Fatalf("re-running schema 4 changed a row: %v", got)
+	}
+}

@@ -32,6 +32,7 @@ var migrations = []Migration{
 	{Version: 1, Description: "businesses, UNORDERED segments, 64 ORDERED tables, ORDERED request ids", stmts: schemaV1()},
 	{Version: 2, Description: "snowflake worker slots held in MySQL (worker_cluster, worker_slot)", stmts: schemaV2()},
 	{Version: 3, Description: "business output settings: obfuscate, format, code_min_length, plugins, secret_key, issued", apply: schemaV3},
+	{Version: 4, Description: "worker registry of each cluster (worker_cluster.registry)", apply: schemaV4},
 }
 
 // bizColumnsV3 are the columns schema 3 adds to biz. secret_key is empty
@@ -46,22 +47,30 @@ var bizColumnsV3 = []struct{ name, def string }{
 	{"issued", "BOOLEAN NOT NULL DEFAULT 0"},
 }
 
-// schemaV3 adds the output columns, each guarded by a look at
-// information_schema (no ADD COLUMN IF NOT EXISTS on MySQL 8).
-func schemaV3(ctx context.Context, conn *sql.Conn) error {
-	for _, c := range bizColumnsV3 {
+// addColumns adds each column to table unless it is there, each guarded
+// by a look at information_schema (no ADD COLUMN IF NOT EXISTS on MySQL 8).
+func addColumns(ctx context.Context, conn *sql.Conn, table string, cols []struct{ name, def string }) error {
+	for _, c := range cols {
 		var n int
 		err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.COLUMNS
-  WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'biz' AND COLUMN_NAME = ?`, c.name).Scan(&n)
+  WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?`, table, c.name).Scan(&n)
 		if err != nil {
 			return err
 		}
 		if n > 0 {
 			continue
 		}
-		if _, err := conn.ExecContext(ctx, "ALTER TABLE biz ADD COLUMN "+c.name+" "+c.def); err != nil {
-			return fmt.Errorf("add column biz.%s: %w", c.name, err)
+		if _, err := conn.ExecContext(ctx, "ALTER TABLE "+table+" ADD COLUMN "+c.name+" "+c.def); err != nil {
+			return fmt.Errorf("add column %s.%s: %w", table, c.name, err)
 		}
+	}
+	return nil
+}
+
+// schemaV3 adds the output columns.
+func schemaV3(ctx context.Context, conn *sql.Conn) error {
+	if err := addColumns(ctx, conn, "biz", bizColumnsV3); err != nil {
+		return err
 	}
 	// Businesses from before schema 3 (no key yet) count as issued: the
 	// rule of segment.StoredIssued, kept in the rows here.
@@ -69,6 +78,22 @@ func schemaV3(ctx context.Context, conn *sql.Conn) error {
 		return fmt.Errorf("lock the output of existing businesses: %w", err)
 	}
 	return nil
+}
+
+// workerClusterColumnsV4: registry names where the cluster's worker slots
+// are held: 'mysql' (worker_slot, package worker/mysqllease), 'zookeeper'
+// (a cluster whose nodes run with --zk and --mysql: the row only records
+// the choice), or 'migrating' (idctl cluster migrate is moving it; nodes of
+// both kinds are refused meanwhile). Rows from before schema 4 were all
+// written by MySQL-held clusters, so the default makes them 'mysql', and a
+// node of an older build that inserts a row (it runs with --mysql alone)
+// gets 'mysql' too.
+var workerClusterColumnsV4 = []struct{ name, def string }{
+	{"registry", "VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'mysql'"},
+}
+
+func schemaV4(ctx context.Context, conn *sql.Conn) error {
+	return addColumns(ctx, conn, "worker_cluster", workerClusterColumnsV4)
 }
 
 // LatestVersion is the schema version this build needs.
@@ -197,6 +222,12 @@ func Migrate(ctx context.Context, dsn string) ([]Migration, error) {
 
 // MigrateDB is Migrate on an open database handle.
 func MigrateDB(ctx context.Context, db *sql.DB) ([]Migration, error) {
+	return migrateDB(ctx, db, migrations)
+}
+
+// migrateDB applies the missing migrations of ms (tests pass a prefix of
+// migrations to build an older schema).
+func migrateDB(ctx context.Context, db *sql.DB, ms []Migration) ([]Migration, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, err
@@ -224,7 +255,7 @@ func MigrateDB(ctx context.Context, db *sql.DB) ([]Migration, error) {
 		return nil, err
 	}
 	var applied []Migration
-	for _, m := range migrations {
+	for _, m := range ms {
 		if have[m.Version] {
 			continue
 		}

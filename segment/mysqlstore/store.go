@@ -10,7 +10,9 @@
 //	ordered_00..63   one row per (biz, sub_key): num, the highest ORDERED
 //	                 number handed out; the table is Shard(sub_key)
 //	ordered_request  ORDERED request ids and the range each one got
-//	worker_cluster   snowflake settings of clusters without ZooKeeper (schema 2)
+//	worker_cluster   snowflake settings of clusters without ZooKeeper (schema 2),
+//	                 and the worker registry of every cluster: mysql or
+//	                 zookeeper (schema 4)
 //	worker_slot      their worker slots: holder, lease, high-water mark, gen
 //	                 (protocol in package worker/mysqllease)
 //	schema_version   applied migrations

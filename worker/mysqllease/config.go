@@ -34,15 +34,24 @@ var (
 	// ErrClockSkew: the local clock is too far from the database's (also
 	// worker.ErrClockSkew).
 	ErrClockSkew = errors.New("clock differs from the database's")
-	// ErrNoSchema: the worker tables do not exist (run idctl db migrate).
+	// ErrNoSchema: the worker tables do not exist, or predate schema 4
+	// (run idctl db migrate).
 	ErrNoSchema = errors.New("worker tables missing")
+	// ErrRegistryMismatch: the cluster holds its worker slots in another
+	// registry than this node (worker_cluster.registry), or is being
+	// migrated; or a conditional registry change found another value than
+	// the expected one.
+	ErrRegistryMismatch = errors.New("cluster uses another worker registry")
+	// ErrSlotsHeld: a registry migration found worker slots held by
+	// running nodes.
+	ErrSlotsHeld = errors.New("worker slots held by running nodes")
 )
 
 // Config configures Register. Zero fields but DB, Holder and (usually) IDC
 // mean the documented default.
 type Config struct {
 	// DB is the MySQL database holding worker_cluster and worker_slot
-	// (schema version 2 of segment/mysqlstore). Required. The lease does
+	// (schema version 4 of segment/mysqlstore). Required. The lease does
 	// not close it.
 	DB *sql.DB
 	// Cluster names the cluster (rows of the two tables). Default "default".
@@ -113,12 +122,7 @@ func (c Config) withDefaults() Config {
 	if c.Port == 0 {
 		c.Port = worker.DefaultPort
 	}
-	if c.Meta.EpochMs == 0 {
-		c.Meta.EpochMs = worker.DefaultEpochMs
-	}
-	if c.Meta.IDCBits == 0 && c.Meta.NodeBits == 0 {
-		c.Meta.IDCBits, c.Meta.NodeBits = worker.DefaultIDCBits, worker.DefaultNodeBits
-	}
+	c.Meta = metaDefaults(c.Meta)
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = DefaultHeartbeatInterval
 	}
@@ -152,14 +156,14 @@ func (c Config) Validate() error {
 		return invalid("DB", "is nil: the lease needs the MySQL store's database")
 	case c.Holder == nil:
 		return invalid("Holder", "is nil: the lease needs someone to hand the slot to")
-	case len(c.Cluster) > maxClusterName:
-		return invalid("Cluster", fmt.Sprintf("is %d bytes, at most %d", len(c.Cluster), maxClusterName))
-	case !ascii(c.Cluster):
-		return invalid("Cluster", fmt.Sprintf("%q must be printable ASCII", c.Cluster))
-	case m.EpochMs < 0:
-		return invalid("Meta.EpochMs", "is negative")
-	case m.IDCBits < 0 || m.NodeBits < 0 || m.IDCBits+m.NodeBits != worker.WorkerBits:
-		return invalid("Meta.IDCBits", fmt.Sprintf("+ NodeBits is %d+%d: both >= 0 and summing to %d", m.IDCBits, m.NodeBits, worker.WorkerBits))
+	}
+	if err := validCluster("Config.Cluster", c.Cluster); err != nil {
+		return err
+	}
+	if err := validMeta("Config.Meta", m); err != nil {
+		return err
+	}
+	switch {
 	case c.IDC < 0 || c.IDC >= 1<<m.IDCBits:
 		return invalid("IDC", fmt.Sprintf("is %d: must be in [0, %d] for %d IDC bits", c.IDC, 1<<m.IDCBits-1, m.IDCBits))
 	case c.Port < 0 || c.Port > 65535:
@@ -177,7 +181,48 @@ func (c Config) Validate() error {
 }
 
 func invalid(field, msg string) error {
-	return fmt.Errorf("%w: mysqllease.Config.%s %s", worker.ErrInvalidConfig, field, msg)
+	return invalidArg("Config."+field, msg)
+}
+
+// invalidArg names an invalid argument or field (field is qualified, e.g.
+// "Config.IDC" or "ClaimRegistry meta").
+func invalidArg(field, msg string) error {
+	return fmt.Errorf("%w: mysqllease.%s %s", worker.ErrInvalidConfig, field, msg)
+}
+
+// validCluster checks a cluster name (after its default) against the
+// columns' width and character set.
+func validCluster(field, cluster string) error {
+	switch {
+	case len(cluster) > maxClusterName:
+		return invalidArg(field, fmt.Sprintf("is %d bytes, at most %d", len(cluster), maxClusterName))
+	case !ascii(cluster):
+		return invalidArg(field, fmt.Sprintf("%q must be printable ASCII", cluster))
+	}
+	return nil
+}
+
+// validMeta checks snowflake settings (after their defaults).
+func validMeta(field string, m worker.Meta) error {
+	switch {
+	case m.EpochMs < 0:
+		return invalidArg(field+".EpochMs", "is negative")
+	case m.IDCBits < 0 || m.NodeBits < 0 || m.IDCBits+m.NodeBits != worker.WorkerBits:
+		return invalidArg(field+".IDCBits", fmt.Sprintf("+ NodeBits is %d+%d: both >= 0 and summing to %d", m.IDCBits, m.NodeBits, worker.WorkerBits))
+	}
+	return nil
+}
+
+// metaDefaults fills zero snowflake settings with the cluster defaults, as
+// Config does.
+func metaDefaults(m worker.Meta) worker.Meta {
+	if m.EpochMs == 0 {
+		m.EpochMs = worker.DefaultEpochMs
+	}
+	if m.IDCBits == 0 && m.NodeBits == 0 {
+		m.IDCBits, m.NodeBits = worker.DefaultIDCBits, worker.DefaultNodeBits
+	}
+	return m
 }
 
 func ascii(s string) bool {

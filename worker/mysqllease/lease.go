@@ -5,9 +5,10 @@
 // It keeps the invariant of package worker (a slot's next holder issues
 // only timestamps above every timestamp an earlier holder may issue) with
 // the same three rules as the ZooKeeper lease, on two tables created by
-// segment/mysqlstore's migration 2:
+// segment/mysqlstore's migrations 2 and 4:
 //
-//	worker_cluster  one row per cluster: epoch_ms, idc_bits, node_bits, created_ms
+//	worker_cluster  one row per cluster: epoch_ms, idc_bits, node_bits, created_ms,
+//	                registry (where the cluster holds its slots; see registry.go)
 //	worker_slot     one row per (cluster, idc, node) ever used: holder (a random
 //	                id per lease instance, NULL when free), lease_until_ms (the
 //	                database's clock), high_water_ms (the holder's clock), gen
@@ -99,8 +100,10 @@ var _ worker.Lease = (*Lease)(nil)
 // checks the cluster's settings, takes a free slot of the IDC (see claim)
 // and hands it to the Holder; then it renews the slot's mark and lease
 // every HeartbeatInterval until Close. It refuses with an error naming the
-// cause and the fix: clock skew, settings that differ from the cluster's,
-// every slot of the IDC held, the worker tables missing.
+// cause and the fix: clock skew, a cluster whose slots are held in
+// ZooKeeper or that is being migrated (ErrRegistryMismatch), settings that
+// differ from the cluster's, every slot of the IDC held, the worker tables
+// missing.
 func Register(ctx context.Context, cfg Config) (*Lease, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -130,7 +133,11 @@ func Register(ctx context.Context, cfg Config) (*Lease, error) {
 		cancel()
 		return nil, err
 	}
-	meta, err := ensureMeta(ctx, cfg.DB, cfg.Cluster, cfg.Meta, cfg.Timeout)
+	want := cfg.Meta
+	want.CreatedMs = 0 // the database's now, for a new cluster
+	mctx, mcancel := context.WithTimeout(ctx, cfg.Timeout)
+	meta, err := ensureCluster(mctx, cfg.DB, cfg.Cluster, RegistryMySQL, want)
+	mcancel()
 	if err != nil {
 		cancel()
 		return nil, err
@@ -231,6 +238,7 @@ func (l *Lease) claim(ctx context.Context) (worker.Slot, error) {
 //
 //   - lock the cluster row (FOR UPDATE): claims of one cluster take turns,
 //     whatever the isolation level, and slot rows to INSERT cannot race;
+//     its registry must still be mysql (see SetRegistry);
 //   - read the IDC's slot rows with FOR UPDATE (the latest committed rows);
 //   - choose a free slot (no holder, or a lease below the database's now):
 //     this node's own unconfirmed claim first, then the slot this
@@ -252,12 +260,18 @@ func (l *Lease) claimOnce(ctx context.Context) (worker.Slot, error) {
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
 
 	var dbNow int64
-	if err := tx.QueryRowContext(cctx, `SELECT `+dbNowMs+` FROM worker_cluster WHERE cluster = ? FOR UPDATE`, l.cfg.Cluster).
-		Scan(&dbNow); err != nil {
+	var registry string
+	if err := tx.QueryRowContext(cctx, `SELECT `+dbNowMs+`, registry FROM worker_cluster WHERE cluster = ? FOR UPDATE`, l.cfg.Cluster).
+		Scan(&dbNow, &registry); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return worker.Slot{}, fmt.Errorf("cluster %q has no row in worker_cluster", l.cfg.Cluster)
 		}
 		return worker.Slot{}, noSchema(err)
+	}
+	if registry != RegistryMySQL {
+		// Checked under the cluster row's lock, which SetRegistry takes
+		// too: no claim commits after the cluster left MySQL.
+		return worker.Slot{}, registryMismatch(l.cfg.Cluster, registry, RegistryMySQL)
 	}
 	rows, err := tx.QueryContext(cctx,
 		`SELECT node, holder, host, port, lease_until_ms, high_water_ms, gen FROM worker_slot WHERE cluster = ? AND idc = ? FOR UPDATE`,

@@ -24,6 +24,7 @@ const (
 	erLockWaitTimeout = 1205
 	erLockDeadlock    = 1213
 	erNoSuchTable     = 1146
+	erBadField        = 1054
 )
 
 func errNo(err error) uint16 {
@@ -42,8 +43,11 @@ func retryable(err error) bool {
 }
 
 func noSchema(err error) error {
-	if errNo(err) == erNoSuchTable {
+	switch errNo(err) {
+	case erNoSuchTable:
 		return fmt.Errorf("%w (%v): run `idctl db migrate --mysql DSN` (schema version 2 adds worker_cluster and worker_slot)", ErrNoSchema, err)
+	case erBadField:
+		return fmt.Errorf("%w (%v): run `idctl db migrate --mysql DSN` (schema version 4 adds worker_cluster.registry)", ErrNoSchema, err)
 	}
 	return err
 }
@@ -61,26 +65,46 @@ func newInstanceID() (string, error) {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
 }
 
-// ensureMeta inserts the cluster's row with want (created_ms = the
-// database's now) unless it exists, then compares want with the stored
-// settings: the settings decide the ID layout, so a node that disagrees
-// must not issue any.
-func ensureMeta(ctx context.Context, db *sql.DB, cluster string, want worker.Meta, timeout time.Duration) (worker.Meta, error) {
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if _, err := db.ExecContext(cctx,
-		`INSERT IGNORE INTO worker_cluster (cluster, epoch_ms, idc_bits, node_bits, created_ms) VALUES (?, ?, ?, ?, `+dbNowMs+`)`,
-		cluster, want.EpochMs, want.IDCBits, want.NodeBits); err != nil {
+// ensureCluster inserts the cluster's row with want and registry unless it
+// exists (created_ms = want.CreatedMs, or the database's now when that is
+// 0), then checks the stored row: its registry must be registry (a node of
+// the other kind would run a second, independent registry of the same
+// slots), and its settings want's, which decide the ID layout, so a node
+// that disagrees must not issue any.
+func ensureCluster(ctx context.Context, db *sql.DB, cluster, registry string, want worker.Meta) (worker.Meta, error) {
+	if _, err := db.ExecContext(ctx,
+		`INSERT IGNORE INTO worker_cluster (cluster, epoch_ms, idc_bits, node_bits, created_ms, registry) VALUES (?, ?, ?, ?, IF(? > 0, ?, `+dbNowMs+`), ?)`,
+		cluster, want.EpochMs, want.IDCBits, want.NodeBits, want.CreatedMs, want.CreatedMs, registry); err != nil {
 		return worker.Meta{}, fmt.Errorf("create cluster row %q in worker_cluster: %w", cluster, noSchema(err))
 	}
-	got, err := readMeta(cctx, db, cluster)
+	got, have, err := readCluster(ctx, db, cluster)
 	if err != nil {
 		return worker.Meta{}, err
+	}
+	if have != registry {
+		return worker.Meta{}, registryMismatch(cluster, have, registry)
 	}
 	if err := compareMeta(got, want, cluster); err != nil {
 		return worker.Meta{}, err
 	}
 	return got, nil
+}
+
+// readCluster reads the cluster's row: its settings and registry.
+func readCluster(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, cluster string) (worker.Meta, string, error) {
+	var m worker.Meta
+	var registry string
+	err := q.QueryRowContext(ctx, `SELECT epoch_ms, idc_bits, node_bits, created_ms, registry FROM worker_cluster WHERE cluster = ?`, cluster).
+		Scan(&m.EpochMs, &m.IDCBits, &m.NodeBits, &m.CreatedMs, &registry)
+	if errors.Is(err, sql.ErrNoRows) {
+		return m, "", fmt.Errorf("cluster %q has no row in worker_cluster (no node of it has started with this database)", cluster)
+	}
+	if err != nil {
+		return m, "", fmt.Errorf("read cluster row %q from worker_cluster: %w", cluster, noSchema(err))
+	}
+	return m, registry, nil
 }
 
 func readMeta(ctx context.Context, q interface {

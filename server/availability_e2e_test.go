@@ -19,6 +19,7 @@ import (
 	"github.com/cloudwego/kitex/transport"
 	zkpkg "github.com/go-zookeeper/zk"
 
+	"github.com/idgen/idgen/cluster"
 	"github.com/idgen/idgen/internal/testdb"
 	"github.com/idgen/idgen/internal/testnode"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
@@ -246,10 +247,11 @@ func TestE2E_ZooKeeperOutageAndWipe(t *testing.T) {
 		ld.count("SNOWFLAKE"), ld.count("UNORDERED"), ld.count("ORDERED"), ld.errs, outageRefusals)
 }
 
-// TestE2E_StartingAnswersAtOnce (issue 10): the first node of a new
-// cluster waits one lead before its first SNOWFLAKE ID (a slot with no mark
-// may have been used by a holder whose mark was lost). Meanwhile it answers
-// at once: /readyz is 503 "starting" with the wait remaining and why,
+// TestE2E_StartingAnswersAtOnce (issue 10): a node that takes a slot in
+// a cluster restored less than a lead ago waits one lead before its first
+// SNOWFLAKE ID (marks ZooKeeper lost may have gone past the recorded ones;
+// a new cluster serves at once, see TestE2E_NewClusterServesAtOnce).
+// Meanwhile it answers at once: /readyz is 503 "starting" with the wait remaining and why,
 // SNOWFLAKE is a retryable WORKER_UNAVAILABLE whose retry_after_ms is the
 // wait, UNORDERED and ORDERED serve, and the strict per-channel probes say
 // which channel is ready.
@@ -260,10 +262,12 @@ func TestE2E_StartingAnswersAtOnce(t *testing.T) {
 	}
 	// Lead = heartbeat 500ms + outage tolerance 20s + margin 2s: long
 	// enough that no busy machine lets the wait end before the checks.
-	n := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{
+	args := []string{
 		"--zk", zkAddr, "--mysql", testdb.New(t, base), "--cluster", fmt.Sprintf("starting%d", rand.Uint32()),
 		"--heartbeat-interval", "500ms", "--outage-tolerance", "20s", "--advertise-host", "127.0.0.1",
-		"--auto-create-biz", "true", "--properties-dir", t.TempDir()}})
+		"--auto-create-biz", "true", "--properties-dir", t.TempDir()}
+	markRestored(t, args) // as `idctl cluster restore` after ZooKeeper lost data
+	n := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: args})
 	ctx := context.Background()
 
 	code, body, err := n.Get(ctx, "/readyz")
@@ -325,4 +329,67 @@ func bumpZxid(t *testing.T, addr string, n int) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// markRestored creates the cluster a node started with args joins and
+// marks it restored now, as `idctl cluster restore` after ZooKeeper lost
+// data: a slot taken in the next lead waits past it.
+func markRestored(t *testing.T, args []string) {
+	t.Helper()
+	testnode.InitCluster(t, args)
+	var zkAddr, name string
+	for i := 0; i+1 < len(args); i++ {
+		switch args[i] {
+		case "--zk":
+			zkAddr = args[i+1]
+		case "--cluster":
+			name = args[i+1]
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := worker.DialZK(ctx, strings.Split(zkAddr, ","), worker.DefaultSessionTimeout, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	now, err := cluster.Now(conn, worker.DefaultRoot, name, zkpkg.WorldACL(zkpkg.PermAll))
+	if err == nil {
+		_, err = cluster.MarkRestored(conn, worker.DefaultRoot, name, now, "test: restored")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestE2E_NewClusterServesAtOnce (issue 17): a cluster created with
+// `idctl cluster init` has never had a slot held, so its first node serves
+// SNOWFLAKE as soon as it has started, with the default lead (36 s, which a
+// cluster created by its first node used to wait). A node that finds no
+// cluster refuses to start and names the command.
+func TestE2E_NewClusterServesAtOnce(t *testing.T) {
+	zkAddr, base := os.Getenv("IDGEN_TEST_ZK"), os.Getenv("IDGEN_TEST_MYSQL")
+	if zkAddr == "" || base == "" {
+		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB)")
+	}
+	args := []string{"--zk", zkAddr, "--mysql", testdb.New(t, base), "--cluster", fmt.Sprintf("new%d", rand.Uint32()),
+		"--advertise-host", "127.0.0.1", "--properties-dir", t.TempDir()}
+	refused := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: args, NoClusterInit: true, NoWaitStarted: true, MayExit: true})
+	if !refused.Wait(30*time.Second) || refused.ExitCode() == 0 || !strings.Contains(refused.Logs(), "idctl cluster init") {
+		t.Fatalf("a node without a cluster: exited %v code %d; want a refusal naming idctl cluster init:\n%s",
+			refused.Wait(0), refused.ExitCode(), refused.Logs())
+	}
+
+	start := time.Now()
+	n := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: args})
+	ctx := context.Background()
+	c := n.Client(t)
+	if _, err := c.CreateBiz(ctx, &idl.CreateBizRequest{Name: "fresh", Channel: ch(idl.Channel_SNOWFLAKE), Fallback: new(false)}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.NextIDs(ctx, &idl.NextIDsRequest{Biz: "fresh", Channel: ch(idl.Channel_SNOWFLAKE), Count: 1})
+	if err != nil {
+		t.Fatalf("SNOWFLAKE on a new cluster right after its first node started: %v; want IDs (no lead to wait)", err)
+	}
+	t.Logf("first SNOWFLAKE ID %d, %v after starting the first node of a new cluster", resp.Ranges[0].First, time.Since(start).Round(time.Millisecond))
 }

@@ -80,7 +80,7 @@ func DefaultConfig() Config {
 		ZKSessionTimeout: 10 * time.Second,
 		Cluster:          "default",
 		Node:             -1,
-		AllowCachedSlot:  true,
+		AllowCachedSlot:  false,
 		MaxPeerSkew:      time.Second,
 		Heartbeat:        3 * time.Second,
 		OutageTolerance:  30 * time.Second,

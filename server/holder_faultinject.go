@@ -14,9 +14,16 @@ import (
 // past the high-water mark of its previous holders. That breaks rule 2 of
 // the slot invariant on purpose; the suite checks that its checker then sees
 // duplicates. Only builds with the faultinject tag contain this file.
+//
+// With IDGEN_FAULT_IGNORE_RESTORE=1 (neg-restore) the node waits only past
+// the slot's own marks, ignoring the cluster's restore and epoch bound, as
+// idgen did before issue 17: after a ZooKeeper restore it trusts stale marks.
 func faultSlot(s worker.Slot) worker.Slot {
 	if os.Getenv("IDGEN_FAULT_IGNORE_NOT_BEFORE") == "1" {
 		s.NotBefore = 0
+	}
+	if os.Getenv("IDGEN_FAULT_IGNORE_RESTORE") == "1" {
+		s.NotBefore = s.MarkNotBefore
 	}
 	return s
 }

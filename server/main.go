@@ -383,6 +383,19 @@ func startLease(ctx context.Context, cfg Config, layout snowflake.Layout, h work
 		if err != nil {
 			return nil, fmt.Errorf("worker: %w", err)
 		}
+		if ms, ok := store.(*mysqlstore.Store); ok {
+			// Record in MySQL that this cluster's slots are held in
+			// ZooKeeper, and refuse if they are held in MySQL: two
+			// registries could put one worker on two nodes. Checked with the
+			// slot held (before SNOWFLAKE serves), so a migration that
+			// started meanwhile sees the claim or is seen here.
+			if err := mysqllease.ClaimRegistry(ctx, ms.DB(), cfg.Cluster, mysqllease.RegistryZooKeeper, l.Meta()); err != nil {
+				cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_ = l.Close(cctx)
+				cancel()
+				return nil, fmt.Errorf("worker: %w", err)
+			}
+		}
 		return l, nil
 	case cfg.MySQL != "":
 		ms, ok := store.(*mysqlstore.Store)

@@ -135,7 +135,11 @@ var (
 		"How far the wall clock is below the last issued snowflake timestamp (0 normally).", nil, nil)
 	descOffset = prometheus.NewDesc("idgen_clock_offset_seconds",
 		"This node's clock minus ZooKeeper's, measured at the last heartbeat (cluster mode).", nil, nil)
-	descZK     = prometheus.NewDesc("idgen_zookeeper_connected", "1 when the ZooKeeper session is connected (cluster mode).", nil, nil)
+	descZK   = prometheus.NewDesc("idgen_zookeeper_connected", "1 when the ZooKeeper session is connected (cluster mode).", nil, nil)
+	descLoss = prometheus.NewDesc("idgen_zookeeper_state_losses_total",
+		"Losses of ZooKeeper state this node detected (a mark of its own went back or vanished, the cluster record was gone or re-created, the ensemble refused its zxid); each marked the cluster restored.", nil, nil)
+	descBadMark = prometheus.NewDesc("idgen_worker_unreadable_marks_total",
+		"Worker slots skipped because their last/<node> high-water mark could not be decoded (repair or delete the znode).", nil, nil)
 	descRemain = prometheus.NewDesc("idgen_segment_remaining", "UNORDERED IDs left in memory for a business (current + next buffer).",
 		[]string{"biz"}, nil)
 	descRemainPct = prometheus.NewDesc("idgen_segment_remaining_ratio",
@@ -154,7 +158,7 @@ type stateCollector struct {
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descState, descNode, descReady, descMeta, descWorker, descBehind, descOffset, descZK,
+	for _, d := range []*prometheus.Desc{descState, descNode, descReady, descMeta, descWorker, descBehind, descOffset, descZK, descLoss, descBadMark,
 		descRemain, descRemainPct, descStep, descFail, descRegr} {
 		ch <- d
 	}
@@ -183,6 +187,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if z, ok := sv.lease.(*worker.ZKLease); ok {
 		zs := z.Status()
 		ch <- prometheus.MustNewConstMetric(descZK, prometheus.GaugeValue, b2f(zs.ZKConnected))
+		ch <- prometheus.MustNewConstMetric(descLoss, prometheus.CounterValue, float64(zs.StateLosses))
+		ch <- prometheus.MustNewConstMetric(descBadMark, prometheus.CounterValue, float64(zs.UnreadableMarks))
 		if zs.ClockOffsetKnown {
 			ch <- prometheus.MustNewConstMetric(descOffset, prometheus.GaugeValue, zs.ClockOffset.Seconds())
 		}

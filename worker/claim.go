@@ -29,7 +29,16 @@ type claimer struct {
 	nodeBits int
 	acl      []zk.ACL
 	data     func() []byte // the slot claim's JSON
+	// unreadable is told of a slot whose mark cannot be decoded: it is
+	// skipped (issue 17 item 5: picking it again and again would stall
+	// every claim of the IDC).
+	unreadable func(node int, err error)
 }
+
+// errUnreadableMark: a last/<node> znode holds no decodable mark. Such a
+// slot cannot be proven safe to take, so it is skipped, logged and
+// counted; an operator repairs or deletes the znode.
+var errUnreadableMark = errors.New("high-water mark unreadable")
 
 // retryPause is how long a request whose outcome is unknown (connection
 // dropped) waits before it is checked or retried.
@@ -92,6 +101,7 @@ func (c claimer) claimLRU(ctx context.Context, skip int, markless int64) (int, e
 		return 0, fmt.Errorf("list %s: %w", c.l.lastDir(c.idc), err)
 	}
 	used := map[int]int64{}
+	bad := map[int]bool{}
 	for _, name := range lastNames {
 		n, err := strconv.Atoi(name)
 		if err != nil || n < 0 || n >= size || held[n] {
@@ -106,7 +116,12 @@ func (c claimer) claimLRU(ctx context.Context, skip int, markless int64) (int, e
 		}
 		d, derr := decodeLast(b)
 		switch {
-		case derr == nil && d.HighWater > 0:
+		case derr != nil:
+			bad[n] = true
+			if c.unreadable != nil {
+				c.unreadable(n, fmt.Errorf("%w: %s: %v", errUnreadableMark, c.l.last(c.idc, n), derr))
+			}
+		case d.HighWater > 0:
 			used[n] = d.HighWater
 		default:
 			used[n] = max(st.Mtime, 1)
@@ -114,7 +129,7 @@ func (c claimer) claimLRU(ctx context.Context, skip int, markless int64) (int, e
 	}
 	cands := make([]candidate, 0, size)
 	for n := 0; n < size; n++ {
-		if !held[n] && n != skip {
+		if !held[n] && !bad[n] && n != skip {
 			u, ok := used[n]
 			if !ok {
 				u = markless
@@ -187,7 +202,7 @@ func (c claimer) readLast(ctx context.Context, node int) (lastRead, error) {
 			d, derr := decodeLast(b)
 			if derr != nil {
 				// A slot whose mark cannot be read cannot be proven safe.
-				return lastRead{}, fmt.Errorf("%s: %w", path, derr)
+				return lastRead{}, fmt.Errorf("%w: %s: %v", errUnreadableMark, path, derr)
 			}
 			return lastRead{lastData: d, exists: true, version: st.Version}, nil
 		case errors.Is(err, zk.ErrNoNode):

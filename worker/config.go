@@ -108,7 +108,15 @@ type Config struct {
 	ConnectTimeout time.Duration
 	// AllowCachedSlotWithoutZK lets a node whose ZooKeeper is unreachable at
 	// start serve with the slot cached in its properties file (degraded
-	// mode) until ZooKeeper returns. nil means true.
+	// mode), but only where no other node can have taken the slot: above
+	// the cached mark (what the last run may have used) and before the
+	// last run's claim can expire (a session timeout after ZooKeeper last
+	// confirmed a mark, less HighWaterMargin and MaxPeerClockSkew). After a
+	// crash that window is empty unless Lead is shorter than the session
+	// timeout, so the start is refused then, with the figures; after a
+	// clean shutdown the slot was released and is refused too. nil means
+	// false (issue 17 item 3: the old default served a slot another node
+	// had taken).
 	AllowCachedSlotWithoutZK *bool
 	// MaxPeerClockSkew: a node whose clock differs from the median of its
 	// peers' clocks by more than this refuses to start. Default 1s.
@@ -122,6 +130,10 @@ type Config struct {
 	// set, the cluster subtree is created with a digest ACL for that user
 	// only. It is never logged.
 	Auth string
+	// ServerStats asks the servers for their mode and zxid when they keep
+	// refusing the client's handshakes (see redial.go). nil: the srvr
+	// four-letter word. Tests pass a fake here.
+	ServerStats ServerStatsFunc
 	// Connect opens the ZooKeeper client. nil: the go-zookeeper client.
 	// Tests pass a fake here; a deployment may wrap the dialer.
 	Connect ConnectFunc
@@ -145,7 +157,7 @@ func (c Config) Lead() time.Duration {
 
 // allowCached reports the effective AllowCachedSlotWithoutZK.
 func (c *Config) allowCached() bool {
-	return c.AllowCachedSlotWithoutZK == nil || *c.AllowCachedSlotWithoutZK
+	return c.AllowCachedSlotWithoutZK != nil && *c.AllowCachedSlotWithoutZK
 }
 
 // Bool returns a pointer to v, for Config.AllowCachedSlotWithoutZK.
@@ -198,6 +210,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PeerClockTimeout == 0 {
 		c.PeerClockTimeout = DefaultPeerClockTimeout
+	}
+	if c.ServerStats == nil {
+		c.ServerStats = srvrStats
 	}
 	if c.Connect == nil {
 		c.Connect = connectZK(c.Logger)

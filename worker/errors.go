@@ -18,6 +18,11 @@ var (
 	ErrStartWaitTooLong = errors.New("high-water mark too far ahead of the clock")
 	// ErrClockSkew: the local clock is too far from the peers' median.
 	ErrClockSkew = errors.New("clock differs from the peers")
+	// ErrNoCluster: ZooKeeper has no record of the cluster and this node
+	// was never a member of it (no properties file of the cluster), so it
+	// cannot tell a new cluster from one whose ZooKeeper lost its data.
+	// The message names `idctl cluster init`.
+	ErrNoCluster = errors.New("cluster not created")
 	// ErrZKUnavailable: no ZooKeeper session and no usable cached slot.
 	ErrZKUnavailable = errors.New("ZooKeeper unavailable")
 	// ErrNoCachedSlot: standalone or degraded start found no usable

@@ -26,6 +26,64 @@ type fakeZK struct {
 	// loseCreate: the next Create of a path with this prefix is applied
 	// but returns zk.ErrConnectionClosed, as when the response is lost.
 	loseCreate string
+	// epoch and zxid make the zxid of every write (epoch<<32 | zxid), as a
+	// real ensemble's: epoch changes with each election or restart.
+	epoch, zxid int64
+	// notServing: the servers answer srvr "not currently serving" (an
+	// election); see serverStats.
+	notServing bool
+}
+
+// nextZxid returns the zxid of a new write; f.mu is held.
+func (f *fakeZK) nextZxid() int64 {
+	f.zxid++
+	return f.epoch<<32 | f.zxid
+}
+
+// serverStats is a ServerStatsFunc: one server, serving unless down or
+// electing, at the current zxid.
+func (f *fakeZK) serverStats(servers []string, _ time.Duration) []ServerStat {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down || f.notServing {
+		return []ServerStat{{Server: "fake:2181"}}
+	}
+	return []ServerStat{{Server: "fake:2181", Serving: true, Zxid: f.epoch<<32 | f.zxid}}
+}
+
+// fakeSnapshot is a copy of the tree, as a copy of a ZooKeeper data dir.
+type fakeSnapshot struct {
+	nodes map[string]*fakeNode
+	zxid  int64
+}
+
+// snapshot copies the tree.
+func (f *fakeZK) snapshot() fakeSnapshot {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cp := make(map[string]*fakeNode, len(f.nodes))
+	for k, n := range f.nodes {
+		c := *n
+		c.data = append([]byte(nil), n.data...)
+		cp[k] = &c
+	}
+	return fakeSnapshot{nodes: cp, zxid: f.zxid}
+}
+
+// restore replaces the tree by a snapshot, as an ensemble restarted from
+// restored data dirs: writes since the snapshot are gone, ephemerals of
+// the sessions in it are back, and the ensemble runs in a new epoch.
+func (f *fakeZK) restore(snap fakeSnapshot) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nodes = make(map[string]*fakeNode, len(snap.nodes))
+	for k, n := range snap.nodes {
+		c := *n
+		c.data = append([]byte(nil), n.data...)
+		f.nodes[k] = &c
+	}
+	f.zxid = snap.zxid
+	f.epoch++
 }
 
 type fakeNode struct {
@@ -239,7 +297,8 @@ func (c *fakeConn) Create(p string, data []byte, flags int32, acl []zk.ACL) (str
 		return "", zk.ErrNodeExists
 	}
 	now := f.now().UnixMilli()
-	n := &fakeNode{data: append([]byte(nil), data...), stat: zk.Stat{Ctime: now, Mtime: now, DataLength: int32(len(data))}}
+	z := f.nextZxid()
+	n := &fakeNode{data: append([]byte(nil), data...), stat: zk.Stat{Ctime: now, Mtime: now, Czxid: z, Mzxid: z, DataLength: int32(len(data))}}
 	if flags&zk.FlagEphemeral != 0 {
 		n.stat.EphemeralOwner = c.sid
 	}
@@ -301,6 +360,7 @@ func (c *fakeConn) Set(p string, data []byte, version int32) (*zk.Stat, error) {
 	n.data = append([]byte(nil), data...)
 	n.stat.Version++
 	n.stat.Mtime = f.now().UnixMilli()
+	n.stat.Mzxid = f.nextZxid()
 	n.stat.DataLength = int32(len(data))
 	f.fire(p, false, zk.EventNodeDataChanged)
 	st := n.stat
@@ -362,6 +422,7 @@ func (c *fakeConn) Delete(p string, version int32) error {
 	if len(f.childrenOf(p)) > 0 {
 		return zk.ErrNotEmpty
 	}
+	f.nextZxid()
 	f.deleteLocked(p)
 	return nil
 }
@@ -391,7 +452,13 @@ func (c *fakeConn) Close() {
 	c.f.mu.Lock()
 	defer c.f.mu.Unlock()
 	if !c.closed {
-		c.f.expireEphemerals(c.sid)
+		// Like the real client: closing tells the server to end the
+		// session only over a live connection. A client closed without a
+		// session leaves it to expire on the server, ephemerals and all
+		// (the test expires it with expireEphemerals).
+		if c.has {
+			c.f.expireEphemerals(c.sid)
+		}
 		c.closed, c.has = true, false
 		c.send(zk.StateDisconnected)
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/idgen/idgen/cluster"
 )
 
 // These tests run against the real ZooKeeper that ./build.sh test starts.
@@ -34,9 +36,16 @@ func uniqueCluster(t *testing.T) string {
 	return fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
 }
 
-// itConfig is a Config against the real ZooKeeper with short timings.
-func itConfig(t *testing.T, servers, cluster string, h Holder, port int) Config {
+// itConfig is a Config against the real ZooKeeper with short timings. It
+// creates the cluster first (as `idctl cluster init`) unless it exists.
+func itConfig(t *testing.T, servers, name string, h Holder, port int) Config {
 	t.Helper()
+	c := dialTest(t, testZK(t))
+	if _, err := cluster.Init(c, "/idgen-test", name, cluster.Settings{EpochMs: DefaultEpochMs, IDCBits: DefaultIDCBits, NodeBits: DefaultNodeBits},
+		zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, cluster.ErrExists) {
+		t.Fatalf("cluster init: %v", err)
+	}
+	cluster := name
 	return Config{
 		Servers:           []string{servers},
 		Root:              "/idgen-test",
@@ -389,14 +398,20 @@ func TestIntegration_DegradedStartThenZooKeeperReturns(t *testing.T) {
 	cluster := uniqueCluster(t)
 	proxy := newZKProxy(t, addr)
 	cfg := itConfig(t, proxy.addr(), cluster, newTestHolder("a", nil, nil), 7000)
+	cfg.SessionTimeout = 4 * time.Second // room for the degraded window
 	a := register(t, cfg)
 	sa, _ := a.Slot()
-	closeLease(t, a)
+	// a crashes: no clean shutdown (its properties file keeps a look-ahead
+	// mark and the time ZooKeeper last confirmed it); its session is gone.
+	a.cancel()
+	<-a.done
+	a.conn.Close()
 
 	proxy.block()
 	h := newTestHolder("b", nil, nil)
 	cfg.Holder = h
 	cfg.ConnectTimeout = time.Second
+	cfg.AllowCachedSlotWithoutZK = Bool(true)
 	l := register(t, cfg)
 	if l.State() != StateDegraded {
 		t.Fatalf("state %s, want degraded", l.State())

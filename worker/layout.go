@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idgen/idgen/cluster"
 )
 
 // layout names the znodes of one cluster (DESIGN.md, "ZooKeeper layout"):
@@ -16,12 +18,7 @@ import (
 //	/<root>/<cluster>/idc-<n>/last/<node>       persistent: the slot's high-water mark
 type layout struct{ root, cluster string }
 
-func (l layout) clusterPath() string {
-	if l.root == "/" {
-		return "/" + l.cluster
-	}
-	return l.root + "/" + l.cluster
-}
+func (l layout) clusterPath() string       { return cluster.Path(l.root, l.cluster) }
 func (l layout) meta() string              { return l.clusterPath() + "/meta" }
 func (l layout) clock() string             { return l.clusterPath() + "/clock" }
 func (l layout) idc(n int) string          { return l.clusterPath() + "/idc-" + strconv.Itoa(n) }

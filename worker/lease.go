@@ -55,6 +55,11 @@ type Slot struct {
 	// NotBefore is a Unix millisecond that previous holders of the slot may
 	// have used: issue no ID whose timestamp is <= NotBefore.
 	NotBefore int64
+	// MarkNotBefore is the part of NotBefore that comes from the slot's
+	// own marks; NotBefore is larger when the cluster was restored or its
+	// ZooKeeper ensemble changed epoch within the last lead (marks written
+	// before may have been lost). For logs and fault injection.
+	MarkNotBefore int64
 	// HighWater is the Unix millisecond already recorded (ZooKeeper and/or
 	// the properties file) as the slot's high-water mark: issue no ID whose
 	// timestamp is > HighWater until Extended raises it.

@@ -18,11 +18,19 @@ import (
 
 	"github.com/idgen/idgen/clock"
 	"github.com/idgen/idgen/clock/clocktest"
+	"github.com/idgen/idgen/cluster"
 )
 
-// fakeConfig is a Config against f with short, test-friendly timings.
+// fakeConfig is a Config against f with short, test-friendly timings. It
+// creates the cluster on f first (as `idctl cluster init`) if f is up.
 func fakeConfig(t *testing.T, f *fakeZK, h Holder, port int) Config {
 	t.Helper()
+	f.mu.Lock()
+	down := f.down
+	f.mu.Unlock()
+	if !down {
+		initFake(t, f)
+	}
 	return Config{
 		Servers:           []string{"fake:2181"},
 		Root:              "/t",
@@ -36,9 +44,27 @@ func fakeConfig(t *testing.T, f *fakeZK, h Holder, port int) Config {
 		HighWaterMargin:   30 * time.Millisecond,
 		ConnectTimeout:    200 * time.Millisecond,
 		Connect:           f.connect,
+		ServerStats:       f.serverStats,
 		Logger:            zaptest.NewLogger(t),
 		Holder:            h,
 		Version:           "test",
+	}
+}
+
+// initFake creates cluster c1 under /t on f (as `idctl cluster init`)
+// unless it exists, with the default settings.
+func initFake(t *testing.T, f *fakeZK) {
+	t.Helper()
+	initFakeWith(t, f, Meta{}.withDefaults())
+}
+
+func initFakeWith(t *testing.T, f *fakeZK, m Meta) {
+	t.Helper()
+	c, _, _ := f.connect(nil, time.Second)
+	defer c.Close()
+	_, err := cluster.Init(c, "/t", "c1", cluster.Settings{EpochMs: m.EpochMs, IDCBits: m.IDCBits, NodeBits: m.NodeBits}, zk.WorldACL(zk.PermAll))
+	if err != nil && !errors.Is(err, cluster.ErrExists) {
+		t.Fatalf("cluster init: %v", err)
 	}
 }
 
@@ -601,56 +627,176 @@ func TestPeerClockCheck(t *testing.T) {
 	register(t, cfg)
 }
 
-func TestDegradedStartThenZooKeeperReturns(t *testing.T) {
-	f := newFakeZK(nil)
-	// A previous run cached node 5 with the cluster settings.
-	first := fakeConfig(t, f, newTestHolder("a", nil, nil), 9000)
-	first.PropertiesDir = t.TempDir()
-	a := register(t, first)
-	sa, _ := a.Slot()
-	if err := a.Close(context.Background()); err != nil {
+// crashCache writes the properties file a crashed run leaves behind: slot
+// node with a look-ahead mark hw, last confirmed by ZooKeeper at contact.
+func crashCache(t *testing.T, dir string, port, node int, hw, contact int64) {
+	t.Helper()
+	if err := writeProperties(propertiesPath(dir, "idgen", port, "10.0.0.1"), properties{
+		Cluster: "c1", IDC: 0, Node: node, WorkerID: node, HighWater: hw, ZKContactMs: contact,
+		Meta: Meta{EpochMs: DefaultEpochMs, IDCBits: 2, NodeBits: 8, CreatedMs: 1},
+	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestDegradedStartThenZooKeeperReturns(t *testing.T) {
+	f := newFakeZK(nil)
+	initFake(t, f)
+	dir := t.TempDir()
+	now := time.Now().UnixMilli()
+	crashCache(t, dir, 9000, 5, now+50, now)
 
 	f.down = true
 	h := newTestHolder("b", nil, nil)
 	cfg := fakeConfig(t, f, h, 9000)
-	cfg.PropertiesDir = first.PropertiesDir
+	cfg.PropertiesDir = dir
+	cfg.AllowCachedSlotWithoutZK = Bool(true)
 	l := register(t, cfg)
 	if l.State() != StateDegraded {
 		t.Fatalf("state %s, want degraded", l.State())
 	}
-	if s, _ := l.Slot(); s.Node != sa.Node {
-		t.Fatalf("degraded slot %d, want cached %d", s.Node, sa.Node)
+	s, _ := l.Slot()
+	if s.Node != 5 || s.NotBefore != now+50 {
+		t.Fatalf("degraded slot %+v, want cached node 5 above %d", s, now+50)
+	}
+	// The old claim lives at least a session timeout after the contact;
+	// the degraded marks stop before it, less the margin and the skew.
+	deadline := now + (cfg.SessionTimeout - cfg.HighWaterMargin - DefaultMaxPeerClockSkew).Milliseconds()
+	if s.HighWater > deadline {
+		t.Fatalf("degraded mark %d past the old claim's earliest expiry %d", s.HighWater, deadline)
 	}
 	if st := l.Status(); st.ZKConnected {
 		t.Fatal("ZKConnected while ZooKeeper is down")
 	}
 	n := len(h.snap().extended)
 	waitFor(t, "degraded heartbeats", 5*time.Second, func() bool { return len(h.snap().extended) >= n+2 })
+	waitFor(t, "past the deadline", 5*time.Second, func() bool { return time.Now().UnixMilli() > deadline+100 })
+	for _, hw := range h.snap().extended {
+		if hw > deadline {
+			t.Fatalf("degraded heartbeat extended to %d, past %d", hw, deadline)
+		}
+	}
 
 	f.up()
 	waitFor(t, "registered", 5*time.Second, func() bool { return l.State() == StateRegistered })
 	if snap := h.snap(); len(snap.fenced) != 0 || len(snap.acquired) != 1 {
 		t.Fatalf("ZooKeeper's return interrupted the holder: %+v", snap)
 	}
-	if _, st, ok := f.get(l.l.slot(0, sa.Node)); !ok || st.EphemeralOwner != connOf(l).SessionID() {
+	if _, st, ok := f.get(l.l.slot(0, 5)); !ok || st.EphemeralOwner != connOf(l).SessionID() {
 		t.Fatal("cached slot not claimed in ZooKeeper")
 	}
 	if l.Member() == "" {
 		t.Fatal("no member znode after ZooKeeper returned")
+	}
+	waitFor(t, "extended past the degraded deadline", 5*time.Second, func() bool {
+		ext := h.snap().extended
+		return len(ext) > 0 && ext[len(ext)-1] > deadline
+	})
+}
+
+// TestDegradedStartRefusedUnlessProvablySafe (issue 17 item 3): a cached
+// slot is used without ZooKeeper only while the last run's claim still
+// holds it and above its mark; otherwise the start is refused, naming why.
+func TestDegradedStartRefusedUnlessProvablySafe(t *testing.T) {
+	now := time.Now().UnixMilli()
+	for _, tc := range []struct {
+		name    string
+		allow   *bool
+		tol     time.Duration
+		exact   bool
+		hw      int64
+		contact int64
+		want    string
+	}{
+		{"default is off", nil, 0, false, now, now, "AllowCachedSlotWithoutZK is off"},
+		{"clean shutdown released the slot", Bool(true), 0, true, now, now, "released by a clean shutdown"},
+		{"older idgen: no contact time", Bool(true), 0, false, now, 0, "does not say when ZooKeeper last confirmed"},
+		{"claim may have expired", Bool(true), 0, false, now - 5000, now - 3000, "not safe to use"},
+		{"default lead: mark past the claim's expiry", Bool(true), 30 * time.Second, false, now + 35_000, now, "not safe to use"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeZK(nil)
+			dir := t.TempDir()
+			if err := writeProperties(propertiesPath(dir, "idgen", 9000, "10.0.0.1"), properties{
+				Cluster: "c1", IDC: 0, Node: 5, WorkerID: 5, HighWater: tc.hw, Exact: tc.exact, ZKContactMs: tc.contact,
+				Meta: Meta{EpochMs: DefaultEpochMs, IDCBits: 2, NodeBits: 8, CreatedMs: 1},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			f.down = true
+			cfg := fakeConfig(t, f, newTestHolder("a", nil, nil), 9000)
+			cfg.PropertiesDir = dir
+			cfg.AllowCachedSlotWithoutZK = tc.allow
+			if tc.tol != 0 {
+				cfg.OutageTolerance, cfg.SessionTimeout, cfg.HeartbeatInterval = tc.tol, 10*time.Second, 3*time.Second
+			}
+			_, err := Register(context.Background(), cfg)
+			if !errors.Is(err, ErrZKUnavailable) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want ErrZKUnavailable saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestStaleCacheDuringOutageIsNotServed (issue 17 item 3): a node crashed,
+// its slot was taken by another node once the old claim expired, and the
+// first node restarts while ZooKeeper is unreachable for it. Serving its
+// cached slot would issue on the worker the other node issues on; it must
+// refuse.
+func TestStaleCacheDuringOutageIsNotServed(t *testing.T) {
+	f := newFakeZK(nil)
+	hA := newTestHolder("a", nil, nil)
+	cfgA := fakeConfig(t, f, hA, 9000)
+	cfgA.Meta = Meta{IDCBits: 8, NodeBits: 2}
+	f.wipe() // fakeConfig created the cluster with the default layout
+	initFakeWith(t, f, cfgA.Meta.withDefaults())
+	a := register(t, cfgA)
+	sa, _ := a.Slot()
+	// A crashes: its claim expires after the session timeout.
+	sid := connOf(a).SessionID()
+	f.mu.Lock()
+	f.expireEphemerals(sid)
+	f.mu.Unlock()
+	a.cancel() // stop its heartbeats without a clean shutdown
+	<-a.done
+	// B takes the slot: with 4 slots, fill the other three first.
+	var taken bool
+	for i := 0; i < 4 && !taken; i++ {
+		cfg := fakeConfig(t, f, newTestHolder(fmt.Sprintf("b%d", i), nil, nil), 9100+i)
+		cfg.Meta = cfgA.Meta
+		b := register(t, cfg)
+		s, _ := b.Slot()
+		taken = s.Node == sa.Node
+	}
+	if !taken {
+		t.Fatal("setup: no node took the crashed node's slot")
+	}
+	// A restarts with its properties file while ZooKeeper is down for it,
+	// a session timeout after its last contact.
+	p, err := readProperties(a.props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ZKContactMs -= cfgA.SessionTimeout.Milliseconds()
+	if err := writeProperties(a.props, p); err != nil {
+		t.Fatal(err)
+	}
+	f.down = true
+	cfg := cfgA
+	cfg.Holder = newTestHolder("a2", nil, nil)
+	cfg.AllowCachedSlotWithoutZK = Bool(true)
+	if l, err := Register(context.Background(), cfg); err == nil {
+		_ = l.Close(context.Background())
+		t.Fatalf("a stale cached slot was served (node %d, another node's now)", sa.Node)
+	} else if !errors.Is(err, ErrZKUnavailable) {
+		t.Fatalf("err = %v, want ErrZKUnavailable", err)
 	}
 }
 
 func TestDegradedSlotHeldByAnotherFencesAtOnce(t *testing.T) {
 	f := newFakeZK(nil)
 	dir := t.TempDir()
-	if err := writeProperties(propertiesPath(dir, "idgen", 9000, "10.0.0.1"), properties{
-		Cluster: "c1", IDC: 0, Node: 5, WorkerID: 5, HighWater: time.Now().UnixMilli(),
-		Meta: Meta{EpochMs: DefaultEpochMs, IDCBits: 2, NodeBits: 8, CreatedMs: 1},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	crashCache(t, dir, 9000, 5, time.Now().UnixMilli(), time.Now().UnixMilli())
 	// Another node holds slot 5.
 	other := fakeConfig(t, f, newTestHolder("other", nil, nil), 9001)
 	otherDir := other.PropertiesDir
@@ -667,6 +813,7 @@ func TestDegradedSlotHeldByAnotherFencesAtOnce(t *testing.T) {
 	h := newTestHolder("b", nil, nil)
 	cfg := fakeConfig(t, f, h, 9000)
 	cfg.PropertiesDir = dir
+	cfg.AllowCachedSlotWithoutZK = Bool(true)
 	l := register(t, cfg)
 	if l.State() != StateDegraded {
 		t.Fatalf("state %s, want degraded", l.State())
@@ -686,12 +833,7 @@ func TestDegradedSlotUsedByAnotherMeanwhileWaitsPastTheirMark(t *testing.T) {
 	f := newFakeZK(nil)
 	dir := t.TempDir()
 	now := time.Now().UnixMilli()
-	if err := writeProperties(propertiesPath(dir, "idgen", 9000, "10.0.0.1"), properties{
-		Cluster: "c1", IDC: 0, Node: 5, WorkerID: 5, HighWater: now - 5000,
-		Meta: Meta{EpochMs: DefaultEpochMs, IDCBits: 2, NodeBits: 8, CreatedMs: 1},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	crashCache(t, dir, 9000, 5, now-5000, now)
 	// Another node used slot 5 after this node's last write, and left.
 	c, _, _ := f.connect(nil, 0)
 	for _, p := range []string{"/t", "/t/c1", "/t/c1/idc-0", "/t/c1/idc-0/last"} {
@@ -704,6 +846,7 @@ func TestDegradedSlotUsedByAnotherMeanwhileWaitsPastTheirMark(t *testing.T) {
 	h := newTestHolder("b", nil, nil)
 	cfg := fakeConfig(t, f, h, 9000)
 	cfg.PropertiesDir = dir
+	cfg.AllowCachedSlotWithoutZK = Bool(true)
 	l := register(t, cfg)
 	f.up()
 	waitFor(t, "re-acquire", 5*time.Second, func() bool { return len(h.snap().acquired) == 2 })
@@ -724,11 +867,12 @@ func TestZooKeeperDownWithoutUsableCacheRefuses(t *testing.T) {
 	f := newFakeZK(nil)
 	f.down = true
 	cfg := fakeConfig(t, f, newTestHolder("a", nil, nil), 9000)
+	cfg.AllowCachedSlotWithoutZK = Bool(true)
 	_, err := Register(context.Background(), cfg)
 	if !errors.Is(err, ErrZKUnavailable) || !errors.Is(err, ErrNoCachedSlot) {
 		t.Fatalf("err = %v, want ErrZKUnavailable and ErrNoCachedSlot", err)
 	}
-	cfg.AllowCachedSlotWithoutZK = Bool(false)
+	cfg.AllowCachedSlotWithoutZK = nil
 	_, err = Register(context.Background(), cfg)
 	if !errors.Is(err, ErrZKUnavailable) || !strings.Contains(err.Error(), "AllowCachedSlotWithoutZK is off") {
 		t.Fatalf("err = %v", err)

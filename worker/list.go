@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/idgen/idgen/cluster"
 )
 
 // WorkerInfo is one running node's worker assignment as ZooKeeper shows it.
@@ -200,20 +202,14 @@ func listIDC(r reader, l layout, idc int, zkNow time.Time, byLocal bool) ([]Work
 	return out, nil
 }
 
-// zkTime returns ZooKeeper's current time, from the mtime of a write to
-// the cluster's clock znode; or this host's time (byLocal) if the write
-// fails.
+// zkTime returns ZooKeeper's current time (cluster.Now), or this host's
+// time (byLocal) if the clock znode cannot be written.
 func zkTime(c ZK, l layout) (now time.Time, byLocal bool) {
-	st, err := c.Set(l.clock(), nil, -1)
-	if errors.Is(err, zk.ErrNoNode) {
-		if _, err = c.Create(l.clock(), nil, 0, zk.WorldACL(zk.PermAll)); err == nil || errors.Is(err, zk.ErrNodeExists) {
-			st, err = c.Set(l.clock(), nil, -1)
-		}
-	}
-	if err != nil || st == nil || st.Mtime == 0 {
+	t, err := cluster.Now(c, l.root, l.cluster, zk.WorldACL(zk.PermAll))
+	if err != nil {
 		return time.Now(), true
 	}
-	return time.UnixMilli(st.Mtime), false
+	return time.UnixMilli(t.Ms), false
 }
 
 func afterChan(d time.Duration) <-chan struct{} {

@@ -61,15 +61,20 @@ type manager struct {
 	retryTimer *time.Timer
 	retryDue   bool // false while a failed task's retry delay runs
 
-	redialing bool            // a new client is being connected
-	redialed  chan redialDone // the redial goroutine's result
+	redialing    bool            // servers are asked, or a new client is being connected
+	redialed     chan redialDone // the redial goroutine's result
+	nextCheck    time.Time       // refusals are judged again from then on
+	servingSince time.Time       // refused while some server serves, since then
 }
 
-// redialDone is a new client (or why there is none).
+// redialDone is a new client, or why there is none (kept: the session may
+// come back).
 type redialDone struct {
-	conn   ZK
-	events <-chan zk.Event
-	err    error
+	conn    ZK
+	events  <-chan zk.Event
+	err     error
+	kept    bool
+	verdict refusalVerdict
 }
 
 func (l *ZKLease) run(ctx context.Context) {
@@ -107,9 +112,23 @@ func (m *manager) loop() {
 			return
 		case r := <-m.redialed:
 			m.redialing = false
+			if r.kept {
+				m.nextCheck = time.Now().Add(refusalCheckEvery)
+				if r.verdict.serving && m.servingSince.IsZero() {
+					m.servingSince = time.Now()
+				}
+				m.l.log.Info("ZooKeeper refuses this client's handshakes: keeping the session", zap.String("why", r.verdict.why))
+				continue
+			}
 			if r.err != nil {
 				m.l.log.Warn("connecting a new ZooKeeper client failed; trying again", zap.Error(r.err))
 				continue
+			}
+			m.servingSince = time.Time{}
+			if r.verdict.lost != "" {
+				m.l.mu.Lock()
+				m.l.lostReason = r.verdict.lost
+				m.l.mu.Unlock()
 			}
 			m.l.zk.swap(r.conn)
 			m.l.sess.attach(r.conn, r.events)
@@ -180,27 +199,44 @@ func (m *manager) observe(v sessionView) {
 	}
 }
 
-// maybeRedial replaces the ZooKeeper client when the ensemble has refused
-// its handshake redialAfter times in a row (see redial.go). The connect
-// runs in its own goroutine: the manager never blocks on ZooKeeper.
+// maybeRedial asks the servers why they refuse the client's handshakes
+// once redialAfter were refused in a row, and replaces the client only
+// when the session is gone (see redial.go). Both run in their own
+// goroutine: the manager never blocks on ZooKeeper.
 func (m *manager) maybeRedial(v sessionView) {
-	if m.redialing || v.has || v.closed || v.refused < redialAfter {
+	if v.has {
+		m.servingSince = time.Time{}
+	}
+	if m.redialing || v.has || v.closed || v.refused < redialAfter || time.Now().Before(m.nextCheck) {
 		return
 	}
 	m.redialing = true
 	l := m.l
-	l.log.Warn("ZooKeeper refuses this client's handshake (the ensemble lost its state, e.g. restarted with an empty data dir): connecting a new client; the slot is then claimed again, above every mark",
-		zap.Int("refused_handshakes", v.refused))
+	since, servingSince := v.lostAt, m.servingSince
 	go func() {
+		verdict := l.judgeRefusals(since, servingSince)
+		if !verdict.replace {
+			m.deliver(redialDone{kept: true, verdict: verdict})
+			return
+		}
+		l.log.Warn("the ZooKeeper session is gone: connecting a new client; the slot is then claimed again, above every mark",
+			zap.Int("refused_handshakes", v.refused), zap.String("why", verdict.why))
 		conn, events, err := l.cfg.Connect(l.cfg.Servers, l.cfg.SessionTimeout)
-		select {
-		case m.redialed <- redialDone{conn: conn, events: events, err: err}:
-		case <-m.ctx.Done():
-			if conn != nil {
-				conn.Close()
-			}
+		if !m.deliver(redialDone{conn: conn, events: events, err: err, verdict: verdict}) && conn != nil {
+			conn.Close()
 		}
 	}()
+}
+
+// deliver hands the redial goroutine's result to the manager (false: the
+// lease is closing).
+func (m *manager) deliver(r redialDone) bool {
+	select {
+	case m.redialed <- r:
+		return true
+	case <-m.ctx.Done():
+		return false
+	}
 }
 
 func (m *manager) disarmFence() {

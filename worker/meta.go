@@ -1,53 +1,231 @@
 package worker
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
-	"github.com/go-zookeeper/zk"
+	"go.uber.org/zap"
 
-	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/cluster"
 )
 
-// ensureMeta creates the cluster's meta znode with want (CreatedMs = now)
-// if it does not exist, and otherwise compares want with the stored
-// settings. It returns the cluster's settings as stored in ZooKeeper.
-//
-// The settings decide how IDs are laid out, so a node that disagrees with
-// the cluster must not issue any: a difference is ErrMetaMismatch naming
-// the setting and both values.
-//
-// want.CreatedMs, when set, is kept (a node re-creating the meta after
-// ZooKeeper lost its state keeps the cluster's original creation time);
-// zero means now. ctimeMs is ZooKeeper's creation time of the meta znode.
-func ensureMeta(c ZK, l layout, want Meta, clk clock.Clock, acl []zk.ACL) (m Meta, ctimeMs int64, err error) {
-	if want.CreatedMs == 0 {
-		want.CreatedMs = clock.Millis(clk)
+// The lease's side of the cluster record (package cluster): read it at
+// start and after every new session, restore it when ZooKeeper lost it,
+// record epoch changes and losses of state, and turn its bounds into the
+// local clock.
+
+// loadCluster reads the cluster's record, or restores it from this node's
+// local copy when ZooKeeper lost it, compares this node's settings with it
+// (ErrMetaMismatch) and records what a node taking a slot must wait for.
+// A node that finds no record and was never a member refuses
+// (ErrNoCluster): it cannot tell a new cluster from a lost one, and a
+// cluster is created once, explicitly.
+func (l *ZKLease) loadCluster() (Meta, error) {
+	root, name := l.cfg.Root, l.cfg.Cluster
+	now, err := l.zkTime()
+	if err != nil {
+		return Meta{}, err
 	}
-	for attempt := 0; attempt < 3; attempt++ {
-		_, err := c.Create(l.meta(), toJSON(newMetaData(want)), 0, acl)
-		if err != nil && !errors.Is(err, zk.ErrNodeExists) && !isConnErr(err) {
-			return Meta{}, 0, fmt.Errorf("create cluster meta %s: %w", l.meta(), err)
+	l.noteZxid(now.Zxid)
+	local, hasLocal := l.localMeta()
+	rec, st, err := cluster.Read(l.conn, root, name)
+	ctime := int64(0)
+	switch {
+	case errors.Is(err, cluster.ErrNotFound):
+		if !hasLocal {
+			return Meta{}, fmt.Errorf("%w: ZooKeeper (%s) has no cluster %q under %s. Create it once with `idctl cluster init --zk %s --zk-root %s --cluster %s` (with the cluster's --epoch, --idc-bits and --node-bits when they are not the defaults). If the cluster existed and ZooKeeper lost its data, start first a node that ran in it (it restores the record from its properties file), or run `idctl cluster restore` with one of their properties files",
+				ErrNoCluster, strings.Join(l.cfg.Servers, ","), name, root, strings.Join(l.cfg.Servers, ","), root, name)
 		}
-		// Read what is stored (ours, or the cluster's).
-		b, st, gerr := c.Get(l.meta())
-		if errors.Is(gerr, zk.ErrNoNode) || isConnErr(gerr) {
-			continue
+		if err := compareMeta(local, l.cfg.Meta, l.props); err != nil {
+			return Meta{}, err
 		}
-		if gerr != nil {
-			return Meta{}, 0, fmt.Errorf("read cluster meta %s: %w", l.meta(), gerr)
+		reason := "ZooKeeper had no record of the cluster (wiped, or restored from a copy older than the cluster): re-created from a member's properties file"
+		rec, err = cluster.Restore(l.conn, root, name, recordOf(local), now, reason, l.acl)
+		if err != nil {
+			return Meta{}, err
 		}
-		var got metaData
-		if err := json.Unmarshal(b, &got); err != nil {
-			return Meta{}, 0, fmt.Errorf("cluster meta %s is not valid JSON (%q): %w", l.meta(), truncate(b), err)
+		l.countLoss(reason)
+		ctime = now.Ms
+	case err != nil:
+		return Meta{}, err
+	default:
+		ctime = st.Ctime
+		if err := compareMeta(metaOf(rec), l.cfg.Meta, "ZooKeeper"); err != nil {
+			return Meta{}, fmt.Errorf("%w (%s)", err, l.l.meta())
 		}
-		if err := compareMeta(got.Meta, want, "ZooKeeper"); err != nil {
-			return Meta{}, 0, fmt.Errorf("%w (%s)", err, l.meta())
+		if hasLocal && local.CreatedMs != rec.CreatedMs {
+			reason := fmt.Sprintf("the cluster's created_ms in ZooKeeper (%d) differs from the one this node ran with (%d): the record was re-created after ZooKeeper lost it", rec.CreatedMs, local.CreatedMs)
+			if rec, err = cluster.MarkRestored(l.conn, root, name, now, reason); err != nil {
+				return Meta{}, err
+			}
+			l.countLoss(reason)
 		}
-		return got.Meta, st.Ctime, nil
 	}
-	return Meta{}, 0, fmt.Errorf("create or read cluster meta %s: connection kept failing", l.meta())
+	if rec, err = l.noteEpoch(rec, now.Epoch(), now.Ms); err != nil {
+		return Meta{}, err
+	}
+	meta := metaOf(rec)
+	if hasLocal && local.CreatedMs != meta.CreatedMs {
+		// Keep this node's floor: lowering it could let fallback segments
+		// reach snowflake IDs this node issued.
+		l.log.Error("keeping the snowflake floor this node ran with, not the re-created record's",
+			zap.Int64("zk_created_ms", meta.CreatedMs), zap.Int64("started_with_ms", local.CreatedMs))
+		meta.CreatedMs = local.CreatedMs
+	}
+	l.mu.Lock()
+	l.rec, l.recCtime, l.zkNow = rec, ctime, now
+	l.mu.Unlock()
+	if b := rec.Bound(l.boundLead()); b > now.Ms {
+		l.log.Warn("the cluster was restored or its ZooKeeper ensemble changed epoch recently: a slot taken now waits until one lead after it",
+			zap.Int64("restored_ms", rec.RestoredMs), zap.Int64("zk_epoch", rec.ZKEpoch), zap.Int64("zk_epoch_seen_ms", rec.ZKEpochSeenMs),
+			zap.Duration("wait", time.Duration(b-now.Ms)*time.Millisecond), zap.String("restore_reason", rec.RestoreReason))
+	}
+	return meta, nil
+}
+
+// noteEpoch records the ensemble's epoch in the cluster record when it
+// is newer than the recorded one (seenMs: ZooKeeper's time of this
+// node's first write in it). A record that never had an epoch (created
+// by an older idgen) is given one without a bound; a recorded epoch newer
+// than the ensemble's means ZooKeeper went back to older data.
+func (l *ZKLease) noteEpoch(rec cluster.Record, epoch, seenMs int64) (cluster.Record, error) {
+	root, name := l.cfg.Root, l.cfg.Cluster
+	var err error
+	switch {
+	case rec.ZKEpoch == 0 && !rec.Init:
+		// A record from an older idgen: no epoch was ever recorded.
+		rec, err = cluster.NoteEpoch(l.conn, root, name, epoch, 0)
+	case epoch > rec.ZKEpoch:
+		l.log.Info("ZooKeeper ensemble in a new epoch (leader election or restart): slots taken in the next lead wait past it",
+			zap.Int64("zk_epoch", epoch), zap.Int64("recorded_epoch", rec.ZKEpoch))
+		rec, err = cluster.NoteEpoch(l.conn, root, name, epoch, seenMs)
+	case epoch < rec.ZKEpoch:
+		reason := fmt.Sprintf("the cluster record names ZooKeeper epoch %d but the ensemble is at epoch %d: ZooKeeper went back to older data", rec.ZKEpoch, epoch)
+		if rec, err = cluster.MarkRestored(l.conn, root, name, cluster.Time{Ms: seenMs}, reason); err == nil {
+			l.countLoss(reason)
+		}
+	}
+	if err != nil {
+		return cluster.Record{}, err
+	}
+	l.mu.Lock()
+	l.knownEpoch = max(l.knownEpoch, epoch)
+	l.mu.Unlock()
+	return rec, nil
+}
+
+// afterWrite learns from the stat of a successful write: the highest zxid
+// seen (see redial.go) and, on a write in a newer ensemble epoch, records
+// that epoch in the cluster record so that nodes taking slots in the next
+// lead wait past it. Errors are logged: the write itself succeeded.
+func (l *ZKLease) afterWrite(mzxid, mtime int64) {
+	l.noteZxid(mzxid)
+	epoch := mzxid >> 32
+	l.mu.Lock()
+	known := l.knownEpoch
+	l.mu.Unlock()
+	if epoch <= known || mtime == 0 {
+		return
+	}
+	rec, _, err := cluster.Read(l.conn, l.cfg.Root, l.cfg.Cluster)
+	if err == nil {
+		rec, err = l.noteEpoch(rec, epoch, mtime)
+	}
+	if err != nil {
+		l.log.Warn("recording the ZooKeeper ensemble's new epoch failed; retried at the next write", zap.Int64("zk_epoch", epoch), zap.Error(err))
+		return
+	}
+	l.mu.Lock()
+	l.rec = rec
+	l.mu.Unlock()
+}
+
+// stateLost records in the cluster record that ZooKeeper lost writes
+// (detected by this node: its own mark went back or vanished, or the
+// ensemble refused its zxid), so that every node taking a slot in the next
+// lead waits past the marks lost with them.
+func (l *ZKLease) stateLost(reason string) error {
+	now, err := l.zkTime()
+	if err != nil {
+		return err
+	}
+	rec, err := cluster.MarkRestored(l.conn, l.cfg.Root, l.cfg.Cluster, now, reason)
+	if err != nil {
+		return err
+	}
+	l.countLoss(reason)
+	l.mu.Lock()
+	l.rec, l.zkNow = rec, now
+	l.mu.Unlock()
+	return nil
+}
+
+// zkTime reads ZooKeeper's time, with this node's clock (the one marks
+// and NotBefore are in) at the answer.
+func (l *ZKLease) zkTime() (cluster.Time, error) {
+	now, err := cluster.Now(l.conn, l.cfg.Root, l.cfg.Cluster, l.acl)
+	now.Local = l.cfg.Clock.Now()
+	return now, err
+}
+
+// countLoss logs and counts a detected loss of ZooKeeper state.
+func (l *ZKLease) countLoss(reason string) {
+	l.mu.Lock()
+	l.losses++
+	l.mu.Unlock()
+	l.log.Error("ZooKeeper lost state: cluster marked restored; slots taken in the next lead wait past it",
+		zap.String("reason", reason), zap.Duration("lead", l.boundLead()))
+}
+
+// boundLead is how long after a loss of state (or an epoch change) a
+// taker waits: the lead of every mark plus the clock skew allowed between
+// nodes, whose clocks the marks were written in.
+func (l *ZKLease) boundLead() time.Duration { return l.cfg.Lead() + l.cfg.MaxPeerClockSkew }
+
+// claimBound returns, in this host's clock, the millisecond up to which a
+// slot this node takes now may have been used by holders whose marks
+// ZooKeeper may have lost: one lead after the last loss of state or epoch
+// change of the cluster and, for a slot without a mark in a cluster not
+// created by `idctl cluster init` (a legacy cluster), one lead after the
+// record's creation. ZooKeeper's times are converted with the offset read
+// with them, so only one clock decides (issue 17 item 6).
+func (l *ZKLease) claimBound(marked bool) int64 {
+	l.mu.Lock()
+	rec, ctime, now := l.rec, l.recCtime, l.zkNow
+	l.mu.Unlock()
+	b := rec.Bound(l.boundLead())
+	if !marked && !rec.Init && ctime != 0 {
+		b = max(b, ctime+l.boundLead().Milliseconds())
+	}
+	if now.Ms == 0 {
+		return 0
+	}
+	return now.ToLocal(b)
+}
+
+// localMeta is this node's own copy of the cluster's settings: the one it
+// runs with, or the one its properties file cached from an earlier run.
+func (l *ZKLease) localMeta() (Meta, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.meta.CreatedMs != 0 {
+		return l.meta, true
+	}
+	c := l.cached
+	if l.hasCached && c.Cluster == l.cfg.Cluster && c.Meta.CreatedMs != 0 && c.Meta.validate("") == nil {
+		return c.Meta, true
+	}
+	return Meta{}, false
+}
+
+func metaOf(r cluster.Record) Meta {
+	return Meta{EpochMs: r.EpochMs, IDCBits: r.IDCBits, NodeBits: r.NodeBits, CreatedMs: r.CreatedMs}
+}
+
+func recordOf(m Meta) cluster.Record {
+	return cluster.Record{EpochMs: m.EpochMs, IDCBits: m.IDCBits, NodeBits: m.NodeBits, CreatedMs: m.CreatedMs}
 }
 
 // compareMeta returns ErrMetaMismatch naming the first setting of have

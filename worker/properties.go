@@ -32,8 +32,13 @@ type properties struct {
 	WorkerID  int
 	HighWater int64
 	Exact     bool
-	Meta      Meta             // zero when the file predates these keys
-	Marks     map[[2]int]int64 // (idc, node) -> mark of slots used before
+	// ZKContactMs is this node's clock when it last sent a mark write that
+	// ZooKeeper confirmed (0: never, or a file from an older idgen). The
+	// slot's claim lives at least a session timeout after it, which is what
+	// a degraded start may rely on.
+	ZKContactMs int64
+	Meta        Meta             // zero when the file predates these keys
+	Marks       map[[2]int]int64 // (idc, node) -> mark of slots used before
 }
 
 // propertiesPath names the properties file of (app, port, host) in dir.
@@ -87,6 +92,7 @@ func readProperties(path string) (properties, error) {
 	p.Meta.NodeBits = int(num("nodeBits", false))
 	p.Meta.CreatedMs = num("createdMs", false)
 	p.Exact = kv["exact"] == "true"
+	p.ZKContactMs = num("zkContactMs", false)
 	for k, v := range kv {
 		rest, ok := strings.CutPrefix(k, "mark.")
 		if !ok {
@@ -125,6 +131,9 @@ func (p properties) encode() []byte {
 	fmt.Fprintf(&b, "workerId=%d\n", p.WorkerID)
 	fmt.Fprintf(&b, "highWater=%d\n", p.HighWater)
 	fmt.Fprintf(&b, "exact=%t\n", p.Exact)
+	if p.ZKContactMs != 0 {
+		fmt.Fprintf(&b, "zkContactMs=%d\n", p.ZKContactMs)
+	}
 	keys := make([][2]int, 0, len(p.Marks))
 	for k := range p.Marks {
 		if k != [2]int{p.IDC, p.Node} {
@@ -227,4 +236,21 @@ func writeFileAtomic(path string, data []byte) error {
 		return fmt.Errorf("fsync %s: %w", dir, err)
 	}
 	return nil
+}
+
+// PropertiesMeta returns the cluster settings a node's properties file
+// records (for `idctl cluster restore`), checking that it belongs to
+// cluster and has them.
+func PropertiesMeta(path, cluster string) (Meta, error) {
+	p, err := readProperties(path)
+	if err != nil {
+		return Meta{}, err
+	}
+	if p.Cluster != cluster {
+		return Meta{}, fmt.Errorf("%s belongs to cluster %q, not %q", path, p.Cluster, cluster)
+	}
+	if p.Meta.CreatedMs == 0 || p.Meta.validate("") != nil {
+		return Meta{}, fmt.Errorf("%s has no cluster settings (written by an older idgen): take the file of a node that ran this version", path)
+	}
+	return p.Meta, nil
 }

@@ -1,27 +1,97 @@
 package worker
 
 import (
+	"fmt"
 	"sync"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 )
 
 // A ZooKeeper ensemble that lost its state (restarted with an empty data
-// dir, or restored from an old snapshot) refuses the handshake of every
-// client that has seen a newer zxid than its own: the server closes the
-// connection, the go-zookeeper client reconnects offering the same zxid,
-// and so on forever ("authentication failed: EOF" every second). Only a new
-// client, which offers no zxid, gets a session again. So the lease keeps
-// its client behind swapZK and replaces it after redialAfter handshakes in
-// a row were refused; the new session then re-claims the slot through the
-// ordinary expiry path (re-creating the cluster znodes, waiting past the
-// marks, see reclaim).
+// dir, or a single server restored from an old snapshot) refuses the
+// handshake of every client that has seen a newer zxid than its own: the
+// server closes the connection, the go-zookeeper client reconnects offering
+// the same zxid, and so on forever ("authentication failed: EOF" every
+// second). Only a new client, which offers no zxid, gets a session again.
+//
+// But an ensemble that elects a leader, or a server still syncing, closes
+// handshakes in just the same way, and there the session is alive: a new
+// client would abandon it (closing a client without a session tells the
+// server nothing), so its slot claim would stay for a session timeout and
+// SNOWFLAKE would stop for nothing. So refused handshakes only make the
+// lease ask the servers (srvr, see srvr.go), and it replaces its client
+// only when the session is really gone:
+//   - a serving server's zxid is below the highest zxid this lease saw:
+//     the ensemble lost writes, it will refuse this client forever (and the
+//     cluster is marked restored, see meta.go);
+//   - servers serve but have refused this client for longer than a session
+//     timeout: a serving ensemble has expired a session it did not hear
+//     from for that long;
+//   - no server answers srvr (not allowed by 4lw.commands.whitelist, or
+//     down) and the refusals have lasted longer than the lead: the mark
+//     has run out anyway.
+//
+// An election within the outage tolerance costs nothing: the client gets
+// its session back and the holder never stopped.
 
 // redialAfter is how many refused handshakes in a row (TCP connected,
-// closed before a session) make the lease replace its client. The
-// go-zookeeper client retries about once a second, so this is a few
-// seconds; a server that is merely restarting refuses none.
+// closed before a session) make the lease ask the servers why.
 const redialAfter = 3
+
+// refusalCheckEvery is how often the servers are asked while refusals go on.
+const refusalCheckEvery = time.Second
+
+// refusalVerdict is what the servers said about a run of refused handshakes.
+type refusalVerdict struct {
+	replace bool   // the session is gone: connect a new client
+	lost    string // non-empty: ZooKeeper lost writes (why)
+	serving bool   // some server serves clients
+	why     string // for the log
+}
+
+// judgeRefusals decides whether the refused client's session is gone (see
+// above). since is when the session was lost, servingSince when servers
+// were first seen serving during these refusals (zero: not yet).
+func (l *ZKLease) judgeRefusals(since, servingSince time.Time) refusalVerdict {
+	l.mu.Lock()
+	seen := l.maxZxid
+	l.mu.Unlock()
+	var v refusalVerdict
+	for _, st := range l.cfg.ServerStats(l.cfg.Servers, refusalCheckEvery) {
+		if st.Err != nil || !st.Serving {
+			continue
+		}
+		v.serving = true
+		if st.Zxid < seen {
+			v.replace = true
+			v.lost = fmt.Sprintf("ZooKeeper server %s is at zxid 0x%x, below 0x%x that this node saw: the ensemble lost writes (wiped or restored from an older copy)", st.Server, st.Zxid, seen)
+			v.why = v.lost
+			return v
+		}
+	}
+	now := time.Now()
+	switch {
+	case v.serving && !servingSince.IsZero() && now.Sub(servingSince) > l.cfg.SessionTimeout:
+		v.replace = true
+		v.why = fmt.Sprintf("ZooKeeper serves but has refused this client for %v, more than the session timeout %v: the session is gone", now.Sub(servingSince).Round(time.Millisecond), l.cfg.SessionTimeout)
+	case !v.serving && now.Sub(since) > l.cfg.Lead():
+		v.replace = true
+		v.why = fmt.Sprintf("no ZooKeeper server says why it refuses this client (srvr unanswered) and the refusals have lasted %v, past the lead %v", now.Sub(since).Round(time.Millisecond), l.cfg.Lead())
+	case v.serving:
+		v.why = "ZooKeeper serves again (an election or a sync ended); waiting for the session to come back"
+	default:
+		v.why = "no ZooKeeper server serves (an election, or servers still syncing): keeping the session"
+	}
+	return v
+}
+
+// noteZxid records the highest zxid seen in an answer.
+func (l *ZKLease) noteZxid(z int64) {
+	l.mu.Lock()
+	l.maxZxid = max(l.maxZxid, z)
+	l.mu.Unlock()
+}
 
 // swapZK is a ZK whose underlying client can be replaced. Every call goes
 // to the current client.

@@ -28,6 +28,7 @@ func (f *fakeZK) wipe() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.nodes = map[string]*fakeNode{"/": {}}
+	f.epoch, f.zxid = 0, 0 // a server on an empty data dir starts over
 }
 
 // TestWipedEnsembleRedialsAndReclaims (issue 10): ZooKeeper loses its state

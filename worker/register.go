@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/cluster"
 )
 
 // Register claims a worker slot in ZooKeeper and hands it to cfg.Holder
@@ -56,6 +57,7 @@ func Register(ctx context.Context, cfg Config) (*ZKLease, error) {
 	if cacheErr != nil {
 		l.log.Warn("properties file unreadable: its cached slot is ignored", zap.Error(cacheErr))
 	}
+	l.cached, l.hasCached = cached, hasCache
 	conn, events, err := cfg.Connect(cfg.Servers, cfg.SessionTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("%w: connect to %s: %v", ErrZKUnavailable, strings.Join(cfg.Servers, ","), err)
@@ -119,17 +121,17 @@ func (l *ZKLease) startZK(ctx context.Context, cached properties, hasCache bool)
 	if err != nil {
 		return err
 	}
-	last, err := c.readLast(ctx, node)
+	node, last, err := l.readClaimed(ctx, c, node)
 	if err != nil {
 		_ = c.release(node)
 		return err
 	}
-	nb := max(last.HighWater, l.marklessBound(last))
+	markNB := last.HighWater
 	if node == prefer || node == avoid {
-		nb = max(nb, preferHW)
+		markNB = max(markNB, preferHW)
 	}
 	l.setLastVersion(last)
-	s, member, err := l.enterSlot(ctx, c, meta, node, nb, true)
+	s, member, err := l.enterSlot(ctx, c, meta, node, markNB, l.claimBound(last.exists), true)
 	if err != nil {
 		return err
 	}
@@ -157,35 +159,18 @@ func (l *ZKLease) prepare() (Meta, error) {
 	}
 	// The root may be shared by clusters: it stays open, the cluster's
 	// subtree carries the ACL.
-	if err := ensurePath(l.conn, l.cfg.Root, zk.WorldACL(zk.PermAll)); err != nil {
+	if err := cluster.EnsurePath(l.conn, l.cfg.Root, zk.WorldACL(zk.PermAll)); err != nil {
 		return Meta{}, err
 	}
-	if err := ensurePath(l.conn, l.l.clusterPath(), l.acl); err != nil {
+	if err := cluster.EnsurePath(l.conn, l.l.clusterPath(), l.acl); err != nil {
 		return Meta{}, err
 	}
-	want := l.cfg.Meta
-	l.mu.Lock()
-	if l.meta.CreatedMs != 0 {
-		// Re-creating the cluster after ZooKeeper lost its state: keep the
-		// original creation time, so the floor is never lowered.
-		want.CreatedMs = l.meta.CreatedMs
-	}
-	l.mu.Unlock()
-	meta, ctime, err := ensureMeta(l.conn, l.l, want, l.cfg.Clock, l.acl)
+	meta, err := l.loadCluster()
 	if err != nil {
 		return Meta{}, err
 	}
-	l.mu.Lock()
-	if l.meta.CreatedMs != 0 && meta.CreatedMs != l.meta.CreatedMs {
-		l.log.Error("the cluster's created_ms in ZooKeeper differs from the one this node started with (ZooKeeper lost its state and another node re-created it): keeping this node's floor",
-			zap.Int64("zk_created_ms", meta.CreatedMs), zap.Int64("started_with_ms", l.meta.CreatedMs))
-		l.metaChanged = true
-		meta.CreatedMs = l.meta.CreatedMs
-	}
-	l.metaCtime = ctime
-	l.mu.Unlock()
 	for _, p := range []string{l.l.members(l.cfg.IDC), l.l.slots(l.cfg.IDC), l.l.lastDir(l.cfg.IDC)} {
-		if err := ensurePath(l.conn, p, l.acl); err != nil {
+		if err := cluster.EnsurePath(l.conn, p, l.acl); err != nil {
 			return Meta{}, err
 		}
 	}
@@ -216,7 +201,7 @@ func (l *ZKLease) claimNode(ctx context.Context, c claimer, prefer, avoid int) (
 	if avoid >= 0 {
 		skip = avoid
 	}
-	node, err = c.claimLRU(ctx, skip, l.marklessBound(lastRead{}))
+	node, err = c.claimLRU(ctx, skip, l.claimBound(false))
 	if errors.Is(err, ErrNoFreeSlot) && avoid >= 0 {
 		ok, owner, cerr := c.tryClaim(ctx, avoid)
 		if cerr != nil {
@@ -230,26 +215,6 @@ func (l *ZKLease) claimNode(ctx context.Context, c claimer, prefer, avoid int) (
 	return node, preferOwner, err
 }
 
-// marklessBound is the NotBefore of a slot without a mark (last/<node>
-// missing). Marks are lost only with ZooKeeper's state, and a holder from
-// before that loss may still issue up to its mark, at most Lead after the
-// loss. So while the cluster's meta znode is younger than Lead (plus the
-// allowed clock skew), a slot without a mark is taken only past that; an
-// older cluster's unmarked slots are free at once. The cost: a brand-new
-// cluster's first nodes wait one Lead for SNOWFLAKE.
-func (l *ZKLease) marklessBound(r lastRead) int64 {
-	if r.exists {
-		return 0
-	}
-	l.mu.Lock()
-	ctime := l.metaCtime
-	l.mu.Unlock()
-	if ctime == 0 {
-		return 0
-	}
-	return ctime + (l.cfg.Lead() + l.cfg.MaxPeerClockSkew).Milliseconds()
-}
-
 // enterSlot makes a claimed slot usable (rule 2): it records a fresh
 // high-water mark in last/<node> (conditional on the version read when the
 // slot was claimed) and the properties file, and publishes the member
@@ -257,8 +222,9 @@ func (l *ZKLease) marklessBound(r lastRead) int64 {
 // handed over with NotBefore and the holder refuses, with the time left,
 // until then. A wait longer than MaxStartWait is refused when refuse is
 // set (the clock is far behind). On error the claim is released.
-func (l *ZKLease) enterSlot(ctx context.Context, c claimer, meta Meta, node int, notBefore int64, refuse bool) (s Slot, member string, err error) {
-	s = Slot{IDC: l.cfg.IDC, Node: node, Worker: meta.Worker(l.cfg.IDC, node), NotBefore: notBefore}
+func (l *ZKLease) enterSlot(ctx context.Context, c claimer, meta Meta, node int, markNB, clusterNB int64, refuse bool) (s Slot, member string, err error) {
+	notBefore := max(markNB, clusterNB)
+	s = Slot{IDC: l.cfg.IDC, Node: node, Worker: meta.Worker(l.cfg.IDC, node), NotBefore: notBefore, MarkNotBefore: markNB}
 	defer func() {
 		if err != nil {
 			_ = c.release(node)
@@ -270,9 +236,16 @@ func (l *ZKLease) enterSlot(ctx context.Context, c claimer, meta Meta, node int,
 		}
 		l.log.Error("waiting long for the clock to pass the slot's high-water mark", zap.Error(werr))
 	} else if d := time.Duration(notBefore-clock.Millis(l.cfg.Clock)) * time.Millisecond; d > 0 {
-		l.log.Info("SNOWFLAKE waits for the clock to pass the slot's high-water mark (what earlier holders may have used); other channels serve meanwhile",
-			zap.Int("node", node), zap.Int64("not_before_ms", notBefore), zap.Duration("wait", d))
+		why := "the slot's high-water mark (what earlier holders may have used)"
+		if clusterNB > markNB {
+			why = "one lead after the cluster was restored or its ZooKeeper ensemble changed epoch (marks written before may be lost)"
+		}
+		l.log.Info("SNOWFLAKE waits for the clock to pass "+why+"; other channels serve meanwhile",
+			zap.Int("node", node), zap.Int64("not_before_ms", notBefore), zap.Int64("mark_not_before_ms", markNB), zap.Duration("wait", d))
 	}
+	l.mu.Lock()
+	l.ceiling = 0 // the claim is this session's now
+	l.mu.Unlock()
 	hw := l.nextMark(notBefore)
 	if _, err := l.writeLast(s, hw, false); err != nil {
 		return Slot{}, "", err
@@ -328,10 +301,31 @@ func (l *ZKLease) startDegraded(ctx context.Context, cached properties, hasCache
 	if cached.Node < 0 || cached.Node >= 1<<meta.NodeBits {
 		return fmt.Errorf("%w: %s caches node %d, outside the %d node bits", ErrNoCachedSlot, l.props, cached.Node, meta.NodeBits)
 	}
-	s := Slot{IDC: cached.IDC, Node: cached.Node, Worker: meta.Worker(cached.IDC, cached.Node), NotBefore: cached.HighWater}
+	// The slot is safe only while the last run's claim still holds it:
+	// at least a session timeout after ZooKeeper last confirmed its mark.
+	// And the last run may have issued up to its mark, so nothing at or
+	// below it. Between the two, and nowhere else, no other node can issue
+	// on the slot (issue 17 item 3).
+	now := clock.Millis(l.cfg.Clock)
+	deadline := cached.ZKContactMs + (l.cfg.SessionTimeout - l.cfg.HighWaterMargin - l.cfg.MaxPeerClockSkew).Milliseconds()
+	switch {
+	case cached.Exact:
+		return fmt.Errorf("%w: no session with %s within %v, and the cached slot (node %d) was released by a clean shutdown: another node may hold it now; start this node when ZooKeeper answers",
+			ErrZKUnavailable, servers, l.cfg.ConnectTimeout, cached.Node)
+	case cached.ZKContactMs == 0:
+		return fmt.Errorf("%w: no session with %s within %v, and %s does not say when ZooKeeper last confirmed the cached slot's claim (written by an older idgen)",
+			ErrZKUnavailable, servers, l.cfg.ConnectTimeout, l.props)
+	case cached.HighWater >= deadline || now >= deadline:
+		return fmt.Errorf("%w: no session with %s within %v, and the cached slot (node %d) is not safe to use: its last run may have issued up to %s, but its claim may expire from %s (ZooKeeper last confirmed it at %s, session timeout %v); another node may then take the slot and issue above that mark too. Start this node when ZooKeeper answers",
+			ErrZKUnavailable, servers, l.cfg.ConnectTimeout, cached.Node, rfc3339(cached.HighWater), rfc3339(deadline), rfc3339(cached.ZKContactMs), l.cfg.SessionTimeout)
+	}
+	s := Slot{IDC: cached.IDC, Node: cached.Node, Worker: meta.Worker(cached.IDC, cached.Node), NotBefore: cached.HighWater, MarkNotBefore: cached.HighWater}
 	if err := checkWait(l.cfg.Clock, s, l.cfg.MaxStartWait); err != nil {
 		return err
 	}
+	l.mu.Lock()
+	l.ceiling, l.zkContact = deadline, cached.ZKContactMs
+	l.mu.Unlock()
 	hw := l.nextMark(s.NotBefore)
 	if err := l.writeProps(s, meta, hw); err != nil {
 		return err
@@ -340,8 +334,8 @@ func (l *ZKLease) startDegraded(ctx context.Context, cached properties, hasCache
 	l.mu.Lock()
 	l.state, l.meta, l.slot, l.hasSlot, l.hw, l.beatAt = StateDegraded, meta, s, true, hw, time.Now()
 	l.mu.Unlock()
-	l.log.Warn("ZooKeeper unreachable at start: serving with the cached worker slot (degraded) until it returns",
-		zap.String("servers", servers), zap.Duration("waited", l.cfg.ConnectTimeout),
+	l.log.Warn("ZooKeeper unreachable at start: serving with the cached worker slot (degraded) until it returns, at most until its old claim may expire",
+		zap.String("servers", servers), zap.Duration("waited", l.cfg.ConnectTimeout), zap.Int64("until_ms", deadline),
 		zap.Int("node", s.Node), zap.Int("worker", s.Worker), zap.String("properties", l.props))
 	l.cfg.Holder.Acquired(s)
 	return nil

@@ -82,8 +82,19 @@ func (l *ZKLease) reclaim(ctx context.Context, degraded bool, s Slot, sid int64,
 	}
 	r.meta = meta
 	l.mu.Lock()
-	ourHW, oldSID := l.hw, l.sid
+	ourHW, oldSID, lost := l.hw, l.sid, l.lostReason
 	l.mu.Unlock()
+	if lost != "" {
+		// The client was replaced because ZooKeeper lost writes: mark the
+		// cluster restored before anyone takes a slot on its stale marks.
+		if err := l.stateLost(lost); err != nil {
+			r.err = err
+			return r
+		}
+		l.mu.Lock()
+		l.lostReason = ""
+		l.mu.Unlock()
+	}
 	c := l.claimer(meta)
 	node := s.Node
 	ok, owner, err := c.tryClaim(ctx, s.Node)
@@ -111,12 +122,12 @@ func (l *ZKLease) reclaim(ctx context.Context, degraded bool, s Slot, sid int64,
 			l.log.Warn("slot held before the session expired is another node's now: taking another",
 				zap.Int("node", s.Node), zap.String("holder_session", sessionHex(owner)))
 		}
-		if node, err = c.claimLRU(ctx, s.Node, l.marklessBound(lastRead{})); err != nil {
+		if node, err = c.claimLRU(ctx, s.Node, l.claimBound(false)); err != nil {
 			r.err = err
 			return r
 		}
 	}
-	last, err := c.readLast(ctx, node)
+	node, last, err := l.readClaimed(ctx, c, node)
 	if err != nil {
 		if !(degraded && node == s.Node) {
 			_ = c.release(node)
@@ -126,16 +137,17 @@ func (l *ZKLease) reclaim(ctx context.Context, degraded bool, s Slot, sid int64,
 	}
 	zkHW := last.HighWater
 	mine := last.Token == l.token || (last.Host == l.cfg.Host && last.Port == l.cfg.Port && last.PID == l.pid)
-	nb := max(zkHW, l.marklessBound(last))
+	markNB, clusterNB := zkHW, l.claimBound(last.exists)
 	switch {
 	case node == s.Node && !degraded && (!last.exists || mine):
 		// Our own slot again after the session expired, and nobody wrote
 		// its mark since us (or ZooKeeper lost it, and nobody claimed it
 		// after the loss, or they would have written one): only this
-		// process issued under it, so continue above what it issued.
-		nb = max(l.cfg.Holder.LastUsed(), s.NotBefore)
+		// process issued under it, so continue above what it issued. No
+		// cluster bound: the slot's history is this process's own.
+		markNB, clusterNB = max(l.cfg.Holder.LastUsed(), s.NotBefore), 0
 	case node == s.Node:
-		nb = max(nb, ourHW)
+		markNB = max(markNB, ourHW)
 	}
 	l.setLastVersion(last)
 	if degraded && node == s.Node {
@@ -149,7 +161,7 @@ func (l *ZKLease) reclaim(ctx context.Context, degraded bool, s Slot, sid int64,
 		fenceNow(fmt.Errorf("%w: slot idc %d node %d was used by another node up to %d while ZooKeeper was unreachable; waiting past it",
 			ErrSlotTaken, s.IDC, s.Node, zkHW))
 	}
-	slot, member, err := l.enterSlot(ctx, c, meta, node, nb, false)
+	slot, member, err := l.enterSlot(ctx, c, meta, node, markNB, clusterNB, false)
 	if err != nil {
 		r.err = err
 		return r
@@ -164,6 +176,9 @@ func (l *ZKLease) reclaim(ctx context.Context, degraded bool, s Slot, sid int64,
 // this slot) and the next attempt finds it this session's.
 func (l *ZKLease) promote(ctx context.Context, s Slot, meta Meta, sid int64) taskResult {
 	r := taskResult{kind: taskPromote, sid: sid, meta: meta, slot: s}
+	l.mu.Lock()
+	l.ceiling = 0 // the claim is this session's now
+	l.mu.Unlock()
 	hw := l.nextMark(s.NotBefore)
 	if _, err := l.writeLast(s, hw, false); err != nil {
 		r.err = fmt.Errorf("claim cached slot: %w", err)

@@ -112,20 +112,3 @@ func isConnErr(err error) bool {
 	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
 		errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrSessionMoved)
 }
-
-// ensurePath creates path and its missing parents as persistent znodes.
-func ensurePath(c ZK, path string, acl []zk.ACL) error {
-	if ok, _, err := c.Exists(path); err == nil && ok {
-		return nil
-	}
-	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
-	cur := ""
-	for _, p := range parts {
-		cur += "/" + p
-		_, err := c.Create(cur, nil, 0, acl)
-		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			return fmt.Errorf("create %s: %w", cur, err)
-		}
-	}
-	return nil
-}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
+
+	"github.com/idgen/idgen/cluster"
 )
 
 // ZKLease is a worker slot claimed in ZooKeeper (see Register). Its
@@ -51,11 +53,32 @@ type ZKLease struct {
 	// write (or the read it claimed the slot at); every mark write is
 	// conditional on it (rule 1). lastExists is false when the slot had
 	// no mark: the first write creates it, and fails if someone else did.
-	lastVer     int32
-	lastExists  bool
-	token       string // identifies this lease's writes in lastData
-	metaCtime   int64  // ZooKeeper's creation time of the meta znode (ms)
-	metaChanged bool   // ZooKeeper's created_ms differs from the one started with
+	lastVer    int32
+	lastExists bool
+	token      string // identifies this lease's writes in lastData
+
+	// The cluster record (see meta.go) as last read or written, its
+	// znode's ctime and the ZooKeeper time read with it.
+	rec      cluster.Record
+	recCtime int64
+	zkNow    cluster.Time
+	// knownEpoch is the newest ensemble epoch this lease recorded;
+	// maxZxid the highest zxid it saw in an answer (see redial.go).
+	knownEpoch int64
+	maxZxid    int64
+	losses     int    // losses of ZooKeeper state detected (countLoss)
+	lostReason string // why the client was replaced, to record at the re-claim
+	skipped    int    // unreadable last/<node> marks skipped (claimLRU)
+	// cached is the properties file read at start (hasCached: found).
+	cached    properties
+	hasCached bool
+	// zkContact is the local time a mark write confirmed by ZooKeeper was
+	// last sent: the slot's claim lives at least a session timeout after
+	// it (cached in the properties file for a degraded start).
+	zkContact int64
+	// ceiling caps the marks of a degraded start: the time the cached
+	// slot's old claim may expire (0: no cap).
+	ceiling int64
 }
 
 var _ Lease = (*ZKLease)(nil)
@@ -79,6 +102,17 @@ type Status struct {
 	// meaningful when ClockOffsetKnown.
 	ClockOffset      time.Duration
 	ClockOffsetKnown bool
+	// StateLosses counts the losses of ZooKeeper state this lease detected
+	// (its own mark went back or vanished, the cluster record was gone or
+	// re-created, or the ensemble refused its zxid); each marked the
+	// cluster restored. UnreadableMarks counts slots skipped because their
+	// last/<node> could not be decoded.
+	StateLosses     int
+	UnreadableMarks int
+	// ClusterBoundMs is the local-clock millisecond before which a slot
+	// taken now waits (one lead after the cluster's last restore or
+	// ensemble epoch change), 0 when none applies.
+	ClusterBoundMs int64
 }
 
 // Meta returns the cluster settings (the cached ones while degraded).
@@ -109,9 +143,13 @@ func (l *ZKLease) Slot() (Slot, bool) {
 // connectivity and the last measured clock offset against ZooKeeper.
 func (l *ZKLease) Status() Status {
 	v, _ := l.sess.view()
+	bound := l.claimBound(true)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return Status{
+		StateLosses:      l.losses,
+		UnreadableMarks:  l.skipped,
+		ClusterBoundMs:   bound,
 		State:            l.state,
 		ZKConnected:      v.has,
 		SessionID:        v.id,
@@ -209,7 +247,7 @@ func (l *ZKLease) closeZK(s Slot, sid int64, member string, exact int64) error {
 // claimer returns a claimer of this node's IDC for the current session.
 func (l *ZKLease) claimer(m Meta) claimer {
 	return claimer{
-		zk: l.conn, l: l.l, idc: l.cfg.IDC, nodeBits: m.NodeBits, acl: l.acl,
+		zk: l.conn, l: l.l, idc: l.cfg.IDC, nodeBits: m.NodeBits, acl: l.acl, unreadable: l.skipMark,
 		data: func() []byte {
 			return toJSON(slotData{
 				Host: l.cfg.Host, Port: l.cfg.Port, PID: l.pid,
@@ -217,6 +255,33 @@ func (l *ZKLease) claimer(m Meta) claimer {
 			})
 		},
 	}
+}
+
+// skipMark logs and counts a slot skipped for an unreadable mark.
+func (l *ZKLease) skipMark(node int, err error) {
+	l.mu.Lock()
+	l.skipped++
+	l.mu.Unlock()
+	l.log.Error("worker slot skipped: its high-water mark cannot be read; repair or delete the znode (idctl workers shows the slot)",
+		zap.Int("node", node), zap.Error(err))
+}
+
+// readClaimed reads the mark of a claimed slot. When it cannot be decoded,
+// the claim is released, the slot skipped and the least recently used
+// other free slot claimed instead.
+func (l *ZKLease) readClaimed(ctx context.Context, c claimer, node int) (int, lastRead, error) {
+	for range 3 {
+		last, err := c.readLast(ctx, node)
+		if !errors.Is(err, errUnreadableMark) {
+			return node, last, err
+		}
+		_ = c.release(node)
+		l.skipMark(node, err)
+		if node, err = c.claimLRU(ctx, node, l.claimBound(false)); err != nil {
+			return 0, lastRead{}, err
+		}
+	}
+	return 0, lastRead{}, fmt.Errorf("%w: three slots in a row had unreadable marks", errUnreadableMark)
 }
 
 // nextMark returns the high-water mark a heartbeat writes now: Lead ahead
@@ -227,7 +292,11 @@ func (l *ZKLease) nextMark(notBefore int64) int64 {
 	ahead := l.cfg.Clock.Now().Add(l.cfg.Lead()).UnixMilli()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return max(ahead, l.hw, notBefore+1)
+	hw := max(ahead, l.hw, notBefore+1)
+	if l.ceiling > 0 {
+		hw = min(hw, l.ceiling) // degraded: not past the old claim's expiry
+	}
+	return hw
 }
 
 // raiseMark records that mark hw was written.
@@ -250,7 +319,8 @@ func (l *ZKLease) setLastVersion(r lastRead) {
 // after the slot's next holder wrote its mark fails instead of lowering
 // that mark. A conflict is ErrSlotTaken, unless the znode holds this
 // lease's own write (a reply lost on a dropped connection), which is
-// adopted and the write retried once.
+// adopted and the write retried once, or ZooKeeper lost this lease's
+// writes (see reconcile).
 func (l *ZKLease) writeLast(s Slot, hw int64, exact bool) (*zk.Stat, error) {
 	path := l.l.last(s.IDC, s.Node)
 	data := toJSON(lastData{
@@ -262,6 +332,7 @@ func (l *ZKLease) writeLast(s Slot, hw int64, exact bool) (*zk.Stat, error) {
 		l.mu.Lock()
 		ver, exists := l.lastVer, l.lastExists
 		l.mu.Unlock()
+		sent := l.cfg.Clock.Now().UnixMilli()
 		var st *zk.Stat
 		var err error
 		if exists {
@@ -271,33 +342,81 @@ func (l *ZKLease) writeLast(s Slot, hw int64, exact bool) (*zk.Stat, error) {
 		}
 		if err == nil && st != nil {
 			l.setLastVersion(lastRead{exists: true, version: st.Version})
+			l.mu.Lock()
+			l.zkContact = max(l.zkContact, sent)
+			l.mu.Unlock()
+			l.afterWrite(st.Mzxid, st.Mtime)
 			return st, nil
 		}
 		conflict := errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNodeExists) || (exists && errors.Is(err, zk.ErrNoNode))
 		if !conflict {
 			return nil, fmt.Errorf("write %s: %w", path, err)
 		}
-		if attempt == 0 && l.adoptOwnWrite(path) {
-			continue
+		if attempt == 0 {
+			ok, rerr := l.reconcile(s, path, ver, exists)
+			if rerr != nil {
+				return nil, rerr
+			}
+			if ok {
+				continue
+			}
 		}
 		return nil, fmt.Errorf("%w: %s changed since this node's last mark (%v): another holder took the slot, or ZooKeeper lost it",
 			ErrSlotTaken, path, err)
 	}
 }
 
-// adoptOwnWrite reads last/<node> and, if this lease wrote what is there,
-// takes its version as the one to write on.
-func (l *ZKLease) adoptOwnWrite(path string) bool {
+// reconcile explains a failed conditional mark write (ok: write again).
+//   - The znode holds this lease's own latest write: its reply was lost on
+//     a dropped connection; adopt its version.
+//   - The znode went back (this lease's token with a lower mark or an
+//     older version) or vanished although this lease had written it:
+//     nobody lowers or deletes a mark, so ZooKeeper lost acknowledged
+//     writes (wiped, or restored from an older copy). Marks of other slots
+//     may be stale too: the cluster is marked restored (every slot taken
+//     in the next lead waits past it). The slot is still this lease's if
+//     its claim is this session's: its history is this process's own, so
+//     the mark is written again on the znode found.
+//   - Anything else: another holder wrote it (ok false: ErrSlotTaken).
+func (l *ZKLease) reconcile(s Slot, path string, ver int32, exists bool) (bool, error) {
 	b, st, err := l.conn.Get(path)
-	if err != nil {
-		return false
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		if !exists {
+			return false, nil
+		}
+		return l.lostOwnMark(s, fmt.Sprintf("%s, written by this node, is gone", path), lastRead{})
+	case err != nil:
+		return false, nil
 	}
-	d, err := decodeLast(b)
-	if err != nil || d.Token == "" || d.Token != l.token {
-		return false
+	d, derr := decodeLast(b)
+	if derr != nil || d.Token == "" || d.Token != l.token {
+		return false, nil
+	}
+	l.mu.Lock()
+	hw := l.hw
+	l.mu.Unlock()
+	if st.Version < ver || (st.Version == ver && d.HighWater < hw) {
+		return l.lostOwnMark(s, fmt.Sprintf("%s went back from version %d to %d (mark %d, this node wrote up to %d)", path, ver, st.Version, d.HighWater, hw),
+			lastRead{lastData: d, exists: true, version: st.Version})
 	}
 	l.setLastVersion(lastRead{exists: true, version: st.Version})
-	return true
+	return true, nil
+}
+
+// lostOwnMark handles a mark of this lease that ZooKeeper lost: the
+// cluster is marked restored, and the write goes on on the znode found
+// (found) when the slot's claim is still this session's.
+func (l *ZKLease) lostOwnMark(s Slot, what string, found lastRead) (bool, error) {
+	if err := l.stateLost("this node's own high-water mark " + what); err != nil {
+		return false, fmt.Errorf("ZooKeeper lost this node's mark (%s); marking the cluster restored failed: %w", what, err)
+	}
+	ok, st, err := l.conn.Exists(l.l.slot(s.IDC, s.Node))
+	if err != nil || !ok || st.EphemeralOwner != l.conn.SessionID() {
+		return false, nil
+	}
+	l.setLastVersion(found)
+	return true, nil
 }
 
 // RequestExtend asks the lease to write the next high-water mark now
@@ -318,8 +437,12 @@ func (l *ZKLease) writeProps(s Slot, m Meta, hw int64) error {
 // writePropsExact caches the slot and mark; exact marks a clean shutdown's
 // exact last-used millisecond.
 func (l *ZKLease) writePropsExact(s Slot, m Meta, hw int64, exact bool) error {
+	l.mu.Lock()
+	contact := l.zkContact
+	l.mu.Unlock()
 	err := writeProperties(l.props, properties{
 		Cluster: l.cfg.Cluster, IDC: s.IDC, Node: s.Node, WorkerID: s.Worker, HighWater: hw, Exact: exact, Meta: m,
+		ZKContactMs: contact,
 	})
 	if err != nil {
 		return fmt.Errorf("properties file %s: %w", l.props, err)

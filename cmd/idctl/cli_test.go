@@ -231,7 +231,8 @@ func TestUsageMatchesFlags(t *testing.T) {
 	cleanEnv(t)
 	mentioned := regexp.MustCompile(`--([a-z][a-z0-9-]*)`)
 	cmds := [][]string{{"get"}, {"parse"}, {"decode"}, {"workers"}, {"bench"}, {"biz", "create"}, {"biz", "update"},
-		{"biz", "get"}, {"biz", "list"}, {"db", "migrate"}, {"db", "version"}, {"db", "check"}, {"audit"}}
+		{"biz", "get"}, {"biz", "list"}, {"db", "migrate"}, {"db", "version"}, {"db", "check"}, {"audit"},
+		{"cluster", "init"}, {"cluster", "show"}, {"cluster", "restore"}, {"cluster", "migrate"}}
 	listed := map[string][]string{}
 	for _, c := range cmds {
 		flags, out := helpFlags(t, c...)
@@ -250,7 +251,7 @@ func TestUsageMatchesFlags(t *testing.T) {
 		fields := strings.Fields(line)
 		if strings.HasPrefix(line, "  idctl ") && len(fields) >= 2 {
 			cur = []string{fields[1]}
-			if (fields[1] == "biz" || fields[1] == "db") && len(fields) >= 3 {
+			if (fields[1] == "biz" || fields[1] == "db" || fields[1] == "cluster") && len(fields) >= 3 {
 				cur = []string{fields[1] + " " + strings.Split(fields[2], "|")[0]}
 			}
 		} else if !strings.HasPrefix(line, "                ") {

@@ -30,6 +30,7 @@ usage:
   idctl parse   [--json] [--addr HOST:PORT] ID
   idctl decode  --addr HOST:PORT --biz NAME [--json] VALUE
   idctl workers --zk HOSTS [--cluster NAME] [--idc N] [--json] [--watch]
+  idctl cluster init|show|restore|migrate --zk HOSTS [--cluster NAME] ...
   idctl biz     create|update --addr HOST:PORT --biz NAME [--channel C] [--step N] ...
   idctl biz     get --addr HOST:PORT --biz NAME
   idctl biz     list --addr HOST:PORT
@@ -53,6 +54,7 @@ var commands = map[string]command{
 	"db":      cmdDB,
 	"bench":   cmdBench,
 	"audit":   cmdAudit,
+	"cluster": cmdCluster,
 }
 
 func main() {

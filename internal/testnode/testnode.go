@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -22,7 +24,9 @@ import (
 	"github.com/cloudwego/kitex/client"
 	"github.com/cloudwego/kitex/transport"
 
+	"github.com/idgen/idgen/cluster"
 	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
+	"github.com/idgen/idgen/worker"
 )
 
 var (
@@ -99,6 +103,10 @@ type Options struct {
 	// MayExit: a process that exits during start is not a test failure
 	// (tests of refusals check Wait and ExitCode themselves).
 	MayExit bool
+	// NoClusterInit: with --zk in Args, do not create the cluster first
+	// (as `idctl cluster init --exists-ok` would); for tests of a node
+	// that finds no cluster.
+	NoClusterInit bool
 }
 
 // Start builds (once) and starts an idgen node on fresh loopback ports and
@@ -114,6 +122,9 @@ func Start(t testing.TB, o Options) *Node {
 		n.Args = append(n.Args, "--data-dir", o.DataDir)
 	}
 	n.Env = o.Env
+	if !o.NoClusterInit {
+		InitCluster(t, o.Args)
+	}
 	n.waitStarted, n.mayExit = !o.NoWaitStarted, o.MayExit
 	n.start(t)
 	t.Cleanup(func() { n.Kill() })
@@ -308,4 +319,59 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// InitCluster creates the cluster a node started with args joins, as an
+// operator's `idctl cluster init --exists-ok` would before its first node:
+// with --zk in args, the cluster (--cluster, --zk-root) with the layout of
+// --epoch, --idc-bits and --node-bits. Nothing happens without --zk; an
+// existing cluster is left as it is.
+func InitCluster(t testing.TB, args []string) {
+	t.Helper()
+	flag := func(name, def string) string {
+		for i, a := range args {
+			if a == "--"+name && i+1 < len(args) {
+				return args[i+1]
+			}
+			if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+				return v
+			}
+		}
+		return def
+	}
+	servers := flag("zk", "")
+	if servers == "" {
+		return
+	}
+	s := cluster.Settings{EpochMs: worker.DefaultEpochMs, IDCBits: worker.DefaultIDCBits, NodeBits: worker.DefaultNodeBits}
+	if e := flag("epoch", ""); e != "" {
+		ep, err := time.Parse(time.RFC3339, e)
+		if err != nil {
+			t.Fatalf("testnode: --epoch %q: %v", e, err)
+		}
+		s.EpochMs = ep.UnixMilli()
+	}
+	var err error
+	if v := flag("idc-bits", ""); v != "" {
+		if s.IDCBits, err = strconv.Atoi(v); err != nil {
+			t.Fatalf("testnode: --idc-bits %q", v)
+		}
+		s.NodeBits = worker.WorkerBits - s.IDCBits
+	}
+	if v := flag("node-bits", ""); v != "" {
+		if s.NodeBits, err = strconv.Atoi(v); err != nil {
+			t.Fatalf("testnode: --node-bits %q", v)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	conn, err := worker.DialZK(ctx, strings.Split(servers, ","), worker.DefaultSessionTimeout, flag("zk-auth", ""), nil)
+	if err != nil {
+		t.Fatalf("testnode: cluster init: %v", err)
+	}
+	defer conn.Close()
+	_, err = cluster.Init(conn, flag("zk-root", worker.DefaultRoot), flag("cluster", worker.DefaultCluster), s, worker.ClusterACL(flag("zk-auth", "")))
+	if err != nil && !errors.Is(err, cluster.ErrExists) {
+		t.Fatalf("testnode: cluster init: %v", err)
+	}
 }

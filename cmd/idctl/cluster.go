@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/zap"
+
+	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/segment/mysqlstore"
+	"github.com/idgen/idgen/worker"
+	"github.com/idgen/idgen/worker/mysqllease"
+)
+
+const clusterUsage = `usage:
+  idctl cluster init    --zk HOSTS [--cluster NAME] [--zk-root /idgen] [--epoch RFC3339]
+                        [--idc-bits 2 --node-bits 8] [--exists-ok]
+  idctl cluster show    --zk HOSTS [--cluster NAME] [--zk-root /idgen] [--json]
+  idctl cluster restore --zk HOSTS [--cluster NAME] [--zk-root /idgen] [--from-properties FILE]
+  idctl cluster migrate --zk HOSTS --mysql DSN [--cluster NAME] [--zk-root /idgen] --to zookeeper|mysql
+
+A cluster is created once, with init, before its first node starts: a node
+never creates one (it could not tell a new cluster from one whose ZooKeeper
+lost its data). The first nodes of a cluster created so serve at once.
+
+restore is the operator's fix after ZooKeeper lost data (wiped, or restored
+from an older copy): it marks the cluster restored now, so every slot taken
+in the next lead waits past the marks ZooKeeper may have lost; with no
+record left, it re-creates it from a member's properties file. Nodes that
+ran before a loss do this by themselves when they see it.
+
+migrate moves a stopped cluster's worker slots between MySQL (--mysql alone)
+and ZooKeeper (--zk --mysql), raising the target's marks above the source's.
+
+The digest credential of an ACL-protected cluster is read from IDGEN_ZK_AUTH.
+`
+
+var clusterSubs = []string{"init", "show", "restore", "migrate"}
+
+// cmdCluster manages a cluster's record in ZooKeeper (package cluster).
+func cmdCluster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return &usageHint{usageError{errors.New("cluster: missing subcommand: want init, show, restore or migrate")}, "\n" + clusterUsage}
+	}
+	sub, args := args[0], args[1:]
+	if isHelpArg(sub) || sub == "help" {
+		return &helpRequest{func(w io.Writer) { fmt.Fprint(w, clusterUsage) }}
+	}
+	known := false
+	for _, s := range clusterSubs {
+		known = known || s == sub
+	}
+	if !known {
+		return &usageHint{usageError{fmt.Errorf("cluster: unknown subcommand %q: want init, show, restore or migrate", sub)}, "\n" + clusterUsage}
+	}
+	fs := newCmdFlags("cluster "+sub, "idctl cluster "+sub+" --zk HOSTS [--cluster NAME] [--zk-root /idgen] ...", clusterUsage)
+	servers := fs.String("zk", os.Getenv("IDGEN_ZK"), "ZooKeeper servers, host:port,... (env IDGEN_ZK)")
+	name := fs.String("cluster", workersEnvOr("IDGEN_CLUSTER", worker.DefaultCluster), "cluster name (env IDGEN_CLUSTER)")
+	root := fs.String("zk-root", workersEnvOr("IDGEN_ZK_ROOT", worker.DefaultRoot), "ZooKeeper root of the idgen clusters (env IDGEN_ZK_ROOT)")
+	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for ZooKeeper")
+	var (
+		epoch                      *string
+		idcBits, nodeBits          *int
+		existsOK, asJSON           *bool
+		fromProps, dsn, to, leadFl *string
+	)
+	switch sub {
+	case "init":
+		epoch = fs.String("epoch", envOr("IDGEN_EPOCH", "2020-01-01T00:00:00Z"), "snowflake epoch, RFC 3339 (env IDGEN_EPOCH)")
+		idcBits = fs.Int("idc-bits", worker.DefaultIDCBits, "worker bits for the IDC (idc-bits + node-bits = 10)")
+		nodeBits = fs.Int("node-bits", worker.DefaultNodeBits, "worker bits for the node")
+		existsOK = fs.Bool("exists-ok", false, "exit 0 when the cluster exists with the same settings")
+	case "show":
+		asJSON = fs.Bool("json", false, "print the record as JSON")
+	case "restore":
+		fromProps = fs.String("from-properties", "", "a member's <app>:<port>:<ip>.properties, to re-create a lost record from")
+	case "migrate":
+		dsn = fs.String("mysql", envOr("IDGEN_MYSQL", ""), "MySQL DSN (env IDGEN_MYSQL)")
+		to = fs.String("to", "", "zookeeper or mysql: where the slots are held afterwards")
+		leadFl = fs.String("lead", "", "the nodes' lead, heartbeat + outage tolerance + margin + clock skew (default: the defaults')")
+	}
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if err := fs.noArgs(); err != nil {
+		return err
+	}
+	if strings.TrimSpace(*servers) == "" {
+		return fs.usageErr("--zk is required (or set IDGEN_ZK)")
+	}
+	auth := os.Getenv("IDGEN_ZK_AUTH")
+	dctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	conn, err := worker.DialZK(dctx, strings.Split(*servers, ","), worker.DefaultSessionTimeout, auth, nil)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	acl := worker.ClusterACL(auth)
+	switch sub {
+	case "init":
+		ep, err := time.Parse(time.RFC3339, *epoch)
+		if err != nil {
+			return fs.usageErr("--epoch %q: want RFC 3339 such as 2020-01-01T00:00:00Z", *epoch)
+		}
+		s := cluster.Settings{EpochMs: ep.UnixMilli(), IDCBits: *idcBits, NodeBits: *nodeBits}
+		rec, err := cluster.Init(conn, *root, *name, s, acl)
+		if errors.Is(err, cluster.ErrExists) && *existsOK {
+			if rec.EpochMs != s.EpochMs || rec.IDCBits != s.IDCBits || rec.NodeBits != s.NodeBits {
+				return fmt.Errorf("cluster %q exists with other settings (epoch %s, idc_bits %d, node_bits %d)", *name, rec.Epoch, rec.IDCBits, rec.NodeBits)
+			}
+			fmt.Fprintf(stdout, "cluster %s exists (created %s)\n", *name, rec.Created)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "cluster %s created at %s: epoch %s, idc_bits %d, node_bits %d\n", *name, cluster.MetaPath(*root, *name), rec.Epoch, rec.IDCBits, rec.NodeBits)
+		return nil
+	case "show":
+		rec, st, err := cluster.Read(conn, *root, *name)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(rec)
+		}
+		fmt.Fprintf(stdout, "cluster %s (%s)\n  created   %s\n  epoch     %s\n  bits      idc %d, node %d\n  registry  %s\n  init      %v\n  zk epoch  %d (seen %s)\n",
+			*name, cluster.MetaPath(*root, *name), rec.Created, rec.Epoch, rec.IDCBits, rec.NodeBits, rec.Registry, rec.Init,
+			rec.ZKEpoch, msOrNever(rec.ZKEpochSeenMs))
+		if rec.Restores > 0 {
+			fmt.Fprintf(stdout, "  restored  %d time(s), last %s: %s\n", rec.Restores, rec.Restored, rec.RestoreReason)
+		}
+		fmt.Fprintf(stdout, "  record    version %d, written %s\n", st.Version, time.UnixMilli(st.Mtime).UTC().Format(time.RFC3339))
+		return nil
+	case "restore":
+		return clusterRestore(conn, *root, *name, *fromProps, acl, stdout)
+	default:
+		return clusterMigrate(ctx, fs, conn, *root, *name, *dsn, *to, *leadFl, auth, stdout, stderr)
+	}
+}
+
+func msOrNever(ms int64) string {
+	if ms == 0 {
+		return "at creation"
+	}
+	return time.UnixMilli(ms).UTC().Format(time.RFC3339)
+}
+
+// clusterRestore marks the cluster restored now or, with no record left,
+// re-creates it from a member's properties file.
+func clusterRestore(conn *zk.Conn, root, name, fromProps string, acl []zk.ACL, stdout io.Writer) error {
+	now, err := cluster.Now(conn, root, name, acl)
+	if errors.Is(err, zk.ErrNoNode) {
+		if err := cluster.EnsurePath(conn, cluster.Path(root, name), acl); err != nil {
+			return err
+		}
+		now, err = cluster.Now(conn, root, name, acl)
+	}
+	if err != nil {
+		return err
+	}
+	reason := "idctl cluster restore: the operator reported that ZooKeeper lost data"
+	_, _, rerr := cluster.Read(conn, root, name)
+	if errors.Is(rerr, cluster.ErrNotFound) {
+		if fromProps == "" {
+			return fmt.Errorf("cluster %q has no record in ZooKeeper: give --from-properties with a member's properties file (in its --properties-dir), so that created_ms and the settings are the cluster's", name)
+		}
+		m, err := worker.PropertiesMeta(fromProps, name)
+		if err != nil {
+			return err
+		}
+		rec, err := cluster.Restore(conn, root, name, cluster.Record{EpochMs: m.EpochMs, IDCBits: m.IDCBits, NodeBits: m.NodeBits, CreatedMs: m.CreatedMs}, now, reason, acl)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "cluster %s re-created from %s (created %s) and marked restored at %s\n", name, fromProps, rec.Created, rec.Restored)
+		return nil
+	}
+	if rerr != nil {
+		return rerr
+	}
+	rec, err := cluster.MarkRestored(conn, root, name, now, reason)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "cluster %s marked restored at %s: slots taken in the next lead wait past it\n", name, rec.Restored)
+	return nil
+}
+
+// clusterMigrate moves a stopped cluster's slots between the registries.
+func clusterMigrate(ctx context.Context, fs *cmdFlags, conn *zk.Conn, root, name, dsn, to, leadFl, auth string, stdout, stderr io.Writer) error {
+	if dsn == "" {
+		return fs.usageErr("--mysql DSN (or IDGEN_MYSQL) is required")
+	}
+	if to != mysqllease.RegistryMySQL && to != mysqllease.RegistryZooKeeper {
+		return fs.usageErr("--to %q: want zookeeper or mysql", to)
+	}
+	lead := worker.Config{}.Lead() + worker.DefaultMaxPeerClockSkew
+	if leadFl != "" {
+		d, err := time.ParseDuration(leadFl)
+		if err != nil || d <= 0 {
+			return fs.usageErr("--lead %q: want a positive duration such as 36s", leadFl)
+		}
+		lead = d
+	}
+	cur, latest, err := mysqlstore.SchemaVersion(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	if cur < latest {
+		return fmt.Errorf("the MySQL schema is at version %d, this idctl needs %d: run `idctl db migrate` first", cur, latest)
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return fmt.Errorf("--mysql: %w", err)
+	}
+	defer db.Close()
+	log := zap.NewNop()
+	if err := mysqllease.Migrate(ctx, mysqllease.MigrateConfig{DB: db, Cluster: name, To: to, Logger: log,
+		ZooKeeper: worker.ZKRegistry{Conn: conn, Root: root, Cluster: name, Auth: auth, Lead: lead}}); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "cluster %s: worker slots are held in %s now; start its nodes %s\n", name, to,
+		map[string]string{mysqllease.RegistryMySQL: "with --mysql and without --zk", mysqllease.RegistryZooKeeper: "with --zk and --mysql"}[to])
+	return nil
+}

@@ -176,7 +176,8 @@ func TestE2E_MetricsNamesUsedByAlerts(t *testing.T) {
 	if _, err := c.NextIDs(context.Background(), &idl.NextIDsRequest{Biz: "m", Channel: ch(idl.Channel_UNORDERED), Count: 5}); err != nil {
 		t.Fatal(err)
 	}
-	clusterOnly := map[string]bool{"idgen_clock_offset_seconds": true, "idgen_zookeeper_connected": true}
+	clusterOnly := map[string]bool{"idgen_clock_offset_seconds": true, "idgen_zookeeper_connected": true,
+		"idgen_zookeeper_state_losses_total": true, "idgen_worker_unreadable_marks_total": true}
 	m := scrape(t, node)
 	names := regexp.MustCompile(`idgen_[a-z_]+`).FindAllString(string(rules), -1)
 	if len(names) < 5 {

@@ -40,7 +40,8 @@ func uniqueCluster(t *testing.T) string {
 // creates the cluster first (as `idctl cluster init`) unless it exists.
 func itConfig(t *testing.T, servers, name string, h Holder, port int) Config {
 	t.Helper()
-	c := dialTest(t, testZK(t))
+	testZK(t)
+	c := dialTest(t, servers)
 	if _, err := cluster.Init(c, "/idgen-test", name, cluster.Settings{EpochMs: DefaultEpochMs, IDCBits: DefaultIDCBits, NodeBits: DefaultNodeBits},
 		zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, cluster.ErrExists) {
 		t.Fatalf("cluster init: %v", err)
@@ -70,7 +71,7 @@ func dialTest(t *testing.T, servers string) *zk.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := DialZK(ctx, []string{servers}, 5*time.Second, "", nil)
+	c, err := DialZK(ctx, strings.Split(servers, ","), 5*time.Second, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,8 +26,8 @@ import (
 //     the ensemble lost writes, it will refuse this client forever (and the
 //     cluster is marked restored, see meta.go);
 //   - servers serve but have refused this client for longer than a session
-//     timeout: a serving ensemble has expired a session it did not hear
-//     from for that long;
+//     timeout: a serving server refuses only a client that saw a newer
+//     zxid, so it lost writes (the cluster is marked restored too);
 //   - no server answers srvr (not allowed by 4lw.commands.whitelist, or
 //     down) and the refusals have lasted longer than the lead: the mark
 //     has run out anyway.
@@ -73,8 +73,13 @@ func (l *ZKLease) judgeRefusals(since, servingSince time.Time) refusalVerdict {
 	now := time.Now()
 	switch {
 	case v.serving && !servingSince.IsZero() && now.Sub(servingSince) > l.cfg.SessionTimeout:
+		// A serving server closes a handshake only for a client that has
+		// seen a newer zxid than its own (a follower still behind catches
+		// up in milliseconds): refused for a session timeout, the ensemble
+		// lost writes this client saw, beyond the zxids this lease tracks.
 		v.replace = true
-		v.why = fmt.Sprintf("ZooKeeper serves but has refused this client for %v, more than the session timeout %v: the session is gone", now.Sub(servingSince).Round(time.Millisecond), l.cfg.SessionTimeout)
+		v.why = fmt.Sprintf("ZooKeeper serves but has refused this client for %v, more than the session timeout %v: it lost writes this client saw", now.Sub(servingSince).Round(time.Millisecond), l.cfg.SessionTimeout)
+		v.lost = v.why
 	case !v.serving && now.Sub(since) > l.cfg.Lead():
 		v.replace = true
 		v.why = fmt.Sprintf("no ZooKeeper server says why it refuses this client (srvr unanswered) and the refusals have lasted %v, past the lead %v", now.Sub(since).Round(time.Millisecond), l.cfg.Lead())

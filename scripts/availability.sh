@@ -13,4 +13,4 @@ cd "$(dirname "$0")/.."
 trap './build.sh servers stop >&2' EXIT
 # shellcheck disable=SC1091
 . ./.testenv
-IDGEN_MEASURE=1 go test -count=1 -timeout 20m -run 'TestMeasure_' -v ./cmd/idgen/ 2>&1 | grep -E '^MEASURE|^(ok|FAIL|---)' || true
+IDGEN_MEASURE=1 go test -count=1 -timeout 20m -run 'TestMeasure_' -v ./server/ 2>&1 | grep -E '^MEASURE|^(ok|FAIL|---)' || true

@@ -20,7 +20,6 @@ type layout struct{ root, cluster string }
 
 func (l layout) clusterPath() string       { return cluster.Path(l.root, l.cluster) }
 func (l layout) meta() string              { return l.clusterPath() + "/meta" }
-func (l layout) clock() string             { return l.clusterPath() + "/clock" }
 func (l layout) idc(n int) string          { return l.clusterPath() + "/idc-" + strconv.Itoa(n) }
 func (l layout) members(n int) string      { return l.idc(n) + "/members" }
 func (l layout) slots(n int) string        { return l.idc(n) + "/slots" }
@@ -88,17 +87,6 @@ func decodeLast(b []byte) (lastData, error) {
 		return d, fmt.Errorf("decode high-water mark %q: %w", truncate(b), err)
 	}
 	return d, nil
-}
-
-// metaData is the JSON of the meta znode: Meta plus readable copies.
-type metaData struct {
-	Meta
-	Epoch   string `json:"epoch"`   // EpochMs, RFC 3339
-	Created string `json:"created"` // CreatedMs, RFC 3339
-}
-
-func newMetaData(m Meta) metaData {
-	return metaData{Meta: m, Epoch: rfc3339(m.EpochMs), Created: rfc3339(m.CreatedMs)}
 }
 
 func rfc3339(ms int64) string {

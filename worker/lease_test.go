@@ -205,8 +205,8 @@ func TestRegisterThreeDistinctSlots(t *testing.T) {
 		t.Fatalf("member data %+v", md)
 	}
 	b, _, _ = c.Get("/t/c1/meta")
-	var meta metaData
-	if err := json.Unmarshal(b, &meta); err != nil || meta.IDCBits != 2 || meta.NodeBits != 8 || meta.EpochMs != DefaultEpochMs || meta.CreatedMs == 0 {
+	var meta cluster.Record
+	if err := json.Unmarshal(b, &meta); err != nil || meta.IDCBits != 2 || meta.NodeBits != 8 || meta.EpochMs != DefaultEpochMs || meta.CreatedMs == 0 || !meta.Init {
 		t.Fatalf("meta %s (%v)", b, err)
 	}
 }

@@ -97,6 +97,35 @@ func cmdCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if strings.TrimSpace(*servers) == "" {
 		return fs.usageErr("--zk is required (or set IDGEN_ZK)")
 	}
+	// Every flag is checked before ZooKeeper is dialled: a mistake is a
+	// usage error at once, not a timeout.
+	var settings cluster.Settings
+	lead := worker.Config{}.Lead() + worker.DefaultMaxPeerClockSkew
+	switch sub {
+	case "init":
+		ep, err := time.Parse(time.RFC3339, *epoch)
+		if err != nil {
+			return fs.usageErr("--epoch %q: want RFC 3339 such as 2020-01-01T00:00:00Z", *epoch)
+		}
+		if *idcBits < 0 || *nodeBits < 0 || *idcBits+*nodeBits != worker.WorkerBits {
+			return fs.usageErr("--idc-bits %d + --node-bits %d: must add up to %d", *idcBits, *nodeBits, worker.WorkerBits)
+		}
+		settings = cluster.Settings{EpochMs: ep.UnixMilli(), IDCBits: *idcBits, NodeBits: *nodeBits}
+	case "migrate":
+		if *dsn == "" {
+			return fs.usageErr("--mysql DSN (or IDGEN_MYSQL) is required")
+		}
+		if *to != mysqllease.RegistryMySQL && *to != mysqllease.RegistryZooKeeper {
+			return fs.usageErr("--to %q: want zookeeper or mysql", *to)
+		}
+		if *leadFl != "" {
+			d, err := time.ParseDuration(*leadFl)
+			if err != nil || d <= 0 {
+				return fs.usageErr("--lead %q: want a positive duration such as 36s", *leadFl)
+			}
+			lead = d
+		}
+	}
 	auth := os.Getenv("IDGEN_ZK_AUTH")
 	dctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -108,11 +137,7 @@ func cmdCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	acl := worker.ClusterACL(auth)
 	switch sub {
 	case "init":
-		ep, err := time.Parse(time.RFC3339, *epoch)
-		if err != nil {
-			return fs.usageErr("--epoch %q: want RFC 3339 such as 2020-01-01T00:00:00Z", *epoch)
-		}
-		s := cluster.Settings{EpochMs: ep.UnixMilli(), IDCBits: *idcBits, NodeBits: *nodeBits}
+		s := settings
 		rec, err := cluster.Init(conn, *root, *name, s, acl)
 		if errors.Is(err, cluster.ErrExists) && *existsOK {
 			if rec.EpochMs != s.EpochMs || rec.IDCBits != s.IDCBits || rec.NodeBits != s.NodeBits {
@@ -147,7 +172,7 @@ func cmdCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case "restore":
 		return clusterRestore(conn, *root, *name, *fromProps, acl, stdout)
 	default:
-		return clusterMigrate(ctx, fs, conn, *root, *name, *dsn, *to, *leadFl, auth, stdout, stderr)
+		return clusterMigrate(ctx, conn, *root, *name, *dsn, *to, lead, auth, stdout)
 	}
 }
 
@@ -161,6 +186,11 @@ func msOrNever(ms int64) string {
 // clusterRestore marks the cluster restored now or, with no record left,
 // re-creates it from a member's properties file.
 func clusterRestore(conn *zk.Conn, root, name, fromProps string, acl []zk.ACL, stdout io.Writer) error {
+	_, _, rerr := cluster.Read(conn, root, name)
+	if errors.Is(rerr, cluster.ErrNotFound) && fromProps == "" {
+		// Refused before any write: no empty cluster znode left behind.
+		return fmt.Errorf("cluster %q has no record in ZooKeeper: give --from-properties with a member's properties file (in its --properties-dir), so that created_ms and the settings are the cluster's", name)
+	}
 	now, err := cluster.Now(conn, root, name, acl)
 	if errors.Is(err, zk.ErrNoNode) {
 		if err := cluster.EnsurePath(conn, cluster.Path(root, name), acl); err != nil {
@@ -172,11 +202,7 @@ func clusterRestore(conn *zk.Conn, root, name, fromProps string, acl []zk.ACL, s
 		return err
 	}
 	reason := "idctl cluster restore: the operator reported that ZooKeeper lost data"
-	_, _, rerr := cluster.Read(conn, root, name)
 	if errors.Is(rerr, cluster.ErrNotFound) {
-		if fromProps == "" {
-			return fmt.Errorf("cluster %q has no record in ZooKeeper: give --from-properties with a member's properties file (in its --properties-dir), so that created_ms and the settings are the cluster's", name)
-		}
 		m, err := worker.PropertiesMeta(fromProps, name)
 		if err != nil {
 			return err
@@ -200,21 +226,7 @@ func clusterRestore(conn *zk.Conn, root, name, fromProps string, acl []zk.ACL, s
 }
 
 // clusterMigrate moves a stopped cluster's slots between the registries.
-func clusterMigrate(ctx context.Context, fs *cmdFlags, conn *zk.Conn, root, name, dsn, to, leadFl, auth string, stdout, stderr io.Writer) error {
-	if dsn == "" {
-		return fs.usageErr("--mysql DSN (or IDGEN_MYSQL) is required")
-	}
-	if to != mysqllease.RegistryMySQL && to != mysqllease.RegistryZooKeeper {
-		return fs.usageErr("--to %q: want zookeeper or mysql", to)
-	}
-	lead := worker.Config{}.Lead() + worker.DefaultMaxPeerClockSkew
-	if leadFl != "" {
-		d, err := time.ParseDuration(leadFl)
-		if err != nil || d <= 0 {
-			return fs.usageErr("--lead %q: want a positive duration such as 36s", leadFl)
-		}
-		lead = d
-	}
+func clusterMigrate(ctx context.Context, conn *zk.Conn, root, name, dsn, to string, lead time.Duration, auth string, stdout io.Writer) error {
 	cur, latest, err := mysqlstore.SchemaVersion(ctx, dsn)
 	if err != nil {
 		return err

@@ -465,7 +465,9 @@ build_testsummary() {
 # starts its own ZooKeeper and MariaDB on fresh loopback ports (stopped by
 # the exit trap, even after a failure; the suite rewrites their pid files
 # when it restarts them), and runs the scenarios. Every idgen node the suite
-# starts dies with it (PDEATHSIG) and is also stopped here by its pid file.
+# starts, and the three-server ZooKeeper ensemble the ensemble scenarios
+# start for themselves (zkServer.sh, like the single server), dies with it
+# (PDEATHSIG) and is also stopped here by its pid file.
 cmd_faults() {
   local bin=$ROOT/output/faults/bin args=() rc=0 f pid
   while [ $# -gt 0 ]; do

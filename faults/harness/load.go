@@ -146,3 +146,25 @@ func StandardCallers(nodes []*Node, biz string, orderedKeys int) []Caller {
 	}
 	return cs
 }
+
+// SnowflakeCallers returns one SNOWFLAKE caller per node on biz, a business
+// without fallback: its refusals are what a SNOWFLAKE caller that cannot
+// take segment IDs would see, which a business with fallback hides.
+func SnowflakeCallers(nodes []*Node, biz string) []Caller {
+	var cs []Caller
+	for _, n := range nodes {
+		cs = append(cs, Caller{Name: n.Name + "/sfnf", Node: n, Biz: biz, Channel: ChSnowflake, MinCount: 1, MaxCount: 64})
+	}
+	return cs
+}
+
+// Since returns a copy of the calls answered (or failed) after t.
+func (l *Load) Since(t time.Time) []checker.Call {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i := len(l.calls)
+	for i > 0 && l.calls[i-1].End.After(t) {
+		i--
+	}
+	return append([]checker.Call(nil), l.calls[i:]...)
+}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -251,6 +252,17 @@ func (n *Node) ShiftClock(ms int64) error {
 		return fmt.Errorf("%s: /debug/clock: %d %s", n.Name, code, body)
 	}
 	return nil
+}
+
+// LastLogLine returns the last line of the node's log: after an exit, the
+// reason the process gave.
+func (n *Node) LastLogLine() string {
+	b, err := os.ReadFile(n.LogPath)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 // Worker returns the worker the node holds (-1: none), through Clock().

@@ -10,7 +10,8 @@ import (
 	"time"
 )
 
-// Proxy forwards TCP connections from a loopback port to ZooKeeper. It can
+// Proxy forwards TCP connections from a loopback port to one ZooKeeper
+// server (the single server, or one server of an ensemble). It can
 // partition (stop forwarding in both directions while keeping every socket
 // open, as a silent network partition does) and lose the reply to the next
 // create request on a slot znode (the request reaches the server and is
@@ -76,7 +77,9 @@ func (p *Proxy) serve(c net.Conn) {
 		p.drop(pc)
 		return
 	}
+	p.mu.Lock()
 	pc.server = s
+	p.mu.Unlock()
 	if pc.dead.Load() {
 		s.Close()
 		return
@@ -88,14 +91,34 @@ func (p *Proxy) serve(c net.Conn) {
 func (p *Proxy) drop(pc *proxyConn) {
 	pc.dead.Store(true)
 	pc.client.Close()
-	if pc.server != nil {
-		pc.server.Close()
-	}
 	p.mu.Lock()
+	server := pc.server
 	delete(p.conns, pc)
 	p.cond.Broadcast()
 	p.mu.Unlock()
+	if server != nil {
+		server.Close()
+	}
 }
+
+// Active returns how many connections are forwarded to the target now
+// (connected through to it and not closed). A ZooKeeper client holds one
+// connection at a time, so a node whose session runs through this proxy
+// shows 1 or more here.
+func (p *Proxy) Active() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for pc := range p.conns {
+		if pc.server != nil && !pc.dead.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// Target returns the address the proxy forwards to.
+func (p *Proxy) Target() string { return p.target }
 
 // gate blocks while the proxy is partitioned; false: the connection died.
 func (p *Proxy) gate(pc *proxyConn) bool {

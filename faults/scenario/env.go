@@ -5,6 +5,7 @@
 package scenario
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/idgen/idgen/faults/checker"
 	"github.com/idgen/idgen/faults/harness"
+	"github.com/idgen/idgen/internal/testnode/zkensemble"
 )
 
 // Env is what every scenario shares.
@@ -41,9 +43,14 @@ type ClusterOpts struct {
 	ZK          map[int]string    // ZooKeeper address per node index (a proxy)
 	Step        int64             // the business's UNORDERED step
 	Session     string            // --zk-session-timeout (default 3s)
+	Outage      string            // --outage-tolerance (default 2s)
 	Biz         string            // default "fx"
 	StartOrder  []int             // start order (default 0..Nodes-1)
 	BeforeStart func(i int) error // called before node i starts
+	// NoFallbackBiz also creates the business "fxnf" (SNOWFLAKE, no
+	// fallback) and gives every node a SNOWFLAKE caller on it: the
+	// ensemble scenarios count its refusals, which fallback would hide.
+	NoFallbackBiz bool
 }
 
 // Cluster is a scenario's idgen cluster.
@@ -51,6 +58,7 @@ type Cluster struct {
 	Name    string
 	DSN     string
 	Biz     string
+	NFBiz   string          // the business without fallback ("" unless NoFallbackBiz)
 	Nodes   []*harness.Node // started ones first, then the spares
 	Started int
 }
@@ -60,9 +68,12 @@ var nameSeq struct {
 	n int
 }
 
-// NewCluster creates a database, migrates it, starts the nodes, creates the
+// NewCluster creates a database, migrates it, creates the cluster in
+// ZooKeeper (idctl cluster init, with the nodes' bit split: a node refuses
+// to start in a cluster nobody created), starts the nodes, creates the
 // business (SNOWFLAKE with fallback) and waits until every node serves
-// SNOWFLAKE.
+// SNOWFLAKE. The nodes use the scenario's ensemble when it started one
+// (StartEnsemble), else the suite's single ZooKeeper server.
 func (r *Run) NewCluster(o ClusterOpts) (*Cluster, error) {
 	e := r.Env
 	nameSeq.Lock()
@@ -79,6 +90,12 @@ func (r *Run) NewCluster(o ClusterOpts) (*Cluster, error) {
 	if o.Session == "" {
 		o.Session = "3s"
 	}
+	if o.Outage == "" {
+		o.Outage = "2s"
+	}
+	if o.NoFallbackBiz {
+		c.NFBiz = "fxnf"
+	}
 	dsn, err := e.Servers.CreateDatabase("faults_" + id)
 	if err != nil {
 		return nil, fmt.Errorf("create database: %w", err)
@@ -86,6 +103,9 @@ func (r *Run) NewCluster(o ClusterOpts) (*Cluster, error) {
 	c.DSN = dsn
 	if out, err := exec.Command(e.Idctl, "db", "migrate", "--mysql", dsn).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("idctl db migrate: %v\n%s", err, out)
+	}
+	if err := r.initCluster(c.Name, o.Args); err != nil {
+		return nil, err
 	}
 	bin := e.Bin
 	if o.FaultInject {
@@ -98,12 +118,12 @@ func (r *Run) NewCluster(o ClusterOpts) (*Cluster, error) {
 		if err := os.MkdirAll(nd, 0o755); err != nil {
 			return nil, err
 		}
-		zk := e.Servers.ZKAddr
+		zk := r.ZKConnect()
 		if a, ok := o.ZK[i]; ok {
 			zk = a
 		}
 		args := append([]string{"--zk", zk, "--cluster", c.Name, "--mysql", dsn, "--zk-session-timeout", o.Session,
-			"--heartbeat-interval", "500ms", "--outage-tolerance", "2s", "--advertise-host", "127.0.0.1",
+			"--heartbeat-interval", "500ms", "--outage-tolerance", o.Outage, "--advertise-host", "127.0.0.1",
 			"--auto-create-biz", "false", "--properties-dir", nd, "--data-dir", nd}, o.Args...)
 		c.Nodes = append(c.Nodes, harness.NewNode(name, bin, dir, args, o.Env[i]))
 	}
@@ -126,6 +146,9 @@ func (r *Run) NewCluster(o ClusterOpts) (*Cluster, error) {
 		if i == order[0] {
 			cl := &harness.Client{Addr: c.Nodes[i].RPCAddr}
 			err := cl.CreateBiz(bg(), c.Biz, harness.ChSnowflake, o.Step, true)
+			if err == nil && c.NFBiz != "" {
+				err = cl.CreateBiz(bg(), c.NFBiz, harness.ChSnowflake, o.Step, false)
+			}
 			cl.Close()
 			if err != nil {
 				return nil, fmt.Errorf("CreateBiz: %w", err)
@@ -140,6 +163,25 @@ func (r *Run) NewCluster(o ClusterOpts) (*Cluster, error) {
 	}
 	r.Logf("cluster %s: %d nodes serving (database %s)", c.Name, o.Nodes, "faults_"+id)
 	return c, nil
+}
+
+// initCluster runs `idctl cluster init` for a new cluster on the
+// scenario's ZooKeeper, with the bit split found in the nodes' flags
+// (--idc-bits, --node-bits), so the nodes' settings match the cluster's.
+func (r *Run) initCluster(name string, nodeArgs []string) error {
+	args := []string{"cluster", "init", "--zk", r.ZKConnect(), "--cluster", name}
+	for i := 0; i+1 < len(nodeArgs); i++ {
+		if f := nodeArgs[i]; f == "--idc-bits" || f == "--node-bits" {
+			args = append(args, f, nodeArgs[i+1])
+			i++
+		}
+	}
+	ctx, cancel := context.WithTimeout(bg(), 60*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, r.Env.Idctl, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("idctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return nil
 }
 
 // Active returns the started nodes.
@@ -157,6 +199,7 @@ type Run struct {
 	calls    []checker.Call
 	notes    []string
 	seed     uint64
+	ens      *zkensemble.Ensemble
 }
 
 // Logf prints a progress line.
@@ -171,15 +214,48 @@ func (r *Run) Note(format string, a ...any) {
 	r.Logf("%s", s)
 }
 
+// callers are the standard callers of nodes, plus a SNOWFLAKE caller per
+// node on the business without fallback when the cluster has one.
+func (r *Run) callers(nodes []*harness.Node) []harness.Caller {
+	cs := harness.StandardCallers(nodes, r.cluster.Biz, 2)
+	if r.cluster.NFBiz != "" {
+		cs = append(cs, harness.SnowflakeCallers(nodes, r.cluster.NFBiz)...)
+	}
+	return cs
+}
+
 // StartLoad starts the standard callers on nodes.
 func (r *Run) StartLoad(nodes []*harness.Node) {
 	r.from = time.Now()
-	r.load = harness.StartLoad(harness.StandardCallers(nodes, r.cluster.Biz, 2), 5*time.Millisecond, r.seed)
+	r.load = harness.StartLoad(r.callers(nodes), 5*time.Millisecond, r.seed)
 }
 
 // AddLoad adds the standard callers of more nodes.
 func (r *Run) AddLoad(nodes []*harness.Node) {
-	r.load.Add(harness.StandardCallers(nodes, r.cluster.Biz, 2), r.seed+1)
+	r.load.Add(r.callers(nodes), r.seed+1)
+}
+
+// StartEnsemble starts a three-server ZooKeeper ensemble for this scenario
+// (in its work dir, stopped by cleanup); clusters created afterwards use it
+// instead of the suite's single server.
+func (r *Run) StartEnsemble() (*zkensemble.Ensemble, error) {
+	t := time.Now()
+	z, err := harness.StartEnsemble(filepath.Join(r.Env.WorkDir, r.Name, "zk"), 3)
+	if err != nil {
+		return nil, fmt.Errorf("ZooKeeper ensemble: %w", err)
+	}
+	r.ens = z
+	r.Logf("ZooKeeper ensemble %s serving after %v, leader zk%d", z.Connect(), time.Since(t).Round(100*time.Millisecond), z.Leader()+1)
+	return z, nil
+}
+
+// ZKConnect returns the connect string of the scenario's ZooKeeper: its
+// ensemble, or the suite's single server.
+func (r *Run) ZKConnect() string {
+	if r.ens != nil {
+		return r.ens.Connect()
+	}
+	return r.Env.Servers.ZKAddr
 }
 
 // StopLoad stops the load and keeps the history.
@@ -191,9 +267,12 @@ func (r *Run) StopLoad() {
 	}
 }
 
-// Proxy starts a TCP proxy to ZooKeeper.
-func (r *Run) Proxy() (*harness.Proxy, error) {
-	p, err := harness.NewProxy(r.Env.Servers.ZKAddr)
+// Proxy starts a TCP proxy to the suite's single ZooKeeper server.
+func (r *Run) Proxy() (*harness.Proxy, error) { return r.ProxyTo(r.Env.Servers.ZKAddr) }
+
+// ProxyTo starts a TCP proxy to addr (closed by cleanup).
+func (r *Run) ProxyTo(addr string) (*harness.Proxy, error) {
+	p, err := harness.NewProxy(addr)
 	if err == nil {
 		r.proxies = append(r.proxies, p)
 	}
@@ -231,6 +310,9 @@ func (r *Run) cleanup() {
 	}
 	for _, p := range r.proxies {
 		p.Close()
+	}
+	if r.ens != nil {
+		r.ens.Close()
 	}
 	s := r.Env.Servers
 	if !reachable(s.ZKAddr) {

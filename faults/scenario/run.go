@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -43,6 +44,32 @@ type Result struct {
 	Err      error
 	Took     time.Duration
 	Notes    []string
+	// NFBiz is the business without fallback ("" when the scenario had
+	// none); NFRefusals counts its SNOWFLAKE refusals by code.
+	NFBiz      string
+	NFRefusals map[string]int
+	// NodeGaps: per node, the longest time without a SNOWFLAKE ID served
+	// by the snowflake generator itself (fallback answers do not count).
+	NodeGaps []checker.Gap
+}
+
+// NFRefused returns the number of SNOWFLAKE refusals on the business
+// without fallback.
+func (res *Result) NFRefused() int {
+	n := 0
+	for _, v := range res.NFRefusals {
+		n += v
+	}
+	return n
+}
+
+// NodeGapsText renders NodeGaps as "n0 0.05 s, n1 0.06 s".
+func (res *Result) NodeGapsText() string {
+	var parts []string
+	for _, g := range res.NodeGaps {
+		parts = append(parts, fmt.Sprintf("%s %.2f s", strings.TrimPrefix(g.Key, "node/"), g.Len.Seconds()))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Line is the scenario's one summary line.
@@ -50,6 +77,10 @@ func (res *Result) Line() string {
 	s := fmt.Sprintf("faults: %-20s %-20s %6s", res.Name, res.Verdict, res.Took.Round(time.Second))
 	if res.Report != nil {
 		s += " " + res.Report.Summary()
+		if res.NFBiz != "" {
+			s += fmt.Sprintf(" SF refused (%s, no fallback)=%d", res.NFBiz, res.NFRefused())
+		}
+		s += " SF gap per node: " + res.NodeGapsText()
 	}
 	if res.Err != nil {
 		s += " error: " + strings.ReplaceAll(res.Err.Error(), "\n", " | ")
@@ -78,6 +109,15 @@ func Execute(e *Env, sc Scenario, seed uint64) *Result {
 	res := &Result{Name: sc.Name, Negative: sc.Negative, Err: err, Took: time.Since(t0), Notes: r.notes}
 	if len(r.calls) > 0 {
 		res.Report = checker.Check(r.calls, checker.Options{Layout: checker.DefaultLayout, From: r.from, To: r.to})
+		res.NodeGaps = snowflakeNodeGaps(r.calls, r.to)
+		if r.cluster != nil && r.cluster.NFBiz != "" {
+			res.NFBiz, res.NFRefusals = r.cluster.NFBiz, map[string]int{}
+			for i := range r.calls {
+				if c := &r.calls[i]; c.Biz == res.NFBiz && c.Err != nil {
+					res.NFRefusals[checker.CodeName(c.Err.Code)]++
+				}
+			}
+		}
 	}
 	failed := res.Report != nil && res.Report.Failed()
 	switch {
@@ -105,6 +145,50 @@ func Execute(e *Env, sc Scenario, seed uint64) *Result {
 		fmt.Fprint(e.Out, res.Report.Details())
 	}
 	return res
+}
+
+// snowflakeNodeGaps returns, per node, the longest time without a SNOWFLAKE
+// ID served by the generator itself (any business; fallback answers and
+// refusals do not count), from the node's first call to to. A node's window
+// starts at its first call so that a spare started late is not charged with
+// the time before it existed; a node down or paused is charged.
+func snowflakeNodeGaps(calls []checker.Call, to time.Time) []checker.Gap {
+	first := map[string]time.Time{}
+	ends := map[string][]time.Time{}
+	for i := range calls {
+		c := &calls[i]
+		if t, ok := first[c.Node]; !ok || c.Start.Before(t) {
+			first[c.Node] = c.Start
+		}
+		if c.End.After(to) {
+			to = c.End
+		}
+		if c.OK() && c.Channel == checker.Snowflake && c.Served == checker.Snowflake && !c.Fallback {
+			ends[c.Node] = append(ends[c.Node], c.End)
+		}
+	}
+	nodes := make([]string, 0, len(first))
+	for n := range first {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	var gaps []checker.Gap
+	for _, n := range nodes {
+		ts := ends[n]
+		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+		g := checker.Gap{Key: "node/" + n}
+		prev := first[n]
+		for _, t := range append(ts, to) {
+			if d := t.Sub(prev); d > g.Len {
+				g.Len, g.From, g.To = d, prev, t
+			}
+			if t.After(prev) {
+				prev = t
+			}
+		}
+		gaps = append(gaps, g)
+	}
+	return gaps
 }
 
 func writeHistory(path string, calls []checker.Call) error {

@@ -26,6 +26,11 @@ func All() []Scenario {
 		{"zk-wipe", "ZooKeeper wiped (all znodes, sessions, marks gone) under load", false, zkWipe},
 		{"zk-partition", "4 slots; a node silently partitioned from ZooKeeper by a proxy while a 5th node takes its slot, then healed", false, zkPartition},
 		{"zk-lost-reply", "the reply to a node's slot create lost by the proxy, at start and again at a re-claim under load", false, zkLostReply},
+		{"zk-leader-kill", "3-server ensemble: its leader SIGKILLed under load, an election, the server restarted", false, zkLeaderKill},
+		{"zk-rolling-restart", "3-server ensemble: each server stopped and restarted in turn, waiting until it serves again", false, zkRollingRestart},
+		{"zk-server-partition", "3-server ensemble: the server of a node's session partitioned from that node by a proxy, then healed", false, zkServerPartition},
+		{"zk-restore", "3-server ensemble restored from a 30 s old copy of its data dirs; a node paused across it, a fresh node claims one of 4 slots", false, zkRestore(false)},
+		{"stale-cache", "3-server ensemble, 4 slots; a node SIGKILLed, its slot taken, then restarted from its cached slot while cut off from ZooKeeper", false, staleCache},
 		{"mysql-kill", "MariaDB SIGKILLed under load, restarted 3 s later", false, mysqlKill},
 		{"clock-back-50ms", "one node's clock stepped back 50 ms (faultinject /debug/clock), then forward again", false, clockStep(-50)},
 		{"clock-back-3s", "one node's clock stepped back 3 s, then forward again", false, clockStep(-3000)},
@@ -33,6 +38,7 @@ func All() []Scenario {
 		{"soak", "random fault every 30 s from a seeded schedule (--soak, --seed)", false, soak},
 		{"neg-mysql-unsafe", "CONTROL: MariaDB with innodb_flush_log_at_trx_commit=0, sync_binlog=0, step 10, SIGKILLed with all nodes under load", true, negMySQLUnsafe},
 		{"neg-ignore-not-before", "CONTROL: IDGEN_FAULT_IGNORE_NOT_BEFORE=1, clock +6 s, clean restart (clock back 6 s): no wait past the mark", true, negIgnoreNotBefore},
+		{"neg-restore", "CONTROL: zk-restore with IDGEN_FAULT_IGNORE_RESTORE=1 (the restored cluster's wait switched off)", true, zkRestore(true)},
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -111,23 +112,27 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
 func table(res []*scenario.Result, seed uint64, took time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Run %s, seed %d, %v in all.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), seed, took)
-	b.WriteString("| scenario | verdict | IDs checked | calls | duplicates | order violations | (worker, ms) by two incarnations | bad refusals | refusals by code | no answer | longest gap: cluster | SNOWFLAKE (with fallback) | SNOWFLAKE (no fallback) | UNORDERED | ORDERED |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| scenario | verdict | IDs checked | calls | duplicates | order violations | (worker, ms) by two incarnations | bad refusals | refusals by code | no answer | longest gap: cluster | SNOWFLAKE (with fallback) | SNOWFLAKE (no fallback) | UNORDERED | ORDERED | SNOWFLAKE refusals, business without fallback | longest SNOWFLAKE gap per node (no fallback) |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range res {
 		rep := r.Report
 		if rep == nil {
-			fmt.Fprintf(&b, "| %s | %s | | | | | | | | | | | | | |\n", r.Name, r.Verdict)
+			fmt.Fprintf(&b, "| %s | %s | | | | | | | | | | | | | | | |\n", r.Name, r.Verdict)
 			continue
+		}
+		nf := "" // no business without fallback in this scenario
+		if r.NFBiz != "" {
+			nf = strconv.Itoa(r.NFRefused())
 		}
 		var codes []string
 		for k, v := range rep.ErrorsByCode {
 			codes = append(codes, fmt.Sprintf("%s %d", k, v))
 		}
 		sort.Strings(codes)
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %s | %d | %s | %s | %s | %s | %s |\n", r.Name, r.Verdict, rep.IDs, rep.Calls,
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", r.Name, r.Verdict, rep.IDs, rep.Calls,
 			rep.Duplicates, rep.Order, rep.WorkerMs, rep.BadRefusals, strings.Join(codes, ", "), rep.Transport,
 			ms(rep.Gap("cluster").Len), ms(rep.Gap("channel/SNOWFLAKE").Len), ms(rep.Gap("channel/SNOWFLAKE-no-fallback").Len),
-			ms(rep.Gap("channel/UNORDERED").Len), ms(rep.Gap("channel/ORDERED").Len))
+			ms(rep.Gap("channel/UNORDERED").Len), ms(rep.Gap("channel/ORDERED").Len), nf, r.NodeGapsText())
 	}
 	return b.String()
 }

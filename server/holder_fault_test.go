@@ -31,3 +31,21 @@ func TestFaultIgnoreNotBeforeOnlyInFaultInjectBuild(t *testing.T) {
 		t.Fatalf("slot after Acquired = %+v, want NotBefore %d (faultinject build: %v)", target.slot, want, faultInjectBuild)
 	}
 }
+
+// TestFaultIgnoreRestoreOnlyInFaultInjectBuild: neg-restore's switch
+// (IDGEN_FAULT_IGNORE_RESTORE=1) drops the cluster's restore and epoch
+// bound from a slot's NotBefore in faultinject builds only.
+func TestFaultIgnoreRestoreOnlyInFaultInjectBuild(t *testing.T) {
+	t.Setenv("IDGEN_FAULT_IGNORE_RESTORE", "1")
+	var target recordingHolder
+	h := &lateHolder{}
+	h.attach(&target)
+	h.Acquired(worker.Slot{Worker: 3, NotBefore: 50000, MarkNotBefore: 12345, HighWater: 60000})
+	want := int64(50000)
+	if faultInjectBuild {
+		want = 12345
+	}
+	if target.slot.NotBefore != want {
+		t.Fatalf("slot after Acquired = %+v, want NotBefore %d (faultinject build: %v)", target.slot, want, faultInjectBuild)
+	}
+}

@@ -28,8 +28,8 @@ func TestNoClusterRefusesNamingInit(t *testing.T) {
 	if !errors.Is(err, ErrNoCluster) || !strings.Contains(err.Error(), "idctl cluster init --zk fake:2181 --zk-root /t --cluster c1") {
 		t.Fatalf("err = %v, want ErrNoCluster naming idctl cluster init", err)
 	}
-	if _, _, ok := f.get("/t/c1/meta"); ok {
-		t.Fatal("the refused node created the cluster record")
+	if _, _, ok := f.get("/t/c1"); ok {
+		t.Fatal("the refused node wrote under the cluster's path")
 	}
 }
 

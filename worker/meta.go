@@ -24,20 +24,24 @@ import (
 // cluster is created once, explicitly.
 func (l *ZKLease) loadCluster() (Meta, error) {
 	root, name := l.cfg.Root, l.cfg.Cluster
-	now, err := l.zkTime()
-	if err != nil {
-		return Meta{}, err
-	}
-	l.noteZxid(now.Zxid)
 	local, hasLocal := l.localMeta()
 	rec, st, err := cluster.Read(l.conn, root, name)
+	if errors.Is(err, cluster.ErrNotFound) && !hasLocal {
+		// Refused before writing anything under the cluster's path.
+		return Meta{}, fmt.Errorf("%w: ZooKeeper (%s) has no cluster %q under %s. Create it once with `idctl cluster init --zk %s --zk-root %s --cluster %s` (with the cluster's --epoch, --idc-bits and --node-bits when they are not the defaults). If the cluster existed and ZooKeeper lost its data, start first a node that ran in it (it restores the record from its properties file), or run `idctl cluster restore` with one of their properties files",
+			ErrNoCluster, strings.Join(l.cfg.Servers, ","), name, root, strings.Join(l.cfg.Servers, ","), root, name)
+	}
+	if err := cluster.EnsurePath(l.conn, l.l.clusterPath(), l.acl); err != nil {
+		return Meta{}, err
+	}
+	now, err2 := l.zkTime()
+	if err2 != nil {
+		return Meta{}, err2
+	}
+	l.noteZxid(now.Zxid)
 	ctime := int64(0)
 	switch {
 	case errors.Is(err, cluster.ErrNotFound):
-		if !hasLocal {
-			return Meta{}, fmt.Errorf("%w: ZooKeeper (%s) has no cluster %q under %s. Create it once with `idctl cluster init --zk %s --zk-root %s --cluster %s` (with the cluster's --epoch, --idc-bits and --node-bits when they are not the defaults). If the cluster existed and ZooKeeper lost its data, start first a node that ran in it (it restores the record from its properties file), or run `idctl cluster restore` with one of their properties files",
-				ErrNoCluster, strings.Join(l.cfg.Servers, ","), name, root, strings.Join(l.cfg.Servers, ","), root, name)
-		}
 		if err := compareMeta(local, l.cfg.Meta, l.props); err != nil {
 			return Meta{}, err
 		}

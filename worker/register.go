@@ -162,9 +162,6 @@ func (l *ZKLease) prepare() (Meta, error) {
 	if err := cluster.EnsurePath(l.conn, l.cfg.Root, zk.WorldACL(zk.PermAll)); err != nil {
 		return Meta{}, err
 	}
-	if err := cluster.EnsurePath(l.conn, l.l.clusterPath(), l.acl); err != nil {
-		return Meta{}, err
-	}
 	meta, err := l.loadCluster()
 	if err != nil {
 		return Meta{}, err

@@ -61,10 +61,11 @@ type manager struct {
 	retryTimer *time.Timer
 	retryDue   bool // false while a failed task's retry delay runs
 
-	redialing    bool            // servers are asked, or a new client is being connected
-	redialed     chan redialDone // the redial goroutine's result
-	nextCheck    time.Time       // refusals are judged again from then on
-	servingSince time.Time       // refused while some server serves, since then
+	redialing     bool            // servers are asked, or a new client is being connected
+	redialed      chan redialDone // the redial goroutine's result
+	nextCheck     time.Time       // refusals are judged again from then on
+	servingSince  time.Time       // refused while some server serves, since then
+	refusalLogged bool            // the current run of refusals was logged
 }
 
 // redialDone is a new client, or why there is none (kept: the session may
@@ -117,7 +118,10 @@ func (m *manager) loop() {
 				if r.verdict.serving && m.servingSince.IsZero() {
 					m.servingSince = time.Now()
 				}
-				m.l.log.Info("ZooKeeper refuses this client's handshakes: keeping the session", zap.String("why", r.verdict.why))
+				if v, _ := m.l.sess.view(); v.refused >= redialAfter && !m.refusalLogged {
+					m.refusalLogged = true // once per run of refusals
+					m.l.log.Info("ZooKeeper refuses this client's handshakes: keeping the session", zap.String("why", r.verdict.why))
+				}
 				continue
 			}
 			if r.err != nil {
@@ -205,16 +209,19 @@ func (m *manager) observe(v sessionView) {
 // goroutine: the manager never blocks on ZooKeeper.
 func (m *manager) maybeRedial(v sessionView) {
 	if v.has {
-		m.servingSince = time.Time{}
+		m.servingSince, m.refusalLogged = time.Time{}, false
 	}
-	if m.redialing || v.has || v.closed || v.refused < redialAfter || time.Now().Before(m.nextCheck) {
+	if m.redialing || v.has || v.closed || time.Now().Before(m.nextCheck) {
+		return
+	}
+	if v.refused < redialAfter && time.Since(v.lostAt) < refusalCheckEvery {
 		return
 	}
 	m.redialing = true
 	l := m.l
-	since, servingSince := v.lostAt, m.servingSince
+	since, servingSince, refused := v.lostAt, m.servingSince, v.refused
 	go func() {
-		verdict := l.judgeRefusals(since, servingSince)
+		verdict := l.judgeRefusals(since, servingSince, refused)
 		if !verdict.replace {
 			m.deliver(redialDone{kept: true, verdict: verdict})
 			return

@@ -36,7 +36,10 @@ import (
 // its session back and the holder never stopped.
 
 // redialAfter is how many refused handshakes in a row (TCP connected,
-// closed before a session) make the lease ask the servers why.
+// closed before a session) make the lease ask the servers why with every
+// rule; a client without a session for refusalCheckEvery is checked for
+// lost writes alone (its handshakes may hang rather than be refused: the
+// client waits up to ten receive timeouts for an answer).
 const redialAfter = 3
 
 // refusalCheckEvery is how often the servers are asked while refusals go on.
@@ -53,7 +56,11 @@ type refusalVerdict struct {
 // judgeRefusals decides whether the refused client's session is gone (see
 // above). since is when the session was lost, servingSince when servers
 // were first seen serving during these refusals (zero: not yet).
-func (l *ZKLease) judgeRefusals(since, servingSince time.Time) refusalVerdict {
+//
+// refusals is how many handshakes were refused in a row: below redialAfter
+// (the client is merely disconnected, or its handshakes hang), only the
+// first rule applies, so a plain outage never costs the session.
+func (l *ZKLease) judgeRefusals(since, servingSince time.Time, refusals int) refusalVerdict {
 	l.mu.Lock()
 	seen := l.maxZxid
 	l.mu.Unlock()
@@ -72,6 +79,8 @@ func (l *ZKLease) judgeRefusals(since, servingSince time.Time) refusalVerdict {
 	}
 	now := time.Now()
 	switch {
+	case refusals < redialAfter:
+		v.why = "disconnected from ZooKeeper; no server has lost writes this client saw: keeping the session"
 	case v.serving && !servingSince.IsZero() && now.Sub(servingSince) > l.cfg.SessionTimeout:
 		// A serving server closes a handshake only for a client that has
 		// seen a newer zxid than its own (a follower still behind catches

@@ -129,3 +129,44 @@ func TestReclaimWaitsForOwnExpiredClaim(t *testing.T) {
 	log.check(t)
 	h.checkNoProblems(t)
 }
+
+// TestWipedEnsembleRedialsWithoutRefusals: after a wipe the old client's
+// handshakes may hang (up to ten receive timeouts each) instead of being
+// refused; the lease still sees, from the servers' zxid, that the ensemble
+// lost writes it saw, and replaces its client without waiting for refusals.
+func TestWipedEnsembleRedialsWithoutRefusals(t *testing.T) {
+	f := newFakeZK(nil)
+	h := newTestHolder("a", nil, nil)
+	a := register(t, fakeConfig(t, f, h, 9000))
+	f.mu.Lock()
+	conns := len(f.conns)
+	f.mu.Unlock()
+	connOf(a).disconnect() // no refusal: the reconnect hangs
+	f.wipe()
+	waitFor(t, "a new client", 5*time.Second, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.conns) > conns
+	})
+	waitFor(t, "registered again", 10*time.Second, func() bool { return a.State() == StateRegistered && a.Status().StateLosses >= 1 })
+}
+
+// TestPlainOutageKeepsTheClient: ZooKeeper unreachable (no server answers
+// srvr) with no refused handshake: the client is kept, whatever the time.
+func TestPlainOutageKeepsTheClient(t *testing.T) {
+	f := newFakeZK(nil)
+	cfg := fakeConfig(t, f, newTestHolder("a", nil, nil), 9000)
+	a := register(t, cfg)
+	f.mu.Lock()
+	conns := len(f.conns)
+	f.down = true
+	f.mu.Unlock()
+	connOf(a).disconnect()
+	time.Sleep(3*refusalCheckEvery + cfg.Lead())
+	f.mu.Lock()
+	now := len(f.conns)
+	f.mu.Unlock()
+	if now != conns {
+		t.Fatalf("%d new clients during a plain outage", now-conns)
+	}
+}

@@ -150,6 +150,9 @@ func cmdCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 		fmt.Fprintf(stdout, "cluster %s created at %s: epoch %s, idc_bits %d, node_bits %d\n", *name, cluster.MetaPath(*root, *name), rec.Epoch, rec.IDCBits, rec.NodeBits)
+		if auth == "" {
+			fmt.Fprintln(stderr, "idctl: note: IDGEN_ZK_AUTH is not set, so the cluster's znodes are open to every ZooKeeper client; set it to the nodes' --zk-auth user:password to create them with a digest ACL")
+		}
 		return nil
 	case "show":
 		rec, st, err := cluster.Read(conn, *root, *name)

@@ -69,9 +69,9 @@ func itConfig(t *testing.T, servers, name string, h Holder, port int) Config {
 // dialTest opens a plain client for reading back what leases wrote.
 func dialTest(t *testing.T, servers string) *zk.Conn {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := DialZK(ctx, strings.Split(servers, ","), 5*time.Second, "", nil)
+	c, err := DialZK(ctx, strings.Split(servers, ","), 10*time.Second, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +276,15 @@ func TestIntegration_ForcedSessionExpiry(t *testing.T) {
 	log.check(t)
 	h.checkNoProblems(t)
 	c := dialTest(t, addr)
-	if kids, _, _ := c.Children(l.l.members(0)); len(kids) != 1 {
+	// Read until ZooKeeper answers: on a loaded machine the shared server
+	// may drop a connection; the state asserted is what it holds.
+	var kids []string
+	waitFor(t, "the members read", 20*time.Second, func() bool {
+		var err error
+		kids, _, err = c.Children(l.l.members(0))
+		return err == nil
+	})
+	if len(kids) != 1 {
 		t.Fatalf("members after re-claim %v, want exactly one", kids)
 	}
 	closeLease(t, l)
@@ -426,9 +434,10 @@ func TestIntegration_DegradedStartThenZooKeeperReturns(t *testing.T) {
 		t.Fatalf("node %d, want cached %d", s.Node, sa.Node)
 	}
 	c := dialTest(t, addr)
-	if _, st, err := c.Get(l.l.slot(0, sa.Node)); err != nil || st.EphemeralOwner != l.Status().SessionID {
-		t.Fatalf("slot claim after ZooKeeper's return: %v", err)
-	}
+	waitFor(t, "the slot claim held by the lease's session", 20*time.Second, func() bool {
+		_, st, err := c.Get(l.l.slot(0, sa.Node))
+		return err == nil && st.EphemeralOwner == l.Status().SessionID && l.State() == StateRegistered
+	})
 }
 
 func TestIntegration_DigestACL(t *testing.T) {

@@ -179,6 +179,13 @@ func TestE2E_ZooKeeperOutageAndWipe(t *testing.T) {
 			callers = append(callers, caller{c: c, biz: "wipe", ch: w, subKey: fmt.Sprintf("key-%d", i%2)})
 		}
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i, n := range nodes {
+				t.Logf("node %d (%s) worker log:\n%s", i, n.RPCAddr, workerLines(n.Logs()))
+			}
+		}
+	})
 	var phase sync.Map // "outage" -> true while ZooKeeper is down for less than the tolerance
 	outageRefusals := 0
 	ld := startLoad(t, callers, func(ch idl.Channel, err error) {
@@ -392,4 +399,16 @@ func TestE2E_NewClusterServesAtOnce(t *testing.T) {
 		t.Fatalf("SNOWFLAKE on a new cluster right after its first node started: %v; want IDs (no lead to wait)", err)
 	}
 	t.Logf("first SNOWFLAKE ID %d, %v after starting the first node of a new cluster", resp.Ranges[0].First, time.Since(start).Round(time.Millisecond))
+}
+
+// workerLines keeps a node log's lines from its worker lease (what a
+// failed ZooKeeper test needs to be understood).
+func workerLines(logs string) string {
+	var out []string
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, "worker") || strings.Contains(l, "ZooKeeper") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -25,9 +25,11 @@ import (
 //   - a serving server's zxid is below the highest zxid this lease saw:
 //     the ensemble lost writes, it will refuse this client forever (and the
 //     cluster is marked restored, see meta.go);
-//   - servers serve but have refused this client for longer than a session
-//     timeout: a serving server refuses only a client that saw a newer
-//     zxid, so it lost writes (the cluster is marked restored too);
+//   - servers have served for longer than a session timeout without giving
+//     the client its session back: a serving ensemble has expired it (and
+//     if they refused its handshakes all along, they lost writes it saw:
+//     a serving server refuses only a client with a newer zxid; the cluster
+//     is marked restored too);
 //   - no server answers srvr (not allowed by 4lw.commands.whitelist, or
 //     down) and the refusals have lasted longer than the lead: the mark
 //     has run out anyway.
@@ -42,8 +44,13 @@ import (
 // client waits up to ten receive timeouts for an answer).
 const redialAfter = 3
 
-// refusalCheckEvery is how often the servers are asked while refusals go on.
-const refusalCheckEvery = time.Second
+// refusalCheckEvery is how often the servers are asked while the client
+// has no session, and srvrTimeout how long each may take to answer (a
+// loaded server answers slowly; no answer counts as not serving).
+const (
+	refusalCheckEvery = time.Second
+	srvrTimeout       = 3 * time.Second
+)
 
 // refusalVerdict is what the servers said about a run of refused handshakes.
 type refusalVerdict struct {
@@ -65,7 +72,7 @@ func (l *ZKLease) judgeRefusals(since, servingSince time.Time, refusals int) ref
 	seen := l.maxZxid
 	l.mu.Unlock()
 	var v refusalVerdict
-	for _, st := range l.cfg.ServerStats(l.cfg.Servers, refusalCheckEvery) {
+	for _, st := range l.cfg.ServerStats(l.cfg.Servers, srvrTimeout) {
 		if st.Err != nil || !st.Serving {
 			continue
 		}
@@ -79,16 +86,24 @@ func (l *ZKLease) judgeRefusals(since, servingSince time.Time, refusals int) ref
 	}
 	now := time.Now()
 	switch {
+	case v.serving && !servingSince.IsZero() && now.Sub(servingSince) > l.cfg.SessionTimeout:
+		// A serving ensemble that has not heard from a session for a
+		// session timeout has expired it (an election gives every session
+		// a fresh timeout when the new leader starts, which servingSince
+		// follows), so the old client can only get a new session: a new
+		// client does that without waiting for its handshakes, which may
+		// hang for ten receive timeouts on a loaded server. And a serving
+		// server closes a handshake only for a client that saw a newer
+		// zxid than its own (a follower behind catches up in
+		// milliseconds): refused that long, it lost writes this client saw.
+		v.replace = true
+		v.why = fmt.Sprintf("ZooKeeper has served for %v, more than the session timeout %v, without giving this client its session back: the session is gone", now.Sub(servingSince).Round(time.Millisecond), l.cfg.SessionTimeout)
+		if refusals >= redialAfter {
+			v.why = fmt.Sprintf("ZooKeeper serves but has refused this client for %v, more than the session timeout %v: it lost writes this client saw", now.Sub(servingSince).Round(time.Millisecond), l.cfg.SessionTimeout)
+			v.lost = v.why
+		}
 	case refusals < redialAfter:
 		v.why = "disconnected from ZooKeeper; no server has lost writes this client saw: keeping the session"
-	case v.serving && !servingSince.IsZero() && now.Sub(servingSince) > l.cfg.SessionTimeout:
-		// A serving server closes a handshake only for a client that has
-		// seen a newer zxid than its own (a follower still behind catches
-		// up in milliseconds): refused for a session timeout, the ensemble
-		// lost writes this client saw, beyond the zxids this lease tracks.
-		v.replace = true
-		v.why = fmt.Sprintf("ZooKeeper serves but has refused this client for %v, more than the session timeout %v: it lost writes this client saw", now.Sub(servingSince).Round(time.Millisecond), l.cfg.SessionTimeout)
-		v.lost = v.why
 	case !v.serving && now.Sub(since) > l.cfg.Lead():
 		v.replace = true
 		v.why = fmt.Sprintf("no ZooKeeper server says why it refuses this client (srvr unanswered) and the refusals have lasted %v, past the lead %v", now.Sub(since).Round(time.Millisecond), l.cfg.Lead())

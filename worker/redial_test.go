@@ -170,3 +170,32 @@ func TestPlainOutageKeepsTheClient(t *testing.T) {
 		t.Fatalf("%d new clients during a plain outage", now-conns)
 	}
 }
+
+// TestServingEnsembleWithoutTheSessionRedials: servers serve, but the
+// client gets no session back (its handshakes hang) for longer than a
+// session timeout: the session is expired on a serving ensemble, so the
+// lease connects a new client instead of waiting on the old one.
+func TestServingEnsembleWithoutTheSessionRedials(t *testing.T) {
+	f := newFakeZK(nil)
+	h := newTestHolder("a", nil, nil)
+	cfg := fakeConfig(t, f, h, 9000)
+	a := register(t, cfg)
+	f.mu.Lock()
+	conns := len(f.conns)
+	f.mu.Unlock()
+	c := connOf(a)
+	sid := c.SessionID()
+	c.disconnect() // its reconnects hang: no refusal, no session
+	f.mu.Lock()
+	f.expireEphemerals(sid) // the serving server expires the session
+	f.mu.Unlock()
+	waitFor(t, "a new client", cfg.SessionTimeout+5*time.Second, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.conns) > conns
+	})
+	waitFor(t, "registered again", 10*time.Second, func() bool { return a.State() == StateRegistered })
+	if n := a.Status().StateLosses; n != 0 {
+		t.Fatalf("state losses %d: an expired session is no loss of ZooKeeper state", n)
+	}
+}

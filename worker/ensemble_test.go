@@ -265,3 +265,20 @@ func TestLegacyUnmarkedWaitUsesOneClock(t *testing.T) {
 		t.Fatalf("NotBefore %d, want at least %d: one lead after creation in this node's clock", s.NotBefore, want)
 	}
 }
+
+// TestMissingMemberIsRecreated: a member znode that vanished while the
+// slot is held (deleted by hand, or lost) is re-created at the next
+// heartbeat, so operators and peers still find the node.
+func TestMissingMemberIsRecreated(t *testing.T) {
+	f := newFakeZK(nil)
+	l := register(t, fakeConfig(t, f, newTestHolder("a", nil, nil), 9000))
+	old := l.Member()
+	f.mu.Lock()
+	f.deleteLocked(old)
+	f.mu.Unlock()
+	waitFor(t, "the member re-created", 5*time.Second, func() bool {
+		m := l.Member()
+		_, _, ok := f.get(m)
+		return m != old && ok
+	})
+}

@@ -306,6 +306,9 @@ func (m *manager) handle(r taskResult) {
 	case taskHeartbeat:
 		l.mu.Lock()
 		l.beatAt = time.Now()
+		if r.member != "" {
+			l.member = r.member
+		}
 		if r.offOK {
 			l.offset, l.offsetKnown = r.offset, true
 		}

@@ -35,7 +35,34 @@ func (l *ZKLease) heartbeat(s Slot, meta Meta, toZK bool) taskResult {
 		return r
 	}
 	r.hw = hw
+	if toZK {
+		r.member = l.ensureMember(s)
+	}
 	return r
+}
+
+// ensureMember re-creates this node's member znode if it is gone while the
+// slot is held (operators and peers find the node through it); it returns
+// the new path, or "" when nothing was done. Failures are logged: the
+// slot itself is fine.
+func (l *ZKLease) ensureMember(s Slot) string {
+	l.mu.Lock()
+	member := l.member
+	l.mu.Unlock()
+	if member != "" {
+		if ok, _, err := l.conn.Exists(member); err != nil || ok {
+			return ""
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.SessionTimeout)
+	defer cancel()
+	p, err := createMember(ctx, l.conn, l.l.members(l.cfg.IDC), l.memberData(s), l.acl)
+	if err != nil {
+		l.log.Warn("member znode missing and not re-created; retried at the next heartbeat", zap.String("member", member), zap.Error(err))
+		return ""
+	}
+	l.log.Warn("member znode was missing: re-created", zap.String("was", member), zap.String("member", p))
+	return p
 }
 
 // resume re-acquires the slot after it was fenced within the same session:

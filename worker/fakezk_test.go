@@ -32,6 +32,9 @@ type fakeZK struct {
 	// notServing: the servers answer srvr "not currently serving" (an
 	// election); see serverStats.
 	notServing bool
+	// holdSessions: new connections get no session until up(), while the
+	// server serves (a handshake that hangs on a loaded server).
+	holdSessions bool
 }
 
 // nextZxid returns the zxid of a new write; f.mu is held.
@@ -107,7 +110,7 @@ func (f *fakeZK) connect(servers []string, timeout time.Duration) (ZK, <-chan zk
 	defer f.mu.Unlock()
 	c := &fakeConn{f: f, events: make(chan zk.Event, 64)}
 	f.conns = append(f.conns, c)
-	if !f.down {
+	if !f.down && !f.holdSessions {
 		f.nextSID++
 		c.sid = f.nextSID
 		c.has = true
@@ -122,7 +125,7 @@ func (f *fakeZK) connect(servers []string, timeout time.Duration) (ZK, <-chan zk
 func (f *fakeZK) up() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.down = false
+	f.down, f.holdSessions = false, false
 	for _, c := range f.conns {
 		if !c.closed && !c.has {
 			f.nextSID++

@@ -134,6 +134,13 @@ func (m *manager) loop() {
 				m.l.lostReason = r.verdict.lost
 				m.l.mu.Unlock()
 			}
+			// The new client has seen nothing of any ensemble: zxids are
+			// compared from its own answers on (a wiped ensemble starts at
+			// zero, and the old client's zxids would condemn every new
+			// client as well).
+			m.l.mu.Lock()
+			m.l.maxZxid = 0
+			m.l.mu.Unlock()
 			m.l.zk.swap(r.conn)
 			m.l.sess.attach(r.conn, r.events)
 			// Digest credentials belong to a client: the re-claim's

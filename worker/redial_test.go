@@ -199,3 +199,34 @@ func TestServingEnsembleWithoutTheSessionRedials(t *testing.T) {
 		t.Fatalf("state losses %d: an expired session is no loss of ZooKeeper state", n)
 	}
 }
+
+// TestRedialOnceAfterAWipe: after the client was replaced because the
+// ensemble lost writes, the new client is not judged by the old client's
+// zxids: it is not replaced again while it connects, nor later.
+func TestRedialOnceAfterAWipe(t *testing.T) {
+	f := newFakeZK(nil)
+	a := register(t, fakeConfig(t, f, newTestHolder("a", nil, nil), 9000))
+	f.mu.Lock()
+	conns := len(f.conns)
+	f.mu.Unlock()
+	f.mu.Lock()
+	f.holdSessions = true // the new client gets no session at first
+	f.mu.Unlock()
+	connOf(a).disconnect()
+	f.wipe()
+	waitFor(t, "a new client", 5*time.Second, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.conns) == conns+1
+	})
+	time.Sleep(3 * refusalCheckEvery) // judged while it has no session yet
+	f.up()
+	waitFor(t, "registered again", 10*time.Second, func() bool { return a.State() == StateRegistered })
+	time.Sleep(2 * refusalCheckEvery)
+	f.mu.Lock()
+	n := len(f.conns)
+	f.mu.Unlock()
+	if n != conns+1 {
+		t.Fatalf("%d clients connected after the wipe, want exactly one", n-conns)
+	}
+}

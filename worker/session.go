@@ -55,6 +55,11 @@ func (w *sessionWatch) attach(conn ZK, events <-chan zk.Event) {
 	w.conn = conn
 	w.v.client++
 	w.v.refused, w.tcp = 0, false
+	if !w.v.has {
+		// The new client gets its own time to connect before anyone
+		// judges its lack of a session.
+		w.v.lostAt = time.Now()
+	}
 	gen := w.v.client
 	w.signal()
 	w.mu.Unlock()

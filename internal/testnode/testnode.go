@@ -115,20 +115,46 @@ type Options struct {
 func Start(t testing.TB, o Options) *Node {
 	t.Helper()
 	n := &Node{Bin: Binary(t, o.Tags)}
-	n.RPCAddr = "127.0.0.1:" + strconv.Itoa(FreePort(t))
-	n.AdminAddr = "127.0.0.1:" + strconv.Itoa(FreePort(t))
-	n.Args = append([]string{"--rpc-addr", n.RPCAddr, "--admin-addr", n.AdminAddr, "--log-format", "console"}, o.Args...)
-	if o.DataDir != "" {
-		n.Args = append(n.Args, "--data-dir", o.DataDir)
-	}
 	n.Env = o.Env
 	if !o.NoClusterInit {
 		InitCluster(t, o.Args)
 	}
 	n.waitStarted, n.mayExit = !o.NoWaitStarted, o.MayExit
-	n.start(t)
 	t.Cleanup(func() { n.Kill() })
-	return n
+	// A port FreePort returned can be taken by another process before the
+	// node binds it (tests start servers in parallel): try fresh ports.
+	for attempt := 1; ; attempt++ {
+		n.RPCAddr = "127.0.0.1:" + strconv.Itoa(FreePort(t))
+		n.AdminAddr = "127.0.0.1:" + strconv.Itoa(FreePort(t))
+		n.Args = append([]string{"--rpc-addr", n.RPCAddr, "--admin-addr", n.AdminAddr, "--log-format", "console"}, o.Args...)
+		if o.DataDir != "" {
+			n.Args = append(n.Args, "--data-dir", o.DataDir)
+		}
+		n.startProcess(t)
+		if attempt < 3 && n.exitedOnBusyPort(30*time.Second) {
+			continue
+		}
+		n.waitUp(t, time.Now().Add(30*time.Second))
+		return n
+	}
+}
+
+// exitedOnBusyPort waits until the node answers, exits or d passes, and
+// reports whether it exited because one of its ports was taken.
+func (n *Node) exitedOnBusyPort(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		select {
+		case <-n.done:
+			return strings.Contains(n.logs.String(), "address already in use")
+		default:
+		}
+		if n.answers() {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
 }
 
 func (n *Node) start(t testing.TB) {

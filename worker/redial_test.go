@@ -77,6 +77,9 @@ func TestWipedEnsembleRedialsAndReclaims(t *testing.T) {
 		t.Fatalf("re-claimed its slot with NotBefore %d below the first claim's %d", after.NotBefore, before.NotBefore)
 	}
 	waitFor(t, "a issuing after the wipe", 10*time.Second, func() bool { return h.snap().issued > 50 })
+	if n := a.Status().StateLosses; n != 1 {
+		t.Fatalf("state losses %d after one wipe, want 1 (counted once, not per detection path)", n)
+	}
 	cancel()
 	log.check(t)
 	h.checkNoProblems(t)

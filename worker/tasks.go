@@ -102,6 +102,9 @@ func (l *ZKLease) resume(ctx context.Context, s Slot, meta Meta, sid int64) task
 // degraded holder is fenced at once (rule 4) and another slot is taken.
 func (l *ZKLease) reclaim(ctx context.Context, degraded bool, s Slot, sid int64, fenceNow func(error)) taskResult {
 	r := taskResult{kind: taskReclaim, sid: sid}
+	l.mu.Lock()
+	lossesBefore := l.losses
+	l.mu.Unlock()
 	meta, err := l.prepare()
 	if err != nil {
 		r.err, r.fatal = err, errors.Is(err, ErrMetaMismatch)
@@ -109,15 +112,18 @@ func (l *ZKLease) reclaim(ctx context.Context, degraded bool, s Slot, sid int64,
 	}
 	r.meta = meta
 	l.mu.Lock()
-	ourHW, oldSID, lost := l.hw, l.sid, l.lostReason
+	ourHW, oldSID, lost, recorded := l.hw, l.sid, l.lostReason, l.losses > lossesBefore
 	l.mu.Unlock()
-	if lost != "" {
+	if lost != "" && !recorded {
 		// The client was replaced because ZooKeeper lost writes: mark the
-		// cluster restored before anyone takes a slot on its stale marks.
+		// cluster restored before anyone takes a slot on its stale marks
+		// (unless prepare did already: the record was gone or re-created).
 		if err := l.stateLost(lost); err != nil {
 			r.err = err
 			return r
 		}
+	}
+	if lost != "" {
 		l.mu.Lock()
 		l.lostReason = ""
 		l.mu.Unlock()

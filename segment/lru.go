@@ -88,3 +88,17 @@ func (s *lastSeen) len() int {
 	}
 	return n
 }
+
+// each calls fn for every key remembered (shard by shard, each shard's
+// lock held while it is walked, so fn must not call back into s).
+func (s *lastSeen) each(fn func(key string, last int64)) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for e := sh.order.Front(); e != nil; e = e.Next() {
+			ent := e.Value.(*lruEntry)
+			fn(ent.key, ent.last)
+		}
+		sh.mu.Unlock()
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -28,8 +29,26 @@ type OrderedConfig struct {
 	// for the regression guard (default 100000, least recently used
 	// evicted).
 	MaxKeys int
+	// Gate, when set, decides whether reservations may run now and
+	// whether a finished one may be answered (the cluster's barrier after
+	// a MySQL server change; package zkguard). Nil: always.
+	Gate Gate
 	// Logger receives refused ranges (nil: no logs).
 	Logger *zap.Logger
+}
+
+// Gate holds ORDERED reservations back while the cluster repairs the store
+// after the MySQL server behind the connection changed (a failover): the
+// new server may have lost reservations that some node served and still
+// remembers, so no node may reserve on it before every node has raised
+// the rows it remembers.
+type Gate interface {
+	// Enter returns a token when reservations may run, or an error
+	// wrapping ErrUnavailable (retryable) while the gate is closed.
+	Enter() (token uint64, err error)
+	// Check returns nil when a reservation started with token may still
+	// be committed and answered: the gate has not closed since.
+	Check(token uint64) error
 }
 
 func (c OrderedConfig) withDefaults() (OrderedConfig, error) {
@@ -87,10 +106,16 @@ func NewOrdered(cfg OrderedConfig) (*Ordered, error) {
 
 // Take reserves n (1..MaxBatch) consecutive numbers for (biz, subKey); a
 // new key starts at biz.StartNum. With a requestID, a retry returns the
-// range of the first success. Errors wrap ErrInvalid, ErrUnknownBiz,
-// ErrRequestMismatch or ErrExhausted as the store reported them, ErrRegressed
-// (with ErrUnavailable) for a range not above one already seen, and
-// ErrUnavailable for everything else (store down, timeout).
+// range of the first success.
+//
+// The range is always above the highest number this node received for the
+// key: the store raises a row that went backwards (a failover to a lagging
+// replica) before reserving, in the same transaction as the request id, so
+// neither this answer nor a retry's replay can repeat a number this node
+// handed out. Errors wrap ErrInvalid, ErrUnknownBiz, ErrRequestMismatch or
+// ErrExhausted as the store reported them, ErrRegressed (with
+// ErrUnavailable) for a store that ignored the raise, and ErrUnavailable
+// for everything else (store down, timeout, the Gate closed).
 func (o *Ordered) Take(ctx context.Context, biz Biz, subKey string, n int64, requestID string) (Range, error) {
 	if n < 1 || n > MaxBatch {
 		return Range{}, fmt.Errorf("%w: count %d out of range 1..%d", ErrInvalid, n, MaxBatch)
@@ -101,24 +126,30 @@ func (o *Ordered) Take(ctx context.Context, biz Biz, subKey string, n int64, req
 	if err != nil {
 		return Range{}, err
 	}
+	var token uint64
+	if o.cfg.Gate != nil {
+		if token, err = o.cfg.Gate.Enter(); err != nil {
+			o.failures.Add(1)
+			return Range{}, orderedError(req, err)
+		}
+		req.Fence = func() error { return o.cfg.Gate.Check(token) }
+	}
 	key := biz.Name + "\x00" + subKey
 	// Snapshot before the call: anything seen by then was reserved before
 	// this request, so a correct store answers above it. Comparing with
 	// the value after the call would misfire when concurrent requests for
 	// the key finish out of order.
 	before := o.seen.get(key)
+	req.Above = before
 
 	ctx, cancel := context.WithTimeout(ctx, o.cfg.Timeout)
 	defer cancel()
 	o.requests.Add(1)
-	var (
-		r        Range
-		replayed bool
-	)
+	var r Reservation
 	if o.replay != nil {
-		r, replayed, err = o.replay.ReserveOrderedReplay(ctx, req)
+		r, err = o.replay.ReserveOrderedReplay(ctx, req)
 	} else {
-		r, err = o.cfg.Store.ReserveOrdered(ctx, req)
+		r.Range, err = o.cfg.Store.ReserveOrdered(ctx, req)
 	}
 	if err != nil {
 		o.failures.Add(1)
@@ -129,9 +160,21 @@ func (o *Ordered) Take(ctx context.Context, biz Biz, subKey string, n int64, req
 		return Range{}, fmt.Errorf("segment: biz %q sub key %q: %w: store returned %d..%d for a request of %d",
 			biz.Name, subKey, ErrUnavailable, r.First, r.Last, n)
 	}
-	// Without replay reports, a retry's old range looks like a regression.
-	guarded := requestID == "" || o.replay != nil
-	if guarded && !replayed && r.First <= before {
+	if r.Raised {
+		o.regressions.Add(1)
+		o.log.Warn("ordered row went backwards in the store; raised above the highest number received",
+			zap.String("biz", biz.Name), zap.String("sub_key", subKey), zap.Int64("highest_received", before),
+			zap.Int64("first", r.First), zap.Int64("last", r.Last))
+	}
+	// A replay is the stored answer of an earlier request (possibly
+	// served by another node before this node's later ones), so it is not
+	// compared with what this node saw; it was guarded when it was stored.
+	// A new reservation must be above: every store honours Above, so this
+	// only catches a store that does not.
+	// (Without replay reports a retry's old range cannot be told from a
+	// regression, so requests with an id are not checked then.)
+	guarded := o.replay != nil || requestID == ""
+	if guarded && !r.Replayed && r.First <= before {
 		o.failures.Add(1)
 		o.regressions.Add(1)
 		err := fmt.Errorf("segment: biz %q sub key %q: store returned %d..%d, not above %d already received: %w",
@@ -142,7 +185,17 @@ func (o *Ordered) Take(ctx context.Context, biz Biz, subKey string, n int64, req
 		return Range{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	o.seen.raise(key, r.Last)
-	return r, nil
+	return r.Range, nil
+}
+
+// Remembered calls fn for every (biz, sub key) whose last number this node
+// remembers, with that number: what the cluster's barrier pushes into a
+// new MySQL server after a failover (zkguard).
+func (o *Ordered) Remembered(fn func(biz, subKey string, last int64)) {
+	o.seen.each(func(key string, last int64) {
+		biz, sub, _ := strings.Cut(key, "\x00")
+		fn(biz, sub, last)
+	})
 }
 
 // orderedError keeps the sentinels a caller acts on and turns everything

@@ -14,5 +14,16 @@ import "context"
 // does not implement this interface the processor cannot tell, so it skips
 // the regression check for requests that carry a request id.
 type ReplayReporter interface {
-	ReserveOrderedReplay(ctx context.Context, req OrderedRequest) (r Range, replayed bool, err error)
+	ReserveOrderedReplay(ctx context.Context, req OrderedRequest) (Reservation, error)
+}
+
+// Reservation is what ReserveOrderedReplay reserved.
+type Reservation struct {
+	Range
+	// Replayed: the range is the stored answer to an earlier request with
+	// the same request id.
+	Replayed bool
+	// Raised: the store's counter was below OrderedRequest.Above and was
+	// raised before reserving (the store had gone backwards).
+	Raised bool
 }

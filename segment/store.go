@@ -112,6 +112,22 @@ type OrderedRequest struct {
 	// RequestID, when not empty, makes the request idempotent: a retry with
 	// the same (Biz, RequestID) returns the range of the first success.
 	RequestID string
+	// Above is the highest number of (Biz, SubKey) the caller knows was
+	// handed out (0: none known). A new reservation always starts above
+	// it: a store whose counter is lower (it went backwards, e.g. a
+	// failover to a lagging replica) raises the counter first, in the same
+	// atomic operation as the reservation and the request id, and reports
+	// Raised. So the range stored for a request id is never one the
+	// caller's guard would refuse, and a retry cannot replay one.
+	Above int64
+	// Fence, when set, is called by the store after reserving and before
+	// the reservation commits; an error aborts it (nothing is stored for
+	// the request id; the store returns the error wrapped). Where the
+	// store cannot undo the reservation (a single auto-committed
+	// statement) the numbers become a gap, never an answer. The ORDERED
+	// processor uses it to drop reservations made on a MySQL server the
+	// cluster has not yet repaired after a failover.
+	Fence func() error
 }
 
 // Store is the durable state behind segments and businesses. Every

@@ -105,11 +105,11 @@ func TestRequestRetention(t *testing.T) {
 	}
 	reserve := func(id string, count int64) (segment.Range, bool) {
 		t.Helper()
-		r, replayed, err := s.ReserveOrderedReplay(ctx, segment.OrderedRequest{Biz: "b", SubKey: "k", Count: count, RequestID: id})
+		r, err := s.ReserveOrderedReplay(ctx, segment.OrderedRequest{Biz: "b", SubKey: "k", Count: count, RequestID: id})
 		if err != nil {
 			t.Fatalf("reserve %q: %v", id, err)
 		}
-		return r, replayed
+		return r.Range, r.Replayed
 	}
 	for i := range 5 {
 		reserve("old-"+string(rune('a'+i)), 1)

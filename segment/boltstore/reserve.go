@@ -50,8 +50,8 @@ func (s *Store) ReserveSegment(ctx context.Context, biz string, step int64) (seg
 
 // ReserveOrdered implements segment.Store.
 func (s *Store) ReserveOrdered(ctx context.Context, req segment.OrderedRequest) (segment.Range, error) {
-	r, _, err := s.ReserveOrderedReplay(ctx, req)
-	return r, err
+	r, err := s.ReserveOrderedReplay(ctx, req)
+	return r.Range, err
 }
 
 // request is a stored ORDERED request id.
@@ -90,20 +90,19 @@ func decodeRequest(v []byte) (request, error) {
 //
 // Runs through bbolt's Batch: the closure only reads its inputs and assigns
 // its outputs, so bbolt may re-run it alone after a failed batch.
-func (s *Store) ReserveOrderedReplay(ctx context.Context, req segment.OrderedRequest) (segment.Range, bool, error) {
+func (s *Store) ReserveOrderedReplay(ctx context.Context, req segment.OrderedRequest) (segment.Reservation, error) {
 	req, err := segment.NormalizeOrderedRequest(req)
 	if err != nil {
-		return segment.Range{}, false, fmt.Errorf("boltstore: reserve ordered: %w", err)
+		return segment.Reservation{}, fmt.Errorf("boltstore: reserve ordered: %w", err)
 	}
 	now := s.opts.Clock.Now().UnixNano()
 	expiredBefore := now - int64(s.opts.RequestRetention)
 	var (
-		r        segment.Range
-		replayed bool
-		opErr    error
+		r     segment.Reservation
+		opErr error
 	)
 	err = s.batch(ctx, func(tx *bolt.Tx) error {
-		r, replayed, opErr = segment.Range{}, false, nil
+		r, opErr = segment.Reservation{}, nil
 		if tx.Bucket(bucketBiz).Get([]byte(req.Biz)) == nil {
 			opErr = fmt.Errorf("boltstore: reserve ordered: biz %q: %w", req.Biz, segment.ErrUnknownBiz)
 			return nil
@@ -123,7 +122,7 @@ func (s *Store) ReserveOrderedReplay(ctx context.Context, req segment.OrderedReq
 							req.Biz, req.RequestID, prev.subKey, prev.count, req.SubKey, req.Count, segment.ErrRequestMismatch)
 						return nil
 					}
-					r, replayed = prev.r, true
+					r = segment.Reservation{Range: prev.r, Replayed: true}
 					return nil
 				}
 				// Expired but not cleaned up yet: forget it, this is a new request.
@@ -141,9 +140,17 @@ func (s *Store) ReserveOrderedReplay(ctx context.Context, req segment.OrderedReq
 			}
 			old = i64(v)
 		}
+		raised := old < req.Above
+		old = max(old, req.Above)
 		if old > math.MaxInt64-req.Count {
 			opErr = fmt.Errorf("boltstore: biz %q sub key %q counter at %d: %w", req.Biz, req.SubKey, old, segment.ErrExhausted)
 			return nil
+		}
+		if req.Fence != nil {
+			if err := req.Fence(); err != nil {
+				opErr = fmt.Errorf("boltstore: biz %q sub key %q: %w", req.Biz, req.SubKey, err)
+				return nil
+			}
 		}
 		if err := ord.Put(k, u64(old+req.Count)); err != nil {
 			return err
@@ -157,13 +164,13 @@ func (s *Store) ReserveOrderedReplay(ctx context.Context, req segment.OrderedReq
 				return err
 			}
 		}
-		r = got
+		r = segment.Reservation{Range: got, Raised: raised}
 		return nil
 	})
 	if err != nil {
-		return segment.Range{}, false, fmt.Errorf("boltstore: reserve ordered for %q: %w", req.Biz, err)
+		return segment.Reservation{}, fmt.Errorf("boltstore: reserve ordered for %q: %w", req.Biz, err)
 	}
-	return r, replayed, opErr
+	return r, opErr
 }
 
 func deleteRequest(reqs, byTime *bolt.Bucket, rk []byte, created int64) error {

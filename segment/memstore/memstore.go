@@ -122,37 +122,37 @@ func (s *Store) ReserveSegment(ctx context.Context, biz string, step int64) (seg
 
 // ReserveOrdered implements segment.Store.
 func (s *Store) ReserveOrdered(ctx context.Context, req segment.OrderedRequest) (segment.Range, error) {
-	r, _, err := s.ReserveOrderedReplay(ctx, req)
-	return r, err
+	r, err := s.ReserveOrderedReplay(ctx, req)
+	return r.Range, err
 }
 
 // ReserveOrderedReplay implements segment.ReplayReporter. Request ids never
 // expire here: tests do not run for a day.
-func (s *Store) ReserveOrderedReplay(ctx context.Context, req segment.OrderedRequest) (segment.Range, bool, error) {
+func (s *Store) ReserveOrderedReplay(ctx context.Context, req segment.OrderedRequest) (segment.Reservation, error) {
 	s.orderedCalls.Add(1)
 	if err := s.faults.enter(ctx); err != nil {
-		return segment.Range{}, false, err
+		return segment.Reservation{}, err
 	}
 	req, err := segment.NormalizeOrderedRequest(req)
 	if err != nil {
-		return segment.Range{}, false, fmt.Errorf("memstore: reserve ordered: %w", err)
+		return segment.Reservation{}, fmt.Errorf("memstore: reserve ordered: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.usable(); err != nil {
-		return segment.Range{}, false, err
+		return segment.Reservation{}, err
 	}
 	if _, ok := s.biz[req.Biz]; !ok {
-		return segment.Range{}, false, fmt.Errorf("memstore: reserve ordered: biz %q: %w", req.Biz, segment.ErrUnknownBiz)
+		return segment.Reservation{}, fmt.Errorf("memstore: reserve ordered: biz %q: %w", req.Biz, segment.ErrUnknownBiz)
 	}
 	rk := requestKey{req.Biz, req.RequestID}
 	if req.RequestID != "" {
 		if prev, ok := s.requests[rk]; ok {
 			if prev.subKey != req.SubKey || prev.count != req.Count {
-				return segment.Range{}, false, fmt.Errorf("memstore: biz %q request %q was for sub key %q count %d: %w",
+				return segment.Reservation{}, fmt.Errorf("memstore: biz %q request %q was for sub key %q count %d: %w",
 					req.Biz, req.RequestID, prev.subKey, prev.count, segment.ErrRequestMismatch)
 			}
-			return prev.r, true, nil
+			return segment.Reservation{Range: prev.r, Replayed: true}, nil
 		}
 	}
 	k := orderedKey{req.Biz, req.SubKey}
@@ -160,15 +160,22 @@ func (s *Store) ReserveOrderedReplay(ctx context.Context, req segment.OrderedReq
 	if !ok {
 		old = req.StartNum - 1
 	}
+	raised := old < req.Above
+	old = max(old, req.Above)
 	if old > math.MaxInt64-req.Count {
-		return segment.Range{}, false, fmt.Errorf("memstore: biz %q sub key %q: %w", req.Biz, req.SubKey, segment.ErrExhausted)
+		return segment.Reservation{}, fmt.Errorf("memstore: biz %q sub key %q: %w", req.Biz, req.SubKey, segment.ErrExhausted)
+	}
+	if req.Fence != nil {
+		if err := req.Fence(); err != nil {
+			return segment.Reservation{}, fmt.Errorf("memstore: biz %q sub key %q: %w", req.Biz, req.SubKey, err)
+		}
 	}
 	s.ordered[k] = old + req.Count
 	r := segment.Range{First: old + 1, Last: old + req.Count}
 	if req.RequestID != "" {
 		s.requests[rk] = request{subKey: req.SubKey, count: req.Count, r: r}
 	}
-	return r, false, nil
+	return segment.Reservation{Range: r, Raised: raised}, nil
 }
 
 // CreateBiz implements segment.Store.

@@ -228,12 +228,14 @@ func TestIntegration_RequestIDs(t *testing.T) {
 	ctx := testCtx(t)
 
 	req := segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 3, StartNum: 10, RequestID: "r-1"}
-	first, replayed, err := s1.ReserveOrderedReplay(ctx, req)
+	firstR, err := s1.ReserveOrderedReplay(ctx, req)
+	first, replayed := firstR.Range, firstR.Replayed
 	if err != nil || replayed || first != (segment.Range{First: 10, Last: 12}) {
 		t.Fatalf("first: %v %v %v", first, replayed, err)
 	}
 	// A retry, on the other node: the same range, marked as a replay.
-	again, replayed, err := s2.ReserveOrderedReplay(ctx, req)
+	againR, err := s2.ReserveOrderedReplay(ctx, req)
+	again, replayed := againR.Range, againR.Replayed
 	if err != nil || !replayed || again != first {
 		t.Fatalf("retry: %v %v %v; want %v replayed", again, replayed, err, first)
 	}
@@ -329,9 +331,9 @@ func TestIntegration_RequestCleanup(t *testing.T) {
 			}
 		}
 	}
-	r, replayed, err := s.ReserveOrderedReplay(ctx, segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 1, RequestID: expired})
-	if err != nil || replayed || r.First != rows+1 {
-		t.Fatalf("expired id %q again: %v replayed=%v %v; want a new range %d", expired, r, replayed, err, rows+1)
+	r, err := s.ReserveOrderedReplay(ctx, segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 1, RequestID: expired})
+	if err != nil || r.Replayed || r.First != rows+1 {
+		t.Fatalf("expired id %q again: %+v %v; want a new range %d", expired, r, err, rows+1)
 	}
 	// The background loop does the same by itself.
 	bg := openStore(t, dsn, func(c *Config) { c.RequestRetention = time.Millisecond; c.CleanupInterval = 50 * time.Millisecond })
@@ -470,7 +472,8 @@ func TestIntegration_LockWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The request id of the failed attempt was rolled back with it.
-	r, replayed, err := s.ReserveOrderedReplay(ctx, segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 1, RequestID: "r"})
+	rv, err := s.ReserveOrderedReplay(ctx, segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 1, RequestID: "r"})
+	r, replayed := rv.Range, rv.Replayed
 	if err != nil || replayed || r.First != 2 {
 		t.Fatalf("after the lock: %v replayed=%v %v; want 2..2, fresh", r, replayed, err)
 	}

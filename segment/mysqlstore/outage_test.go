@@ -142,7 +142,8 @@ func TestIntegration_Outage(t *testing.T) {
 	// reserved before the crash or reserves anew, never a duplicate.
 	replays := 0
 	for _, req := range pending {
-		r, replayed, err := s.ReserveOrderedReplay(ctx, req)
+		rv, err := s.ReserveOrderedReplay(ctx, req)
+		r, replayed := rv.Range, rv.Replayed
 		if err != nil {
 			t.Fatalf("retry of %s after recovery: %v", req.RequestID, err)
 		}

@@ -36,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -60,6 +61,8 @@ type Store struct {
 	addr   string // host:port for messages
 	dbName string
 	dur    Durability // read by Open
+
+	conflicts atomic.Uint64 // retryConflicts' retries
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -222,7 +225,10 @@ func (s *Store) opContext(ctx context.Context) (context.Context, context.CancelF
 // ReserveSegment advances the business's UNORDERED counter by step in one
 // UPDATE and returns old+1 .. old+step, with the new max_id read from the
 // statement's OK packet. It returns exactly what the database says, even
-// when max_id went backwards (the processor refuses regressions).
+// when max_id went backwards (the processor refuses regressions and
+// repairs the counter with RaiseSegment). A deadlock or a Galera
+// certification conflict rolled the statement back; it is retried
+// (retryConflicts).
 func (s *Store) ReserveSegment(ctx context.Context, biz string, step int64) (segment.Range, error) {
 	op := fmt.Sprintf("reserve segment for %q", biz)
 	if err := segment.ValidateBizName(biz); err != nil {
@@ -233,20 +239,28 @@ func (s *Store) ReserveSegment(ctx context.Context, biz string, step int64) (seg
 	}
 	cctx, cancel := s.opContext(ctx)
 	defer cancel()
-	res, err := s.db.ExecContext(cctx,
-		`UPDATE segment SET max_id = LAST_INSERT_ID(max_id + ?), step = ?, updated_at = ? WHERE biz = ?`,
-		step, step, now(), biz)
+	var r segment.Range
+	err := s.retryConflicts(cctx, op, func() error {
+		res, err := s.db.ExecContext(cctx,
+			`UPDATE segment SET max_id = LAST_INSERT_ID(max_id + ?), step = ?, updated_at = ? WHERE biz = ?`,
+			step, step, now(), biz)
+		if err != nil {
+			return err
+		}
+		last, ok, err := reservedFrom(res)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return segment.ErrUnknownBiz
+		}
+		r = segment.Range{First: last - step + 1, Last: last}
+		return nil
+	})
 	if err != nil {
 		return segment.Range{}, s.classify(ctx, op, err)
 	}
-	last, ok, err := reservedFrom(res)
-	if err != nil {
-		return segment.Range{}, fmt.Errorf("mysqlstore: %s: %w", op, err)
-	}
-	if !ok {
-		return segment.Range{}, fmt.Errorf("mysqlstore: %s: %w", op, segment.ErrUnknownBiz)
-	}
-	return segment.Range{First: last - step + 1, Last: last}, nil
+	return r, nil
 }
 
 // reservedFrom returns the LAST_INSERT_ID(expr) value of a reserving
@@ -272,40 +286,66 @@ func reservedFrom(res sql.Result) (last int64, ok bool, err error) {
 // retries of one id), then reserves, then records the range, then commits:
 // a retry gets the stored range back, a retry with another sub key or
 // count gets segment.ErrRequestMismatch.
+//
+// When the reserved range is not above req.Above (the row went backwards:
+// a failover to a lagging replica lost reservations the caller saw), the
+// row is raised to req.Above and reserved again, in the same transaction
+// when there is a request id, so the stored range is the raised one.
 func (s *Store) ReserveOrdered(ctx context.Context, req segment.OrderedRequest) (segment.Range, error) {
-	r, _, err := s.ReserveOrderedReplay(ctx, req)
-	return r, err
+	r, err := s.ReserveOrderedReplay(ctx, req)
+	return r.Range, err
 }
 
 // ReserveOrderedReplay is ReserveOrdered that also reports whether the
 // range is the stored answer to an earlier request with the same request
-// id (segment.ReplayReporter).
-func (s *Store) ReserveOrderedReplay(ctx context.Context, req segment.OrderedRequest) (r segment.Range, replayed bool, err error) {
+// id, and whether the row was raised (segment.ReplayReporter).
+func (s *Store) ReserveOrderedReplay(ctx context.Context, req segment.OrderedRequest) (segment.Reservation, error) {
 	op := fmt.Sprintf("reserve ordered for %q sub key %q", req.Biz, req.SubKey)
-	req, err = normalizeOrdered(req)
+	req, err := normalizeOrdered(req)
 	if err != nil {
-		return segment.Range{}, false, fmt.Errorf("mysqlstore: %s: %w", op, err)
+		return segment.Reservation{}, fmt.Errorf("mysqlstore: %s: %w", op, err)
 	}
 	cctx, cancel := s.opContext(ctx)
 	defer cancel()
 	// A deadlock rolls back everything the attempt did, so trying again
 	// cannot hand out a number twice. (Concurrent retries of one request
-	// id can deadlock when the first attempt rolls back.)
-	for attempt := 1; ; attempt++ {
+	// id can deadlock when the first attempt rolls back; Galera aborts the
+	// loser of two members' concurrent writes to one row the same way.)
+	var r segment.Reservation
+	err = s.retryConflicts(cctx, op, func() error {
+		var err error
 		if req.RequestID == "" {
-			r, err = s.reserveOrdered(cctx, s.db, req)
+			r, err = s.reserveOrderedAuto(cctx, req)
 		} else {
-			r, replayed, err = s.reserveOrderedOnce(cctx, req)
+			r, err = s.reserveOrderedOnce(cctx, req)
 		}
-		if (!isDeadlock(err) && !errors.Is(err, errRequestVanished)) || attempt == 5 || cctx.Err() != nil {
-			break
-		}
-		s.log.Debug("ordered reservation retried", zap.String("biz", req.Biz), zap.Int("attempt", attempt), zap.Error(err))
-	}
+		return err
+	})
 	if err != nil {
-		return segment.Range{}, false, s.classify(ctx, op, err)
+		return segment.Reservation{}, s.classify(ctx, op, err)
 	}
-	return r, replayed, nil
+	return r, nil
+}
+
+// reserveOrderedAuto reserves without a request id: auto-committed
+// statements. A fence failure after the statement leaves the numbers as a
+// gap.
+func (s *Store) reserveOrderedAuto(ctx context.Context, req segment.OrderedRequest) (segment.Reservation, error) {
+	r, err := s.reserveOrdered(ctx, s.db, req)
+	if err != nil {
+		return r, err
+	}
+	if r.Raised {
+		s.log.Warn("ORDERED row went backwards; raised above the highest number this node handed out",
+			zap.String("biz", req.Biz), zap.String("sub_key", req.SubKey), zap.Int64("above", req.Above),
+			zap.Int64("first", r.First), zap.Int64("last", r.Last))
+	}
+	if req.Fence != nil {
+		if err := req.Fence(); err != nil {
+			return segment.Reservation{}, err
+		}
+	}
+	return r, nil
 }
 
 // normalizeOrdered is segment.NormalizeOrderedRequest plus what Java's
@@ -331,34 +371,51 @@ type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// reserveOrdered runs the single reserving statement.
-func (s *Store) reserveOrdered(ctx context.Context, q execer, req segment.OrderedRequest) (segment.Range, error) {
+// reserveOrdered runs the single reserving statement and, when its range
+// is not above req.Above, the raising one.
+func (s *Store) reserveOrdered(ctx context.Context, q execer, req segment.OrderedRequest) (segment.Reservation, error) {
 	t := orderedTable(Shard(req.SubKey))
 	res, err := q.ExecContext(ctx,
 		`INSERT INTO `+t+` (biz, sub_key, num) SELECT name, ?, LAST_INSERT_ID(?) FROM biz WHERE name = ?`+
 			` ON DUPLICATE KEY UPDATE num = LAST_INSERT_ID(`+t+`.num + ?)`,
 		[]byte(req.SubKey), req.StartNum-1+req.Count, req.Biz, req.Count)
 	if err != nil {
-		return segment.Range{}, err
+		return segment.Reservation{}, err
 	}
 	last, ok, err := reservedFrom(res)
 	if err != nil {
-		return segment.Range{}, err
+		return segment.Reservation{}, err
 	}
 	if !ok {
-		return segment.Range{}, segment.ErrUnknownBiz
+		return segment.Reservation{}, segment.ErrUnknownBiz
 	}
-	return segment.Range{First: last - req.Count + 1, Last: last}, nil
+	r := segment.Range{First: last - req.Count + 1, Last: last}
+	if r.First > req.Above {
+		return segment.Reservation{Range: r}, nil
+	}
+	// The row is behind what the caller saw: raise it, then reserve. The
+	// first range is a gap (never answered). Conditional by GREATEST, so
+	// a row another node moved further meanwhile is never lowered.
+	res, err = q.ExecContext(ctx,
+		`UPDATE `+t+` SET num = LAST_INSERT_ID(GREATEST(num, ?) + ?) WHERE biz = ? AND sub_key = ?`,
+		req.Above, req.Count, req.Biz, []byte(req.SubKey))
+	if err != nil {
+		return segment.Reservation{}, err
+	}
+	if last, ok, err = reservedFrom(res); err != nil || !ok {
+		return segment.Reservation{}, fmt.Errorf("raise ORDERED row above %d: %v (row changed: %v)", req.Above, err, ok)
+	}
+	return segment.Reservation{Range: segment.Range{First: last - req.Count + 1, Last: last}, Raised: true}, nil
 }
 
 // errRequestVanished: the request row that blocked our insert was gone
 // when we read it (cleaned up in between); try again.
 var errRequestVanished = errors.New("request id row vanished")
 
-func (s *Store) reserveOrderedOnce(ctx context.Context, req segment.OrderedRequest) (segment.Range, bool, error) {
+func (s *Store) reserveOrderedOnce(ctx context.Context, req segment.OrderedRequest) (segment.Reservation, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return segment.Range{}, false, err
+		return segment.Reservation{}, err
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
 
@@ -369,27 +426,37 @@ func (s *Store) reserveOrderedOnce(ctx context.Context, req segment.OrderedReque
 		// Another attempt with this id committed first (we waited for it
 		// on the primary key). Read what it got.
 		if err := tx.Rollback(); err != nil {
-			return segment.Range{}, false, err
+			return segment.Reservation{}, err
 		}
 		r, err := s.storedRequest(ctx, req)
-		return r, err == nil, err
+		return segment.Reservation{Range: r, Replayed: err == nil}, err
 	}
 	if err != nil {
-		return segment.Range{}, false, err
+		return segment.Reservation{}, err
 	}
 	r, err := s.reserveOrdered(ctx, tx, req)
 	if err != nil {
-		return segment.Range{}, false, err
+		return segment.Reservation{}, err
 	}
 	if _, err := tx.ExecContext(ctx,
 		"UPDATE ordered_request SET `first` = ?, `last` = ? WHERE biz = ? AND request_id = ?",
 		r.First, r.Last, req.Biz, []byte(req.RequestID)); err != nil {
-		return segment.Range{}, false, err
+		return segment.Reservation{}, err
+	}
+	if req.Fence != nil {
+		if err := req.Fence(); err != nil {
+			return segment.Reservation{}, err // rolled back: nothing stored
+		}
 	}
 	if err := tx.Commit(); err != nil {
-		return segment.Range{}, false, err
+		return segment.Reservation{}, err
 	}
-	return r, false, nil
+	if r.Raised {
+		s.log.Warn("ORDERED row went backwards; raised above the highest number this node handed out",
+			zap.String("biz", req.Biz), zap.String("sub_key", req.SubKey), zap.Int64("above", req.Above),
+			zap.Int64("first", r.First), zap.Int64("last", r.Last))
+	}
+	return r, nil
 }
 
 func (s *Store) storedRequest(ctx context.Context, req segment.OrderedRequest) (segment.Range, error) {

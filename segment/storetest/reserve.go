@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -229,13 +230,13 @@ func (s *suite) testOrderedIdempotent(t *testing.T, st segment.Store) {
 	}
 	expect := first.Last + 1
 	if rr, ok := st.(segment.ReplayReporter); ok {
-		again, replayed, err := rr.ReserveOrderedReplay(ctx(t), req)
-		if err != nil || again != first || !replayed {
-			t.Errorf("ReserveOrderedReplay of a retry: %v, replayed=%v, %v", again, replayed, err)
+		again, err := rr.ReserveOrderedReplay(ctx(t), req)
+		if err != nil || again.Range != first || !again.Replayed {
+			t.Errorf("ReserveOrderedReplay of a retry: %+v, %v", again, err)
 		}
-		fresh, replayed, err := rr.ReserveOrderedReplay(ctx(t), segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 1, RequestID: "req-new"})
-		if err != nil || replayed || fresh.First != expect {
-			t.Errorf("ReserveOrderedReplay of a new request: %v, replayed=%v, %v", fresh, replayed, err)
+		fresh, err := rr.ReserveOrderedReplay(ctx(t), segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 1, RequestID: "req-new"})
+		if err != nil || fresh.Replayed || fresh.First != expect {
+			t.Errorf("ReserveOrderedReplay of a new request: %+v, %v", fresh, err)
 		}
 		expect++
 	}
@@ -309,5 +310,76 @@ func (s *suite) testOrderedConcurrentRetries(t *testing.T, st segment.Store) {
 	next, err := st.ReserveOrdered(ctx(t), segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 1})
 	if err != nil || next.First != ranges[0].Last+1 {
 		t.Fatalf("after concurrent retries: %v, %v; want %d (reserved once)", next, err, ranges[0].Last+1)
+	}
+}
+
+// testOrderedAbove: a reservation never starts at or below req.Above; a
+// row behind it is raised (reported as Raised), with or without a request
+// id, and a retry of that request id replays the raised range.
+func (s *suite) testOrderedAbove(t *testing.T, st segment.Store) {
+	b := create(t, st, segment.Biz{Name: s.name("ord_above")})
+	r, err := st.ReserveOrdered(ctx(t), segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 2})
+	if err != nil || r != (segment.Range{First: 1, Last: 2}) {
+		t.Fatalf("first: %v, %v", r, err)
+	}
+	// Above below the row: no change.
+	r, err = st.ReserveOrdered(ctx(t), segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 1, Above: 1})
+	if err != nil || r.First != 3 {
+		t.Fatalf("Above under the row: %v, %v; want 3..3", r, err)
+	}
+	rr, _ := st.(segment.ReplayReporter)
+	for i, tc := range []struct {
+		key, rid string
+		above    int64
+	}{{"k", "", 100}, {"k", "rid-a", 200}, {"new", "", 50}, {"new2", "rid-b", 70}} {
+		req := segment.OrderedRequest{Biz: b.Name, SubKey: tc.key, Count: 3, RequestID: tc.rid, Above: tc.above}
+		var got segment.Reservation
+		if rr != nil {
+			got, err = rr.ReserveOrderedReplay(ctx(t), req)
+		} else {
+			got.Range, err = st.ReserveOrdered(ctx(t), req)
+		}
+		if err != nil || got.First != tc.above+1 || got.Last != tc.above+3 {
+			t.Fatalf("case %d: Above %d: %+v, %v; want %d..%d", i, tc.above, got, err, tc.above+1, tc.above+3)
+		}
+		if rr != nil && (!got.Raised || got.Replayed) {
+			t.Errorf("case %d: %+v: want Raised and not Replayed", i, got)
+		}
+		if tc.rid != "" {
+			// The retry replays the raised range, whatever Above it carries.
+			req.Above = 0
+			again, err := st.ReserveOrdered(ctx(t), req)
+			if err != nil || again != got.Range {
+				t.Errorf("case %d: retry of %q: %v, %v; want %v", i, tc.rid, again, err, got.Range)
+			}
+		}
+	}
+	// The row stays raised: the next plain reservation continues above.
+	r, err = st.ReserveOrdered(ctx(t), segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 1})
+	if err != nil || r.First != 204 {
+		t.Fatalf("after the raises: %v, %v; want 204", r, err)
+	}
+}
+
+// testOrderedFence: a Fence error aborts a reservation with a request id
+// (nothing stored: the retry is a new reservation) and is returned.
+func (s *suite) testOrderedFence(t *testing.T, st segment.Store) {
+	b := create(t, st, segment.Biz{Name: s.name("ord_fence")})
+	closed := errors.New("gate closed")
+	req := segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 1, RequestID: "rid",
+		Fence: func() error { return closed }}
+	if _, err := st.ReserveOrdered(ctx(t), req); !errors.Is(err, closed) {
+		t.Fatalf("fenced reservation: %v; want the fence's error", err)
+	}
+	req.Fence = nil
+	r, err := st.ReserveOrdered(ctx(t), req)
+	if err != nil || r.First < 1 {
+		t.Fatalf("retry after the fence: %v, %v", r, err)
+	}
+	if rr, ok := st.(segment.ReplayReporter); ok {
+		again, err := rr.ReserveOrderedReplay(ctx(t), req)
+		if err != nil || !again.Replayed || again.Range != r {
+			t.Fatalf("second retry: %+v, %v; want a replay of %v", again, err, r)
+		}
 	}
 }

@@ -86,6 +86,8 @@ func run(t *testing.T, newStore func(t *testing.T) segment.Store, bizOnly bool) 
 		{"OrderedIdempotent", s.testOrderedIdempotent},
 		{"OrderedRequestMismatch", s.testOrderedRequestMismatch},
 		{"OrderedConcurrentRetries", s.testOrderedConcurrentRetries},
+		{"OrderedAbove", s.testOrderedAbove},
+		{"OrderedFence", s.testOrderedFence},
 	}
 	if bizOnly { // the business tests, less UnknownBiz (it reserves)
 		tests = append(tests[:6:6], tests[7], tests[8])

@@ -27,3 +27,23 @@ type Reservation struct {
 	// raised before reserving (the store had gone backwards).
 	Raised bool
 }
+
+// OrderedMark is the highest number of one (Biz, SubKey) that a node
+// handed out.
+type OrderedMark struct {
+	Biz, SubKey string
+	Last        int64
+}
+
+// Raiser is an optional Store extension: it repairs counters that went
+// backwards (a failover to a lagging replica lost reservations) by raising
+// them, never lowering them, so the next reservation starts above numbers
+// the cluster already handed out.
+type Raiser interface {
+	// RaiseSegment raises the business's UNORDERED counter to at least
+	// atLeast.
+	RaiseSegment(ctx context.Context, biz string, atLeast int64) error
+	// RaiseOrdered raises each mark's ORDERED row to at least its Last,
+	// creating missing rows.
+	RaiseOrdered(ctx context.Context, marks []OrderedMark) error
+}

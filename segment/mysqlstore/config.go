@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -139,12 +140,31 @@ func (c Config) withDefaults() Config {
 // timeout sets the dial timeout (when the DSN has none) and the session's
 // lock wait timeout.
 func driverConfig(dsn string, timeout time.Duration, log *zap.Logger) (*mysql.Config, error) {
-	mc, err := mysql.ParseDSN(dsn)
+	mc, _, err := driverConfigMembers(dsn, timeout, log)
+	return mc, err
+}
+
+// driverConfigMembers is driverConfig that also returns the dialer of a
+// DSN naming several members (nil for one).
+func driverConfigMembers(dsn string, timeout time.Duration, log *zap.Logger) (*mysql.Config, *memberDialer, error) {
+	first, members, err := splitMembers(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("mysqlstore: DSN: %w", err)
+		return nil, nil, err
+	}
+	mc, err := mysql.ParseDSN(first)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mysqlstore: DSN: %w", err)
+	}
+	var dialer *memberDialer
+	if len(members) > 1 {
+		if mc.Timeout == 0 {
+			mc.Timeout = timeout
+		}
+		dialer = newMemberDialer(members, mc.Timeout)
+		mc.DialFunc = dialer.dial
 	}
 	if mc.DBName == "" {
-		return nil, errors.New("mysqlstore: DSN names no database (want user:pass@tcp(host:port)/DBNAME)")
+		return nil, nil, errors.New("mysqlstore: DSN names no database (want user:pass@tcp(host:port)/DBNAME)")
 	}
 	mc.ParseTime = true
 	mc.Loc = time.UTC
@@ -171,7 +191,10 @@ func driverConfig(dsn string, timeout time.Duration, log *zap.Logger) (*mysql.Co
 	if log != nil {
 		mc.Logger = driverLogger{log}
 	}
-	return mc, nil
+	if dialer != nil {
+		mc.Addr = strings.Join(members, ",") // for messages
+	}
+	return mc, dialer, nil
 }
 
 // lockWaitSeconds is half the timeout, rounded up to whole seconds (the

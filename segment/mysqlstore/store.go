@@ -63,6 +63,7 @@ type Store struct {
 	dur    Durability // read by Open
 
 	conflicts atomic.Uint64 // retryConflicts' retries
+	servers   serverWatch   // identity of the server behind the connections
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -86,7 +87,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: %w", segment.ErrInvalid, err)
 	}
 	cfg = cfg.withDefaults()
-	mc, err := driverConfig(cfg.DSN, cfg.Timeout, cfg.Logger)
+	mc, dialer, err := driverConfigMembers(cfg.DSN, cfg.Timeout, cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", segment.ErrInvalid, err)
 	}
@@ -94,7 +95,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: mysqlstore: DSN: %w", segment.ErrInvalid, err)
 	}
-	db := sql.OpenDB(connector)
+	ic := &identityConnector{Connector: connector, dialer: dialer}
+	db := sql.OpenDB(ic)
 	db.SetMaxOpenConns(cfg.MaxOpenConns)
 	db.SetMaxIdleConns(cfg.MaxIdleConns)
 	db.SetConnMaxLifetime(cfg.ConnMaxLifetime)
@@ -108,6 +110,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
+	ic.s = s
 	if err := s.start(ctx); err != nil {
 		db.Close()
 		return nil, err

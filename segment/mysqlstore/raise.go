@@ -1,0 +1,77 @@
+package mysqlstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/idgen/idgen/segment"
+)
+
+var _ segment.Raiser = (*Store)(nil)
+
+// raiseBatch bounds the rows of one raising statement.
+const raiseBatch = 500
+
+// RaiseSegment raises the business's max_id to at least atLeast, in one
+// statement conditional by GREATEST: a counter another node moved further
+// meanwhile is never lowered.
+func (s *Store) RaiseSegment(ctx context.Context, biz string, atLeast int64) error {
+	op := fmt.Sprintf("raise segment of %q to %d", biz, atLeast)
+	cctx, cancel := s.opContext(ctx)
+	defer cancel()
+	err := s.retryConflicts(cctx, op, func() error {
+		_, err := s.db.ExecContext(cctx, `UPDATE segment SET max_id = GREATEST(max_id, ?), updated_at = ? WHERE biz = ?`,
+			atLeast, now(), biz)
+		return err
+	})
+	return s.classify(ctx, op, err)
+}
+
+// RaiseOrdered raises the ORDERED rows of marks to at least their Last
+// (creating missing rows: the failover may have lost their creation), in
+// batches of one statement per shard table, each conditional by GREATEST.
+// Each batch is bounded by Config.Timeout.
+func (s *Store) RaiseOrdered(ctx context.Context, marks []segment.OrderedMark) error {
+	byShard := map[int][]segment.OrderedMark{}
+	for _, m := range marks {
+		if m.Last < 1 || !validSubKey(m.SubKey) || len(m.SubKey) > subKeyColumnBytes {
+			continue
+		}
+		sh := Shard(m.SubKey)
+		byShard[sh] = append(byShard[sh], m)
+	}
+	for sh, ms := range byShard {
+		for len(ms) > 0 {
+			n := min(len(ms), raiseBatch)
+			if err := s.raiseOrderedBatch(ctx, sh, ms[:n]); err != nil {
+				return err
+			}
+			ms = ms[n:]
+		}
+	}
+	return nil
+}
+
+func (s *Store) raiseOrderedBatch(ctx context.Context, shard int, ms []segment.OrderedMark) error {
+	t := orderedTable(shard)
+	var b strings.Builder
+	b.WriteString(`INSERT INTO ` + t + ` (biz, sub_key, num) VALUES `)
+	args := make([]any, 0, 3*len(ms))
+	for i, m := range ms {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString("(?, ?, ?)")
+		args = append(args, m.Biz, []byte(m.SubKey), m.Last)
+	}
+	b.WriteString(` ON DUPLICATE KEY UPDATE num = GREATEST(num, VALUES(num))`)
+	op := fmt.Sprintf("raise %d ORDERED rows in %s", len(ms), t)
+	cctx, cancel := s.opContext(ctx)
+	defer cancel()
+	err := s.retryConflicts(cctx, op, func() error {
+		_, err := s.db.ExecContext(cctx, b.String(), args...)
+		return err
+	})
+	return s.classify(ctx, op, err)
+}

@@ -55,6 +55,13 @@ type UnorderedConfig struct {
 	// on success), e.g. to feed a latency histogram. It runs on the
 	// loader's goroutine and must not block.
 	OnLoad func(biz string, d time.Duration, err error)
+	// Ledger, when set, is the cluster's shared record of the segments
+	// handed out (package zkguard): a segment is served only after the
+	// ledger accepted it, and one that overlaps a recorded segment (the
+	// store went backwards: a failover to a lagging replica) is dropped,
+	// the store is raised above the ledger (Store must be a Raiser) and
+	// the load tries again. Nil: only this processor's own history guards.
+	Ledger Ledger
 	// Clock times segments for the adaptive step and the backoff (default
 	// the system clock).
 	Clock clock.Clock
@@ -106,6 +113,22 @@ func (c UnorderedConfig) withDefaults() (UnorderedConfig, error) {
 	}
 	return c, nil
 }
+
+// Ledger records the UNORDERED segments handed out by any node of a
+// cluster, outside the store, so that a store that went backwards cannot
+// make one node serve a segment another node served.
+type Ledger interface {
+	// Claim records r as handed out for biz. When r overlaps a segment
+	// recorded before, it records nothing and returns an error wrapping
+	// ErrRegressed with the highest end recorded for biz. Other errors
+	// (the ledger cannot be reached) wrap ErrUnavailable; whether the
+	// segment may be served anyway is the ledger's decision: it returns
+	// nil then.
+	Claim(ctx context.Context, biz string, r Range) (highest int64, err error)
+}
+
+// maxLedgerRepairs bounds the reserve, refuse, raise rounds of one load.
+const maxLedgerRepairs = 3
 
 // Unordered serves the UNORDERED channel from per-business double buffers:
 // requests are served from memory while one background load per business
@@ -287,7 +310,7 @@ func (u *Unordered) load(b *bizBuffer, step int64, done chan struct{}) {
 	defer u.loads.Done()
 	ctx, cancel := context.WithTimeout(u.ctx, u.cfg.LoadTimeout)
 	start := u.clock.Now()
-	r, err := u.cfg.Store.ReserveSegment(ctx, b.name, step)
+	r, err := u.reserve(ctx, b, step)
 	cancel()
 	now := u.clock.Now()
 	d := now.Sub(start)
@@ -342,6 +365,44 @@ func (u *Unordered) load(b *bizBuffer, step int64, done chan struct{}) {
 		}
 	}
 	b.mu.Unlock()
+}
+
+// reserve reserves a segment and, with a Ledger, has it accepted there; a
+// segment the ledger refuses is dropped (a gap), the store is raised above
+// the ledger's highest end and the reservation tried again.
+func (u *Unordered) reserve(ctx context.Context, b *bizBuffer, step int64) (Range, error) {
+	for round := 1; ; round++ {
+		r, err := u.cfg.Store.ReserveSegment(ctx, b.name, step)
+		if err != nil || u.cfg.Ledger == nil {
+			return r, err
+		}
+		b.mu.Lock()
+		own := r.First <= b.highest || r.Last < r.First || (u.cfg.Floor > 0 && r.Last >= u.cfg.Floor)
+		b.mu.Unlock()
+		if own {
+			return r, nil // load()'s check refuses it with this node's reason
+		}
+		high, err := u.cfg.Ledger.Claim(ctx, b.name, r)
+		if err == nil {
+			return r, nil
+		}
+		if !errors.Is(err, ErrRegressed) {
+			return Range{}, err
+		}
+		b.mu.Lock()
+		b.regressions++
+		b.mu.Unlock()
+		raiser, ok := u.cfg.Store.(Raiser)
+		u.log.Error("segment refused: another node already served numbers in it (the store went backwards: a lossy failover?); raising the store above them",
+			zap.String("biz", b.name), zap.Int64("first", r.First), zap.Int64("last", r.Last),
+			zap.Int64("cluster_highest", high), zap.Int("round", round), zap.Bool("can_raise", ok))
+		if !ok || round == maxLedgerRepairs {
+			return Range{}, err
+		}
+		if err := raiser.RaiseSegment(ctx, b.name, high); err != nil {
+			return Range{}, fmt.Errorf("segment: biz %q: raise the store above %d: %w", b.name, high, err)
+		}
+	}
 }
 
 // check refuses a segment that would break uniqueness (b.mu held): one not

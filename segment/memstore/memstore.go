@@ -279,3 +279,33 @@ func (s *Store) usable() error {
 	}
 	return nil
 }
+
+var _ segment.Raiser = (*Store)(nil)
+
+// RaiseSegment implements segment.Raiser.
+func (s *Store) RaiseSegment(ctx context.Context, biz string, atLeast int64) error {
+	if err := s.faults.enter(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.biz[biz]; !ok {
+		return fmt.Errorf("memstore: raise segment: biz %q: %w", biz, segment.ErrUnknownBiz)
+	}
+	s.maxID[biz] = max(s.maxID[biz], atLeast)
+	return nil
+}
+
+// RaiseOrdered implements segment.Raiser.
+func (s *Store) RaiseOrdered(ctx context.Context, marks []segment.OrderedMark) error {
+	if err := s.faults.enter(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range marks {
+		k := orderedKey{m.Biz, m.SubKey}
+		s.ordered[k] = max(s.ordered[k], m.Last)
+	}
+	return nil
+}

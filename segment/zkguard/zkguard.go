@@ -1,0 +1,353 @@
+// Package zkguard keeps a cluster's numbers unique across a lossy MySQL
+// failover, using the one thing the nodes share besides MySQL: ZooKeeper.
+//
+// A failover to an asynchronous replica that had not received the last
+// reservations brings `segment.max_id` and ORDERED rows back in time. Each
+// node's own regression guard sees only its own history, so another node
+// would serve the lost numbers again. Two mechanisms close that:
+//
+//   - The ledger (UNORDERED and snowflake fallback segments): every segment
+//     is recorded under /<root>/<cluster>/segments/<biz> (compare-and-set on
+//     the znode version) before any of its numbers is served. A segment
+//     that overlaps a recorded one was served by some node already: it is
+//     dropped, the store is raised above the ledger and the reservation is
+//     tried again (segment.Unordered does the loop). Reservations are rare
+//     (a segment lasts about 15 minutes), so the ledger costs one ZooKeeper
+//     round trip every few minutes per business and node.
+//
+//   - The barrier (ORDERED): every new MySQL connection reports the identity
+//     of its server (mysqlstore.Store.OnServerChange). When it changes, the
+//     node closes its ORDERED gate at once, before the new connection serves
+//     a statement, records the new server and a new generation under
+//     /<root>/<cluster>/mysql/server, raises every ORDERED row it remembers
+//     (segment.Ordered.Remembered) on the new server, and acknowledges the
+//     generation in its ephemeral /<root>/<cluster>/mysql/nodes/<node>. Every
+//     node that sees the new generation does the same. A gate opens again
+//     when every live node acknowledged the generation, or after
+//     Config.BarrierWait (counted as a timeout: keys remembered only by the
+//     silent nodes are unprotected). So no node reserves on the new server
+//     below a number any live node remembers. Keys no live node remembers
+//     (the node that served them died with the primary, or its memory
+//     evicted them) are protected only by lossless replication: run
+//     semi-synchronous AFTER_SYNC or Galera when ORDERED matters.
+package zkguard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/zap"
+
+	"github.com/idgen/idgen/segment"
+)
+
+// Defaults of Config.
+const (
+	DefaultSessionTimeout = 10 * time.Second
+	DefaultTimeout        = 2 * time.Second
+	DefaultBarrierWait    = 10 * time.Second
+	// maxRanges bounds the ranges kept per business: beyond it the two
+	// lowest are merged with the hole between them (numbers never served:
+	// treating them as served only refuses a segment that was safe).
+	maxRanges = 32
+	// pollEvery is the barrier loop's period.
+	pollEvery = 200 * time.Millisecond
+)
+
+// Config configures Open.
+type Config struct {
+	Servers        []string
+	Root, Cluster  string
+	Auth           string // optional digest "user:password" (the znodes get its ACL)
+	SessionTimeout time.Duration
+	// Timeout bounds one ledger claim (default 2s).
+	Timeout time.Duration
+	// Self names this node in the barrier (host:port of its RPC address).
+	Self string
+	// BarrierWait bounds how long the ORDERED gate stays closed waiting
+	// for the other nodes after a server change (default 10s).
+	BarrierWait time.Duration
+	// ServeUnverified says whether a segment may be served when the
+	// ledger cannot be reached (ZooKeeper down): true when the store's
+	// replication cannot lose reservations (then the ledger is only a
+	// second line). Nil: never.
+	ServeUnverified func() bool
+	// Disabled switches both mechanisms off (fault injection's negative
+	// control only).
+	Disabled bool
+	Logger   *zap.Logger
+}
+
+// Guard is a cluster's ledger and barrier. It is a segment.Ledger and a
+// segment.Gate.
+type Guard struct {
+	cfg  Config
+	log  *zap.Logger
+	conn *zk.Conn
+	acl  []zk.ACL
+	base string // /<root>/<cluster>
+
+	claims, conflicts, errs, unverified atomic.Uint64
+	complete, timeouts                  atomic.Uint64
+
+	mu       sync.Mutex
+	open     bool
+	token    uint64    // bumped whenever the gate closes
+	closedAt time.Time // when the gate closed
+	acked    int64     // generation acknowledged
+	kick     chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+	started  bool
+}
+
+var (
+	_ segment.Ledger = (*Guard)(nil)
+	_ segment.Gate   = (*Guard)(nil)
+)
+
+type quiet struct{ log *zap.Logger }
+
+func (q quiet) Printf(format string, args ...any) { q.log.Sugar().Debugf(format, args...) }
+
+// Open connects to ZooKeeper (without waiting for a session).
+func Open(cfg Config) (*Guard, error) {
+	if len(cfg.Servers) == 0 {
+		return nil, errors.New("zkguard: Config.Servers is empty")
+	}
+	if cfg.Root == "" || cfg.Cluster == "" || cfg.Self == "" {
+		return nil, errors.New("zkguard: Config.Root, Cluster and Self are required")
+	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = DefaultSessionTimeout
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.BarrierWait <= 0 {
+		cfg.BarrierWait = DefaultBarrierWait
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	g := &Guard{cfg: cfg, log: cfg.Logger, base: path.Join(cfg.Root, cfg.Cluster), acl: zk.WorldACL(zk.PermAll),
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), closedAt: time.Now()}
+	if cfg.Auth != "" {
+		user, pass, ok := strings.Cut(cfg.Auth, ":")
+		if !ok || user == "" || pass == "" {
+			return nil, errors.New(`zkguard: Auth must be "user:password"`)
+		}
+		g.acl = zk.DigestACL(zk.PermAll, user, pass)
+	}
+	if cfg.Disabled {
+		g.open = true
+		close(g.done)
+		return g, nil
+	}
+	c, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout, zk.WithLogger(quiet{g.log}), zk.WithLogInfo(false))
+	if err != nil {
+		return nil, fmt.Errorf("zkguard: %w", err)
+	}
+	if cfg.Auth != "" {
+		if err := c.AddAuth("digest", []byte(cfg.Auth)); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("zkguard: add auth: %w", err)
+		}
+	}
+	g.conn = c
+	return g, nil
+}
+
+// Close stops the barrier and closes the ZooKeeper connection (the node's
+// acknowledgement znode goes with the session).
+func (g *Guard) Close() {
+	g.mu.Lock()
+	started := g.started
+	g.mu.Unlock()
+	select {
+	case <-g.stop:
+	default:
+		close(g.stop)
+	}
+	if started {
+		<-g.done
+	}
+	if g.conn != nil {
+		g.conn.Close()
+	}
+}
+
+// call runs a ZooKeeper operation bounded by Config.Timeout (the client
+// retries inside while it reconnects; a call that cannot finish in time
+// is abandoned and reported unavailable).
+func (g *Guard) call(ctx context.Context, f func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
+	defer cancel()
+	if g.conn.State() != zk.StateHasSession {
+		// Do not queue behind a reconnect: fail fast, the caller retries.
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for g.conn.State() != zk.StateHasSession {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w: zkguard: no ZooKeeper session", segment.ErrUnavailable)
+			case <-t.C:
+			}
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: zkguard: ZooKeeper did not answer within %v", segment.ErrUnavailable, g.cfg.Timeout)
+	}
+}
+
+// ensure creates p and its missing parents (persistent, empty).
+func (g *Guard) ensure(p string) error {
+	if ok, _, err := g.conn.Exists(p); err != nil || ok {
+		return err
+	}
+	if parent := path.Dir(p); parent != "/" {
+		if err := g.ensure(parent); err != nil {
+			return err
+		}
+	}
+	if _, err := g.conn.Create(p, nil, 0, g.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return err
+	}
+	return nil
+}
+
+// Stats are the guard's counters, for metrics.
+type Stats struct {
+	Claims, Conflicts, Errors, Unverified uint64 // ledger
+	BarriersComplete, BarrierTimeouts     uint64
+	GateOpen                              bool
+}
+
+// Stats returns the counters.
+func (g *Guard) Stats() Stats {
+	g.mu.Lock()
+	open := g.open
+	g.mu.Unlock()
+	return Stats{Claims: g.claims.Load(), Conflicts: g.conflicts.Load(), Errors: g.errs.Load(), Unverified: g.unverified.Load(),
+		BarriersComplete: g.complete.Load(), BarrierTimeouts: g.timeouts.Load(), GateOpen: open}
+}
+
+// ---- the ledger ----
+
+// ledger is the JSON of /<root>/<cluster>/segments/<biz>: the ranges
+// handed out, sorted, disjoint, adjacent ones merged.
+type ledger struct {
+	Ranges [][2]int64 `json:"ranges"`
+}
+
+// Claim implements segment.Ledger.
+func (g *Guard) Claim(ctx context.Context, biz string, r segment.Range) (int64, error) {
+	if g.cfg.Disabled {
+		return 0, nil
+	}
+	p := path.Join(g.base, "segments", biz)
+	var high int64
+	var conflict bool
+	err := g.call(ctx, func() error {
+		for attempt := 0; attempt < 20; attempt++ {
+			data, st, err := g.conn.Get(p)
+			if errors.Is(err, zk.ErrNoNode) {
+				if err := g.ensure(path.Dir(p)); err != nil {
+					return err
+				}
+				b, _ := json.Marshal(ledger{Ranges: [][2]int64{{r.First, r.Last}}})
+				_, err := g.conn.Create(p, b, 0, g.acl)
+				if errors.Is(err, zk.ErrNodeExists) {
+					continue
+				}
+				return err
+			}
+			if err != nil {
+				return err
+			}
+			var l ledger
+			if len(data) > 0 {
+				if err := json.Unmarshal(data, &l); err != nil {
+					return fmt.Errorf("zkguard: %s holds %q, not a ledger: %w (remove it only when no node runs)", p, data, err)
+				}
+			}
+			if h, overlaps := l.overlaps(r); overlaps {
+				high, conflict = h, true
+				return nil
+			}
+			l.add(r)
+			b, _ := json.Marshal(l)
+			if _, err := g.conn.Set(p, b, st.Version); errors.Is(err, zk.ErrBadVersion) {
+				continue
+			} else {
+				return err
+			}
+		}
+		return errors.New("zkguard: the ledger changed under 20 attempts in a row")
+	})
+	switch {
+	case err == nil && conflict:
+		g.conflicts.Add(1)
+		return high, fmt.Errorf("zkguard: biz %q: segment %d..%d overlaps segments already handed out (up to %d): %w",
+			biz, r.First, r.Last, high, segment.ErrRegressed)
+	case err == nil:
+		g.claims.Add(1)
+		return 0, nil
+	}
+	g.errs.Add(1)
+	if g.cfg.ServeUnverified != nil && g.cfg.ServeUnverified() {
+		g.unverified.Add(1)
+		g.log.Warn("segment ledger unreachable; serving the segment unverified (the MySQL replication cannot lose it)",
+			zap.String("biz", biz), zap.Int64("first", r.First), zap.Int64("last", r.Last), zap.Error(err))
+		return 0, nil
+	}
+	return 0, fmt.Errorf("zkguard: biz %q: record segment %d..%d in the ledger: %w: %w", biz, r.First, r.Last, segment.ErrUnavailable, err)
+}
+
+// overlaps reports whether r overlaps a recorded range, with the highest
+// recorded end.
+func (l *ledger) overlaps(r segment.Range) (int64, bool) {
+	var high int64
+	hit := false
+	for _, x := range l.Ranges {
+		high = max(high, x[1])
+		if x[0] <= r.Last && r.First <= x[1] {
+			hit = true
+		}
+	}
+	return high, hit
+}
+
+// add inserts r (disjoint from every range), merges adjacent ranges and
+// keeps at most maxRanges.
+func (l *ledger) add(r segment.Range) {
+	rs := append(l.Ranges, [2]int64{r.First, r.Last})
+	sort.Slice(rs, func(i, j int) bool { return rs[i][0] < rs[j][0] })
+	out := rs[:1]
+	for _, x := range rs[1:] {
+		if last := &out[len(out)-1]; last[1]+1 == x[0] {
+			last[1] = x[1]
+		} else {
+			out = append(out, x)
+		}
+	}
+	for len(out) > maxRanges {
+		out[1][0] = out[0][0]
+		out = out[1:]
+	}
+	l.Ranges = out
+}

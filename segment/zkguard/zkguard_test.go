@@ -1,0 +1,220 @@
+package zkguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/idgen/idgen/segment"
+)
+
+func TestLedgerAddMergesAndBounds(t *testing.T) {
+	var l ledger
+	l.add(segment.Range{First: 101, Last: 200})
+	l.add(segment.Range{First: 1, Last: 100})
+	l.add(segment.Range{First: 301, Last: 400}) // hole 201..300: reserved, never recorded
+	if fmt.Sprint(l.Ranges) != "[[1 200] [301 400]]" {
+		t.Fatalf("ranges %v", l.Ranges)
+	}
+	if _, hit := l.overlaps(segment.Range{First: 201, Last: 300}); hit {
+		t.Error("the hole (never served) was refused")
+	}
+	if h, hit := l.overlaps(segment.Range{First: 150, Last: 250}); !hit || h != 400 {
+		t.Errorf("overlap: %d %v; want 400 true", h, hit)
+	}
+	for i := range 100 {
+		l.add(segment.Range{First: int64(1000 + 10*i), Last: int64(1000 + 10*i + 4)})
+	}
+	if len(l.Ranges) != maxRanges || l.Ranges[0][0] != 1 {
+		t.Fatalf("%d ranges, first %v; want %d starting at 1", len(l.Ranges), l.Ranges[0], maxRanges)
+	}
+}
+
+func testZK(t *testing.T) []string {
+	t.Helper()
+	a := os.Getenv("IDGEN_TEST_ZK")
+	if a == "" {
+		t.Skip("IDGEN_TEST_ZK not set: run ./build.sh test")
+	}
+	return strings.Split(a, ",")
+}
+
+var clusterSeq atomic.Int64
+
+func newGuard(t *testing.T, cluster, self string, edit func(*Config)) *Guard {
+	t.Helper()
+	cfg := Config{Servers: testZK(t), Root: "/idgen-test-zkguard", Cluster: cluster, Self: self,
+		SessionTimeout: 4 * time.Second, Timeout: 5 * time.Second, BarrierWait: 20 * time.Second}
+	if edit != nil {
+		edit(&cfg)
+	}
+	g, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	return g
+}
+
+func clusterName(t *testing.T) string {
+	return fmt.Sprintf("c%d_%d", time.Now().UnixNano()%1e9, clusterSeq.Add(1))
+}
+
+// TestIntegration_LedgerClaims: segments claimed in any order are accepted
+// on any node; one overlapping a claimed segment is refused with the
+// highest end, whichever node claimed it.
+func TestIntegration_LedgerClaims(t *testing.T) {
+	c := clusterName(t)
+	a, b := newGuard(t, c, "a:1", nil), newGuard(t, c, "b:1", nil)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		g    *Guard
+		r    segment.Range
+		high int64
+	}{
+		{a, segment.Range{First: 1, Last: 100}, 0},
+		{b, segment.Range{First: 201, Last: 300}, 0}, // reserved after 101..200, recorded first
+		{a, segment.Range{First: 101, Last: 200}, 0},
+		{b, segment.Range{First: 151, Last: 250}, 300}, // the store went back: refused
+		{a, segment.Range{First: 1, Last: 1}, 300},
+		{b, segment.Range{First: 301, Last: 400}, 0},
+	} {
+		high, err := tc.g.Claim(ctx, "biz", tc.r)
+		if tc.high == 0 && err != nil {
+			t.Fatalf("claim %v: %v", tc.r, err)
+		}
+		if tc.high != 0 && (!errors.Is(err, segment.ErrRegressed) || high != tc.high) {
+			t.Fatalf("claim %v: %d, %v; want ErrRegressed with %d", tc.r, high, err, tc.high)
+		}
+	}
+	if s := b.Stats(); s.Conflicts != 1 || s.Claims != 2 {
+		t.Errorf("b stats %+v", s)
+	}
+}
+
+// TestIntegration_LedgerConcurrent: nodes claiming the same segments at
+// once: each segment is accepted exactly once.
+func TestIntegration_LedgerConcurrent(t *testing.T) {
+	c := clusterName(t)
+	gs := []*Guard{newGuard(t, c, "a:1", nil), newGuard(t, c, "b:1", nil), newGuard(t, c, "c:1", nil)}
+	var wg sync.WaitGroup
+	var accepted [20]atomic.Int32
+	for _, g := range gs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range accepted {
+				r := segment.Range{First: int64(i*10 + 1), Last: int64(i*10 + 10)}
+				if _, err := g.Claim(context.Background(), "hot", r); err == nil {
+					accepted[i].Add(1)
+				} else if !errors.Is(err, segment.ErrRegressed) {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range accepted {
+		if n := accepted[i].Load(); n != 1 {
+			t.Errorf("segment %d accepted %d times", i, n)
+		}
+	}
+}
+
+// fakeServer is a store whose server identity the test sets.
+type fakeServer struct {
+	mu sync.Mutex
+	id string
+}
+
+func (f *fakeServer) Server() string             { f.mu.Lock(); defer f.mu.Unlock(); return f.id }
+func (f *fakeServer) Ping(context.Context) error { return nil }
+func (f *fakeServer) set(id string)              { f.mu.Lock(); f.id = id; f.mu.Unlock() }
+
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestIntegration_Barrier: a server change seen by one node closes every
+// node's gate; each raises what it remembers on the new server before any
+// gate opens again; tokens from before the change are refused.
+func TestIntegration_Barrier(t *testing.T) {
+	c := clusterName(t)
+	srv := &fakeServer{id: "server/1"}
+	var mu sync.Mutex
+	var events []string
+	flush := func(name string) func(context.Context) error {
+		return func(context.Context) error {
+			mu.Lock()
+			events = append(events, name+" flush "+srv.Server())
+			mu.Unlock()
+			return nil
+		}
+	}
+	a, b := newGuard(t, c, "a:1", nil), newGuard(t, c, "b:1", nil)
+	a.StartBarrier(srv, flush("a"))
+	b.StartBarrier(srv, flush("b"))
+	open := func(g *Guard) bool { _, err := g.Enter(); return err == nil }
+	waitFor(t, "both gates open at start", 30*time.Second, func() bool { return open(a) && open(b) })
+	tokA, _ := a.Enter()
+
+	srv.set("server/2") // the failover: a's new connection reports it
+	a.ServerChanged("server/1", "server/2")
+	if open(a) {
+		t.Fatal("a's gate open right after the change")
+	}
+	if err := a.Check(tokA); !errors.Is(err, segment.ErrUnavailable) || !errors.Is(err, ErrBarrier) {
+		t.Fatalf("old token after the change: %v", err)
+	}
+	waitFor(t, "both gates open after the barrier", 30*time.Second, func() bool { return open(a) && open(b) })
+	mu.Lock()
+	got := strings.Join(events, "; ")
+	mu.Unlock()
+	if !strings.Contains(got, "a flush server/2") || !strings.Contains(got, "b flush server/2") {
+		t.Fatalf("flushes: %s; want both nodes on server/2", got)
+	}
+	if s := a.Stats(); s.BarriersComplete < 1 || s.BarrierTimeouts != 0 {
+		t.Errorf("a stats %+v", s)
+	}
+}
+
+// TestIntegration_BarrierTimeout: a live node that never acknowledges keeps
+// the gates closed for BarrierWait, then they open and the timeout is
+// counted.
+func TestIntegration_BarrierTimeout(t *testing.T) {
+	c := clusterName(t)
+	srv := &fakeServer{id: "server/1"}
+	a := newGuard(t, c, "a:1", func(c *Config) { c.BarrierWait = 2 * time.Second })
+	a.StartBarrier(srv, func(context.Context) error { return nil })
+	waitFor(t, "gate open at start", 30*time.Second, func() bool { _, err := a.Enter(); return err == nil })
+	// A silent node: its acknowledgement znode stays at generation 0.
+	zc, _, err := zk.Connect(testZK(t), 4*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zc.Close()
+	if _, err := zc.Create("/idgen-test-zkguard/"+c+"/mysql/nodes/silent:1", []byte(`{"gen":0}`), zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	srv.set("server/2")
+	a.ServerChanged("server/1", "server/2")
+	waitFor(t, "gate open after the wait", 30*time.Second, func() bool { _, err := a.Enter(); return err == nil })
+	if s := a.Stats(); s.BarrierTimeouts != 1 {
+		t.Errorf("stats %+v; want one timeout", s)
+	}
+}

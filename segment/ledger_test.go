@@ -67,7 +67,7 @@ func TestUnorderedLedgerAcrossNodes(t *testing.T) {
 				}
 				return dups
 			}
-			take("A", nodeA, 50) // A reserves 1..100 (and prefetches 101..200)
+			take("A", nodeA, 50)                             // A reserves 1..100 (and prefetches 101..200)
 			if err := ms.SetMaxID(biz.Name, 0); err != nil { // failover: everything lost
 				t.Fatal(err)
 			}

@@ -89,4 +89,3 @@ func TestIntegration_Raise(t *testing.T) {
 		}
 	}
 }
-

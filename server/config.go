@@ -16,6 +16,7 @@ import (
 
 	"github.com/idgen/idgen/clock"
 	"github.com/idgen/idgen/segment"
+	"github.com/idgen/idgen/segment/zkguard"
 	"github.com/idgen/idgen/snowflake"
 )
 
@@ -52,8 +53,11 @@ type Config struct {
 	// crash-safe (innodb_flush_log_at_trx_commit or sync_binlog not 1).
 	MySQLAcceptUnsafe bool          `yaml:"mysql_accept_unsafe_durability"`
 	StoreTimeout      time.Duration `yaml:"store_timeout"`
-	MaxStep           int64         `yaml:"max_step"`
-	SegmentTTL        time.Duration `yaml:"segment_duration"`
+	// OrderedBarrierWait bounds how long ORDERED waits, after the MySQL
+	// server changed, for every node to raise the rows it remembers.
+	OrderedBarrierWait time.Duration `yaml:"ordered_barrier_wait"`
+	MaxStep            int64         `yaml:"max_step"`
+	SegmentTTL         time.Duration `yaml:"segment_duration"`
 
 	AutoCreateBiz string `yaml:"auto_create_biz"` // "auto" (standalone only), "true", "false"
 	MaxBatch      int    `yaml:"max_batch"`
@@ -73,31 +77,32 @@ type Config struct {
 // data under ./data.
 func DefaultConfig() Config {
 	return Config{
-		RPCAddr:          ":8888",
-		AdminAddr:        ":8889",
-		DataDir:          "./data",
-		ZKRoot:           "/idgen",
-		ZKSessionTimeout: 10 * time.Second,
-		Cluster:          "default",
-		Node:             -1,
-		AllowCachedSlot:  false,
-		MaxPeerSkew:      time.Second,
-		Heartbeat:        3 * time.Second,
-		OutageTolerance:  30 * time.Second,
-		Epoch:            snowflake.DefaultEpoch.Format(time.RFC3339),
-		IDCBits:          snowflake.DefaultIDCBits,
-		NodeBits:         snowflake.DefaultNodeBits,
-		MaxBackwardWait:  clock.DefaultMaxBackwardWait,
-		MySQLMaxConns:    32,
-		StoreTimeout:     2 * time.Second,
-		MaxStep:          100_000_000,
-		SegmentTTL:       15 * time.Minute,
-		AutoCreateBiz:    "auto",
-		MaxBatch:         segment.MaxBatch,
-		MaxFrameBytes:    1 << 20,
-		ShutdownTimeout:  10 * time.Second,
-		LogLevel:         "info",
-		LogFormat:        "json",
+		RPCAddr:            ":8888",
+		AdminAddr:          ":8889",
+		DataDir:            "./data",
+		ZKRoot:             "/idgen",
+		ZKSessionTimeout:   10 * time.Second,
+		Cluster:            "default",
+		Node:               -1,
+		AllowCachedSlot:    false,
+		MaxPeerSkew:        time.Second,
+		Heartbeat:          3 * time.Second,
+		OutageTolerance:    30 * time.Second,
+		Epoch:              snowflake.DefaultEpoch.Format(time.RFC3339),
+		IDCBits:            snowflake.DefaultIDCBits,
+		NodeBits:           snowflake.DefaultNodeBits,
+		MaxBackwardWait:    clock.DefaultMaxBackwardWait,
+		MySQLMaxConns:      32,
+		StoreTimeout:       2 * time.Second,
+		OrderedBarrierWait: zkguard.DefaultBarrierWait,
+		MaxStep:            100_000_000,
+		SegmentTTL:         15 * time.Minute,
+		AutoCreateBiz:      "auto",
+		MaxBatch:           segment.MaxBatch,
+		MaxFrameBytes:      1 << 20,
+		ShutdownTimeout:    10 * time.Second,
+		LogLevel:           "info",
+		LogFormat:          "json",
 	}
 }
 
@@ -200,6 +205,7 @@ var options = []option{
 	intOpt("mysql-max-conns", "MySQL connection pool size", func(c *Config) *int { return &c.MySQLMaxConns }),
 	boolOpt("mysql-accept-unsafe-durability", "start even if MySQL is not crash-safe (innodb_flush_log_at_trx_commit or sync_binlog not 1): a MySQL crash may then lose reservations and repeat IDs", func(c *Config) *bool { return &c.MySQLAcceptUnsafe }),
 	durOpt("store-timeout", "deadline of one segment store call (ORDERED requests wait at most this)", func(c *Config) *time.Duration { return &c.StoreTimeout }),
+	durOpt("ordered-barrier-wait", "after the MySQL server changed (a failover), how long ORDERED waits at most for every node to raise the ORDERED rows it remembers on the new server (with --zk and --mysql)", func(c *Config) *time.Duration { return &c.OrderedBarrierWait }),
 	int64Opt("max-step", "largest UNORDERED segment step", func(c *Config) *int64 { return &c.MaxStep }),
 	durOpt("segment-duration", "how long one UNORDERED segment should last; the step adapts towards it", func(c *Config) *time.Duration { return &c.SegmentTTL }),
 	strOpt("auto-create-biz", "create unknown businesses on first use: auto (standalone only), true, false", func(c *Config) *string { return &c.AutoCreateBiz }),
@@ -406,6 +412,9 @@ func (c Config) Validate() error {
 	}
 	if c.ZKSessionTimeout < time.Second {
 		bad("zk_session_timeout", "%v is below 1s", c.ZKSessionTimeout)
+	}
+	if c.OrderedBarrierWait <= 0 {
+		bad("ordered_barrier_wait", "must be positive (it bounds how long ORDERED pauses after a MySQL failover)")
 	}
 	if c.Heartbeat <= 0 {
 		bad("heartbeat_interval", "must be positive")

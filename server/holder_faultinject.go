@@ -30,3 +30,9 @@ func faultSlot(s worker.Slot) worker.Slot {
 
 // faultInjectBuild: this binary has the faultinject hooks.
 const faultInjectBuild = true
+
+// faultNoReplicationGuard is the negative control of the replicated-MySQL
+// scenarios (neg-failover-guard): with IDGEN_FAULT_NO_REPLICATION_GUARD=1
+// the node runs without the ZooKeeper ledger and barrier, as idgen did
+// before issue 18, so a lossy failover repeats numbers.
+func faultNoReplicationGuard() bool { return os.Getenv("IDGEN_FAULT_NO_REPLICATION_GUARD") == "1" }

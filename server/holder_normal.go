@@ -10,3 +10,7 @@ func faultSlot(s worker.Slot) worker.Slot { return s }
 
 // faultInjectBuild: this binary has the faultinject hooks.
 const faultInjectBuild = false
+
+// faultNoReplicationGuard is false: normal builds always run the
+// cross-node replication guard (see holder_faultinject.go).
+func faultNoReplicationGuard() bool { return false }

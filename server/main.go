@@ -44,6 +44,7 @@ import (
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/boltstore"
 	"github.com/idgen/idgen/segment/mysqlstore"
+	"github.com/idgen/idgen/segment/zkguard"
 	"github.com/idgen/idgen/segment/zkstore"
 	"github.com/idgen/idgen/snowflake"
 	"github.com/idgen/idgen/worker"
@@ -215,8 +216,12 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 		return fail(err)
 	}
 	closers = append(closers, func() { _ = store.Close() })
-	if ms, ok := store.(*mysqlstore.Store); ok {
+	ms, _ := store.(*mysqlstore.Store)
+	var repl *replicationWatch
+	if ms != nil {
 		m.setDurability(ms.Durability())
+		repl = startReplicationWatch(ctx, ms, m, log.Named("mysql"))
+		closers = append(closers, repl.close)
 	}
 
 	guard := clock.NewGuard(clock.GuardConfig{Clock: clk, MaxBackwardWait: cfg.MaxBackwardWait,
@@ -239,16 +244,39 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	meta := lease.Meta()
 	floor := layout.Floor(meta.CreatedMs)
 
+	// The cross-node guard against a lossy MySQL failover needs what the
+	// nodes share besides MySQL: ZooKeeper.
+	var (
+		replGuard *zkguard.Guard
+		ledger    segment.Ledger
+		gate      segment.Gate
+	)
+	if ms != nil && cfg.ZK != "" {
+		if replGuard, err = startGuard(cfg, ms, repl, rpcPort, log); err != nil {
+			return fail(err)
+		}
+		closers = append(closers, replGuard.Close)
+		ledger, gate = replGuard, replGuard
+	} else if ms != nil {
+		log.Warn("no --zk: no cross-node guard against a lossy MySQL failover (each node guards only its own history); run MySQL with semi-synchronous AFTER_SYNC replication or Galera, or add --zk",
+			zap.String("replication", string(repl.cur.Load().Verdict)))
+	}
+
 	unordered, err := segment.NewUnordered(segment.UnorderedConfig{Store: store, Logger: log.Named("unordered"),
-		Floor: floor, MaxStep: cfg.MaxStep, SegmentDuration: cfg.SegmentTTL, OnLoad: m.segmentLoaded})
+		Floor: floor, MaxStep: cfg.MaxStep, SegmentDuration: cfg.SegmentTTL, OnLoad: m.segmentLoaded, Ledger: ledger})
 	if err != nil {
 		return fail(err)
 	}
 	closers = append(closers, func() { _ = unordered.Close() })
-	ordered, err := segment.NewOrdered(segment.OrderedConfig{Store: store, Timeout: cfg.StoreTimeout, Logger: log.Named("ordered")})
+	ordered, err := segment.NewOrdered(segment.OrderedConfig{Store: store, Timeout: cfg.StoreTimeout, Logger: log.Named("ordered"), Gate: gate})
 	if err != nil {
 		return fail(err)
 	}
+	if replGuard != nil {
+		replGuard.StartBarrier(ms, flushRemembered(ordered, ms))
+		nd.gate = replGuard
+	}
+	m.reg.MustRegister(guardCollector{g: replGuard, ms: ms, u: unordered, o: ordered})
 	exts, closeExts, err := defaultExtensions(cfg, m, fmt.Sprintf("%s:%d", advertiseHost(cfg), rpcPort), nd.register, log)
 	if err != nil {
 		return fail(err)

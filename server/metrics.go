@@ -32,6 +32,8 @@ type metrics struct {
 	loadDur   prometheus.Histogram
 	loadFail  prometheus.Counter
 	unsafeDB  prometheus.Gauge
+	replLossy prometheus.Gauge
+	replState *prometheus.GaugeVec // verdict
 }
 
 func newMetrics() *metrics {
@@ -58,8 +60,14 @@ func newMetrics() *metrics {
 			Help: "UNORDERED segment reservations that failed (store down, regressed, floor)."}),
 		unsafeDB: prometheus.NewGauge(prometheus.GaugeOpts{Name: "idgen_mysql_durability_unsafe",
 			Help: "1 when the MySQL server is not crash-safe (innodb_flush_log_at_trx_commit or sync_binlog not 1) and the node was told to accept it: a MySQL crash may repeat IDs."}),
+		replLossy: prometheus.NewGauge(prometheus.GaugeOpts{Name: "idgen_mysql_replication_lossy",
+			Help: "1 when the MySQL replication setup read at start can lose reservations in a failover (async, semisync-degraded, semisync-after-commit, or the server is a replica); see idgen_mysql_replication_verdict."}),
+		replState: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "idgen_mysql_replication_verdict",
+			Help: "1 for the MySQL replication verdict read at start (galera, group-replication, semisync-lossless, no-replica, semisync-degraded, semisync-after-commit, async, replica, unknown), 0 for the others; absent without MySQL."},
+			[]string{"verdict"}),
 	}
 	reg.MustRegister(m.requests, m.latency, m.issued, m.fallbacks, m.rollbacks, m.loadDur, m.loadFail, m.unsafeDB,
+		m.replLossy, m.replState,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -68,6 +76,20 @@ func (m *metrics) clockRejected(time.Duration) { m.rollbacks.Inc() }
 
 // setDurability exports the MySQL durability check done at start.
 func (m *metrics) setDurability(d mysqlstore.Durability) { m.unsafeDB.Set(b2f(!d.Safe())) }
+
+// setReplication exports the MySQL replication verdict: the lossy gauge,
+// and 1 for the verdict (0 for every other one, so a change of verdict
+// between calls leaves no stale 1).
+func (m *metrics) setReplication(r mysqlstore.Replication) {
+	v := r.Verdict
+	if v == "" {
+		v = mysqlstore.VerdictUnknown
+	}
+	m.replLossy.Set(b2f(r.Lossy()))
+	for _, each := range mysqlstore.Verdicts() {
+		m.replState.WithLabelValues(string(each)).Set(b2f(each == v))
+	}
+}
 
 func (m *metrics) segmentLoaded(_ string, d time.Duration, err error) {
 	m.loadDur.Observe(d.Seconds())

@@ -30,6 +30,7 @@ type node struct {
 
 	serving atomic.Pointer[serving] // nil while starting
 	floor   int64                   // snowflake floor, set before serving
+	gate    segment.Gate            // ORDERED's barrier gate (nil: none), set before serving
 }
 
 // serving is everything a started node serves with.
@@ -132,6 +133,9 @@ func (nd *node) status() status {
 		switch {
 		case s.noSegments != nil:
 			c = channelStatus{State: chDisabled, Reason: s.noSegments.Error()}
+		case name == "ordered" && nd.gateClosed() != nil:
+			c = channelStatus{State: chUnavailable, Reason: nd.gateClosed().Error(), RetryAfterMs: 200}
+			segOK = false
 		case s.store.healthy() || (name == "unordered" && buffered(s.unordered) > 0):
 			c = channelStatus{State: chServing, Ready: true}
 		default:
@@ -158,6 +162,15 @@ func (nd *node) status() status {
 	}
 	out.Ready = (c.Ready || c.CanFallBack) && segOK
 	return out
+}
+
+// gateClosed returns why ORDERED's gate is closed, nil when open.
+func (nd *node) gateClosed() error {
+	if nd.gate == nil {
+		return nil
+	}
+	_, err := nd.gate.Enter()
+	return err
 }
 
 // String is the node state Clock() answers and idgen_node_state exports.

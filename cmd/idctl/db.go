@@ -13,9 +13,16 @@ import (
 const dbUsage = `usage:
   idctl db migrate --mysql DSN   create or upgrade the schema; prints the versions applied
   idctl db version --mysql DSN   print the schema version (exit 1 if behind this build)
-  idctl db check   --mysql DSN   check the server is crash-safe (innodb_flush_log_at_trx_commit,
+  idctl db check   --mysql DSN [--strict-replication]
+                                 check the server is crash-safe (innodb_flush_log_at_trx_commit,
                                  sync_binlog) and every ORDERED row sits in its shard table
-                                 (exit 1 if either is not so)
+                                 (exit 1 if either is not so); print the replication verdict:
+                                 galera, group-replication, semisync-lossless and no-replica
+                                 are safe; async, semisync-degraded, semisync-after-commit and
+                                 replica can lose reservations in a failover (a WARNING, exit 0;
+                                 with --strict-replication these and unknown exit 1). On MySQL
+                                 a full verdict needs GRANT PROCESS, REPLICATION CLIENT ON *.*;
+                                 unknown names what was missing
 
 DSN: user:password@tcp(host:3306)/database (env IDGEN_MYSQL). The database
 must exist; the grants are in segment/mysqlstore/README.md.
@@ -34,8 +41,11 @@ func cmdDB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("db "+sub, stderr)
 	dsn := fs.String("mysql", envOr("IDGEN_MYSQL", ""), "MySQL DSN user:pass@tcp(host:port)/db (env IDGEN_MYSQL)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long (migrate waits for another node's migration)")
+	var strictRepl *bool
 	switch sub {
-	case "migrate", "version", "check":
+	case "check":
+		strictRepl = fs.Bool("strict-replication", false, "fail (exit 1) when the replication verdict is lossy or unknown, not just warn")
+	case "migrate", "version":
 	default:
 		fmt.Fprint(stderr, dbUsage)
 		return usageError{fmt.Errorf("db: unknown subcommand %q", sub)}
@@ -57,7 +67,7 @@ func cmdDB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "version":
 		return dbVersion(ctx, *dsn, stdout)
 	default:
-		return dbCheck(ctx, *dsn, stdout)
+		return dbCheck(ctx, *dsn, *strictRepl, stdout)
 	}
 }
 
@@ -87,21 +97,25 @@ func dbVersion(ctx context.Context, dsn string, stdout io.Writer) error {
 	return nil
 }
 
-// dbCheck prints the durability verdict and the shard check; it fails if
-// either finds a problem (both are run either way).
-func dbCheck(ctx context.Context, dsn string, stdout io.Writer) error {
+// dbCheck prints the durability verdict, the replication verdict and the
+// shard check; it fails if durability or the shards have a problem, or
+// (strictRepl) replication is lossy or unknown. Every check runs either
+// way.
+func dbCheck(ctx context.Context, dsn string, strictRepl bool, stdout io.Writer) error {
 	d, err := mysqlstore.CheckDurabilityDSN(ctx, dsn)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "durability: %s\n", d)
-	var durErr error
+	var failed error
 	if !d.Safe() {
-		durErr = fmt.Errorf("%w: idgen refuses this server unless started with %s", mysqlstore.ErrUnsafeDurability, mysqlstore.AcceptUnsafeFlag)
+		failed = fmt.Errorf("%w: idgen refuses this server unless started with %s", mysqlstore.ErrUnsafeDurability, mysqlstore.AcceptUnsafeFlag)
 	}
+	r, _ := mysqlstore.CheckReplicationDSN(ctx, dsn) // an error comes back as the unknown verdict, with it
+	failed = errors.Join(failed, printReplication(stdout, r, strictRepl))
 	rep, err := mysqlstore.CheckShardsDSN(ctx, dsn)
 	if err != nil {
-		return errors.Join(durErr, err)
+		return errors.Join(failed, err)
 	}
 	fmt.Fprintf(stdout, "%d ORDERED rows checked, %d not in their shard table", rep.Rows, rep.Misplaced)
 	if rep.Misplaced > 0 {
@@ -111,5 +125,24 @@ func dbCheck(ctx context.Context, dsn string, stdout io.Writer) error {
 	for _, m := range rep.Examples {
 		fmt.Fprintf(stdout, "  %s %q: in ordered_%02d, expected ordered_%02d\n", m.Biz, m.SubKey, m.Table, m.Want)
 	}
-	return errors.Join(durErr, rep.Err())
+	return errors.Join(failed, rep.Err())
+}
+
+// printReplication prints the line "replication: VERDICT (...)", marked
+// WARNING when a failover can lose reservations or the setup could not be
+// read. It returns an error for those only when strict.
+func printReplication(w io.Writer, r mysqlstore.Replication, strict bool) error {
+	if r.Safe() {
+		fmt.Fprintf(w, "replication: %s\n", r)
+		return nil
+	}
+	fmt.Fprintf(w, "replication: WARNING: %s\n", r)
+	if !strict {
+		return nil
+	}
+	what := "lossy"
+	if !r.Lossy() {
+		what = "unknown"
+	}
+	return fmt.Errorf("replication verdict %s is %s (--strict-replication)", r.Verdict, what)
 }

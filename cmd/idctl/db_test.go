@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/idgen/idgen/internal/testdb"
+	"github.com/idgen/idgen/segment/mysqlstore"
+)
+
+func TestPrintReplication(t *testing.T) {
+	safe := mysqlstore.Replication{Verdict: mysqlstore.VerdictSemisyncLossless, Detail: "binary log ON"}
+	lossy := mysqlstore.Replication{Verdict: mysqlstore.VerdictAsync, Detail: "1 replica attached", Fix: "configure semi-sync"}
+	unknown := mysqlstore.Replication{Verdict: mysqlstore.VerdictUnknown, Detail: "could not read x", Fix: "GRANT PROCESS"}
+	for _, c := range []struct {
+		r      mysqlstore.Replication
+		strict bool
+		line   string // prefix of the printed line
+		fail   bool
+	}{
+		{safe, false, "replication: semisync-lossless (binary log ON): safe", false},
+		{safe, true, "replication: semisync-lossless (", false},
+		{lossy, false, "replication: WARNING: async (1 replica attached): LOSSY", false},
+		{lossy, true, "replication: WARNING: async (", true},
+		{unknown, false, "replication: WARNING: unknown (could not read x): cannot tell", false},
+		{unknown, true, "replication: WARNING: unknown (", true},
+	} {
+		var out bytes.Buffer
+		err := printReplication(&out, c.r, c.strict)
+		if !strings.HasPrefix(out.String(), c.line) || strings.Count(out.String(), "\n") != 1 {
+			t.Errorf("%s strict=%v: printed %q, want a line starting %q", c.r.Verdict, c.strict, out.String(), c.line)
+		}
+		if (err != nil) != c.fail {
+			t.Errorf("%s strict=%v: error %v, want failure %v", c.r.Verdict, c.strict, err, c.fail)
+		}
+		if err != nil && !strings.Contains(err.Error(), "--strict-replication") {
+			t.Errorf("error %q does not name the flag", err)
+		}
+	}
+	if r := lossy.String(); !strings.Contains(r, "Fix: configure semi-sync") {
+		t.Errorf("lossy verdict without its fix: %q", r)
+	}
+}
+
+// idctl db check against the test server (standalone MariaDB): crash-safe
+// durability and the no-replica verdict, exit 0 with and without
+// --strict-replication; the flag belongs to check only.
+func TestDBCheckPrintsReplication(t *testing.T) {
+	cleanEnv(t)
+	base := os.Getenv("IDGEN_TEST_MYSQL")
+	if base == "" {
+		t.Skip("IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB), or source .testenv")
+	}
+	dsn := testdb.New(t, base)
+	for _, args := range [][]string{{"db", "check", "--mysql", dsn}, {"db", "check", "--strict-replication", "--mysql", dsn}} {
+		code, out, errOut := runCLI(t, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\nstdout:\n%s\nstderr:\n%s", args[:3], code, out, errOut)
+		}
+		lines := strings.Split(out, "\n")
+		if len(lines) < 3 || !strings.HasPrefix(lines[0], "durability: ") || !strings.HasPrefix(lines[1], "replication: no-replica (") ||
+			!strings.Contains(lines[2], "ORDERED rows checked") {
+			t.Fatalf("%v: stdout:\n%s", args[:3], out)
+		}
+	}
+	code, _, errOut := runCLI(t, "db", "migrate", "--strict-replication", "--mysql", dsn)
+	if code != 2 || !strings.Contains(errOut, "not defined: -strict-replication") {
+		t.Errorf("db migrate --strict-replication: exit %d, stderr %q", code, errOut)
+	}
+}

@@ -1,0 +1,182 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/idgen/idgen/segment"
+	"github.com/idgen/idgen/segment/mysqlstore"
+	"github.com/idgen/idgen/segment/zkguard"
+)
+
+// replicationEvery is how often the replication verdict is read again:
+// semi-synchronous replication falls back to asynchronous by itself when
+// its replica is slow, and a failover changes the server.
+const replicationEvery = time.Minute
+
+// replicationWatch keeps the replication verdict of the MySQL server
+// current, logs it at start and when it changes, and exports it.
+type replicationWatch struct {
+	ms   *mysqlstore.Store
+	m    *metrics
+	log  *zap.Logger
+	cur  atomic.Pointer[mysqlstore.Replication]
+	stop chan struct{}
+	done chan struct{}
+}
+
+func startReplicationWatch(ctx context.Context, ms *mysqlstore.Store, m *metrics, log *zap.Logger) *replicationWatch {
+	w := &replicationWatch{ms: ms, m: m, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	w.read(ctx, true)
+	go w.loop()
+	return w
+}
+
+func (w *replicationWatch) read(ctx context.Context, first bool) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	r, err := mysqlstore.ReadReplication(ctx, w.ms.DB())
+	if err != nil {
+		if first {
+			w.log.Warn("could not read the MySQL replication setup", zap.Error(err))
+		}
+		if w.cur.Load() != nil {
+			return // keep the last verdict
+		}
+		r = mysqlstore.Replication{Verdict: mysqlstore.VerdictUnknown, Detail: err.Error()}
+	}
+	old := w.cur.Swap(&r)
+	w.m.setReplication(r)
+	if old != nil && old.Verdict == r.Verdict {
+		return
+	}
+	fields := []zap.Field{zap.String("verdict", string(r.Verdict)), zap.String("replication", r.String())}
+	switch {
+	case r.Safe():
+		w.log.Info("MySQL replication: a failover loses no reservation", fields...)
+	default:
+		w.log.Warn("MySQL replication: a failover can lose reservations; the ZooKeeper guard repairs what the nodes remember", fields...)
+	}
+}
+
+func (w *replicationWatch) loop() {
+	defer close(w.done)
+	t := time.NewTicker(replicationEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+			w.read(context.Background(), false)
+		}
+	}
+}
+
+// safe reports whether the current verdict says a failover loses nothing.
+func (w *replicationWatch) safe() bool {
+	r := w.cur.Load()
+	return r != nil && r.Safe()
+}
+
+func (w *replicationWatch) close() {
+	close(w.stop)
+	<-w.done
+}
+
+// startGuard starts the cross-node guard (package zkguard) of a cluster
+// with ZooKeeper and MySQL. Without ZooKeeper there is nothing shared but
+// MySQL itself, so nothing to start: the README says what that means on
+// asynchronous replication.
+func startGuard(cfg Config, ms *mysqlstore.Store, repl *replicationWatch, rpcPort int, log *zap.Logger) (*zkguard.Guard, error) {
+	disabled := faultNoReplicationGuard()
+	if disabled {
+		log.Error("IDGEN_FAULT_NO_REPLICATION_GUARD=1: the cross-node replication guard is OFF (fault injection's negative control); a lossy MySQL failover will repeat numbers")
+	}
+	g, err := zkguard.Open(zkguard.Config{Servers: strings.Split(cfg.ZK, ","), Root: cfg.ZKRoot, Cluster: cfg.Cluster,
+		Auth: cfg.ZKAuth, SessionTimeout: cfg.ZKSessionTimeout, Timeout: cfg.StoreTimeout,
+		Self: fmt.Sprintf("%s:%d", advertiseHost(cfg), rpcPort), BarrierWait: cfg.OrderedBarrierWait,
+		ServeUnverified: repl.safe, Disabled: disabled, Logger: log.Named("guard")})
+	if err != nil {
+		return nil, err
+	}
+	ms.OnServerChange(g.ServerChanged)
+	return g, nil
+}
+
+// flushRemembered raises every ORDERED row this node remembers on the
+// store (the barrier's repair after a server change).
+func flushRemembered(o *segment.Ordered, ms *mysqlstore.Store) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		var marks []segment.OrderedMark
+		o.Remembered(func(biz, sub string, last int64) {
+			marks = append(marks, segment.OrderedMark{Biz: biz, SubKey: sub, Last: last})
+		})
+		return ms.RaiseOrdered(ctx, marks)
+	}
+}
+
+// guardCollector exports the guard's and the MySQL store's counters (the
+// regressions in every mode).
+type guardCollector struct {
+	g  *zkguard.Guard    // nil without ZooKeeper and MySQL
+	ms *mysqlstore.Store // nil without MySQL
+	u  *segment.Unordered
+	o  *segment.Ordered
+}
+
+var (
+	descStoreRegr = prometheus.NewDesc("idgen_store_regressions_total",
+		"Reservations the store returned at or below numbers already handed out (a lossy failover), dropped and repaired by raising the store; nothing was served twice.",
+		[]string{"channel"}, nil)
+	descBarriers = prometheus.NewDesc("idgen_ordered_failover_barriers_total",
+		"ORDERED barriers after a MySQL server change, by outcome: complete (every live node raised what it remembers) or timeout (the gate opened without some node).",
+		[]string{"outcome"}, nil)
+	descGate = prometheus.NewDesc("idgen_ordered_gate_open",
+		"1 while ORDERED may reserve; 0 while the barrier after a MySQL server change holds it.", nil, nil)
+	descLedger = prometheus.NewDesc("idgen_segment_ledger_claims_total",
+		"UNORDERED segments recorded in the cluster's ledger, by result: ok, conflict (refused: already served), error (ZooKeeper unreachable), unverified (served without the ledger: lossless replication).",
+		[]string{"result"}, nil)
+	descServerChanges = prometheus.NewDesc("idgen_mysql_server_changes_total",
+		"New MySQL connections that reached another server than the one before (a failover or switchover).", nil, nil)
+	descConflicts = prometheus.NewDesc("idgen_mysql_conflict_retries_total",
+		"Reservations rolled back by a deadlock or a Galera certification conflict and tried again.", nil, nil)
+)
+
+func (c guardCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descStoreRegr, descBarriers, descGate, descLedger, descServerChanges, descConflicts} {
+		ch <- d
+	}
+}
+
+func (c guardCollector) Collect(ch chan<- prometheus.Metric) {
+	var unord uint64
+	for _, s := range c.u.Stats() {
+		unord += s.Regressions
+	}
+	ch <- prometheus.MustNewConstMetric(descStoreRegr, prometheus.CounterValue, float64(unord), "unordered")
+	ch <- prometheus.MustNewConstMetric(descStoreRegr, prometheus.CounterValue, float64(c.o.Stats().Regressions), "ordered")
+	if c.ms != nil {
+		ch <- prometheus.MustNewConstMetric(descServerChanges, prometheus.CounterValue, float64(c.ms.ServerChanges()))
+		ch <- prometheus.MustNewConstMetric(descConflicts, prometheus.CounterValue, float64(c.ms.ConflictRetries()))
+	}
+	if c.g == nil {
+		return
+	}
+	s := c.g.Stats()
+	ch <- prometheus.MustNewConstMetric(descBarriers, prometheus.CounterValue, float64(s.BarriersComplete), "complete")
+	ch <- prometheus.MustNewConstMetric(descBarriers, prometheus.CounterValue, float64(s.BarrierTimeouts), "timeout")
+	ch <- prometheus.MustNewConstMetric(descGate, prometheus.GaugeValue, b2f(s.GateOpen))
+	for _, x := range []struct {
+		r string
+		n uint64
+	}{{"ok", s.Claims}, {"conflict", s.Conflicts}, {"error", s.Errors}, {"unverified", s.Unverified}} {
+		ch <- prometheus.MustNewConstMetric(descLedger, prometheus.CounterValue, float64(x.n), x.r)
+	}
+}

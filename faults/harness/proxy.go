@@ -72,7 +72,7 @@ func (p *Proxy) serve(c net.Conn) {
 	if pc.dead.Load() {
 		return
 	}
-	s, err := net.DialTimeout("tcp", p.target, 2*time.Second)
+	s, err := net.DialTimeout("tcp", p.Target(), 2*time.Second)
 	if err != nil {
 		p.drop(pc)
 		return
@@ -118,7 +118,27 @@ func (p *Proxy) Active() int {
 }
 
 // Target returns the address the proxy forwards to.
-func (p *Proxy) Target() string { return p.target }
+func (p *Proxy) Target() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.target
+}
+
+// SwitchTarget points new connections at addr and closes every existing
+// connection at once, as a virtual IP moved to another server does: the
+// clients see their connections break and reconnect to addr.
+func (p *Proxy) SwitchTarget(addr string) {
+	p.mu.Lock()
+	p.target = addr
+	old := make([]*proxyConn, 0, len(p.conns))
+	for pc := range p.conns {
+		old = append(old, pc)
+	}
+	p.mu.Unlock()
+	for _, pc := range old {
+		p.drop(pc)
+	}
+}
 
 // gate blocks while the proxy is partitioned; false: the connection died.
 func (p *Proxy) gate(pc *proxyConn) bool {

@@ -51,6 +51,13 @@ type ClusterOpts struct {
 	// fallback) and gives every node a SNOWFLAKE caller on it: the
 	// ensemble scenarios count its refusals, which fallback would hide.
 	NoFallbackBiz bool
+	// MySQLBase is the base DSN ("root@tcp(host:port)/") of the server
+	// the cluster's database is created on and the nodes use, instead of
+	// the suite's MariaDB ("": the suite's).
+	MySQLBase string
+	// MySQLNode is a base DSN per node index (a proxy, a member list): the
+	// node uses it with the cluster's database appended.
+	MySQLNode map[int]string
 }
 
 // Cluster is a scenario's idgen cluster.
@@ -96,7 +103,13 @@ func (r *Run) NewCluster(o ClusterOpts) (*Cluster, error) {
 	if o.NoFallbackBiz {
 		c.NFBiz = "fxnf"
 	}
-	dsn, err := e.Servers.CreateDatabase("faults_" + id)
+	var dsn string
+	var err error
+	if o.MySQLBase != "" {
+		dsn, err = harness.CreateDatabaseAt(o.MySQLBase, "faults_"+id)
+	} else {
+		dsn, err = e.Servers.CreateDatabase("faults_" + id)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create database: %w", err)
 	}
@@ -122,7 +135,11 @@ func (r *Run) NewCluster(o ClusterOpts) (*Cluster, error) {
 		if a, ok := o.ZK[i]; ok {
 			zk = a
 		}
-		args := append([]string{"--zk", zk, "--cluster", c.Name, "--mysql", dsn, "--zk-session-timeout", o.Session,
+		mysql := dsn
+		if b, ok := o.MySQLNode[i]; ok {
+			mysql = b + "faults_" + id
+		}
+		args := append([]string{"--zk", zk, "--cluster", c.Name, "--mysql", mysql, "--zk-session-timeout", o.Session,
 			"--heartbeat-interval", "500ms", "--outage-tolerance", o.Outage, "--advertise-host", "127.0.0.1",
 			"--auto-create-biz", "false", "--properties-dir", nd, "--data-dir", nd}, o.Args...)
 		c.Nodes = append(c.Nodes, harness.NewNode(name, bin, dir, args, o.Env[i]))

@@ -36,8 +36,13 @@ func All() []Scenario {
 		{"clock-back-3s", "one node's clock stepped back 3 s, then forward again", false, clockStep(-3000)},
 		{"clock-forward", "one node's clock stepped forward 3 s, back again, then forward and a clean restart (clock 3 s behind its mark)", false, clockForward},
 		{"soak", "random fault every 30 s from a seeded schedule (--soak, --seed)", false, soak},
+		{"failover-async", "primary + async replica behind a proxy (VIP), step 50; replica lags 6 s, primary SIGKILLed, replica promoted as it is (lossy), VIP moved", false, failover(false, false, false)},
+		{"failover-semisync", "primary + semi-sync (AFTER_SYNC) replica behind a VIP; replica lags, primary SIGKILLed, relay log applied, replica promoted, VIP moved", false, failover(true, true, false)},
+		{"galera", "3 Galera members, node i on member i first; hot ORDERED keys from all nodes; member 0 SIGKILLed, restarted, rejoins by rsync SST", false, galera},
+		{"mysql-partition", "n0's MariaDB traffic through a proxy, silently partitioned for 3 store timeouts, then healed", false, mysqlPartition},
 		{"neg-mysql-unsafe", "CONTROL: MariaDB with innodb_flush_log_at_trx_commit=0, sync_binlog=0, step 10, SIGKILLed with all nodes under load", true, negMySQLUnsafe},
 		{"neg-ignore-not-before", "CONTROL: IDGEN_FAULT_IGNORE_NOT_BEFORE=1, clock +6 s, clean restart (clock back 6 s): no wait past the mark", true, negIgnoreNotBefore},
+		{"neg-failover-guard", "CONTROL: failover-async with IDGEN_FAULT_NO_REPLICATION_GUARD=1 on every node (cross-node guard off)", true, failover(false, false, true)},
 		{"neg-restore", "CONTROL: zk-restore with IDGEN_FAULT_IGNORE_RESTORE=1 (the restored cluster's wait switched off)", true, zkRestore(true)},
 	}
 }

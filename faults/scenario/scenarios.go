@@ -39,6 +39,7 @@ func All() []Scenario {
 		{"failover-async", "primary + async replica behind a proxy (VIP), step 50; replica lags 6 s, primary SIGKILLed, replica promoted as it is (lossy), VIP moved", false, failover(false, false, false)},
 		{"failover-semisync", "primary + semi-sync (AFTER_SYNC) replica behind a VIP; replica lags, primary SIGKILLed, relay log applied, replica promoted, VIP moved", false, failover(true, true, false)},
 		{"galera", "3 Galera members, node i on member i first; hot ORDERED keys from all nodes; member 0 SIGKILLed, restarted, rejoins by rsync SST", false, galera},
+		{"galera-one-writer", "galera with every node listing the members in the same order (one writer member, no certification conflicts); that member SIGKILLed, restarted", false, galeraOneWriter},
 		{"mysql-partition", "n0's MariaDB traffic through a proxy, silently partitioned for 3 store timeouts, then healed", false, mysqlPartition},
 		{"neg-mysql-unsafe", "CONTROL: MariaDB with innodb_flush_log_at_trx_commit=0, sync_binlog=0, step 10, SIGKILLed with all nodes under load", true, negMySQLUnsafe},
 		{"neg-ignore-not-before", "CONTROL: IDGEN_FAULT_IGNORE_NOT_BEFORE=1, clock +6 s, clean restart (clock back 6 s): no wait past the mark", true, negIgnoreNotBefore},

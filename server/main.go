@@ -275,6 +275,17 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	if replGuard != nil {
 		replGuard.StartBarrier(ms, flushRemembered(ordered, ms))
 		nd.gate = replGuard
+		// The first round takes a ZooKeeper round trip or two; not waited
+		// for when the lease could not reach ZooKeeper either.
+		wait := 3 * time.Second
+		if lease.State() == worker.StateDegraded {
+			wait = 0
+		}
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		if !replGuard.WaitOpen(wctx) {
+			log.Warn("ORDERED waits for the cluster's barrier (ZooKeeper unreachable, or another node has not raised its rows yet); it opens by itself, at most --ordered-barrier-wait after start")
+		}
+		cancel()
 	}
 	m.reg.MustRegister(guardCollector{g: replGuard, ms: ms, u: unordered, o: ordered})
 	exts, closeExts, err := defaultExtensions(cfg, m, fmt.Sprintf("%s:%d", advertiseHost(cfg), rpcPort), nd.register, log)

@@ -41,16 +41,34 @@ type ackRecord struct {
 }
 
 // ErrBarrier wraps the refusal of ORDERED while the gate is closed.
-var ErrBarrier = errors.New("ORDERED paused: the MySQL server changed; waiting until every node raised the ORDERED rows it remembers")
+var ErrBarrier = errors.New("ORDERED paused until every node raised the ORDERED rows it remembers on the cluster's MySQL server")
 
 // Enter implements segment.Gate.
 func (g *Guard) Enter() (uint64, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.open {
-		return 0, fmt.Errorf("%w: %w", segment.ErrUnavailable, ErrBarrier)
+		return 0, fmt.Errorf("%w: %w (%s)", segment.ErrUnavailable, ErrBarrier, g.why)
 	}
 	return g.token, nil
+}
+
+// WaitOpen waits until the gate is open or ctx ends, and reports whether
+// it is open (the server waits for the first round at start, so a node
+// that starts in a quiet cluster serves ORDERED as soon as it is ready).
+func (g *Guard) WaitOpen(ctx context.Context) bool {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if _, err := g.Enter(); err == nil {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
 }
 
 // Check implements segment.Gate.
@@ -79,6 +97,7 @@ func (g *Guard) close(why string) {
 		g.open = false
 		g.token++
 		g.closedAt = time.Now()
+		g.why = why
 		g.log.Warn("ORDERED gate closed: "+why, zap.Uint64("token", g.token))
 	}
 	g.mu.Unlock()

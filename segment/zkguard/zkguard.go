@@ -103,6 +103,7 @@ type Guard struct {
 	open     bool
 	token    uint64    // bumped whenever the gate closes
 	closedAt time.Time // when the gate closed
+	why      string    // why it closed
 	acked    int64     // generation acknowledged
 	kick     chan struct{}
 	stop     chan struct{}
@@ -140,7 +141,8 @@ func Open(cfg Config) (*Guard, error) {
 		cfg.Logger = zap.NewNop()
 	}
 	g := &Guard{cfg: cfg, log: cfg.Logger, base: path.Join(cfg.Root, cfg.Cluster), acl: zk.WorldACL(zk.PermAll),
-		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), closedAt: time.Now()}
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), closedAt: time.Now(),
+		why: "starting: reading the cluster's MySQL server record in ZooKeeper"}
 	if cfg.Auth != "" {
 		user, pass, ok := strings.Cut(cfg.Auth, ":")
 		if !ok || user == "" || pass == "" {

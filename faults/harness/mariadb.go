@@ -48,50 +48,11 @@ func CreateDatabaseAt(base, name string) (string, error) {
 // SwitchTarget, Active and Close work as on NewProxy's; the ZooKeeper
 // reply loss does not apply.
 func NewTCPProxy(target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+	p, err := NewProxy(target)
+	if err == nil {
+		p.raw.Store(true)
 	}
-	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[*proxyConn]bool{}}
-	p.cond = sync.NewCond(&p.mu)
-	go func() {
-		for {
-			c, err := p.ln.Accept()
-			if err != nil {
-				return
-			}
-			go p.serveRaw(c)
-		}
-	}()
-	return p, nil
-}
-
-func (p *Proxy) serveRaw(c net.Conn) {
-	pc := &proxyConn{client: c}
-	p.mu.Lock()
-	p.conns[pc] = true
-	for p.blocked && !pc.dead.Load() {
-		p.cond.Wait()
-	}
-	target := p.target
-	p.mu.Unlock()
-	if pc.dead.Load() {
-		return
-	}
-	s, err := net.DialTimeout("tcp", target, 2*time.Second)
-	if err != nil {
-		p.drop(pc)
-		return
-	}
-	p.mu.Lock()
-	pc.server = s
-	p.mu.Unlock()
-	if pc.dead.Load() {
-		s.Close()
-		return
-	}
-	go p.pipeRaw(pc, c, s)
-	p.pipeRaw(pc, s, c)
+	return p, err
 }
 
 // pipeRaw copies src to dst, holding each chunk while partitioned.

@@ -29,6 +29,8 @@ type Proxy struct {
 	loseNext bool // lose the reply to the next create on a /slots/ path
 
 	Lost atomic.Int64 // replies lost
+
+	raw atomic.Bool // forward bytes without ZooKeeper framing (NewTCPProxy)
 }
 
 type proxyConn struct {
@@ -82,6 +84,11 @@ func (p *Proxy) serve(c net.Conn) {
 	p.mu.Unlock()
 	if pc.dead.Load() {
 		s.Close()
+		return
+	}
+	if p.raw.Load() {
+		go p.pipeRaw(pc, c, s)
+		p.pipeRaw(pc, s, c)
 		return
 	}
 	go p.pipe(pc, c, s, true)

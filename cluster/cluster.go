@@ -380,3 +380,21 @@ func toJSON(v any) []byte {
 	b, _ := json.MarshalIndent(v, "", "  ")
 	return b
 }
+
+// ErrBadAuth: a ZooKeeper digest credential that is not "user:password".
+var ErrBadAuth = errors.New(`ZooKeeper digest credential must be "user:password"`)
+
+// ACL returns the ACL of the znodes idgen creates under a cluster: open
+// without a credential, else every permission for the digest user only.
+// Every package that writes under the cluster (the worker lease, the
+// business store, the replication guard) uses it, so they agree.
+func ACL(auth string) ([]zk.ACL, error) {
+	if auth == "" {
+		return zk.WorldACL(zk.PermAll), nil
+	}
+	user, pass, ok := strings.Cut(auth, ":")
+	if !ok || user == "" || pass == "" {
+		return nil, ErrBadAuth
+	}
+	return zk.DigestACL(zk.PermAll, user, pass), nil
+}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
+
+	"github.com/idgen/idgen/cluster"
 )
 
 // ZK is the part of the ZooKeeper client the worker package uses. It is
@@ -99,11 +101,11 @@ func DialZK(ctx context.Context, servers []string, sessionTimeout time.Duration,
 // cluster: open when no credential is configured, else all permissions for
 // the digest user only.
 func aclFor(auth string) []zk.ACL {
-	if auth == "" {
+	acl, err := cluster.ACL(auth)
+	if err != nil { // Config.Validate refused it already
 		return zk.WorldACL(zk.PermAll)
 	}
-	user, pass, _ := strings.Cut(auth, ":")
-	return zk.DigestACL(zk.PermAll, user, pass)
+	return acl
 }
 
 // isConnErr reports whether err means the request's outcome is unknown

@@ -39,7 +39,6 @@ import (
 	"fmt"
 	"path"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +46,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
 
+	"github.com/idgen/idgen/cluster"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -140,16 +140,13 @@ func Open(cfg Config) (*Guard, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	g := &Guard{cfg: cfg, log: cfg.Logger, base: path.Join(cfg.Root, cfg.Cluster), acl: zk.WorldACL(zk.PermAll),
+	acl, err := cluster.ACL(cfg.Auth)
+	if err != nil {
+		return nil, fmt.Errorf("zkguard: Auth: %w", err)
+	}
+	g := &Guard{cfg: cfg, log: cfg.Logger, base: path.Join(cfg.Root, cfg.Cluster), acl: acl,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), closedAt: time.Now(),
 		why: "starting: reading the cluster's MySQL server record in ZooKeeper"}
-	if cfg.Auth != "" {
-		user, pass, ok := strings.Cut(cfg.Auth, ":")
-		if !ok || user == "" || pass == "" {
-			return nil, errors.New(`zkguard: Auth must be "user:password"`)
-		}
-		g.acl = zk.DigestACL(zk.PermAll, user, pass)
-	}
 	if cfg.Disabled {
 		g.open = true
 		close(g.done)

@@ -29,6 +29,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
 
+	"github.com/idgen/idgen/cluster"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -94,14 +95,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	s := &Store{cfg: cfg, log: cfg.Logger, dir: path.Join(cfg.Root, cfg.Cluster, "biz"), acl: zk.WorldACL(zk.PermAll)}
-	if cfg.Auth != "" {
-		user, pass, ok := strings.Cut(cfg.Auth, ":")
-		if !ok || user == "" || pass == "" {
-			return nil, fmt.Errorf(`zkstore: Auth must be "user:password"`)
-		}
-		s.acl = zk.DigestACL(zk.PermAll, user, pass)
+	acl, err := cluster.ACL(cfg.Auth)
+	if err != nil {
+		return nil, fmt.Errorf("zkstore: Auth: %w", err)
 	}
+	s := &Store{cfg: cfg, log: cfg.Logger, dir: path.Join(cfg.Root, cfg.Cluster, "biz"), acl: acl}
 	if err := s.dial(); err != nil {
 		return nil, err
 	}

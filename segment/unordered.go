@@ -316,9 +316,6 @@ func (u *Unordered) load(b *bizBuffer, step int64, done chan struct{}) {
 	d := now.Sub(start)
 
 	b.mu.Lock()
-	if err == nil {
-		err = u.check(b, r)
-	}
 	b.lastLoadDur = d
 	if err == nil {
 		b.loaded(r, now)
@@ -367,20 +364,21 @@ func (u *Unordered) load(b *bizBuffer, step int64, done chan struct{}) {
 	b.mu.Unlock()
 }
 
-// reserve reserves a segment and, with a Ledger, has it accepted there; a
-// segment the ledger refuses is dropped (a gap), the store is raised above
-// the ledger's highest end and the reservation tried again.
+// reserve reserves a segment that passes this processor's own check and,
+// with a Ledger, the cluster's: a segment the ledger refuses is dropped (a
+// gap), the store is raised above the ledger's highest end and the
+// reservation tried again.
 func (u *Unordered) reserve(ctx context.Context, b *bizBuffer, step int64) (Range, error) {
 	for round := 1; ; round++ {
 		r, err := u.cfg.Store.ReserveSegment(ctx, b.name, step)
-		if err != nil || u.cfg.Ledger == nil {
+		if err != nil {
 			return r, err
 		}
 		b.mu.Lock()
-		own := r.First <= b.highest || r.Last < r.First || (u.cfg.Floor > 0 && r.Last >= u.cfg.Floor)
+		err = u.check(b, r)
 		b.mu.Unlock()
-		if own {
-			return r, nil // load()'s check refuses it with this node's reason
+		if err != nil || u.cfg.Ledger == nil {
+			return r, err
 		}
 		high, err := u.cfg.Ledger.Claim(ctx, b.name, r)
 		if err == nil {

@@ -338,11 +338,6 @@ func (s *Store) reserveOrderedAuto(ctx context.Context, req segment.OrderedReque
 	if err != nil {
 		return r, err
 	}
-	if r.Raised {
-		s.log.Warn("ORDERED row went backwards; raised above the highest number this node handed out",
-			zap.String("biz", req.Biz), zap.String("sub_key", req.SubKey), zap.Int64("above", req.Above),
-			zap.Int64("first", r.First), zap.Int64("last", r.Last))
-	}
 	if req.Fence != nil {
 		if err := req.Fence(); err != nil {
 			return segment.Reservation{}, err
@@ -453,11 +448,6 @@ func (s *Store) reserveOrderedOnce(ctx context.Context, req segment.OrderedReque
 	}
 	if err := tx.Commit(); err != nil {
 		return segment.Reservation{}, err
-	}
-	if r.Raised {
-		s.log.Warn("ORDERED row went backwards; raised above the highest number this node handed out",
-			zap.String("biz", req.Biz), zap.String("sub_key", req.SubKey), zap.Int64("above", req.Above),
-			zap.Int64("first", r.First), zap.Int64("last", r.Last))
 	}
 	return r, nil
 }

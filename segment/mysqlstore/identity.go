@@ -62,27 +62,19 @@ func serverIdentity(ctx context.Context, conn driver.Conn) (id string, ready boo
 	if !ok {
 		return "", true, nil
 	}
-	vars := map[string]string{}
-	for _, stmt := range []string{
-		"SHOW GLOBAL VARIABLES WHERE Variable_name IN ('server_id','server_uuid','hostname','port','wsrep_on','wsrep_cluster_name')",
-		"SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_ready')",
-	} {
-		rows, err := q.QueryContext(ctx, stmt, nil)
+	vars, err := showNameValues(ctx, q,
+		"SHOW GLOBAL VARIABLES WHERE Variable_name IN ('server_id','server_uuid','hostname','port','wsrep_on','wsrep_cluster_name')")
+	if err != nil {
+		return "", false, err
+	}
+	if strings.EqualFold(vars["wsrep_on"], "ON") {
+		// Only a Galera member has a readiness to check: one more round
+		// trip for Galera connections, none for the others.
+		st, err := showNameValues(ctx, q, "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_ready')")
 		if err != nil {
-			return "", false, fmt.Errorf("read the server's identity: %w", err)
+			return "", false, err
 		}
-		row := make([]driver.Value, 2)
-		for {
-			if err := rows.Next(row); err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				rows.Close()
-				return "", false, fmt.Errorf("read the server's identity: %w", err)
-			}
-			vars[strings.ToLower(asString(row[0]))] = asString(row[1])
-		}
-		rows.Close()
+		vars["wsrep_ready"] = st["wsrep_ready"]
 	}
 	if strings.EqualFold(vars["wsrep_on"], "ON") {
 		return "galera/" + vars["wsrep_cluster_name"], strings.EqualFold(vars["wsrep_ready"], "ON"), nil
@@ -91,6 +83,26 @@ func serverIdentity(ctx context.Context, conn driver.Conn) (id string, ready boo
 		return "mysql/" + u, true, nil
 	}
 	return fmt.Sprintf("server/%s@%s:%s", vars["server_id"], vars["hostname"], vars["port"]), true, nil
+}
+
+// showNameValues runs a SHOW statement of (name, value) rows on a raw
+// driver connection (database/sql's helpers need a *sql.DB).
+func showNameValues(ctx context.Context, q driver.QueryerContext, stmt string) (map[string]string, error) {
+	rows, err := q.QueryContext(ctx, stmt, nil)
+	if err != nil {
+		return nil, fmt.Errorf("read the server's identity: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	row := make([]driver.Value, 2)
+	for {
+		if err := rows.Next(row); errors.Is(err, io.EOF) {
+			return out, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("read the server's identity: %w", err)
+		}
+		out[strings.ToLower(asString(row[0]))] = asString(row[1])
+	}
 }
 
 func asString(v driver.Value) string {

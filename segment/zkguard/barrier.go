@@ -125,15 +125,24 @@ func (g *Guard) StartBarrier(store Server, flush func(ctx context.Context) error
 
 func (g *Guard) barrierLoop(store Server, flush func(ctx context.Context) error) {
 	defer close(g.done)
-	t := time.NewTicker(pollEvery)
-	defer t.Stop()
 	for {
 		g.barrierStep(store, flush)
+		// An open gate only watches for another node's server change (this
+		// node's own connections report theirs at once): poll slowly.
+		every := pollOpen
+		g.mu.Lock()
+		if !g.open {
+			every = pollClosed
+		}
+		g.mu.Unlock()
+		t := time.NewTimer(every)
 		select {
 		case <-g.stop:
+			t.Stop()
 			return
 		case <-t.C:
 		case <-g.kick:
+			t.Stop()
 		}
 	}
 }
@@ -251,8 +260,11 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 		g.mu.Lock()
 		g.acked = rec.Gen
 		g.mu.Unlock()
-	} else if err := g.ack(ctx, rec); err != nil { // re-create after a session loss
-		return err
+	} else if sid := g.conn.SessionID(); sid != g.ackSession {
+		// A new session lost the ephemeral acknowledgement: write it again.
+		if err := g.ack(ctx, rec); err != nil {
+			return err
+		}
 	}
 	g.mu.Lock()
 	open := g.open
@@ -277,11 +289,13 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 
 var errRetry = errors.New("server record changed")
 
-// ack writes this node's acknowledgement (ephemeral), unless it is there.
+// ack writes this node's acknowledgement (ephemeral), unless it is there,
+// and remembers the session it was written in.
 func (g *Guard) ack(ctx context.Context, rec serverRecord) error {
 	p := path.Join(g.base, "mysql", "nodes", g.cfg.Self)
 	b, _ := json.Marshal(ackRecord{Gen: rec.Gen, Server: rec.Server, AtMs: time.Now().UnixMilli()})
-	return g.call(ctx, func() error {
+	sid := g.conn.SessionID()
+	err := g.call(ctx, func() error {
 		data, st, err := g.conn.Get(p)
 		if errors.Is(err, zk.ErrNoNode) {
 			if err := g.ensure(path.Dir(p)); err != nil {
@@ -296,6 +310,15 @@ func (g *Guard) ack(ctx context.Context, rec serverRecord) error {
 		if err != nil {
 			return err
 		}
+		if st.EphemeralOwner != sid {
+			// Left by this node's previous process (its session not
+			// expired yet): it would vanish with that session and leave
+			// this node out of the next barrier. Replace it with ours.
+			if err := g.conn.Delete(p, st.Version); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				return err
+			}
+			return errRetry
+		}
 		var a ackRecord
 		if json.Unmarshal(data, &a) == nil && a.Gen >= rec.Gen {
 			return nil
@@ -303,6 +326,10 @@ func (g *Guard) ack(ctx context.Context, rec serverRecord) error {
 		_, err = g.conn.Set(p, b, st.Version)
 		return err
 	})
+	if err == nil {
+		g.ackSession = sid
+	}
+	return err
 }
 
 // unacked lists the live nodes that have not acknowledged gen.

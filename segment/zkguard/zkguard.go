@@ -59,8 +59,9 @@ const (
 	// lowest are merged with the hole between them (numbers never served:
 	// treating them as served only refuses a segment that was safe).
 	maxRanges = 32
-	// pollEvery is the barrier loop's period.
-	pollEvery = 200 * time.Millisecond
+	// The barrier loop's period while the gate is closed and open.
+	pollClosed = 200 * time.Millisecond
+	pollOpen   = time.Second
 )
 
 // Config configures Open.
@@ -105,10 +106,13 @@ type Guard struct {
 	closedAt time.Time // when the gate closed
 	why      string    // why it closed
 	acked    int64     // generation acknowledged
-	kick     chan struct{}
-	stop     chan struct{}
-	done     chan struct{}
-	started  bool
+	// ackSession is the ZooKeeper session the acknowledgement was written
+	// in (the barrier loop's own; it writes it again in a new session).
+	ackSession int64
+	kick       chan struct{}
+	stop       chan struct{}
+	done       chan struct{}
+	started    bool
 }
 
 var (

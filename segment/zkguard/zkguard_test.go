@@ -218,3 +218,32 @@ func TestIntegration_BarrierTimeout(t *testing.T) {
 		t.Errorf("stats %+v; want one timeout", s)
 	}
 }
+
+// TestIntegration_AckReplacesPreviousProcess: the acknowledgement left by
+// this node's previous process (same name, its session not expired yet)
+// is replaced by one in this process's session; otherwise it would vanish
+// with the old session and leave the node out of the next barrier.
+func TestIntegration_AckReplacesPreviousProcess(t *testing.T) {
+	c := clusterName(t)
+	zc, _, err := zk.Connect(testZK(t), 4*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zc.Close()
+	dir := "/idgen-test-zkguard/" + c + "/mysql/nodes"
+	for _, p := range []string{"/idgen-test-zkguard", "/idgen-test-zkguard/" + c, "/idgen-test-zkguard/" + c + "/mysql", dir} {
+		if _, err := zc.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			t.Fatal(err)
+		}
+	}
+	if _, err := zc.Create(dir+"/a:1", []byte(`{"gen":99}`), zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	a := newGuard(t, c, "a:1", nil)
+	a.StartBarrier(&fakeServer{id: "server/1"}, func(context.Context) error { return nil })
+	waitFor(t, "the acknowledgement in the guard's own session", 30*time.Second, func() bool {
+		_, st, err := zc.Get(dir + "/a:1")
+		return err == nil && st.EphemeralOwner == a.conn.SessionID()
+	})
+	waitFor(t, "gate open", 30*time.Second, func() bool { _, err := a.Enter(); return err == nil })
+}

@@ -52,6 +52,24 @@ func ensembleCluster(r *Run, o ClusterOpts) (*zkensemble.Ensemble, *Cluster, err
 	return z, c, err
 }
 
+// clusterWithProxiedN1 starts the scenario's ensemble and the cluster o
+// describes, with n1 reaching every server through a proxy of its own
+// (returned in the ensemble's order).
+func clusterWithProxiedN1(r *Run, o ClusterOpts) (*zkensemble.Ensemble, []*harness.Proxy, *Cluster, error) {
+	z, err := r.StartEnsemble()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ps, connect, err := proxiesToEnsemble(r, z)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	o.ZK = map[int]string{1: connect}
+	o.NoFallbackBiz = true
+	c, err := std(r, o)
+	return z, ps, c, err
+}
+
 // proxiesToEnsemble starts one proxy per ensemble server and returns them
 // with their connect string.
 func proxiesToEnsemble(r *Run, z *zkensemble.Ensemble) ([]*harness.Proxy, string, error) {
@@ -219,15 +237,7 @@ func zkRollingRestart(r *Run) error {
 // carries n1's session and partitions that one. A partition of a server n1
 // does not use would test nothing.
 func zkServerPartition(r *Run) error {
-	z, err := r.StartEnsemble()
-	if err != nil {
-		return err
-	}
-	ps, connect, err := proxiesToEnsemble(r, z)
-	if err != nil {
-		return err
-	}
-	c, err := std(r, ClusterOpts{ZK: map[int]string{1: connect}, NoFallbackBiz: true})
+	z, ps, c, err := clusterWithProxiedN1(r, ClusterOpts{})
 	if err != nil {
 		return err
 	}
@@ -372,16 +382,8 @@ func zkRestore(neg bool) func(*Run) error {
 // --allow-cached-slot=true, the old default: with the cache forbidden the
 // refusal would prove nothing about when a cached slot is trusted.
 func staleCache(r *Run) error {
-	z, err := r.StartEnsemble()
-	if err != nil {
-		return err
-	}
-	ps, connect, err := proxiesToEnsemble(r, z)
-	if err != nil {
-		return err
-	}
 	args := append([]string{"--allow-cached-slot=true"}, scarce...)
-	c, err := std(r, ClusterOpts{Nodes: 4, Spare: 1, Args: args, ZK: map[int]string{1: connect}, NoFallbackBiz: true})
+	_, ps, c, err := clusterWithProxiedN1(r, ClusterOpts{Nodes: 4, Spare: 1, Args: args})
 	if err != nil {
 		return err
 	}

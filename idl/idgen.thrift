@@ -46,7 +46,7 @@ struct NextIDsRequest {
     3: optional i32 count = 1,      // 1..max_batch; unset or 0 means 1; never clamped, refused whole when too large
     4: optional string sub_key,     // required for ORDERED
     5: optional string request_id,  // ORDERED only: a retry with the same id returns the same range
-    6: optional string token,
+    6: optional string token,       // the business's own token if it has any, else the shared client token (if set)
 }
 
 struct NextIDsResponse {
@@ -62,6 +62,7 @@ struct NextIDsResponse {
 
 struct ParseIDRequest {
     1: required i64 id,
+    2: optional string token,       // the shared client token, when the server has one (or the admin token)
 }
 
 struct ParseIDResponse {
@@ -75,7 +76,9 @@ struct ParseIDResponse {
     8: required bool below_floor,   // true: not a snowflake ID of this cluster (a segment/fallback ID)
 }
 
-struct ClockRequest {}
+struct ClockRequest {
+    1: optional string token,       // the shared client token, when the server has one (or the admin token)
+}
 
 struct ClockResponse {
     1: required i64 now_ms,         // the node's wall clock, Unix milliseconds
@@ -87,6 +90,7 @@ struct ClockResponse {
 
 struct ListWorkersRequest {
     1: optional i32 idc,
+    2: optional string token,       // the shared client token, when the server has one (or the admin token)
 }
 
 struct Worker {
@@ -125,7 +129,18 @@ struct Biz {
     13: optional i32 code_min_length,    // shortest code
     14: optional list<string> plugins,   // plugins run for this business, e.g. [audit, stats]
     15: optional bool issued,            // has issued: obfuscate, format, code_min_length are locked
+    16: optional i64 id_quota,           // IDs per second per node; 0 = unlimited
+    17: optional i64 id_burst,           // IDs the quota lets through at once
+    18: optional list<BizToken> tokens,  // the business's own client tokens (never their secrets)
     // The secret key is never sent.
+}
+
+// A business's client token as listed: never the secret, which is shown
+// once, by CreateBizToken.
+struct BizToken {
+    1: required string id,
+    2: required string label,
+    3: required i64 created_at_ms,
 }
 
 struct CreateBizRequest {
@@ -142,6 +157,8 @@ struct CreateBizRequest {
     11: optional string format,          // int (default) or code
     12: optional i32 code_min_length,
     13: optional list<string> plugins,
+    14: optional i64 id_quota,
+    15: optional i64 id_burst,
 }
 
 // Only the fields that are set change. start_num cannot change after creation.
@@ -159,6 +176,8 @@ struct UpdateBizRequest {
     11: optional string format,
     12: optional i32 code_min_length,
     13: optional list<string> plugins,
+    14: optional i64 id_quota,
+    15: optional i64 id_burst,
 }
 
 struct GetBizRequest {
@@ -166,12 +185,41 @@ struct GetBizRequest {
     2: optional string token,
 }
 
+// One page of businesses, in name order.
 struct ListBizRequest {
     1: optional string token,
+    2: optional string after,            // names after this one ("": from the start)
+    3: optional i32 limit,               // page size, 1..1000; unset or 0: 100
 }
 
 struct ListBizResponse {
     1: required list<Biz> bizs,
+    2: optional string next,             // pass as after for the next page; unset or "": this was the last
+}
+
+// Adds a client token to a business (admin). The secret is in the answer
+// only: the server keeps a hash.
+struct CreateBizTokenRequest {
+    1: required string biz,
+    2: optional string label,            // who holds it
+    3: optional string token,            // the admin token
+}
+
+struct CreateBizTokenResponse {
+    1: required BizToken info,
+    2: required string secret,           // give this to the caller; it is not shown again
+}
+
+// Revokes one client token of a business (admin). Nodes stop accepting it
+// within the business cache's lifetime (2 s).
+struct RevokeBizTokenRequest {
+    1: required string biz,
+    2: required string id,
+    3: optional string token,            // the admin token
+}
+
+struct RevokeBizTokenResponse {
+    1: required i32 remaining,           // tokens the business still has (0: it is open to the shared client token rule again)
 }
 
 // Decode turns a business's output (an obfuscated ID or a code, as text)
@@ -203,4 +251,6 @@ service IDGenService {
     Biz GetBiz(1: GetBizRequest req) throws (1: IdgenError err),
     ListBizResponse ListBiz(1: ListBizRequest req) throws (1: IdgenError err),
     DecodeResponse Decode(1: DecodeRequest req) throws (1: IdgenError err),
+    CreateBizTokenResponse CreateBizToken(1: CreateBizTokenRequest req) throws (1: IdgenError err),
+    RevokeBizTokenResponse RevokeBizToken(1: RevokeBizTokenRequest req) throws (1: IdgenError err),
 }

@@ -44,6 +44,10 @@ func ParseFormat(s string) (Format, error) {
 const (
 	// KeySize is the size of a business's secret key.
 	KeySize = 16
+	// WrappedKeySize is the size of a key wrapped by a master key: a
+	// version byte, a 12-byte nonce, the sealed key and a 16-byte tag
+	// (AES-256-GCM, issuer/keywrap).
+	WrappedKeySize = 1 + 12 + KeySize + 16
 	// MaxCodeMinLength is the largest code_min_length (13 base32
 	// characters hold every number below 2^63).
 	MaxCodeMinLength = 13

@@ -53,7 +53,18 @@ type Biz struct {
 	StartNum    int64   // first UNORDERED and ORDERED number (>= 1)
 	Fallback    bool    // SNOWFLAKE may fall back to the UNORDERED segment
 	RateLimit   int     // requests per second per node, 0 = unlimited
+	// IDQuota is the IDs per second one node hands out for the business
+	// (0 = unlimited): RateLimit counts requests, so one caller asking for
+	// 10,000 IDs at a time would pass it with the node's whole capacity.
+	IDQuota int64
+	// IDBurst is how many IDs the quota lets through at once (0: IDQuota).
+	IDBurst     int64
 	Description string
+	// Tokens are the business's own client credentials, stored hashed.
+	// A business with tokens requires one of them on NextIDs; the shared
+	// client token does not open it. More than one may be valid at once
+	// (rotation: add the new one, move the callers, revoke the old).
+	Tokens []BizToken
 	// Obfuscate maps each number through the business's keyed bijection
 	// (issuer/obfuscate) before handing it out.
 	Obfuscate bool
@@ -66,6 +77,9 @@ type Biz struct {
 	Plugins []string
 	// Key is the secret of the obfuscation, generated at creation. It is
 	// never sent by the admin RPCs nor logged (SecretKey redacts itself).
+	// It is either the plain key (KeySize bytes) or the key wrapped by the
+	// nodes' master key (WrappedKeySize bytes, see issuer/keywrap); stores
+	// keep the bytes as they are given.
 	Key SecretKey
 	// Issued is set (for good) before the business's first number is handed
 	// out; from then on Obfuscate, Format and CodeMinLength are locked.
@@ -99,6 +113,28 @@ type BizUpdate struct {
 	Plugins       *[]string
 	// Issued can only be set to true (the issuer does, before issuing).
 	Issued *bool
+	IDQuota *int64
+	IDBurst *int64
+	// AddToken adds a client token (its ID must be new; at most
+	// MaxBizTokens); RevokeToken removes the token with that ID
+	// (ErrInvalid when there is none). Both apply inside the store's
+	// read-modify-write, so concurrent rotations never lose one.
+	AddToken    *BizToken
+	RevokeToken *string
+	// Key replaces the stored key bytes. Only for wrapping the same key
+	// (plain to wrapped, or re-wrapped under a new master key): the
+	// caller guarantees it opens to the same plain key, since outputs
+	// already handed out depend on it.
+	Key SecretKey
+}
+
+// BizToken is one client credential of a business. Only a hash of the
+// secret is kept: the secret is shown once, when the token is created.
+type BizToken struct {
+	ID        string    // public, names the token in idctl and logs
+	Label     string    // free text: who holds it
+	Hash      []byte    // SHA-256 of the secret (secrets are 256-bit random, so a fast hash is enough)
+	CreatedAt time.Time // UTC
 }
 
 // OrderedRequest reserves Count consecutive numbers for (Biz, SubKey).

@@ -24,6 +24,11 @@ const (
 	MaxLowWaterPct = 90
 	// MaxBatch is the largest number of IDs one request may take.
 	MaxBatch = 10000
+	// MaxBizTokens is how many client tokens one business may hold at once.
+	MaxBizTokens = 8
+	// MaxTokenIDLen and MaxTokenLabelLen bound a token's ID and label.
+	MaxTokenIDLen    = 32
+	MaxTokenLabelLen = 128
 )
 
 // ValidateBizName reports whether name is a valid business name:

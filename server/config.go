@@ -31,6 +31,7 @@ type Config struct {
 	ZK               string        `yaml:"zk"`
 	ZKRoot           string        `yaml:"zk_root"`
 	ZKAuth           string        `yaml:"zk_auth"`
+	ZKAuthFile       string        `yaml:"zk_auth_file"`
 	ZKSessionTimeout time.Duration `yaml:"zk_session_timeout"`
 	Cluster          string        `yaml:"cluster"`
 	IDC              int           `yaml:"idc"`
@@ -48,6 +49,7 @@ type Config struct {
 	MaxBackwardWait time.Duration `yaml:"max_backward_wait"`
 
 	MySQL         string `yaml:"mysql"`
+	MySQLFile     string `yaml:"mysql_file"`
 	MySQLMaxConns int    `yaml:"mysql_max_conns"`
 	// MySQLAcceptUnsafe lets the node start on a MySQL server that is not
 	// crash-safe (innodb_flush_log_at_trx_commit or sync_binlog not 1).
@@ -64,6 +66,27 @@ type Config struct {
 	MaxFrameBytes int    `yaml:"max_frame_bytes"`
 	AdminToken    string `yaml:"admin_token"`
 	ClientToken   string `yaml:"client_token"`
+	// The *File twins name a file holding the secret (its surrounding
+	// whitespace trimmed), so it never shows in /proc/PID/cmdline or the
+	// environment. Setting both forms is refused.
+	AdminTokenFile  string `yaml:"admin_token_file"`
+	ClientTokenFile string `yaml:"client_token_file"`
+	// MasterKeyFile holds the key that wraps every business's obfuscation
+	// key: the stores then hold no usable key.
+	MasterKeyFile string `yaml:"master_key_file"`
+	// AutoCreateMax bounds auto-creation: a business is created on first
+	// use only while the store holds fewer businesses than this.
+	AutoCreateMax int `yaml:"auto_create_max"`
+	// MetricsMaxBizs bounds the per-business metric series: businesses
+	// beyond the first this many seen get the label biz="_other".
+	MetricsMaxBizs int `yaml:"metrics_max_bizs"`
+
+	// Transport limits and TLS.
+	MaxConns        int           `yaml:"max_connections"`
+	ConnIdleTimeout time.Duration `yaml:"conn_idle_timeout"`
+	TLSCert         string        `yaml:"tls_cert"`
+	TLSKey          string        `yaml:"tls_key"`
+	TLSClientCA     string        `yaml:"tls_client_ca"`
 	// AuditFile is where the audit plugin appends its JSON lines ("":
 	// <data_dir>/audit.jsonl, one file per node in every mode).
 	AuditFile string `yaml:"audit_file"`
@@ -98,6 +121,10 @@ func DefaultConfig() Config {
 		MaxStep:            100_000_000,
 		SegmentTTL:         15 * time.Minute,
 		AutoCreateBiz:      "auto",
+		AutoCreateMax:      256,
+		MetricsMaxBizs:     200,
+		MaxConns:           4096,
+		ConnIdleTimeout:    2 * time.Minute,
 		MaxBatch:           segment.MaxBatch,
 		MaxFrameBytes:      1 << 20,
 		ShutdownTimeout:    10 * time.Second,
@@ -186,7 +213,8 @@ var options = []option{
 	strOpt("data-dir", "standalone data directory (embedded segment store, properties file)", func(c *Config) *string { return &c.DataDir }),
 	strOpt("zk", "ZooKeeper servers HOST:PORT,...; switches on cluster worker registration and cluster-wide businesses", func(c *Config) *string { return &c.ZK }),
 	strOpt("zk-root", "ZooKeeper root znode", func(c *Config) *string { return &c.ZKRoot }),
-	strOpt("zk-auth", "ZooKeeper digest credentials user:password (ACL on the cluster subtree)", func(c *Config) *string { return &c.ZKAuth }),
+	strOpt("zk-auth", "ZooKeeper digest credentials user:password (ACL on the cluster subtree); prefer --zk-auth-file", func(c *Config) *string { return &c.ZKAuth }),
+	strOpt("zk-auth-file", "file holding the ZooKeeper digest credentials user:password", func(c *Config) *string { return &c.ZKAuthFile }),
 	durOpt("zk-session-timeout", "ZooKeeper session timeout", func(c *Config) *time.Duration { return &c.ZKSessionTimeout }),
 	strOpt("cluster", "cluster name (one ZooKeeper subtree per cluster)", func(c *Config) *string { return &c.Cluster }),
 	intOpt("idc", "IDC number of this node", func(c *Config) *int { return &c.IDC }),
@@ -202,6 +230,7 @@ var options = []option{
 	intOpt("node-bits", "worker bits for the node (cluster-wide)", func(c *Config) *int { return &c.NodeBits }),
 	durOpt("max-backward-wait", "largest clock step back that is waited out instead of refused", func(c *Config) *time.Duration { return &c.MaxBackwardWait }),
 	strOpt("mysql", "MySQL/MariaDB DSN user:pass@tcp(host:port)/db; switches on the MySQL store (and, without --zk, MySQL-held worker slots)", func(c *Config) *string { return &c.MySQL }),
+	strOpt("mysql-file", "file holding the MySQL DSN (keeps the password off the command line)", func(c *Config) *string { return &c.MySQLFile }),
 	intOpt("mysql-max-conns", "MySQL connection pool size", func(c *Config) *int { return &c.MySQLMaxConns }),
 	boolOpt("mysql-accept-unsafe-durability", "start even if MySQL is not crash-safe (innodb_flush_log_at_trx_commit or sync_binlog not 1): a MySQL crash may then lose reservations and repeat IDs", func(c *Config) *bool { return &c.MySQLAcceptUnsafe }),
 	durOpt("store-timeout", "deadline of one segment store call (ORDERED requests wait at most this)", func(c *Config) *time.Duration { return &c.StoreTimeout }),
@@ -209,10 +238,20 @@ var options = []option{
 	int64Opt("max-step", "largest UNORDERED segment step", func(c *Config) *int64 { return &c.MaxStep }),
 	durOpt("segment-duration", "how long one UNORDERED segment should last; the step adapts towards it", func(c *Config) *time.Duration { return &c.SegmentTTL }),
 	strOpt("auto-create-biz", "create unknown businesses on first use: auto (standalone only), true, false", func(c *Config) *string { return &c.AutoCreateBiz }),
+	intOpt("auto-create-max", "auto-creation stops once the store holds this many businesses (create more with idctl)", func(c *Config) *int { return &c.AutoCreateMax }),
+	intOpt("metrics-max-bizs", "per-business metric series for at most this many businesses; the rest share biz=\"_other\"", func(c *Config) *int { return &c.MetricsMaxBizs }),
 	intOpt("max-batch", "largest count one request may ask for (1..10000, the segment limit)", func(c *Config) *int { return &c.MaxBatch }),
 	intOpt("max-frame-bytes", "largest Thrift frame the server accepts", func(c *Config) *int { return &c.MaxFrameBytes }),
-	strOpt("admin-token", "token required by admin RPCs; empty: admin RPCs from loopback only", func(c *Config) *string { return &c.AdminToken }),
-	strOpt("client-token", "token required by NextIDs; empty: none", func(c *Config) *string { return &c.ClientToken }),
+	strOpt("admin-token", "token required by admin RPCs (at least 16 bytes); prefer --admin-token-file. Neither set: generated at first start into data-dir/admin.token (mode 0600), which idctl reads", func(c *Config) *string { return &c.AdminToken }),
+	strOpt("admin-token-file", "file holding the admin token", func(c *Config) *string { return &c.AdminTokenFile }),
+	strOpt("client-token", "shared token required by NextIDs, ParseID, Clock and ListWorkers (at least 16 bytes; a business with its own tokens needs one of those instead); prefer --client-token-file; empty: none", func(c *Config) *string { return &c.ClientToken }),
+	strOpt("client-token-file", "file holding the shared client token", func(c *Config) *string { return &c.ClientTokenFile }),
+	strOpt("master-key-file", "file holding the master key (at least 32 bytes) that wraps every business's obfuscation key, so MySQL and ZooKeeper hold no usable key", func(c *Config) *string { return &c.MasterKeyFile }),
+	intOpt("max-connections", "most RPC connections held at once; more are closed at accept and counted", func(c *Config) *int { return &c.MaxConns }),
+	durOpt("conn-idle-timeout", "an RPC connection idle this long is closed", func(c *Config) *time.Duration { return &c.ConnIdleTimeout }),
+	strOpt("tls-cert", "PEM certificate: serve RPC over TLS (with --tls-key)", func(c *Config) *string { return &c.TLSCert }),
+	strOpt("tls-key", "PEM private key of --tls-cert", func(c *Config) *string { return &c.TLSKey }),
+	strOpt("tls-client-ca", "PEM CA bundle: require client certificates signed by it (mutual TLS)", func(c *Config) *string { return &c.TLSClientCA }),
 	strOpt("audit-file", "JSON-lines file of the audit plugin, one per node (default: data-dir/audit.jsonl); read it with 'idctl audit'", func(c *Config) *string { return &c.AuditFile }),
 	durOpt("shutdown-timeout", "how long SIGTERM waits for in-flight calls", func(c *Config) *time.Duration { return &c.ShutdownTimeout }),
 	strOpt("log-level", "debug, info, warn or error", func(c *Config) *string { return &c.LogLevel }),
@@ -300,8 +339,46 @@ func loadConfig(args []string, getenv func(string) string, stdout, stderr io.Wri
 			}
 		}
 	}
+	if err := cfg.readSecretFiles(os.ReadFile); err != nil {
+		return cfg, err
+	}
 	return cfg, cfg.Validate()
 }
+
+// readSecretFiles fills each secret from its *_file twin. Giving both is
+// refused: which one wins would be a guess.
+func (c *Config) readSecretFiles(read func(string) ([]byte, error)) error {
+	for _, s := range []struct {
+		name, file string
+		val        *string
+	}{
+		{"admin_token", c.AdminTokenFile, &c.AdminToken},
+		{"client_token", c.ClientTokenFile, &c.ClientToken},
+		{"mysql", c.MySQLFile, &c.MySQL},
+		{"zk_auth", c.ZKAuthFile, &c.ZKAuth},
+	} {
+		if s.file == "" {
+			continue
+		}
+		if *s.val != "" {
+			return fmt.Errorf("%s and %s_file are both set: keep only %s_file (a secret on the command line or in the environment is readable by other users)", s.name, s.name, s.name)
+		}
+		raw, err := read(s.file)
+		if err != nil {
+			return fmt.Errorf("%s_file: %w", s.name, err)
+		}
+		v := strings.TrimSpace(string(raw))
+		if v == "" {
+			return fmt.Errorf("%s_file %s is empty", s.name, s.file)
+		}
+		*s.val = v
+	}
+	return nil
+}
+
+// MinTokenBytes is the shortest admin or client token accepted: shorter
+// ones can be guessed over the network.
+const MinTokenBytes = 16
 
 // errHelp means the command line asked for help or the version, which
 // were printed: exit 0 without starting.
@@ -412,6 +489,29 @@ func (c Config) Validate() error {
 	}
 	if c.ZKSessionTimeout < time.Second {
 		bad("zk_session_timeout", "%v is below 1s", c.ZKSessionTimeout)
+	}
+	for _, t := range []struct{ name, v string }{{"admin_token", c.AdminToken}, {"client_token", c.ClientToken}} {
+		if t.v != "" && len(t.v) < MinTokenBytes {
+			bad(t.name, "is %d bytes, at least %d needed (generate one with: head -c 32 /dev/urandom | base64)", len(t.v), MinTokenBytes)
+		}
+	}
+	if c.AutoCreateMax < 0 {
+		bad("auto_create_max", "%d is negative", c.AutoCreateMax)
+	}
+	if c.MetricsMaxBizs < 0 {
+		bad("metrics_max_bizs", "%d is negative", c.MetricsMaxBizs)
+	}
+	if c.MaxConns < 1 {
+		bad("max_connections", "%d: want at least 1", c.MaxConns)
+	}
+	if c.ConnIdleTimeout <= 0 {
+		bad("conn_idle_timeout", "must be positive")
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		bad("tls_cert/tls_key", "give both or neither")
+	}
+	if c.TLSClientCA != "" && c.TLSCert == "" {
+		bad("tls_client_ca", "needs tls_cert and tls_key (mutual TLS is TLS first)")
 	}
 	if c.OrderedBarrierWait <= 0 {
 		bad("ordered_barrier_wait", "must be positive (it bounds how long ORDERED pauses after a MySQL failover)")

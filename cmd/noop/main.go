@@ -127,3 +127,11 @@ func (*noop) GetBiz(context.Context, *idl.GetBizRequest) (*idl.Biz, error) {
 func (*noop) ListBiz(context.Context, *idl.ListBizRequest) (*idl.ListBizResponse, error) {
 	return &idl.ListBizResponse{}, nil
 }
+
+func (*noop) CreateBizToken(context.Context, *idl.CreateBizTokenRequest) (*idl.CreateBizTokenResponse, error) {
+	return nil, unsupported("CreateBizToken")
+}
+
+func (*noop) RevokeBizToken(context.Context, *idl.RevokeBizTokenRequest) (*idl.RevokeBizTokenResponse, error) {
+	return nil, unsupported("RevokeBizToken")
+}

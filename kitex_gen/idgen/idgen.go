@@ -401,7 +401,8 @@ var fieldIDToName_NextIDsResponse = map[int16]string{
 }
 
 type ParseIDRequest struct {
-	Id int64 `thrift:"id,1,required" frugal:"1,required,i64" json:"id"`
+	Id    int64   `thrift:"id,1,required" frugal:"1,required,i64" json:"id"`
+	Token *string `thrift:"token,2,optional" frugal:"2,optional,string" json:"token,omitempty"`
 }
 
 func NewParseIDRequest() *ParseIDRequest {
@@ -414,8 +415,24 @@ func (p *ParseIDRequest) InitDefault() {
 func (p *ParseIDRequest) GetId() (v int64) {
 	return p.Id
 }
+
+var ParseIDRequest_Token_DEFAULT string
+
+func (p *ParseIDRequest) GetToken() (v string) {
+	if !p.IsSetToken() {
+		return ParseIDRequest_Token_DEFAULT
+	}
+	return *p.Token
+}
 func (p *ParseIDRequest) SetId(val int64) {
 	p.Id = val
+}
+func (p *ParseIDRequest) SetToken(val *string) {
+	p.Token = val
+}
+
+func (p *ParseIDRequest) IsSetToken() bool {
+	return p.Token != nil
 }
 
 func (p *ParseIDRequest) String() string {
@@ -427,6 +444,7 @@ func (p *ParseIDRequest) String() string {
 
 var fieldIDToName_ParseIDRequest = map[int16]string{
 	1: "id",
+	2: "token",
 }
 
 type ParseIDResponse struct {
@@ -522,6 +540,7 @@ var fieldIDToName_ParseIDResponse = map[int16]string{
 }
 
 type ClockRequest struct {
+	Token *string `thrift:"token,1,optional" frugal:"1,optional,string" json:"token,omitempty"`
 }
 
 func NewClockRequest() *ClockRequest {
@@ -531,6 +550,22 @@ func NewClockRequest() *ClockRequest {
 func (p *ClockRequest) InitDefault() {
 }
 
+var ClockRequest_Token_DEFAULT string
+
+func (p *ClockRequest) GetToken() (v string) {
+	if !p.IsSetToken() {
+		return ClockRequest_Token_DEFAULT
+	}
+	return *p.Token
+}
+func (p *ClockRequest) SetToken(val *string) {
+	p.Token = val
+}
+
+func (p *ClockRequest) IsSetToken() bool {
+	return p.Token != nil
+}
+
 func (p *ClockRequest) String() string {
 	if p == nil {
 		return "<nil>"
@@ -538,7 +573,9 @@ func (p *ClockRequest) String() string {
 	return fmt.Sprintf("ClockRequest(%+v)", *p)
 }
 
-var fieldIDToName_ClockRequest = map[int16]string{}
+var fieldIDToName_ClockRequest = map[int16]string{
+	1: "token",
+}
 
 type ClockResponse struct {
 	NowMs   int64  `thrift:"now_ms,1,required" frugal:"1,required,i64" json:"now_ms"`
@@ -606,7 +643,8 @@ var fieldIDToName_ClockResponse = map[int16]string{
 }
 
 type ListWorkersRequest struct {
-	Idc *int32 `thrift:"idc,1,optional" frugal:"1,optional,i32" json:"idc,omitempty"`
+	Idc   *int32  `thrift:"idc,1,optional" frugal:"1,optional,i32" json:"idc,omitempty"`
+	Token *string `thrift:"token,2,optional" frugal:"2,optional,string" json:"token,omitempty"`
 }
 
 func NewListWorkersRequest() *ListWorkersRequest {
@@ -624,12 +662,28 @@ func (p *ListWorkersRequest) GetIdc() (v int32) {
 	}
 	return *p.Idc
 }
+
+var ListWorkersRequest_Token_DEFAULT string
+
+func (p *ListWorkersRequest) GetToken() (v string) {
+	if !p.IsSetToken() {
+		return ListWorkersRequest_Token_DEFAULT
+	}
+	return *p.Token
+}
 func (p *ListWorkersRequest) SetIdc(val *int32) {
 	p.Idc = val
+}
+func (p *ListWorkersRequest) SetToken(val *string) {
+	p.Token = val
 }
 
 func (p *ListWorkersRequest) IsSetIdc() bool {
 	return p.Idc != nil
+}
+
+func (p *ListWorkersRequest) IsSetToken() bool {
+	return p.Token != nil
 }
 
 func (p *ListWorkersRequest) String() string {
@@ -641,6 +695,7 @@ func (p *ListWorkersRequest) String() string {
 
 var fieldIDToName_ListWorkersRequest = map[int16]string{
 	1: "idc",
+	2: "token",
 }
 
 type Worker struct {
@@ -810,21 +865,24 @@ var fieldIDToName_ListWorkersResponse = map[int16]string{
 }
 
 type Biz struct {
-	Name          string   `thrift:"name,1,required" frugal:"1,required,string" json:"name"`
-	Channel       Channel  `thrift:"channel,2,required" frugal:"2,required,Channel" json:"channel"`
-	Step          int64    `thrift:"step,3,required" frugal:"3,required,i64" json:"step"`
-	LowWaterPct   int32    `thrift:"low_water_pct,4,required" frugal:"4,required,i32" json:"low_water_pct"`
-	StartNum      int64    `thrift:"start_num,5,required" frugal:"5,required,i64" json:"start_num"`
-	Fallback      bool     `thrift:"fallback,6,required" frugal:"6,required,bool" json:"fallback"`
-	RateLimit     int32    `thrift:"rate_limit,7,required" frugal:"7,required,i32" json:"rate_limit"`
-	Description   string   `thrift:"description,8,required" frugal:"8,required,string" json:"description"`
-	CreatedAtMs   int64    `thrift:"created_at_ms,9,required" frugal:"9,required,i64" json:"created_at_ms"`
-	UpdatedAtMs   int64    `thrift:"updated_at_ms,10,required" frugal:"10,required,i64" json:"updated_at_ms"`
-	Obfuscate     *bool    `thrift:"obfuscate,11,optional" frugal:"11,optional,bool" json:"obfuscate,omitempty"`
-	Format        *string  `thrift:"format,12,optional" frugal:"12,optional,string" json:"format,omitempty"`
-	CodeMinLength *int32   `thrift:"code_min_length,13,optional" frugal:"13,optional,i32" json:"code_min_length,omitempty"`
-	Plugins       []string `thrift:"plugins,14,optional" frugal:"14,optional,list<string>" json:"plugins,omitempty"`
-	Issued        *bool    `thrift:"issued,15,optional" frugal:"15,optional,bool" json:"issued,omitempty"`
+	Name          string      `thrift:"name,1,required" frugal:"1,required,string" json:"name"`
+	Channel       Channel     `thrift:"channel,2,required" frugal:"2,required,Channel" json:"channel"`
+	Step          int64       `thrift:"step,3,required" frugal:"3,required,i64" json:"step"`
+	LowWaterPct   int32       `thrift:"low_water_pct,4,required" frugal:"4,required,i32" json:"low_water_pct"`
+	StartNum      int64       `thrift:"start_num,5,required" frugal:"5,required,i64" json:"start_num"`
+	Fallback      bool        `thrift:"fallback,6,required" frugal:"6,required,bool" json:"fallback"`
+	RateLimit     int32       `thrift:"rate_limit,7,required" frugal:"7,required,i32" json:"rate_limit"`
+	Description   string      `thrift:"description,8,required" frugal:"8,required,string" json:"description"`
+	CreatedAtMs   int64       `thrift:"created_at_ms,9,required" frugal:"9,required,i64" json:"created_at_ms"`
+	UpdatedAtMs   int64       `thrift:"updated_at_ms,10,required" frugal:"10,required,i64" json:"updated_at_ms"`
+	Obfuscate     *bool       `thrift:"obfuscate,11,optional" frugal:"11,optional,bool" json:"obfuscate,omitempty"`
+	Format        *string     `thrift:"format,12,optional" frugal:"12,optional,string" json:"format,omitempty"`
+	CodeMinLength *int32      `thrift:"code_min_length,13,optional" frugal:"13,optional,i32" json:"code_min_length,omitempty"`
+	Plugins       []string    `thrift:"plugins,14,optional" frugal:"14,optional,list<string>" json:"plugins,omitempty"`
+	Issued        *bool       `thrift:"issued,15,optional" frugal:"15,optional,bool" json:"issued,omitempty"`
+	IdQuota       *int64      `thrift:"id_quota,16,optional" frugal:"16,optional,i64" json:"id_quota,omitempty"`
+	IdBurst       *int64      `thrift:"id_burst,17,optional" frugal:"17,optional,i64" json:"id_burst,omitempty"`
+	Tokens        []*BizToken `thrift:"tokens,18,optional" frugal:"18,optional,list<BizToken>" json:"tokens,omitempty"`
 }
 
 func NewBiz() *Biz {
@@ -918,6 +976,33 @@ func (p *Biz) GetIssued() (v bool) {
 	}
 	return *p.Issued
 }
+
+var Biz_IdQuota_DEFAULT int64
+
+func (p *Biz) GetIdQuota() (v int64) {
+	if !p.IsSetIdQuota() {
+		return Biz_IdQuota_DEFAULT
+	}
+	return *p.IdQuota
+}
+
+var Biz_IdBurst_DEFAULT int64
+
+func (p *Biz) GetIdBurst() (v int64) {
+	if !p.IsSetIdBurst() {
+		return Biz_IdBurst_DEFAULT
+	}
+	return *p.IdBurst
+}
+
+var Biz_Tokens_DEFAULT []*BizToken
+
+func (p *Biz) GetTokens() (v []*BizToken) {
+	if !p.IsSetTokens() {
+		return Biz_Tokens_DEFAULT
+	}
+	return p.Tokens
+}
 func (p *Biz) SetName(val string) {
 	p.Name = val
 }
@@ -963,6 +1048,15 @@ func (p *Biz) SetPlugins(val []string) {
 func (p *Biz) SetIssued(val *bool) {
 	p.Issued = val
 }
+func (p *Biz) SetIdQuota(val *int64) {
+	p.IdQuota = val
+}
+func (p *Biz) SetIdBurst(val *int64) {
+	p.IdBurst = val
+}
+func (p *Biz) SetTokens(val []*BizToken) {
+	p.Tokens = val
+}
 
 func (p *Biz) IsSetObfuscate() bool {
 	return p.Obfuscate != nil
@@ -982,6 +1076,18 @@ func (p *Biz) IsSetPlugins() bool {
 
 func (p *Biz) IsSetIssued() bool {
 	return p.Issued != nil
+}
+
+func (p *Biz) IsSetIdQuota() bool {
+	return p.IdQuota != nil
+}
+
+func (p *Biz) IsSetIdBurst() bool {
+	return p.IdBurst != nil
+}
+
+func (p *Biz) IsSetTokens() bool {
+	return p.Tokens != nil
 }
 
 func (p *Biz) String() string {
@@ -1007,6 +1113,56 @@ var fieldIDToName_Biz = map[int16]string{
 	13: "code_min_length",
 	14: "plugins",
 	15: "issued",
+	16: "id_quota",
+	17: "id_burst",
+	18: "tokens",
+}
+
+type BizToken struct {
+	Id          string `thrift:"id,1,required" frugal:"1,required,string" json:"id"`
+	Label       string `thrift:"label,2,required" frugal:"2,required,string" json:"label"`
+	CreatedAtMs int64  `thrift:"created_at_ms,3,required" frugal:"3,required,i64" json:"created_at_ms"`
+}
+
+func NewBizToken() *BizToken {
+	return &BizToken{}
+}
+
+func (p *BizToken) InitDefault() {
+}
+
+func (p *BizToken) GetId() (v string) {
+	return p.Id
+}
+
+func (p *BizToken) GetLabel() (v string) {
+	return p.Label
+}
+
+func (p *BizToken) GetCreatedAtMs() (v int64) {
+	return p.CreatedAtMs
+}
+func (p *BizToken) SetId(val string) {
+	p.Id = val
+}
+func (p *BizToken) SetLabel(val string) {
+	p.Label = val
+}
+func (p *BizToken) SetCreatedAtMs(val int64) {
+	p.CreatedAtMs = val
+}
+
+func (p *BizToken) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("BizToken(%+v)", *p)
+}
+
+var fieldIDToName_BizToken = map[int16]string{
+	1: "id",
+	2: "label",
+	3: "created_at_ms",
 }
 
 type CreateBizRequest struct {
@@ -1023,6 +1179,8 @@ type CreateBizRequest struct {
 	Format        *string  `thrift:"format,11,optional" frugal:"11,optional,string" json:"format,omitempty"`
 	CodeMinLength *int32   `thrift:"code_min_length,12,optional" frugal:"12,optional,i32" json:"code_min_length,omitempty"`
 	Plugins       []string `thrift:"plugins,13,optional" frugal:"13,optional,list<string>" json:"plugins,omitempty"`
+	IdQuota       *int64   `thrift:"id_quota,14,optional" frugal:"14,optional,i64" json:"id_quota,omitempty"`
+	IdBurst       *int64   `thrift:"id_burst,15,optional" frugal:"15,optional,i64" json:"id_burst,omitempty"`
 }
 
 func NewCreateBizRequest() *CreateBizRequest {
@@ -1143,6 +1301,24 @@ func (p *CreateBizRequest) GetPlugins() (v []string) {
 	}
 	return p.Plugins
 }
+
+var CreateBizRequest_IdQuota_DEFAULT int64
+
+func (p *CreateBizRequest) GetIdQuota() (v int64) {
+	if !p.IsSetIdQuota() {
+		return CreateBizRequest_IdQuota_DEFAULT
+	}
+	return *p.IdQuota
+}
+
+var CreateBizRequest_IdBurst_DEFAULT int64
+
+func (p *CreateBizRequest) GetIdBurst() (v int64) {
+	if !p.IsSetIdBurst() {
+		return CreateBizRequest_IdBurst_DEFAULT
+	}
+	return *p.IdBurst
+}
 func (p *CreateBizRequest) SetName(val string) {
 	p.Name = val
 }
@@ -1181,6 +1357,12 @@ func (p *CreateBizRequest) SetCodeMinLength(val *int32) {
 }
 func (p *CreateBizRequest) SetPlugins(val []string) {
 	p.Plugins = val
+}
+func (p *CreateBizRequest) SetIdQuota(val *int64) {
+	p.IdQuota = val
+}
+func (p *CreateBizRequest) SetIdBurst(val *int64) {
+	p.IdBurst = val
 }
 
 func (p *CreateBizRequest) IsSetChannel() bool {
@@ -1231,6 +1413,14 @@ func (p *CreateBizRequest) IsSetPlugins() bool {
 	return p.Plugins != nil
 }
 
+func (p *CreateBizRequest) IsSetIdQuota() bool {
+	return p.IdQuota != nil
+}
+
+func (p *CreateBizRequest) IsSetIdBurst() bool {
+	return p.IdBurst != nil
+}
+
 func (p *CreateBizRequest) String() string {
 	if p == nil {
 		return "<nil>"
@@ -1252,6 +1442,8 @@ var fieldIDToName_CreateBizRequest = map[int16]string{
 	11: "format",
 	12: "code_min_length",
 	13: "plugins",
+	14: "id_quota",
+	15: "id_burst",
 }
 
 type UpdateBizRequest struct {
@@ -1267,6 +1459,8 @@ type UpdateBizRequest struct {
 	Format        *string  `thrift:"format,11,optional" frugal:"11,optional,string" json:"format,omitempty"`
 	CodeMinLength *int32   `thrift:"code_min_length,12,optional" frugal:"12,optional,i32" json:"code_min_length,omitempty"`
 	Plugins       []string `thrift:"plugins,13,optional" frugal:"13,optional,list<string>" json:"plugins,omitempty"`
+	IdQuota       *int64   `thrift:"id_quota,14,optional" frugal:"14,optional,i64" json:"id_quota,omitempty"`
+	IdBurst       *int64   `thrift:"id_burst,15,optional" frugal:"15,optional,i64" json:"id_burst,omitempty"`
 }
 
 func NewUpdateBizRequest() *UpdateBizRequest {
@@ -1378,6 +1572,24 @@ func (p *UpdateBizRequest) GetPlugins() (v []string) {
 	}
 	return p.Plugins
 }
+
+var UpdateBizRequest_IdQuota_DEFAULT int64
+
+func (p *UpdateBizRequest) GetIdQuota() (v int64) {
+	if !p.IsSetIdQuota() {
+		return UpdateBizRequest_IdQuota_DEFAULT
+	}
+	return *p.IdQuota
+}
+
+var UpdateBizRequest_IdBurst_DEFAULT int64
+
+func (p *UpdateBizRequest) GetIdBurst() (v int64) {
+	if !p.IsSetIdBurst() {
+		return UpdateBizRequest_IdBurst_DEFAULT
+	}
+	return *p.IdBurst
+}
 func (p *UpdateBizRequest) SetName(val string) {
 	p.Name = val
 }
@@ -1413,6 +1625,12 @@ func (p *UpdateBizRequest) SetCodeMinLength(val *int32) {
 }
 func (p *UpdateBizRequest) SetPlugins(val []string) {
 	p.Plugins = val
+}
+func (p *UpdateBizRequest) SetIdQuota(val *int64) {
+	p.IdQuota = val
+}
+func (p *UpdateBizRequest) SetIdBurst(val *int64) {
+	p.IdBurst = val
 }
 
 func (p *UpdateBizRequest) IsSetChannel() bool {
@@ -1459,6 +1677,14 @@ func (p *UpdateBizRequest) IsSetPlugins() bool {
 	return p.Plugins != nil
 }
 
+func (p *UpdateBizRequest) IsSetIdQuota() bool {
+	return p.IdQuota != nil
+}
+
+func (p *UpdateBizRequest) IsSetIdBurst() bool {
+	return p.IdBurst != nil
+}
+
 func (p *UpdateBizRequest) String() string {
 	if p == nil {
 		return "<nil>"
@@ -1479,6 +1705,8 @@ var fieldIDToName_UpdateBizRequest = map[int16]string{
 	11: "format",
 	12: "code_min_length",
 	13: "plugins",
+	14: "id_quota",
+	15: "id_burst",
 }
 
 type GetBizRequest struct {
@@ -1530,6 +1758,8 @@ var fieldIDToName_GetBizRequest = map[int16]string{
 
 type ListBizRequest struct {
 	Token *string `thrift:"token,1,optional" frugal:"1,optional,string" json:"token,omitempty"`
+	After *string `thrift:"after,2,optional" frugal:"2,optional,string" json:"after,omitempty"`
+	Limit *int32  `thrift:"limit,3,optional" frugal:"3,optional,i32" json:"limit,omitempty"`
 }
 
 func NewListBizRequest() *ListBizRequest {
@@ -1547,12 +1777,44 @@ func (p *ListBizRequest) GetToken() (v string) {
 	}
 	return *p.Token
 }
+
+var ListBizRequest_After_DEFAULT string
+
+func (p *ListBizRequest) GetAfter() (v string) {
+	if !p.IsSetAfter() {
+		return ListBizRequest_After_DEFAULT
+	}
+	return *p.After
+}
+
+var ListBizRequest_Limit_DEFAULT int32
+
+func (p *ListBizRequest) GetLimit() (v int32) {
+	if !p.IsSetLimit() {
+		return ListBizRequest_Limit_DEFAULT
+	}
+	return *p.Limit
+}
 func (p *ListBizRequest) SetToken(val *string) {
 	p.Token = val
+}
+func (p *ListBizRequest) SetAfter(val *string) {
+	p.After = val
+}
+func (p *ListBizRequest) SetLimit(val *int32) {
+	p.Limit = val
 }
 
 func (p *ListBizRequest) IsSetToken() bool {
 	return p.Token != nil
+}
+
+func (p *ListBizRequest) IsSetAfter() bool {
+	return p.After != nil
+}
+
+func (p *ListBizRequest) IsSetLimit() bool {
+	return p.Limit != nil
 }
 
 func (p *ListBizRequest) String() string {
@@ -1564,10 +1826,13 @@ func (p *ListBizRequest) String() string {
 
 var fieldIDToName_ListBizRequest = map[int16]string{
 	1: "token",
+	2: "after",
+	3: "limit",
 }
 
 type ListBizResponse struct {
-	Bizs []*Biz `thrift:"bizs,1,required" frugal:"1,required,list<Biz>" json:"bizs"`
+	Bizs []*Biz  `thrift:"bizs,1,required" frugal:"1,required,list<Biz>" json:"bizs"`
+	Next *string `thrift:"next,2,optional" frugal:"2,optional,string" json:"next,omitempty"`
 }
 
 func NewListBizResponse() *ListBizResponse {
@@ -1580,8 +1845,24 @@ func (p *ListBizResponse) InitDefault() {
 func (p *ListBizResponse) GetBizs() (v []*Biz) {
 	return p.Bizs
 }
+
+var ListBizResponse_Next_DEFAULT string
+
+func (p *ListBizResponse) GetNext() (v string) {
+	if !p.IsSetNext() {
+		return ListBizResponse_Next_DEFAULT
+	}
+	return *p.Next
+}
 func (p *ListBizResponse) SetBizs(val []*Biz) {
 	p.Bizs = val
+}
+func (p *ListBizResponse) SetNext(val *string) {
+	p.Next = val
+}
+
+func (p *ListBizResponse) IsSetNext() bool {
+	return p.Next != nil
 }
 
 func (p *ListBizResponse) String() string {
@@ -1593,6 +1874,204 @@ func (p *ListBizResponse) String() string {
 
 var fieldIDToName_ListBizResponse = map[int16]string{
 	1: "bizs",
+	2: "next",
+}
+
+type CreateBizTokenRequest struct {
+	Biz   string  `thrift:"biz,1,required" frugal:"1,required,string" json:"biz"`
+	Label *string `thrift:"label,2,optional" frugal:"2,optional,string" json:"label,omitempty"`
+	Token *string `thrift:"token,3,optional" frugal:"3,optional,string" json:"token,omitempty"`
+}
+
+func NewCreateBizTokenRequest() *CreateBizTokenRequest {
+	return &CreateBizTokenRequest{}
+}
+
+func (p *CreateBizTokenRequest) InitDefault() {
+}
+
+func (p *CreateBizTokenRequest) GetBiz() (v string) {
+	return p.Biz
+}
+
+var CreateBizTokenRequest_Label_DEFAULT string
+
+func (p *CreateBizTokenRequest) GetLabel() (v string) {
+	if !p.IsSetLabel() {
+		return CreateBizTokenRequest_Label_DEFAULT
+	}
+	return *p.Label
+}
+
+var CreateBizTokenRequest_Token_DEFAULT string
+
+func (p *CreateBizTokenRequest) GetToken() (v string) {
+	if !p.IsSetToken() {
+		return CreateBizTokenRequest_Token_DEFAULT
+	}
+	return *p.Token
+}
+func (p *CreateBizTokenRequest) SetBiz(val string) {
+	p.Biz = val
+}
+func (p *CreateBizTokenRequest) SetLabel(val *string) {
+	p.Label = val
+}
+func (p *CreateBizTokenRequest) SetToken(val *string) {
+	p.Token = val
+}
+
+func (p *CreateBizTokenRequest) IsSetLabel() bool {
+	return p.Label != nil
+}
+
+func (p *CreateBizTokenRequest) IsSetToken() bool {
+	return p.Token != nil
+}
+
+func (p *CreateBizTokenRequest) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("CreateBizTokenRequest(%+v)", *p)
+}
+
+var fieldIDToName_CreateBizTokenRequest = map[int16]string{
+	1: "biz",
+	2: "label",
+	3: "token",
+}
+
+type CreateBizTokenResponse struct {
+	Info   *BizToken `thrift:"info,1,required" frugal:"1,required,BizToken" json:"info"`
+	Secret string    `thrift:"secret,2,required" frugal:"2,required,string" json:"secret"`
+}
+
+func NewCreateBizTokenResponse() *CreateBizTokenResponse {
+	return &CreateBizTokenResponse{}
+}
+
+func (p *CreateBizTokenResponse) InitDefault() {
+}
+
+var CreateBizTokenResponse_Info_DEFAULT *BizToken
+
+func (p *CreateBizTokenResponse) GetInfo() (v *BizToken) {
+	if !p.IsSetInfo() {
+		return CreateBizTokenResponse_Info_DEFAULT
+	}
+	return p.Info
+}
+
+func (p *CreateBizTokenResponse) GetSecret() (v string) {
+	return p.Secret
+}
+func (p *CreateBizTokenResponse) SetInfo(val *BizToken) {
+	p.Info = val
+}
+func (p *CreateBizTokenResponse) SetSecret(val string) {
+	p.Secret = val
+}
+
+func (p *CreateBizTokenResponse) IsSetInfo() bool {
+	return p.Info != nil
+}
+
+func (p *CreateBizTokenResponse) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("CreateBizTokenResponse(%+v)", *p)
+}
+
+var fieldIDToName_CreateBizTokenResponse = map[int16]string{
+	1: "info",
+	2: "secret",
+}
+
+type RevokeBizTokenRequest struct {
+	Biz   string  `thrift:"biz,1,required" frugal:"1,required,string" json:"biz"`
+	Id    string  `thrift:"id,2,required" frugal:"2,required,string" json:"id"`
+	Token *string `thrift:"token,3,optional" frugal:"3,optional,string" json:"token,omitempty"`
+}
+
+func NewRevokeBizTokenRequest() *RevokeBizTokenRequest {
+	return &RevokeBizTokenRequest{}
+}
+
+func (p *RevokeBizTokenRequest) InitDefault() {
+}
+
+func (p *RevokeBizTokenRequest) GetBiz() (v string) {
+	return p.Biz
+}
+
+func (p *RevokeBizTokenRequest) GetId() (v string) {
+	return p.Id
+}
+
+var RevokeBizTokenRequest_Token_DEFAULT string
+
+func (p *RevokeBizTokenRequest) GetToken() (v string) {
+	if !p.IsSetToken() {
+		return RevokeBizTokenRequest_Token_DEFAULT
+	}
+	return *p.Token
+}
+func (p *RevokeBizTokenRequest) SetBiz(val string) {
+	p.Biz = val
+}
+func (p *RevokeBizTokenRequest) SetId(val string) {
+	p.Id = val
+}
+func (p *RevokeBizTokenRequest) SetToken(val *string) {
+	p.Token = val
+}
+
+func (p *RevokeBizTokenRequest) IsSetToken() bool {
+	return p.Token != nil
+}
+
+func (p *RevokeBizTokenRequest) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("RevokeBizTokenRequest(%+v)", *p)
+}
+
+var fieldIDToName_RevokeBizTokenRequest = map[int16]string{
+	1: "biz",
+	2: "id",
+	3: "token",
+}
+
+type RevokeBizTokenResponse struct {
+	Remaining int32 `thrift:"remaining,1,required" frugal:"1,required,i32" json:"remaining"`
+}
+
+func NewRevokeBizTokenResponse() *RevokeBizTokenResponse {
+	return &RevokeBizTokenResponse{}
+}
+
+func (p *RevokeBizTokenResponse) InitDefault() {
+}
+
+func (p *RevokeBizTokenResponse) GetRemaining() (v int32) {
+	return p.Remaining
+}
+func (p *RevokeBizTokenResponse) SetRemaining(val int32) {
+	p.Remaining = val
+}
+
+func (p *RevokeBizTokenResponse) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("RevokeBizTokenResponse(%+v)", *p)
+}
+
+var fieldIDToName_RevokeBizTokenResponse = map[int16]string{
+	1: "remaining",
 }
 
 type DecodeRequest struct {
@@ -1816,6 +2295,10 @@ type IDGenService interface {
 	ListBiz(ctx context.Context, req *ListBizRequest) (r *ListBizResponse, err error)
 
 	Decode(ctx context.Context, req *DecodeRequest) (r *DecodeResponse, err error)
+
+	CreateBizToken(ctx context.Context, req *CreateBizTokenRequest) (r *CreateBizTokenResponse, err error)
+
+	RevokeBizToken(ctx context.Context, req *RevokeBizTokenRequest) (r *RevokeBizTokenResponse, err error)
 }
 
 type IDGenServiceNextIDsArgs struct {
@@ -2660,6 +3143,194 @@ func (p *IDGenServiceDecodeResult) String() string {
 }
 
 var fieldIDToName_IDGenServiceDecodeResult = map[int16]string{
+	0: "success",
+	1: "err",
+}
+
+type IDGenServiceCreateBizTokenArgs struct {
+	Req *CreateBizTokenRequest `thrift:"req,1" frugal:"1,default,CreateBizTokenRequest" json:"req"`
+}
+
+func NewIDGenServiceCreateBizTokenArgs() *IDGenServiceCreateBizTokenArgs {
+	return &IDGenServiceCreateBizTokenArgs{}
+}
+
+func (p *IDGenServiceCreateBizTokenArgs) InitDefault() {
+}
+
+var IDGenServiceCreateBizTokenArgs_Req_DEFAULT *CreateBizTokenRequest
+
+func (p *IDGenServiceCreateBizTokenArgs) GetReq() (v *CreateBizTokenRequest) {
+	if !p.IsSetReq() {
+		return IDGenServiceCreateBizTokenArgs_Req_DEFAULT
+	}
+	return p.Req
+}
+func (p *IDGenServiceCreateBizTokenArgs) SetReq(val *CreateBizTokenRequest) {
+	p.Req = val
+}
+
+func (p *IDGenServiceCreateBizTokenArgs) IsSetReq() bool {
+	return p.Req != nil
+}
+
+func (p *IDGenServiceCreateBizTokenArgs) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("IDGenServiceCreateBizTokenArgs(%+v)", *p)
+}
+
+var fieldIDToName_IDGenServiceCreateBizTokenArgs = map[int16]string{
+	1: "req",
+}
+
+type IDGenServiceCreateBizTokenResult struct {
+	Success *CreateBizTokenResponse `thrift:"success,0,optional" frugal:"0,optional,CreateBizTokenResponse" json:"success,omitempty"`
+	Err     *IdgenError             `thrift:"err,1,optional" frugal:"1,optional,IdgenError" json:"err,omitempty"`
+}
+
+func NewIDGenServiceCreateBizTokenResult() *IDGenServiceCreateBizTokenResult {
+	return &IDGenServiceCreateBizTokenResult{}
+}
+
+func (p *IDGenServiceCreateBizTokenResult) InitDefault() {
+}
+
+var IDGenServiceCreateBizTokenResult_Success_DEFAULT *CreateBizTokenResponse
+
+func (p *IDGenServiceCreateBizTokenResult) GetSuccess() (v *CreateBizTokenResponse) {
+	if !p.IsSetSuccess() {
+		return IDGenServiceCreateBizTokenResult_Success_DEFAULT
+	}
+	return p.Success
+}
+
+var IDGenServiceCreateBizTokenResult_Err_DEFAULT *IdgenError
+
+func (p *IDGenServiceCreateBizTokenResult) GetErr() (v *IdgenError) {
+	if !p.IsSetErr() {
+		return IDGenServiceCreateBizTokenResult_Err_DEFAULT
+	}
+	return p.Err
+}
+func (p *IDGenServiceCreateBizTokenResult) SetSuccess(x interface{}) {
+	p.Success = x.(*CreateBizTokenResponse)
+}
+func (p *IDGenServiceCreateBizTokenResult) SetErr(val *IdgenError) {
+	p.Err = val
+}
+
+func (p *IDGenServiceCreateBizTokenResult) IsSetSuccess() bool {
+	return p.Success != nil
+}
+
+func (p *IDGenServiceCreateBizTokenResult) IsSetErr() bool {
+	return p.Err != nil
+}
+
+func (p *IDGenServiceCreateBizTokenResult) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("IDGenServiceCreateBizTokenResult(%+v)", *p)
+}
+
+var fieldIDToName_IDGenServiceCreateBizTokenResult = map[int16]string{
+	0: "success",
+	1: "err",
+}
+
+type IDGenServiceRevokeBizTokenArgs struct {
+	Req *RevokeBizTokenRequest `thrift:"req,1" frugal:"1,default,RevokeBizTokenRequest" json:"req"`
+}
+
+func NewIDGenServiceRevokeBizTokenArgs() *IDGenServiceRevokeBizTokenArgs {
+	return &IDGenServiceRevokeBizTokenArgs{}
+}
+
+func (p *IDGenServiceRevokeBizTokenArgs) InitDefault() {
+}
+
+var IDGenServiceRevokeBizTokenArgs_Req_DEFAULT *RevokeBizTokenRequest
+
+func (p *IDGenServiceRevokeBizTokenArgs) GetReq() (v *RevokeBizTokenRequest) {
+	if !p.IsSetReq() {
+		return IDGenServiceRevokeBizTokenArgs_Req_DEFAULT
+	}
+	return p.Req
+}
+func (p *IDGenServiceRevokeBizTokenArgs) SetReq(val *RevokeBizTokenRequest) {
+	p.Req = val
+}
+
+func (p *IDGenServiceRevokeBizTokenArgs) IsSetReq() bool {
+	return p.Req != nil
+}
+
+func (p *IDGenServiceRevokeBizTokenArgs) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("IDGenServiceRevokeBizTokenArgs(%+v)", *p)
+}
+
+var fieldIDToName_IDGenServiceRevokeBizTokenArgs = map[int16]string{
+	1: "req",
+}
+
+type IDGenServiceRevokeBizTokenResult struct {
+	Success *RevokeBizTokenResponse `thrift:"success,0,optional" frugal:"0,optional,RevokeBizTokenResponse" json:"success,omitempty"`
+	Err     *IdgenError             `thrift:"err,1,optional" frugal:"1,optional,IdgenError" json:"err,omitempty"`
+}
+
+func NewIDGenServiceRevokeBizTokenResult() *IDGenServiceRevokeBizTokenResult {
+	return &IDGenServiceRevokeBizTokenResult{}
+}
+
+func (p *IDGenServiceRevokeBizTokenResult) InitDefault() {
+}
+
+var IDGenServiceRevokeBizTokenResult_Success_DEFAULT *RevokeBizTokenResponse
+
+func (p *IDGenServiceRevokeBizTokenResult) GetSuccess() (v *RevokeBizTokenResponse) {
+	if !p.IsSetSuccess() {
+		return IDGenServiceRevokeBizTokenResult_Success_DEFAULT
+	}
+	return p.Success
+}
+
+var IDGenServiceRevokeBizTokenResult_Err_DEFAULT *IdgenError
+
+func (p *IDGenServiceRevokeBizTokenResult) GetErr() (v *IdgenError) {
+	if !p.IsSetErr() {
+		return IDGenServiceRevokeBizTokenResult_Err_DEFAULT
+	}
+	return p.Err
+}
+func (p *IDGenServiceRevokeBizTokenResult) SetSuccess(x interface{}) {
+	p.Success = x.(*RevokeBizTokenResponse)
+}
+func (p *IDGenServiceRevokeBizTokenResult) SetErr(val *IdgenError) {
+	p.Err = val
+}
+
+func (p *IDGenServiceRevokeBizTokenResult) IsSetSuccess() bool {
+	return p.Success != nil
+}
+
+func (p *IDGenServiceRevokeBizTokenResult) IsSetErr() bool {
+	return p.Err != nil
+}
+
+func (p *IDGenServiceRevokeBizTokenResult) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("IDGenServiceRevokeBizTokenResult(%+v)", *p)
+}
+
+var fieldIDToName_IDGenServiceRevokeBizTokenResult = map[int16]string{
 	0: "success",
 	1: "err",
 }

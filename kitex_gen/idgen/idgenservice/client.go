@@ -20,6 +20,8 @@ type Client interface {
 	GetBiz(ctx context.Context, req *idgen.GetBizRequest, callOptions ...callopt.Option) (r *idgen.Biz, err error)
 	ListBiz(ctx context.Context, req *idgen.ListBizRequest, callOptions ...callopt.Option) (r *idgen.ListBizResponse, err error)
 	Decode(ctx context.Context, req *idgen.DecodeRequest, callOptions ...callopt.Option) (r *idgen.DecodeResponse, err error)
+	CreateBizToken(ctx context.Context, req *idgen.CreateBizTokenRequest, callOptions ...callopt.Option) (r *idgen.CreateBizTokenResponse, err error)
+	RevokeBizToken(ctx context.Context, req *idgen.RevokeBizTokenRequest, callOptions ...callopt.Option) (r *idgen.RevokeBizTokenResponse, err error)
 }
 
 // NewClient creates a client for the service defined in IDL.
@@ -94,4 +96,14 @@ func (p *kIDGenServiceClient) ListBiz(ctx context.Context, req *idgen.ListBizReq
 func (p *kIDGenServiceClient) Decode(ctx context.Context, req *idgen.DecodeRequest, callOptions ...callopt.Option) (r *idgen.DecodeResponse, err error) {
 	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
 	return p.kClient.Decode(ctx, req)
+}
+
+func (p *kIDGenServiceClient) CreateBizToken(ctx context.Context, req *idgen.CreateBizTokenRequest, callOptions ...callopt.Option) (r *idgen.CreateBizTokenResponse, err error) {
+	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
+	return p.kClient.CreateBizToken(ctx, req)
+}
+
+func (p *kIDGenServiceClient) RevokeBizToken(ctx context.Context, req *idgen.RevokeBizTokenRequest, callOptions ...callopt.Option) (r *idgen.RevokeBizTokenResponse, err error) {
+	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
+	return p.kClient.RevokeBizToken(ctx, req)
 }

@@ -76,6 +76,20 @@ var serviceMethods = map[string]kitex.MethodInfo{
 		false,
 		kitex.WithStreamingMode(kitex.StreamingNone),
 	),
+	"CreateBizToken": kitex.NewMethodInfo(
+		createBizTokenHandler,
+		newIDGenServiceCreateBizTokenArgs,
+		newIDGenServiceCreateBizTokenResult,
+		false,
+		kitex.WithStreamingMode(kitex.StreamingNone),
+	),
+	"RevokeBizToken": kitex.NewMethodInfo(
+		revokeBizTokenHandler,
+		newIDGenServiceRevokeBizTokenArgs,
+		newIDGenServiceRevokeBizTokenResult,
+		false,
+		kitex.WithStreamingMode(kitex.StreamingNone),
+	),
 }
 
 var (
@@ -358,6 +372,54 @@ func newIDGenServiceDecodeResult() interface{} {
 	return idgen.NewIDGenServiceDecodeResult()
 }
 
+func createBizTokenHandler(ctx context.Context, handler interface{}, arg, result interface{}) error {
+	realArg := arg.(*idgen.IDGenServiceCreateBizTokenArgs)
+	realResult := result.(*idgen.IDGenServiceCreateBizTokenResult)
+	success, err := handler.(idgen.IDGenService).CreateBizToken(ctx, realArg.Req)
+	if err != nil {
+		switch v := err.(type) {
+		case *idgen.IdgenError:
+			realResult.Err = v
+		default:
+			return err
+		}
+	} else {
+		realResult.Success = success
+	}
+	return nil
+}
+func newIDGenServiceCreateBizTokenArgs() interface{} {
+	return idgen.NewIDGenServiceCreateBizTokenArgs()
+}
+
+func newIDGenServiceCreateBizTokenResult() interface{} {
+	return idgen.NewIDGenServiceCreateBizTokenResult()
+}
+
+func revokeBizTokenHandler(ctx context.Context, handler interface{}, arg, result interface{}) error {
+	realArg := arg.(*idgen.IDGenServiceRevokeBizTokenArgs)
+	realResult := result.(*idgen.IDGenServiceRevokeBizTokenResult)
+	success, err := handler.(idgen.IDGenService).RevokeBizToken(ctx, realArg.Req)
+	if err != nil {
+		switch v := err.(type) {
+		case *idgen.IdgenError:
+			realResult.Err = v
+		default:
+			return err
+		}
+	} else {
+		realResult.Success = success
+	}
+	return nil
+}
+func newIDGenServiceRevokeBizTokenArgs() interface{} {
+	return idgen.NewIDGenServiceRevokeBizTokenArgs()
+}
+
+func newIDGenServiceRevokeBizTokenResult() interface{} {
+	return idgen.NewIDGenServiceRevokeBizTokenResult()
+}
+
 type kClient struct {
 	c client.Client
 }
@@ -485,6 +547,34 @@ func (p *kClient) Decode(ctx context.Context, req *idgen.DecodeRequest) (r *idge
 	_args.Req = req
 	var _result idgen.IDGenServiceDecodeResult
 	if err = p.c.Call(ctx, "Decode", &_args, &_result); err != nil {
+		return
+	}
+	switch {
+	case _result.Err != nil:
+		return r, _result.Err
+	}
+	return _result.GetSuccess(), nil
+}
+
+func (p *kClient) CreateBizToken(ctx context.Context, req *idgen.CreateBizTokenRequest) (r *idgen.CreateBizTokenResponse, err error) {
+	var _args idgen.IDGenServiceCreateBizTokenArgs
+	_args.Req = req
+	var _result idgen.IDGenServiceCreateBizTokenResult
+	if err = p.c.Call(ctx, "CreateBizToken", &_args, &_result); err != nil {
+		return
+	}
+	switch {
+	case _result.Err != nil:
+		return r, _result.Err
+	}
+	return _result.GetSuccess(), nil
+}
+
+func (p *kClient) RevokeBizToken(ctx context.Context, req *idgen.RevokeBizTokenRequest) (r *idgen.RevokeBizTokenResponse, err error) {
+	var _args idgen.IDGenServiceRevokeBizTokenArgs
+	_args.Req = req
+	var _result idgen.IDGenServiceRevokeBizTokenResult
+	if err = p.c.Call(ctx, "RevokeBizToken", &_args, &_result); err != nil {
 		return
 	}
 	switch {

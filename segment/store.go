@@ -112,7 +112,7 @@ type BizUpdate struct {
 	CodeMinLength *int
 	Plugins       *[]string
 	// Issued can only be set to true (the issuer does, before issuing).
-	Issued *bool
+	Issued  *bool
 	IDQuota *int64
 	IDBurst *int64
 	// AddToken adds a client token (its ID must be new; at most

@@ -36,6 +36,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,6 +51,15 @@ type ZK interface {
 	Set(path string, data []byte, version int32) (*zk.Stat, error)
 	Exists(path string) (bool, *zk.Stat, error)
 }
+
+// ACLReader is implemented by clients that can read a znode's ACL
+// (*zk.Conn does). Now uses it so that the znodes it creates under a
+// cluster take the cluster's ACL whatever its caller passes.
+type ACLReader interface {
+	GetACL(path string) ([]zk.ACL, *zk.Stat, error)
+}
+
+var _ ACLReader = (*zk.Conn)(nil)
 
 // Errors of the cluster package.
 var (
@@ -161,10 +171,24 @@ func (t Time) ToLocal(zkMs int64) int64 {
 // (creating it if missing): ZooKeeper has no "what time is it" call, and
 // the mtime is stamped by the same leader clock that stamps every other
 // znode. The cluster's znode must exist.
+//
+// A missing clock znode is created with acl, except that a world acl is
+// replaced by the cluster znode's ACL when c can read it (ACLReader).
+// Readers such as worker.ListWorkers know no credential's ACL and pass a
+// world one; the clock they created in a cluster with a digest
+// credential was open to every client (readable, writable, and its ACL
+// changeable: a stranger could lock the nodes out of ZooKeeper's clock).
+// Clusters without a credential have a world-open cluster znode, so
+// nothing changes for them.
 func Now(c ZK, root, name string, acl []zk.ACL) (Time, error) {
 	p := ClockPath(root, name)
 	st, err := c.Set(p, nil, -1)
 	if errors.Is(err, zk.ErrNoNode) {
+		if r, ok := c.(ACLReader); ok && slices.Equal(acl, zk.WorldACL(zk.PermAll)) {
+			if parent, _, aerr := r.GetACL(Path(root, name)); aerr == nil && len(parent) > 0 {
+				acl = parent
+			}
+		}
 		if _, err = c.Create(p, nil, 0, acl); err == nil || errors.Is(err, zk.ErrNodeExists) {
 			st, err = c.Set(p, nil, -1)
 		}

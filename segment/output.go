@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Format is how a business's numbers are handed out.
@@ -92,8 +93,9 @@ func validateOutput(b Biz) error {
 		return fmt.Errorf("%w: biz %q: format %d: want 0 (int) or 1 (code)", ErrInvalid, b.Name, b.Format)
 	case b.CodeMinLength < 0 || b.CodeMinLength > MaxCodeMinLength:
 		return fmt.Errorf("%w: biz %q: code_min_length %d out of range 0..%d", ErrInvalid, b.Name, b.CodeMinLength, MaxCodeMinLength)
-	case b.Key != nil && len(b.Key) != KeySize:
-		return fmt.Errorf("%w: biz %q: secret key is %d bytes, want %d", ErrInvalid, b.Name, len(b.Key), KeySize)
+	case b.Key != nil && len(b.Key) != KeySize && len(b.Key) != WrappedKeySize:
+		return fmt.Errorf("%w: biz %q: secret key is %d bytes, want %d (plain) or %d (wrapped by a master key)",
+			ErrInvalid, b.Name, len(b.Key), KeySize, WrappedKeySize)
 	case len(b.Plugins) > MaxPlugins:
 		return fmt.Errorf("%w: biz %q: %d plugins, at most %d", ErrInvalid, b.Name, len(b.Plugins), MaxPlugins)
 	}
@@ -150,6 +152,16 @@ func applyOutputUpdate(b Biz, u BizUpdate) (Biz, error) {
 			return Biz{}, fmt.Errorf("%w: biz %q: issued cannot be cleared", ErrInvalid, b.Name)
 		}
 		b.Issued = *u.Issued
+	}
+	if u.Key != nil {
+		// Checked here as well as by validateOutput: an empty key would
+		// otherwise pass as "none" and be replaced by a fresh one below,
+		// silently changing the outputs of an obfuscated business.
+		if len(u.Key) != KeySize && len(u.Key) != WrappedKeySize {
+			return Biz{}, fmt.Errorf("%w: biz %q: new secret key is %d bytes, want %d (plain) or %d (wrapped by a master key)",
+				ErrInvalid, b.Name, len(u.Key), KeySize, WrappedKeySize)
+		}
+		b.Key = slices.Clone(u.Key)
 	}
 	if len(b.Key) == 0 {
 		// Businesses created before keys existed get one on their first

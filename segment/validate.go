@@ -1,9 +1,13 @@
 package segment
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -67,7 +71,8 @@ func ValidateStep(step int64) error {
 // NormalizeBiz fills the documented defaults into zero fields of b (Step,
 // LowWaterPct, StartNum) and validates every field. Stores call it in
 // CreateBiz so all of them accept and reject the same businesses; the error
-// wraps ErrInvalid and names the field. Timestamps are left as they are.
+// wraps ErrInvalid and names the field. Timestamps are left as they are
+// (tokens' CreatedAt converted to UTC). The result shares no slice with b.
 func NormalizeBiz(b Biz) (Biz, error) {
 	if err := ValidateBizName(b.Name); err != nil {
 		return Biz{}, err
@@ -86,8 +91,17 @@ func NormalizeBiz(b Biz) (Biz, error) {
 	}
 	if len(b.Key) == 0 {
 		b.Key = NewSecretKey()
+	} else {
+		b.Key = slices.Clone(b.Key)
 	}
 	b.Plugins = append([]string(nil), b.Plugins...)
+	// The stored business must not share memory with the caller's: a
+	// caller reusing its slices would otherwise change a store's state
+	// (memstore keeps the value itself) behind its lock.
+	b.Tokens = cloneTokens(b.Tokens)
+	for i := range b.Tokens {
+		b.Tokens[i].CreatedAt = b.Tokens[i].CreatedAt.UTC()
+	}
 	return b, validateSettings(b)
 }
 
@@ -102,16 +116,136 @@ func validateSettings(b Biz) error {
 		return fmt.Errorf("%w: biz %q: low_water_pct %d out of range 1..%d", ErrInvalid, b.Name, b.LowWaterPct, MaxLowWaterPct)
 	case b.RateLimit < 0:
 		return fmt.Errorf("%w: biz %q: rate_limit %d must be >= 0", ErrInvalid, b.Name, b.RateLimit)
+	case b.IDQuota < 0:
+		return fmt.Errorf("%w: biz %q: id_quota %d must be >= 0 (0 = unlimited)", ErrInvalid, b.Name, b.IDQuota)
+	case b.IDBurst < 0:
+		return fmt.Errorf("%w: biz %q: id_burst %d must be >= 0 (0 = as many as id_quota)", ErrInvalid, b.Name, b.IDBurst)
 	case len(b.Description) > MaxDescriptionLen:
 		return fmt.Errorf("%w: biz %q: description is %d bytes, at most %d allowed", ErrInvalid, b.Name, len(b.Description), MaxDescriptionLen)
+	}
+	if err := validateTokens(b); err != nil {
+		return err
 	}
 	return validateOutput(b)
 }
 
+// validateTokens checks every token of b and that their IDs are unique and
+// at most MaxBizTokens: a token ID names the token to revoke, so two with
+// one ID could not be told apart.
+func validateTokens(b Biz) error {
+	if len(b.Tokens) > MaxBizTokens {
+		return fmt.Errorf("%w: biz %q: %d tokens, at most %d allowed", ErrInvalid, b.Name, len(b.Tokens), MaxBizTokens)
+	}
+	for i, t := range b.Tokens {
+		if err := validateToken(b.Name, t); err != nil {
+			return err
+		}
+		for _, prev := range b.Tokens[:i] {
+			if prev.ID == t.ID {
+				return fmt.Errorf("%w: biz %q: token id %q listed twice: token ids must be unique", ErrInvalid, b.Name, t.ID)
+			}
+		}
+	}
+	return nil
+}
+
+// validateToken checks one token's fields. The ID and label end up in
+// idctl output and logs, hence the narrow alphabet of the ID and no
+// control characters in the label (they could forge log lines or
+// terminal escapes).
+func validateToken(biz string, t BizToken) error {
+	if t.ID == "" || len(t.ID) > MaxTokenIDLen {
+		return fmt.Errorf("%w: biz %q: token id %q: want 1..%d characters", ErrInvalid, biz, t.ID, MaxTokenIDLen)
+	}
+	for i := 0; i < len(t.ID); i++ {
+		c := t.ID[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			r, _ := utf8.DecodeRuneInString(t.ID[i:])
+			return fmt.Errorf("%w: biz %q: token id %q: character %q at byte %d not allowed (want [A-Za-z0-9_-])", ErrInvalid, biz, t.ID, r, i)
+		}
+	}
+	switch {
+	case len(t.Label) > MaxTokenLabelLen:
+		return fmt.Errorf("%w: biz %q: token %q: label is %d bytes, at most %d allowed", ErrInvalid, biz, t.ID, len(t.Label), MaxTokenLabelLen)
+	case !utf8.ValidString(t.Label):
+		return fmt.Errorf("%w: biz %q: token %q: label is not valid UTF-8", ErrInvalid, biz, t.ID)
+	case strings.ContainsFunc(t.Label, unicode.IsControl):
+		return fmt.Errorf("%w: biz %q: token %q: label %q contains a control character", ErrInvalid, biz, t.ID, t.Label)
+	case len(t.Hash) != sha256.Size:
+		return fmt.Errorf("%w: biz %q: token %q: hash is %d bytes, want %d (the SHA-256 of the secret, never the secret itself)", ErrInvalid, biz, t.ID, len(t.Hash), sha256.Size)
+	}
+	return nil
+}
+
+// cloneTokens returns a copy of ts sharing no memory with it (nil for
+// none, so an empty list stores and compares as no tokens).
+func cloneTokens(ts []BizToken) []BizToken {
+	if len(ts) == 0 {
+		return nil
+	}
+	out := make([]BizToken, len(ts))
+	for i, t := range ts {
+		t.Hash = slices.Clone(t.Hash)
+		out[i] = t
+	}
+	return out
+}
+
+// applyTokenUpdate applies u's RevokeToken, then its AddToken, so that
+// one update can rotate a token of a business that holds MaxBizTokens.
+// It runs inside the store's read-modify-write, on the stored list: two
+// concurrent additions both land, and an ID conflict is decided against
+// the list as stored, not as some caller last read it.
+func applyTokenUpdate(b Biz, u BizUpdate, now time.Time) (Biz, error) {
+	b.Tokens = cloneTokens(b.Tokens)
+	if u.RevokeToken != nil {
+		id := *u.RevokeToken
+		i := slices.IndexFunc(b.Tokens, func(t BizToken) bool { return t.ID == id })
+		if i < 0 {
+			ids := make([]string, len(b.Tokens))
+			for j, t := range b.Tokens {
+				ids[j] = t.ID
+			}
+			have := "it has no tokens"
+			if len(ids) > 0 {
+				have = "its tokens are " + strings.Join(ids, ", ")
+			}
+			return Biz{}, fmt.Errorf("%w: biz %q has no token %q to revoke (%s)", ErrInvalid, b.Name, id, have)
+		}
+		b.Tokens = slices.Delete(b.Tokens, i, i+1)
+	}
+	if u.AddToken != nil {
+		t := *u.AddToken
+		t.Hash = slices.Clone(t.Hash)
+		if t.CreatedAt.IsZero() {
+			t.CreatedAt = now
+		}
+		t.CreatedAt = t.CreatedAt.UTC()
+		if err := validateToken(b.Name, t); err != nil {
+			return Biz{}, err
+		}
+		if slices.ContainsFunc(b.Tokens, func(o BizToken) bool { return o.ID == t.ID }) {
+			return Biz{}, fmt.Errorf("%w: biz %q has a token %q already: pick another token id, or revoke that one first", ErrInvalid, b.Name, t.ID)
+		}
+		if len(b.Tokens) >= MaxBizTokens {
+			return Biz{}, fmt.Errorf("%w: biz %q holds %d tokens, the most allowed: revoke one first", ErrInvalid, b.Name, len(b.Tokens))
+		}
+		b.Tokens = append(b.Tokens, t)
+	}
+	if len(b.Tokens) == 0 {
+		b.Tokens = nil
+	}
+	return b, nil
+}
+
 // ApplyBizUpdate returns b with u applied and validated, UpdatedAt set to
 // now (UTC). Unlike creation, an explicit zero is not replaced by a default:
-// setting step 0 is an error, not a reset.
+// setting step 0 is an error, not a reset. A token added without CreatedAt
+// is stamped now.
 func ApplyBizUpdate(b Biz, u BizUpdate, now time.Time) (Biz, error) {
+	// The result shares no memory with b or u: b is often a store's own
+	// copy and the result is handed to callers.
+	b.Plugins, b.Key = slices.Clone(b.Plugins), slices.Clone(b.Key)
 	if u.Channel != nil {
 		b.Channel = *u.Channel
 	}
@@ -130,8 +264,17 @@ func ApplyBizUpdate(b Biz, u BizUpdate, now time.Time) (Biz, error) {
 	if u.Description != nil {
 		b.Description = *u.Description
 	}
-	b, err := applyOutputUpdate(b, u)
+	if u.IDQuota != nil {
+		b.IDQuota = *u.IDQuota
+	}
+	if u.IDBurst != nil {
+		b.IDBurst = *u.IDBurst
+	}
+	b, err := applyTokenUpdate(b, u, now)
 	if err != nil {
+		return Biz{}, err
+	}
+	if b, err = applyOutputUpdate(b, u); err != nil {
 		return Biz{}, err
 	}
 	if err := validateSettings(b); err != nil {

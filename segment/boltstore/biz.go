@@ -14,30 +14,62 @@ import (
 // bizRecord is a business as stored: JSON with snake_case keys so a person
 // can read it with bbolt tooling, timestamps in UTC.
 type bizRecord struct {
-	Name        string    `json:"name"`
-	Channel     int8      `json:"channel"`
-	Step        int64     `json:"step"`
-	LowWaterPct int       `json:"low_water_pct"`
-	StartNum    int64     `json:"start_num"`
-	Fallback    bool      `json:"fallback"`
-	RateLimit   int       `json:"rate_limit"`
-	Description string    `json:"description,omitempty"`
-	Obfuscate   bool      `json:"obfuscate,omitempty"`
-	Format      int8      `json:"format,omitempty"`
-	CodeMinLen  int       `json:"code_min_length,omitempty"`
-	Plugins     []string  `json:"plugins,omitempty"`
-	Key         []byte    `json:"secret_key,omitempty"`
-	Issued      bool      `json:"issued,omitempty"`
-	CreatedAt   time.Time `json:"created_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
+	Name        string   `json:"name"`
+	Channel     int8     `json:"channel"`
+	Step        int64    `json:"step"`
+	LowWaterPct int      `json:"low_water_pct"`
+	StartNum    int64    `json:"start_num"`
+	Fallback    bool     `json:"fallback"`
+	RateLimit   int      `json:"rate_limit"`
+	IDQuota     int64    `json:"id_quota,omitempty"`
+	IDBurst     int64    `json:"id_burst,omitempty"`
+	Description string   `json:"description,omitempty"`
+	Obfuscate   bool     `json:"obfuscate,omitempty"`
+	Format      int8     `json:"format,omitempty"`
+	CodeMinLen  int      `json:"code_min_length,omitempty"`
+	Plugins     []string `json:"plugins,omitempty"`
+	Key         []byte   `json:"secret_key,omitempty"`
+	Issued      bool     `json:"issued,omitempty"`
+	// Tokens: records written before client tokens existed have none,
+	// which reads as a business open to the shared client token, as
+	// before.
+	Tokens    []tokenRecord `json:"tokens,omitempty"`
+	CreatedAt time.Time     `json:"created_at"`
+	UpdatedAt time.Time     `json:"updated_at"`
+}
+
+// tokenRecord is a segment.BizToken as stored: only the hash of the
+// secret (base64 in the JSON), never the secret.
+type tokenRecord struct {
+	ID        string    `json:"id"`
+	Label     string    `json:"label,omitempty"`
+	Hash      []byte    `json:"hash"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func encodeTokens(ts []segment.BizToken) []tokenRecord {
+	var out []tokenRecord
+	for _, t := range ts {
+		out = append(out, tokenRecord{ID: t.ID, Label: t.Label, Hash: t.Hash, CreatedAt: t.CreatedAt.UTC()})
+	}
+	return out
+}
+
+func decodeTokens(rs []tokenRecord) []segment.BizToken {
+	var out []segment.BizToken
+	for _, r := range rs {
+		out = append(out, segment.BizToken{ID: r.ID, Label: r.Label, Hash: r.Hash, CreatedAt: r.CreatedAt.UTC()})
+	}
+	return out
 }
 
 func encodeBiz(b segment.Biz) ([]byte, error) {
 	return json.Marshal(bizRecord{
 		Name: b.Name, Channel: int8(b.Channel), Step: b.Step, LowWaterPct: b.LowWaterPct,
-		StartNum: b.StartNum, Fallback: b.Fallback, RateLimit: b.RateLimit, Description: b.Description,
+		StartNum: b.StartNum, Fallback: b.Fallback, RateLimit: b.RateLimit,
+		IDQuota: b.IDQuota, IDBurst: b.IDBurst, Description: b.Description,
 		Obfuscate: b.Obfuscate, Format: int8(b.Format), CodeMinLen: b.CodeMinLength, Plugins: b.Plugins,
-		Key: []byte(b.Key), Issued: b.Issued,
+		Key: []byte(b.Key), Issued: b.Issued, Tokens: encodeTokens(b.Tokens),
 		CreatedAt: b.CreatedAt.UTC(), UpdatedAt: b.UpdatedAt.UTC(),
 	})
 }
@@ -49,9 +81,10 @@ func decodeBiz(v []byte) (segment.Biz, error) {
 	}
 	return segment.Biz{
 		Name: r.Name, Channel: segment.Channel(r.Channel), Step: r.Step, LowWaterPct: r.LowWaterPct,
-		StartNum: r.StartNum, Fallback: r.Fallback, RateLimit: r.RateLimit, Description: r.Description,
+		StartNum: r.StartNum, Fallback: r.Fallback, RateLimit: r.RateLimit,
+		IDQuota: r.IDQuota, IDBurst: r.IDBurst, Description: r.Description,
 		Obfuscate: r.Obfuscate, Format: segment.Format(r.Format), CodeMinLength: r.CodeMinLen, Plugins: r.Plugins,
-		Key: r.Key, Issued: segment.StoredIssued(r.Issued, r.Key),
+		Key: r.Key, Issued: segment.StoredIssued(r.Issued, r.Key), Tokens: decodeTokens(r.Tokens),
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 	}, nil
 }

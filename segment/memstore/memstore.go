@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -200,7 +201,7 @@ func (s *Store) CreateBiz(ctx context.Context, b segment.Biz) (segment.Biz, erro
 	b.CreatedAt, b.UpdatedAt = now, now
 	s.biz[b.Name] = b
 	s.maxID[b.Name] = b.StartNum - 1
-	return b, nil
+	return clone(b), nil
 }
 
 // UpdateBiz implements segment.Store.
@@ -223,7 +224,7 @@ func (s *Store) UpdateBiz(ctx context.Context, name string, u segment.BizUpdate)
 		return segment.Biz{}, fmt.Errorf("memstore: update biz: %w", err)
 	}
 	s.biz[name] = b
-	return b, nil
+	return clone(b), nil
 }
 
 // GetBiz implements segment.Store.
@@ -241,7 +242,7 @@ func (s *Store) GetBiz(ctx context.Context, name string) (segment.Biz, error) {
 	if !ok {
 		return segment.Biz{}, fmt.Errorf("memstore: get biz %q: %w", name, segment.ErrUnknownBiz)
 	}
-	return b, nil
+	return clone(b), nil
 }
 
 // ListBiz implements segment.Store; businesses are sorted by name.
@@ -257,7 +258,7 @@ func (s *Store) ListBiz(ctx context.Context) ([]segment.Biz, error) {
 	}
 	out := make([]segment.Biz, 0, len(s.biz))
 	for _, b := range s.biz {
-		out = append(out, b)
+		out = append(out, clone(b))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
@@ -271,6 +272,22 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	s.faults.releaseAll()
 	return nil
+}
+
+// clone returns b sharing no memory with the stored copy. A real store
+// hands out decoded copies; without this, a caller changing a returned
+// token hash, key or plugin list would change this store's state, and
+// tests would pass here that fail against MySQL.
+func clone(b segment.Biz) segment.Biz {
+	b.Plugins = slices.Clone(b.Plugins)
+	b.Key = slices.Clone(b.Key)
+	if b.Tokens != nil {
+		b.Tokens = slices.Clone(b.Tokens)
+		for i := range b.Tokens {
+			b.Tokens[i].Hash = slices.Clone(b.Tokens[i].Hash)
+		}
+	}
+	return b
 }
 
 func (s *Store) usable() error {

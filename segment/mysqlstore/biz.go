@@ -3,6 +3,7 @@ package mysqlstore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -40,14 +41,20 @@ func (s *Store) CreateBiz(ctx context.Context, b segment.Biz) (segment.Biz, erro
 	}
 	t := now()
 	b.CreatedAt, b.UpdatedAt = t, t
+	tokens, err := encodeTokens(b.Tokens)
+	if err != nil {
+		return segment.Biz{}, fmt.Errorf("mysqlstore: %s: %w", op, err)
+	}
 	cctx, cancel := s.opContext(ctx)
 	defer cancel()
 	err = s.inTx(cctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(cctx, `INSERT INTO biz (name, channel, step, low_water_pct, start_num, fallback,
-  rate_limit, description, obfuscate, format, code_min_length, plugins, secret_key, issued, created_at, updated_at)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			b.Name, int(b.Channel), b.Step, b.LowWaterPct, b.StartNum, b.Fallback, b.RateLimit, b.Description,
-			b.Obfuscate, int(b.Format), b.CodeMinLength, strings.Join(b.Plugins, ","), []byte(b.Key), b.Issued, t, t)
+  rate_limit, id_quota, id_burst, description, obfuscate, format, code_min_length, plugins, secret_key, issued,
+  tokens, created_at, updated_at)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			b.Name, int(b.Channel), b.Step, b.LowWaterPct, b.StartNum, b.Fallback, b.RateLimit, b.IDQuota, b.IDBurst,
+			b.Description, b.Obfuscate, int(b.Format), b.CodeMinLength, strings.Join(b.Plugins, ","), []byte(b.Key),
+			b.Issued, tokens, t, t)
 		if isDupEntry(err) {
 			return segment.ErrBizExists
 		}
@@ -66,7 +73,10 @@ func (s *Store) CreateBiz(ctx context.Context, b segment.Biz) (segment.Biz, erro
 }
 
 // UpdateBiz changes the given fields under a row lock and returns the new
-// settings.
+// settings. The read (SELECT ... FOR UPDATE), segment.ApplyBizUpdate and
+// the write are one transaction: concurrent updates of one business take
+// turns on the row, so two AddToken calls both land (neither rewrites the
+// token list as it was before the other's commit).
 func (s *Store) UpdateBiz(ctx context.Context, name string, u segment.BizUpdate) (segment.Biz, error) {
 	op := fmt.Sprintf("update business %q", name)
 	if !validName(name) {
@@ -89,12 +99,16 @@ func (s *Store) UpdateBiz(ctx context.Context, name string, u segment.BizUpdate)
 			return err
 		}
 		b.UpdatedAt = b.UpdatedAt.Truncate(time.Microsecond)
+		tokens, err := encodeTokens(b.Tokens)
+		if err != nil {
+			return err
+		}
 		_, err = tx.ExecContext(cctx, `UPDATE biz SET channel = ?, step = ?, low_water_pct = ?, fallback = ?,
-  rate_limit = ?, description = ?, obfuscate = ?, format = ?, code_min_length = ?, plugins = ?, secret_key = ?,
-  issued = ?, updated_at = ? WHERE name = ?`,
-			int(b.Channel), b.Step, b.LowWaterPct, b.Fallback, b.RateLimit, b.Description,
+  rate_limit = ?, id_quota = ?, id_burst = ?, description = ?, obfuscate = ?, format = ?, code_min_length = ?,
+  plugins = ?, secret_key = ?, issued = ?, tokens = ?, updated_at = ? WHERE name = ?`,
+			int(b.Channel), b.Step, b.LowWaterPct, b.Fallback, b.RateLimit, b.IDQuota, b.IDBurst, b.Description,
 			b.Obfuscate, int(b.Format), b.CodeMinLength, strings.Join(b.Plugins, ","), []byte(b.Key), b.Issued,
-			b.UpdatedAt, name)
+			tokens, b.UpdatedAt, name)
 		return err
 	})
 	if err != nil {
@@ -141,8 +155,8 @@ func (s *Store) ListBiz(ctx context.Context) ([]segment.Biz, error) {
 	return out, nil
 }
 
-const selectBiz = `SELECT name, channel, step, low_water_pct, start_num, fallback, rate_limit, description,
-  obfuscate, format, code_min_length, plugins, secret_key, issued, created_at, updated_at FROM biz`
+const selectBiz = `SELECT name, channel, step, low_water_pct, start_num, fallback, rate_limit, id_quota, id_burst,
+  description, obfuscate, format, code_min_length, plugins, secret_key, issued, tokens, created_at, updated_at FROM biz`
 
 func scanBiz(row interface{ Scan(...any) error }) (segment.Biz, error) {
 	var (
@@ -150,11 +164,15 @@ func scanBiz(row interface{ Scan(...any) error }) (segment.Biz, error) {
 		ch, f   int
 		plugins string
 		key     []byte
+		tokens  sql.NullString
 	)
-	err := row.Scan(&b.Name, &ch, &b.Step, &b.LowWaterPct, &b.StartNum, &b.Fallback, &b.RateLimit,
-		&b.Description, &b.Obfuscate, &f, &b.CodeMinLength, &plugins, &key, &b.Issued, &b.CreatedAt, &b.UpdatedAt)
+	err := row.Scan(&b.Name, &ch, &b.Step, &b.LowWaterPct, &b.StartNum, &b.Fallback, &b.RateLimit, &b.IDQuota, &b.IDBurst,
+		&b.Description, &b.Obfuscate, &f, &b.CodeMinLength, &plugins, &key, &b.Issued, &tokens, &b.CreatedAt, &b.UpdatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return segment.Biz{}, segment.ErrUnknownBiz
+	}
+	if err != nil {
+		return segment.Biz{}, err
 	}
 	b.Channel, b.Format = segment.Channel(ch), segment.Format(f)
 	if plugins != "" {
@@ -163,7 +181,52 @@ func scanBiz(row interface{ Scan(...any) error }) (segment.Biz, error) {
 	if len(key) > 0 {
 		b.Key = key
 	}
-	return b, err
+	if b.Tokens, err = decodeTokens(tokens.String); err != nil {
+		return segment.Biz{}, fmt.Errorf("business %q: %w", b.Name, err)
+	}
+	return b, nil
+}
+
+// tokenRecord is a segment.BizToken as stored in biz.tokens: only the
+// hash of the secret (base64 in the JSON), never the secret.
+type tokenRecord struct {
+	ID        string    `json:"id"`
+	Label     string    `json:"label,omitempty"`
+	Hash      []byte    `json:"hash"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// encodeTokens returns the biz.tokens value of ts: NULL for none, as in
+// rows from before schema 5.
+func encodeTokens(ts []segment.BizToken) (sql.NullString, error) {
+	if len(ts) == 0 {
+		return sql.NullString{}, nil
+	}
+	rs := make([]tokenRecord, len(ts))
+	for i, t := range ts {
+		rs[i] = tokenRecord{ID: t.ID, Label: t.Label, Hash: t.Hash, CreatedAt: t.CreatedAt.UTC()}
+	}
+	v, err := json.Marshal(rs)
+	if err != nil {
+		return sql.NullString{}, fmt.Errorf("encode tokens: %w", err)
+	}
+	return sql.NullString{String: string(v), Valid: true}, nil
+}
+
+// decodeTokens reads biz.tokens; NULL and the empty string are no tokens.
+func decodeTokens(v string) ([]segment.BizToken, error) {
+	if v == "" {
+		return nil, nil
+	}
+	var rs []tokenRecord
+	if err := json.Unmarshal([]byte(v), &rs); err != nil {
+		return nil, fmt.Errorf("column tokens is not a JSON list of tokens (edited by hand? fix or clear it): %w", err)
+	}
+	var out []segment.BizToken
+	for _, r := range rs {
+		out = append(out, segment.BizToken{ID: r.ID, Label: r.Label, Hash: r.Hash, CreatedAt: r.CreatedAt.UTC()})
+	}
+	return out, nil
 }
 
 // inTx runs f in a transaction, committing when it returns nil.

@@ -595,13 +595,7 @@ func TestIntegration_MigrateWorkerRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	var v3 []Migration
-	for _, m := range migrations {
-		if m.Version <= 3 {
-			v3 = append(v3, m)
-		}
-	}
-	if _, err := migrateDB(ctx, db, v3); err != nil {
+	if _, err := migrateDB(ctx, db, migrationsUpTo(3)); err != nil {
 		t.Fatal(err)
 	}
 	if cur, err := schemaVersionDB(ctx, db); err != nil || cur != 3 {
@@ -611,7 +605,8 @@ func TestIntegration_MigrateWorkerRegistry(t *testing.T) {
 	if _, err := db.ExecContext(ctx, oldRow, "old"); err != nil {
 		t.Fatal(err)
 	}
-	applied, err := MigrateDB(ctx, db)
+	v4 := migrationsUpTo(4)
+	applied, err := migrateDB(ctx, db, v4)
 	if err != nil || len(applied) != 1 || applied[0].Version != 4 {
 		t.Fatalf("Migrate from schema 3 applied %v, %v; want version 4", applied, err)
 	}
@@ -640,7 +635,7 @@ func TestIntegration_MigrateWorkerRegistry(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `UPDATE worker_cluster SET registry = 'zookeeper' WHERE cluster = 'old'`); err != nil {
 		t.Fatal(err)
 	}
-	if applied, err := MigrateDB(ctx, db); err != nil || len(applied) != 0 {
+	if applied, err := migrateDB(ctx, db, v4); err != nil || len(applied) != 0 {
 		t.Fatalf("second Migrate applied %v, %v", applied, err)
 	}
 	// The column is there but the version row is lost: applied again,
@@ -648,7 +643,7 @@ func TestIntegration_MigrateWorkerRegistry(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `DELETE FROM schema_version WHERE version = 4`); err != nil {
 		t.Fatal(err)
 	}
-	if applied, err := MigrateDB(ctx, db); err != nil || len(applied) != 1 {
+	if applied, err := migrateDB(ctx, db, v4); err != nil || len(applied) != 1 {
 		t.Fatalf("Migrate after a lost version row applied %v, %v", applied, err)
 	}
 	if got := registries(); got["old"] != "zookeeper" {

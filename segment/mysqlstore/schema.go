@@ -33,6 +33,7 @@ var migrations = []Migration{
 	{Version: 2, Description: "snowflake worker slots held in MySQL (worker_cluster, worker_slot)", stmts: schemaV2()},
 	{Version: 3, Description: "business output settings: obfuscate, format, code_min_length, plugins, secret_key, issued", apply: schemaV3},
 	{Version: 4, Description: "worker registry of each cluster (worker_cluster.registry)", apply: schemaV4},
+	{Version: 5, Description: "business ID quota, burst and client tokens; secret_key wide enough for wrapped keys", apply: schemaV5},
 }
 
 // bizColumnsV3 are the columns schema 3 adds to biz. secret_key is empty
@@ -94,6 +95,56 @@ var workerClusterColumnsV4 = []struct{ name, def string }{
 
 func schemaV4(ctx context.Context, conn *sql.Conn) error {
 	return addColumns(ctx, conn, "worker_cluster", workerClusterColumnsV4)
+}
+
+// bizColumnsV5 are the columns schema 5 adds to biz. Businesses from
+// before it read as they behaved: no ID quota, no burst, and no tokens of
+// their own (tokens NULL or empty: the shared client token opens them).
+// tokens is the JSON list of the business's tokens (their hashes, never
+// the secrets): at most segment.MaxBizTokens small entries, read and
+// written only with the row, so a table of its own would add nothing
+// but a join.
+var bizColumnsV5 = []struct{ name, def string }{
+	{"id_quota", "BIGINT NOT NULL DEFAULT 0"},
+	{"id_burst", "BIGINT NOT NULL DEFAULT 0"},
+	{"tokens", "TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL"},
+}
+
+// secretKeyWidth is the width of biz.secret_key from schema 5: a plain key
+// (segment.KeySize) or one wrapped by a master key
+// (segment.WrappedKeySize, 45 bytes), with room for a longer wrapping.
+const secretKeyWidth = 64
+
+// schemaV5 adds the quota and token columns and widens secret_key.
+func schemaV5(ctx context.Context, conn *sql.Conn) error {
+	if err := addColumns(ctx, conn, "biz", bizColumnsV5); err != nil {
+		return err
+	}
+	return widenColumn(ctx, conn, "biz", "secret_key", secretKeyWidth,
+		fmt.Sprintf("VARBINARY(%d) NOT NULL DEFAULT ''", secretKeyWidth))
+}
+
+// widenColumn changes a column to def unless it is already at least width
+// long (a look at information_schema first, so that running it again
+// neither rebuilds the table nor narrows a column a later schema widened
+// further).
+func widenColumn(ctx context.Context, conn *sql.Conn, table, column string, width int64, def string) error {
+	var have sql.NullInt64
+	err := conn.QueryRowContext(ctx, `SELECT CHARACTER_MAXIMUM_LENGTH FROM information_schema.COLUMNS
+  WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?`, table, column).Scan(&have)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("widen column %s.%s: no such column (an earlier migration is missing: run all of them)", table, column)
+	}
+	if err != nil {
+		return err
+	}
+	if have.Valid && have.Int64 >= width {
+		return nil
+	}
+	if _, err := conn.ExecContext(ctx, "ALTER TABLE "+table+" MODIFY COLUMN "+column+" "+def); err != nil {
+		return fmt.Errorf("widen column %s.%s to %s: %w", table, column, def, err)
+	}
+	return nil
 }
 
 // LatestVersion is the schema version this build needs.

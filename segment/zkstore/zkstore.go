@@ -196,29 +196,62 @@ func isConnErr(err error) bool {
 
 // record is a business as stored.
 type record struct {
-	Name        string    `json:"name"`
-	Channel     string    `json:"channel"`
-	Step        int64     `json:"step"`
-	LowWaterPct int       `json:"low_water_pct"`
-	StartNum    int64     `json:"start_num"`
-	Fallback    bool      `json:"fallback"`
-	RateLimit   int       `json:"rate_limit"`
-	Description string    `json:"description,omitempty"`
-	Obfuscate   bool      `json:"obfuscate,omitempty"`
-	Format      string    `json:"format,omitempty"`
-	CodeMinLen  int       `json:"code_min_length,omitempty"`
-	Plugins     []string  `json:"plugins,omitempty"`
-	Key         []byte    `json:"secret_key,omitempty"`
-	Issued      bool      `json:"issued,omitempty"`
-	CreatedAt   time.Time `json:"created_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
+	Name        string   `json:"name"`
+	Channel     string   `json:"channel"`
+	Step        int64    `json:"step"`
+	LowWaterPct int      `json:"low_water_pct"`
+	StartNum    int64    `json:"start_num"`
+	Fallback    bool     `json:"fallback"`
+	RateLimit   int      `json:"rate_limit"`
+	IDQuota     int64    `json:"id_quota,omitempty"`
+	IDBurst     int64    `json:"id_burst,omitempty"`
+	Description string   `json:"description,omitempty"`
+	Obfuscate   bool     `json:"obfuscate,omitempty"`
+	Format      string   `json:"format,omitempty"`
+	CodeMinLen  int      `json:"code_min_length,omitempty"`
+	Plugins     []string `json:"plugins,omitempty"`
+	Key         []byte   `json:"secret_key,omitempty"`
+	Issued      bool     `json:"issued,omitempty"`
+	// Tokens: znodes written before client tokens existed have none,
+	// which reads as a business open to the shared client token, as
+	// before.
+	Tokens    []tokenRecord `json:"tokens,omitempty"`
+	CreatedAt time.Time     `json:"created_at"`
+	UpdatedAt time.Time     `json:"updated_at"`
+}
+
+// tokenRecord is a segment.BizToken as stored: only the hash of the
+// secret (base64 in the JSON), never the secret. The znode's ACL (the
+// cluster's digest, when set) keeps even the hashes from other clients.
+type tokenRecord struct {
+	ID        string    `json:"id"`
+	Label     string    `json:"label,omitempty"`
+	Hash      []byte    `json:"hash"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func encodeTokens(ts []segment.BizToken) []tokenRecord {
+	var out []tokenRecord
+	for _, t := range ts {
+		out = append(out, tokenRecord{ID: t.ID, Label: t.Label, Hash: t.Hash, CreatedAt: t.CreatedAt.UTC()})
+	}
+	return out
+}
+
+func decodeTokens(rs []tokenRecord) []segment.BizToken {
+	var out []segment.BizToken
+	for _, r := range rs {
+		out = append(out, segment.BizToken{ID: r.ID, Label: r.Label, Hash: r.Hash, CreatedAt: r.CreatedAt.UTC()})
+	}
+	return out
 }
 
 func encode(b segment.Biz) []byte {
 	v, _ := json.Marshal(record{Name: b.Name, Channel: b.Channel.String(), Step: b.Step, LowWaterPct: b.LowWaterPct,
-		StartNum: b.StartNum, Fallback: b.Fallback, RateLimit: b.RateLimit, Description: b.Description,
+		StartNum: b.StartNum, Fallback: b.Fallback, RateLimit: b.RateLimit,
+		IDQuota: b.IDQuota, IDBurst: b.IDBurst, Description: b.Description,
 		Obfuscate: b.Obfuscate, Format: b.Format.String(), CodeMinLen: b.CodeMinLength, Plugins: b.Plugins,
-		Key: []byte(b.Key), Issued: b.Issued,
+		Key: []byte(b.Key), Issued: b.Issued, Tokens: encodeTokens(b.Tokens),
 		CreatedAt: b.CreatedAt.UTC(), UpdatedAt: b.UpdatedAt.UTC()})
 	return v
 }
@@ -240,22 +273,26 @@ func decode(v []byte) (segment.Biz, error) {
 		return segment.Biz{}, fmt.Errorf("zkstore: business znode: %w", err)
 	}
 	return segment.Biz{Name: r.Name, Channel: ch, Step: r.Step, LowWaterPct: r.LowWaterPct, StartNum: r.StartNum,
-		Fallback: r.Fallback, RateLimit: r.RateLimit, Description: r.Description,
+		Fallback: r.Fallback, RateLimit: r.RateLimit, IDQuota: r.IDQuota, IDBurst: r.IDBurst, Description: r.Description,
 		Obfuscate: r.Obfuscate, Format: format, CodeMinLength: r.CodeMinLen, Plugins: r.Plugins,
-		Key: r.Key, Issued: segment.StoredIssued(r.Issued, r.Key),
+		Key: r.Key, Issued: segment.StoredIssued(r.Issued, r.Key), Tokens: decodeTokens(r.Tokens),
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC()}, nil
 }
 
-// ensureDir creates /<root>/<cluster>/biz and its parents.
+// ensureDir creates /<root>/<cluster>/biz and its parents: the root (all
+// of its path) open, since clusters with different credentials share it,
+// as cluster.Init and the worker lease create it; the cluster's znode and
+// everything below with the cluster's ACL.
 func (s *Store) ensureDir(c *zk.Conn) error {
 	if ok, _, err := c.Exists(s.dir); err == nil && ok {
 		return nil
 	}
+	clusterPath := path.Join(s.cfg.Root, s.cfg.Cluster)
 	cur := ""
 	for _, p := range strings.Split(strings.TrimPrefix(s.dir, "/"), "/") {
 		cur += "/" + p
 		acl := zk.WorldACL(zk.PermAll)
-		if cur != s.cfg.Root {
+		if len(cur) >= len(clusterPath) {
 			acl = s.acl
 		}
 		if _, err := c.Create(cur, nil, 0, acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {

@@ -1,8 +1,15 @@
 // Package issuer routes ID requests to the three channels (SNOWFLAKE,
 // UNORDERED, ORDERED), applies each business's settings (default channel,
-// snowflake fallback, rate limit) and answers business administration. It
-// knows nothing of Kitex: the RPC handler in package server validates the wire
-// request, calls Issuer and maps its errors to the IDL exception.
+// snowflake fallback, client tokens, request rate and ID quota, output
+// mapping) and answers business administration. It knows nothing of Kitex:
+// the RPC handler in package server validates the wire request, calls Issuer
+// and maps its errors to the IDL exception.
+//
+// Security-related pieces (issue 19): Next checks the caller's token before
+// anything can be created (auth.go); per-node limits bound requests, IDs and
+// creation on first use (limits.go); obfuscation keys are stored wrapped by
+// a master key held only by the nodes (keys.go, package keywrap); and
+// per-business metric labels are capped (BizLabel).
 //
 // Issuer is the worker.Holder of the node's worker lease: it builds a
 // snowflake generator when a slot is acquired, raises its ceiling when the
@@ -11,6 +18,7 @@ package issuer
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"sync"
@@ -19,10 +27,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
-	"golang.org/x/time/rate"
 
 	"github.com/idgen/idgen/clock"
 	"github.com/idgen/idgen/ext"
+	"github.com/idgen/idgen/internal/bizlabel"
+	"github.com/idgen/idgen/issuer/keywrap"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/snowflake"
 )
@@ -54,9 +63,31 @@ type Config struct {
 	// creation time); only used to tell callers of ParseID what an ID is.
 	Floor int64
 	// AutoCreateBiz creates unknown businesses on first use with default
-	// settings (standalone default).
+	// settings (standalone default). Creation is bounded: see
+	// AutoCreateMax, AutoCreatePerSec and AutoCreateBurst.
 	AutoCreateBiz bool
-	MaxBatch      int // zero: DefaultMaxBatch; at most segment.MaxBatch
+	// AutoCreateMax stops auto-creation once the store holds this many
+	// businesses (of any origin): callers inventing names would otherwise
+	// grow the store and every per-business structure without limit.
+	// 0 means DefaultAutoCreateMax (256), not "no limit": a deployment that
+	// needs more businesses creates them with 'idctl biz create' or raises
+	// this. Negative is refused.
+	AutoCreateMax int
+	// MasterKey wraps the businesses' obfuscation keys in the store (see
+	// package keywrap). nil: new keys are stored plain, and a wrapped key
+	// cannot be used (ErrMasterKey).
+	MasterKey *keywrap.Key
+	// ClientToken is the cluster's shared client token, required on every
+	// request for a business without tokens of its own ("" none). Businesses
+	// with their own tokens (CreateBizToken) accept only those.
+	ClientToken string
+	// MetricsMaxBizs caps the distinct business label values of the
+	// per-business metrics (BizLabel); later businesses are counted as
+	// "_other". 0 means bizlabel.DefaultMax (1000); negative is refused.
+	MetricsMaxBizs int
+	// Clock times the rate limits and ID quotas; nil: the Guard's clock.
+	Clock    clock.Clock
+	MaxBatch int // zero: DefaultMaxBatch; at most segment.MaxBatch
 	// NoSegments, when set, says why this deployment has no shared counter
 	// store: UNORDERED, ORDERED and snowflake fallback are refused at once
 	// with an error wrapping segment.ErrNoSegments and this reason, and
@@ -82,19 +113,21 @@ type Issuer struct {
 	lastUsed atomic.Int64 // exact last-used ms of stopped generators
 	// everAcquired: a slot was held once (fenced, not starting, since).
 	everAcquired atomic.Bool
-	limits       sync.Map // biz name -> *limiter
+	limits       sync.Map // biz name -> *bizLimits
 	ext          *ext.Registry
 	rejections   *prometheus.CounterVec
+	rateLimited  *prometheus.CounterVec
 	outputs      sync.Map // biz name -> *output, once it has issued
+	keys         sync.Map // biz name -> *plainKey
 	plugins      pluginState
+	clk          clock.Clock
+	labels       *bizlabel.Cap
+	auto         autoCreate
+	// clientTokenHash is SHA-256 of Config.ClientToken (nil: none).
+	clientTokenHash []byte
 }
 
 type fenceState struct{ reason error }
-
-type limiter struct {
-	perSec int
-	lim    *rate.Limiter
-}
 
 // New returns an Issuer. Snowflake requests fail with ErrNoWorker until the
 // worker lease calls Acquired.
@@ -128,10 +161,29 @@ func New(cfg Config) (*Issuer, error) {
 	if cfg.Extensions == nil {
 		cfg.Extensions = ext.NewRegistry()
 	}
-	is := &Issuer{cfg: cfg, log: cfg.Logger, ext: cfg.Extensions,
+	if cfg.AutoCreateMax < 0 {
+		return nil, fmt.Errorf("issuer: auto_create_max %d is negative: want 0 (the default, %d) or more (turn auto-creation off instead)", cfg.AutoCreateMax, DefaultAutoCreateMax)
+	}
+	if cfg.AutoCreateMax == 0 {
+		cfg.AutoCreateMax = DefaultAutoCreateMax
+	}
+	if cfg.MetricsMaxBizs < 0 {
+		return nil, fmt.Errorf("issuer: metrics_max_bizs %d is negative: want 0 (the default, %d) or more", cfg.MetricsMaxBizs, bizlabel.DefaultMax)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = cfg.Guard.Clock()
+	}
+	is := &Issuer{cfg: cfg, log: cfg.Logger, ext: cfg.Extensions, clk: cfg.Clock,
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idgen_strategy_rejections_total",
 			Help: "Refusals of a strategy (before any rejection handler such as the snowflake fallback served)."}, []string{"strategy"}),
-		plugins: newPluginState()}
+		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idgen_rate_limited_total",
+			Help: "Requests refused by a business's per-node limit: limit is requests (rate_limit) or ids (id_quota). Business labels beyond the cap are _other."},
+			[]string{"biz", "limit"}),
+		plugins: newPluginState(), labels: bizlabel.New(cfg.MetricsMaxBizs), auto: autoCreate{max: cfg.AutoCreateMax}}
+	if cfg.ClientToken != "" {
+		h := sha256.Sum256([]byte(cfg.ClientToken))
+		is.clientTokenHash = h[:]
+	}
 	if err := is.registerBuiltins(cfg.Extensions); err != nil {
 		return nil, err
 	}
@@ -146,10 +198,16 @@ func (is *Issuer) Layout() snowflake.Layout { return is.cfg.Layout }
 func (is *Issuer) Guard() *clock.Guard { return is.cfg.Guard }
 
 // Collectors returns the issuer's own metrics (strategy refusals, plugin
-// failures) for the assembly to register.
+// failures, rate-limit refusals) for the assembly to register.
 func (is *Issuer) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{is.rejections, is.plugins.failures}
+	return []prometheus.Collector{is.rejections, is.plugins.failures, is.rateLimited}
 }
+
+// BizLabel returns the label value of business name for per-business
+// metrics: the name for the first Config.MetricsMaxBizs businesses this
+// node sees, "_other" (bizlabel.Other) after. The server and plugins use it
+// too, so every per-business series shares one cap.
+func (is *Issuer) BizLabel(name string) string { return is.labels.Label(name) }
 
 // MaxBatch returns the largest count a request may ask for.
 func (is *Issuer) MaxBatch() int { return is.cfg.MaxBatch }
@@ -163,6 +221,9 @@ type Request struct {
 	RequestID string // ORDERED only, optional
 	// Caller is the caller's address, passed to the plugins (optional).
 	Caller string
+	// Token is the client's credential: one of the business's own tokens,
+	// or the shared client token (Config.ClientToken).
+	Token string
 }
 
 // Response carries the IDs as inclusive ranges or, for a business whose
@@ -194,7 +255,7 @@ func (is *Issuer) Next(ctx context.Context, req Request) (Response, error) {
 	if err := is.validate(req); err != nil {
 		return Response{}, err
 	}
-	biz, err := is.biz(ctx, req.Biz)
+	biz, err := is.biz(ctx, req.Biz, req.Token)
 	if err != nil {
 		return Response{}, err
 	}
@@ -203,12 +264,12 @@ func (is *Issuer) Next(ctx context.Context, req Request) (Response, error) {
 		ch = *req.Channel
 	}
 	if isOrdered(ch) && req.SubKey == "" {
-		return Response{}, fmt.Errorf("%w: sub_key is required on the ORDERED channel (it names the sequence, e.g. a chat id)", ErrInvalid)
+		return Response{}, fmt.Errorf("%w: sub_key is required on channel %s (it names the sequence, e.g. a chat id)", ErrInvalid, is.channelName(ch))
 	}
 	if !isOrdered(ch) && (req.SubKey != "" || req.RequestID != "") {
-		return Response{}, fmt.Errorf("%w: sub_key and request_id are only used on the ORDERED channel, not %s", ErrInvalid, ch)
+		return Response{}, fmt.Errorf("%w: sub_key and request_id are only used on the ORDERED channels (1 and 3), not on channel %s", ErrInvalid, is.channelName(ch))
 	}
-	if err := is.allow(biz); err != nil {
+	if err := is.allow(biz, req.Count); err != nil {
 		return Response{}, err
 	}
 	ps := is.pluginsOf(biz)
@@ -292,7 +353,7 @@ func (is *Issuer) validate(req Request) error {
 		return fmt.Errorf("%w: count %d is above max_batch %d (larger batches are refused, not clamped: split the request)", ErrInvalid, req.Count, is.cfg.MaxBatch)
 	}
 	if req.Channel != nil && !is.ext.Has(*req.Channel) {
-		return fmt.Errorf("%w: channel %d: want 0 (UNORDERED), 1 (ORDERED), 2 (SNOWFLAKE), 3 (SLOW_ORDERED) or a registered one %v", ErrInvalid, *req.Channel, is.ext.Channels())
+		return fmt.Errorf("%w: unknown channel %d: want %s", ErrInvalid, *req.Channel, is.channelChoices())
 	}
 	if len(req.SubKey) > segment.MaxSubKeyLen {
 		return fmt.Errorf("%w: sub_key is %d bytes, at most %d", ErrInvalid, len(req.SubKey), segment.MaxSubKeyLen)
@@ -303,40 +364,62 @@ func (is *Issuer) validate(req Request) error {
 	return nil
 }
 
-// biz looks the business up, creating it on first use when configured.
-func (is *Issuer) biz(ctx context.Context, name string) (segment.Biz, error) {
+// biz looks the business up and checks the request's token, creating the
+// business on first use when configured. The token is checked before
+// anything is created: a caller without the client token cannot create
+// businesses.
+func (is *Issuer) biz(ctx context.Context, name, token string) (segment.Biz, error) {
 	b, err := is.cfg.Bizs.Get(ctx, name)
-	if err == nil || !errors.Is(err, segment.ErrUnknownBiz) || !is.cfg.AutoCreateBiz {
+	if err == nil {
+		return b, is.authorize(&b, token)
+	}
+	if !errors.Is(err, segment.ErrUnknownBiz) {
 		return b, err
 	}
+	// An unknown business is treated as one without tokens: the caller
+	// needs the client token to learn that it does not exist, or to have
+	// it created.
+	if aerr := is.authorize(nil, token); aerr != nil {
+		return segment.Biz{}, aerr
+	}
+	if !is.cfg.AutoCreateBiz {
+		return segment.Biz{}, err
+	}
+	release, err := is.reserveAutoCreate(ctx, name)
+	if err != nil {
+		return segment.Biz{}, err
+	}
 	b, err = is.cfg.Store.CreateBiz(ctx, segment.Biz{Name: name, Channel: segment.ChannelSnowflake, Fallback: is.cfg.NoSegments == nil,
-		Description: "created on first use"})
+		Description: "created on first use", Key: is.mustStoredKey(name)})
+	if err != nil {
+		release()
+	}
 	if errors.Is(err, segment.ErrBizExists) {
+		// Created meanwhile (another node, or a racing request): it may
+		// have tokens by now, so check again.
 		is.cfg.Bizs.Invalidate(name)
-		return is.cfg.Bizs.Get(ctx, name)
+		if b, err = is.cfg.Bizs.Get(ctx, name); err != nil {
+			return b, err
+		}
+		return b, is.authorize(&b, token)
 	}
 	if err != nil {
 		return segment.Biz{}, err
 	}
-	is.log.Info("business created on first use", zap.String("biz", name))
+	is.logAutoCreated(name)
 	is.cfg.Bizs.Invalidate(name)
 	return b, nil
 }
 
-func (is *Issuer) allow(b segment.Biz) error {
-	if b.RateLimit <= 0 {
+// mustStoredKey is the key of an auto-created business: wrapped with a
+// master key, else left to the store (nil). Wrapping a fresh key cannot
+// fail; if it did, the store's plain key is still usable.
+func (is *Issuer) mustStoredKey(name string) segment.SecretKey {
+	k, err := is.storedKey(name, nil)
+	if err != nil {
 		return nil
 	}
-	v, _ := is.limits.Load(b.Name)
-	l, _ := v.(*limiter)
-	if l == nil || l.perSec != b.RateLimit {
-		l = &limiter{perSec: b.RateLimit, lim: rate.NewLimiter(rate.Limit(b.RateLimit), b.RateLimit)}
-		is.limits.Store(b.Name, l)
-	}
-	if !l.lim.Allow() {
-		return fmt.Errorf("%w: business %q allows %d requests per second per node", ErrRateLimited, b.Name, b.RateLimit)
-	}
-	return nil
+	return k
 }
 
 // JumpRetryAfter is the retry hint of a forward clock jump: about one write
@@ -349,7 +432,10 @@ const JumpRetryAfter = 50 * time.Millisecond
 func (is *Issuer) RetryAfter(err error) time.Duration {
 	var rb *clock.RollbackError
 	var we *snowflake.WaitError
+	var le *LimitError
 	switch {
+	case errors.As(err, &le):
+		return le.RetryAfter
 	case errors.As(err, &rb):
 		return rb.Behind
 	case errors.As(err, &we):

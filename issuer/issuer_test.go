@@ -26,12 +26,18 @@ type fixture struct {
 	clk   *clocktest.Fake
 	logs  *observer.ObservedLogs
 	floor int64
+	store *memstore.Store
 }
 
 func newIssuer(t testing.TB, mod func(*Config)) fixture {
 	t.Helper()
-	store := memstore.New()
-	fc := clocktest.New(t0)
+	return newIssuerOn(t, memstore.New(), clocktest.New(t0), mod)
+}
+
+// newIssuerOn builds an issuer over store and clock fc: several issuers on
+// one store are the nodes of one cluster.
+func newIssuerOn(t testing.TB, store *memstore.Store, fc *clocktest.Fake, mod func(*Config)) fixture {
+	t.Helper()
 	layout := snowflake.Layout{}.Normalize()
 	floor := layout.Floor(t0.UnixMilli() - 1000)
 	u, err := segment.NewUnordered(segment.UnorderedConfig{Store: store, Floor: floor})
@@ -53,7 +59,7 @@ func newIssuer(t testing.TB, mod func(*Config)) fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fixture{is: is, clk: fc, logs: logs, floor: floor}
+	return fixture{is: is, clk: fc, logs: logs, floor: floor, store: store}
 }
 
 func chp(c segment.Channel) *segment.Channel { return &c }

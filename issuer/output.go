@@ -19,10 +19,16 @@ type output struct {
 	cipher *obfuscate.Cipher // nil: not obfuscated
 }
 
-func newOutput(b segment.Biz) (*output, error) {
+// newOutput builds b's output. An obfuscating business's key is unwrapped
+// first (errors wrap ErrMasterKey when this node cannot).
+func (is *Issuer) newOutput(b segment.Biz) (*output, error) {
 	o := &output{plain: b.PlainOutput(), format: b.Format, minLen: b.CodeMinLength}
 	if b.Obfuscate {
-		c, err := obfuscate.New(b.Key)
+		key, err := is.businessKey(b)
+		if err != nil {
+			return nil, err
+		}
+		c, err := obfuscate.New(key)
 		if err != nil {
 			return nil, fmt.Errorf("biz %q: %w", b.Name, err)
 		}
@@ -39,6 +45,13 @@ func (is *Issuer) outputOf(ctx context.Context, b segment.Biz) (*output, error) 
 	if v, ok := is.outputs.Load(b.Name); ok {
 		return v.(*output), nil
 	}
+	if b.Obfuscate {
+		// A node that cannot open the key refuses before marking the
+		// business issued, so its refusal leaves no trace in the store.
+		if _, err := is.businessKey(b); err != nil {
+			return nil, err
+		}
+	}
 	if !b.Issued {
 		yes := true
 		marked, err := is.cfg.Store.UpdateBiz(ctx, b.Name, segment.BizUpdate{Issued: &yes})
@@ -48,7 +61,7 @@ func (is *Issuer) outputOf(ctx context.Context, b segment.Biz) (*output, error) 
 		is.cfg.Bizs.Invalidate(b.Name)
 		b = marked
 	}
-	o, err := newOutput(b)
+	o, err := is.newOutput(b)
 	if err != nil {
 		return nil, err
 	}
@@ -90,22 +103,41 @@ type Decoded struct {
 	Obfuscated bool
 }
 
+// maxDecodeLen is the longest value Decode looks at: a decimal int64 has
+// at most 19 digits and a code at most obfuscate.MaxCodeLen characters, so
+// anything longer is refused without parsing (or echoing) it.
+const maxDecodeLen = 64
+
+// quoteTrunc quotes s for an error message, at most its first maxDecodeLen
+// bytes: errors must not echo an arbitrarily long input back (into logs,
+// responses and terminals).
+func quoteTrunc(s string) string {
+	if len(s) <= maxDecodeLen {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprintf("%q… (%d bytes)", s[:maxDecodeLen], len(s))
+}
+
 // Decode returns the number behind value, an output of business name: a
 // code, or an ID in decimal (obfuscated or not).
 func (is *Issuer) Decode(ctx context.Context, name, value string) (Decoded, error) {
 	if err := segment.ValidateBizName(name); err != nil {
 		return Decoded{}, err
 	}
+	value = strings.TrimSpace(value)
+	if len(value) > maxDecodeLen {
+		return Decoded{}, fmt.Errorf("%w: %s is not an output of business %q: too long (an ID has at most 19 digits, a code at most %d characters)",
+			ErrInvalid, quoteTrunc(value), name, obfuscate.MaxCodeLen)
+	}
 	b, err := is.cfg.Store.GetBiz(ctx, name)
 	if err != nil {
 		return Decoded{}, err
 	}
-	o, err := newOutput(b)
+	o, err := is.newOutput(b)
 	if err != nil {
 		return Decoded{}, err
 	}
 	d := Decoded{Format: b.Format, Obfuscated: b.Obfuscate}
-	value = strings.TrimSpace(value)
 	if b.Format == segment.FormatCode {
 		d.Number, err = o.cipher.DecodeCode(value, o.minLen)
 		if err != nil {
@@ -115,7 +147,7 @@ func (is *Issuer) Decode(ctx context.Context, name, value string) (Decoded, erro
 	}
 	v, err := strconv.ParseInt(value, 10, 64)
 	if err != nil || v < 1 {
-		return Decoded{}, fmt.Errorf("%w: %q is not a positive 64-bit ID (business %q hands out integers)", ErrInvalid, value, name)
+		return Decoded{}, fmt.Errorf("%w: %s is not a positive 64-bit ID (business %q hands out integers)", ErrInvalid, quoteTrunc(value), name)
 	}
 	d.Number = v
 	if o.cipher != nil {

@@ -3,6 +3,7 @@ package issuer
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -17,6 +18,38 @@ const ChannelSlowOrdered segment.Channel = 3
 // isOrdered reports whether ch is served by the ORDERED strategy.
 func isOrdered(ch segment.Channel) bool {
 	return ch == segment.ChannelOrdered || ch == ChannelSlowOrdered
+}
+
+// channelName names a channel in messages as the IDL does: the built-ins
+// by their enum names, the SLOW_ORDERED alias too (segment.Channel.String
+// knows only 0..2 and calls 3 "unknown"), custom ones by value and strategy.
+func (is *Issuer) channelName(ch segment.Channel) string {
+	switch ch {
+	case segment.ChannelUnordered:
+		return "0 (UNORDERED)"
+	case segment.ChannelOrdered:
+		return "1 (ORDERED)"
+	case segment.ChannelSnowflake:
+		return "2 (SNOWFLAKE)"
+	case ChannelSlowOrdered:
+		return "3 (SLOW_ORDERED)"
+	}
+	if s, ok := is.ext.Strategy(ch); ok {
+		return fmt.Sprintf("%d (custom strategy %s)", ch, s.Name())
+	}
+	return fmt.Sprintf("%d", ch)
+}
+
+// channelChoices lists the channels a request may name.
+func (is *Issuer) channelChoices() string {
+	names := make([]string, 0, 8)
+	for _, ch := range is.ext.Channels() {
+		names = append(names, is.channelName(ch))
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // registerBuiltins adds the built-in strategies to r.

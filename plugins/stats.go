@@ -15,25 +15,46 @@ import (
 const StatsName = "stats"
 
 // Stats is the stats plugin: per-business issuance counters. Series exist
-// only for businesses that enable it, so their number is the operator's
-// choice.
+// only for businesses that enable it, and with StatsLabels their biz label
+// goes through the node's cap (issuer.BizLabel), so a cluster with many
+// businesses enabling it cannot grow the series without limit.
 type Stats struct {
 	issued   *prometheus.CounterVec // biz, channel
 	requests *prometheus.CounterVec // biz, channel, result
+	label    func(biz string) string
 }
 
 var _ ext.Plugin = (*Stats)(nil)
 
+// StatsOption configures NewStats.
+type StatsOption func(*Stats)
+
+// StatsLabels makes the plugin label a business with labels(name) instead
+// of its name: pass the issuer's BizLabel so these series share the node's
+// cap on per-business label values. nil keeps the names.
+func StatsLabels(labels func(biz string) string) StatsOption {
+	return func(s *Stats) {
+		if labels != nil {
+			s.label = labels
+		}
+	}
+}
+
 // NewStats returns the stats plugin; register Collectors with the node's
 // registry.
-func NewStats() *Stats {
-	return &Stats{
+func NewStats(opts ...StatsOption) *Stats {
+	s := &Stats{
 		issued: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idgen_biz_ids_issued_total",
 			Help: "IDs issued to a business that enables the stats plugin, by the channel that served."}, []string{"biz", "channel"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idgen_biz_requests_total",
 			Help: "NextIDs requests of a business that enables the stats plugin, by channel (served, or asked for on failure) and result (ok, rejected, error)."},
 			[]string{"biz", "channel", "result"}),
+		label: func(biz string) string { return biz },
 	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // Collectors returns the metrics.
@@ -57,8 +78,9 @@ func (s *Stats) After(_ context.Context, c *ext.Call, res *ext.Result) {
 	for _, rg := range res.Ranges {
 		n += rg.Len()
 	}
-	s.issued.WithLabelValues(c.Biz.Name, ch).Add(float64(n))
-	s.requests.WithLabelValues(c.Biz.Name, ch, "ok").Inc()
+	biz := s.label(c.Biz.Name)
+	s.issued.WithLabelValues(biz, ch).Add(float64(n))
+	s.requests.WithLabelValues(biz, ch, "ok").Inc()
 }
 
 // OnError counts a failed request.
@@ -67,7 +89,7 @@ func (s *Stats) OnError(_ context.Context, c *ext.Call, err error) {
 	if errors.Is(err, ext.ErrRejected) {
 		result = "rejected"
 	}
-	s.requests.WithLabelValues(c.Biz.Name, channelLabel(c.Channel), result).Inc()
+	s.requests.WithLabelValues(s.label(c.Biz.Name), channelLabel(c.Channel), result).Inc()
 }
 
 // channelLabel names built-in channels, and custom ones by number.

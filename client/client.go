@@ -3,18 +3,27 @@ package client
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/cloudwego/gopkg/bufiox"
+	kclient "github.com/cloudwego/kitex/client"
 	"github.com/cloudwego/kitex/client/callopt"
+	"github.com/cloudwego/kitex/pkg/connpool"
+	"github.com/cloudwego/kitex/pkg/remote"
+	"github.com/cloudwego/kitex/pkg/remote/trans/gonet"
+	"github.com/cloudwego/kitex/transport"
 	"github.com/go-zookeeper/zk"
 
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
+	"github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 )
 
 // Channel selects how IDs are made (the IDL's Channel values).
@@ -416,4 +425,75 @@ func newRequestID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return "c-" + hex.EncodeToString(b[:])
+}
+
+// dialTLS is Config.Dial when Config.TLS is set: the Kitex client of one
+// node as the default one (TTHeader framing, timeouts, pooled connections),
+// on Kitex's Go net transport with a dialer that completes the TLS
+// handshake within ConnectTimeout. netpoll, Kitex's default transport,
+// reads the socket itself and cannot do TLS.
+func (cfg *Config) dialTLS(addr string) (Conn, error) {
+	return idgenservice.NewClient("idgen", kclient.WithHostPorts(addr),
+		kclient.WithRPCTimeout(cfg.RPCTimeout), kclient.WithConnectTimeout(cfg.ConnectTimeout),
+		kclient.WithTransportProtocol(transport.TTHeaderFramed),
+		kclient.WithLongConnection(connpool.IdleConfig{MaxIdlePerAddress: cfg.MaxIdleConns,
+			MaxIdleGlobal: cfg.MaxIdleConns, MaxIdleTimeout: time.Minute}),
+		kclient.WithTransHandlerFactory(gonet.NewCliTransHandlerFactory()),
+		kclient.WithDialer(TLSDialer(cfg.TLS)))
+}
+
+// TLSDialer returns a Kitex dialer (kclient.WithDialer) that opens TLS
+// connections with tc, for use with Kitex's Go net client transport
+// (kclient.WithTransHandlerFactory(gonet.NewCliTransHandlerFactory())), as
+// Config.TLS does. An empty tc.ServerName is the host of the address
+// dialled. Exported for programs that build their own Kitex clients (idctl).
+func TLSDialer(tc *tls.Config) remote.Dialer {
+	return tlsDialer{tc: tc}
+}
+
+type tlsDialer struct{ tc *tls.Config }
+
+func (d tlsDialer) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
+	tc := d.tc
+	if tc.ServerName == "" {
+		host, _, err := net.SplitHostPort(address)
+		if err != nil {
+			return nil, err
+		}
+		tc = tc.Clone()
+		tc.ServerName = host
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c, err := (&tls.Dialer{Config: tc}).DialContext(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	return newTLSConn(c), nil
+}
+
+// tlsConn is a TLS connection as Kitex's Go net transport wants it: its
+// byte buffers come from the connection's Reader and Writer (the shape of
+// gonet's own client connection, pkg/remote/trans/gonet/conn.go).
+type tlsConn struct {
+	net.Conn
+	r      *bufiox.DefaultReader
+	w      *bufiox.DefaultWriter
+	closed atomic.Bool
+}
+
+func newTLSConn(c net.Conn) *tlsConn {
+	return &tlsConn{Conn: c, r: bufiox.NewDefaultReader(c), w: bufiox.NewDefaultWriter(c)}
+}
+
+func (c *tlsConn) Reader() *bufiox.DefaultReader { return c.r }
+func (c *tlsConn) Writer() *bufiox.DefaultWriter { return c.w }
+func (c *tlsConn) Read(b []byte) (int, error)    { return c.r.Read(b) }
+
+func (c *tlsConn) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	_ = c.r.Release(nil)
+	return c.Conn.Close()
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"sync"
@@ -32,6 +33,15 @@ type Config struct {
 
 	// Token is the client token, when the servers require one.
 	Token string
+
+	// TLS, when set, speaks TLS to the nodes (servers started with
+	// --tls-cert): RootCAs to verify them (nil: the system pool),
+	// Certificates for mutual TLS (--tls-client-ca), ServerName when the
+	// node's address is not a name or IP its certificate holds (empty: the
+	// host of each node's address). The connection then uses Kitex's Go
+	// net transport instead of netpoll, which cannot do TLS. Ignored when
+	// Dial is set. Default nil: plaintext.
+	TLS *tls.Config
 
 	// CallTimeout bounds a call whose context has no deadline, all retries
 	// included. Default 3s.
@@ -151,6 +161,9 @@ func (cfg *Config) fill() error {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.TLS != nil && cfg.Dial == nil {
+		cfg.Dial = cfg.dialTLS
 	}
 	if cfg.Sleep == nil {
 		cfg.Sleep = sleep

@@ -495,11 +495,11 @@ func (c Config) Validate() error {
 			bad(t.name, "is %d bytes, at least %d needed (generate one with: head -c 32 /dev/urandom | base64)", len(t.v), MinTokenBytes)
 		}
 	}
-	if c.AutoCreateMax < 0 {
-		bad("auto_create_max", "%d is negative", c.AutoCreateMax)
+	if c.AutoCreateMax < 1 {
+		bad("auto_create_max", "%d: want at least 1 (to switch auto-creation off, set auto_create_biz: false)", c.AutoCreateMax)
 	}
-	if c.MetricsMaxBizs < 0 {
-		bad("metrics_max_bizs", "%d is negative", c.MetricsMaxBizs)
+	if c.MetricsMaxBizs < 1 {
+		bad("metrics_max_bizs", "%d: want at least 1", c.MetricsMaxBizs)
 	}
 	if c.MaxConns < 1 {
 		bad("max_connections", "%d: want at least 1", c.MaxConns)

@@ -5,7 +5,6 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"time"
 
@@ -35,6 +34,7 @@ type handler struct {
 	clientToken string
 	workers     func(ctx context.Context, idc int) ([]*idl.Worker, error) // ListWorkers
 	m           *metrics
+	auth        *authFailures // refused tokens: counted, and logged rate-limited
 }
 
 // issuer returns the node's issuer, or the retryable error a caller gets
@@ -55,10 +55,10 @@ func (h *handler) NextIDs(ctx context.Context, req *idl.NextIDsRequest) (resp *i
 	if req == nil {
 		return nil, invalid("missing request: send a NextIDsRequest with biz and count")
 	}
-	if h.clientToken != "" && !tokenOK(req.Token, h.clientToken) {
-		return nil, &idl.IdgenError{Code: idl.ErrorCode_UNAUTHENTICATED, Message: "NextIDs needs the client token: set NextIDsRequest.token"}
-	}
-	r := issuer.Request{Biz: req.Biz, Count: int(req.Count), SubKey: req.GetSubKey(), RequestID: req.GetRequestId(), Caller: callerAddr(ctx)}
+	// The token is checked by the issuer: a business with its own tokens
+	// needs one of them, the others the shared client token (if any).
+	r := issuer.Request{Biz: req.Biz, Count: int(req.Count), SubKey: req.GetSubKey(), RequestID: req.GetRequestId(),
+		Caller: callerAddr(ctx), Token: req.GetToken()}
 	if r.Count == 0 {
 		// Unset or 0 means 1: Go's zero value (and a plain Thrift client
 		// that leaves the field out) must not beat the IDL default.
@@ -86,6 +86,9 @@ func (h *handler) NextIDs(ctx context.Context, req *idl.NextIDsRequest) (resp *i
 	out, err := is.Next(ctx, r)
 	h.m.observe(out, err)
 	if err != nil {
+		if errors.Is(err, issuer.ErrUnauthenticated) {
+			h.authFailed(ctx, "NextIDs", authClient, req.GetToken() != "")
+		}
 		return nil, h.toIDLError(req.Biz, err)
 	}
 	resp = &idl.NextIDsResponse{Ranges: make([]*idl.IDRange, len(out.Ranges)), Channel: idl.Channel(out.Channel),
@@ -111,6 +114,9 @@ func (h *handler) ParseID(ctx context.Context, req *idl.ParseIDRequest) (resp *i
 	if req == nil {
 		return nil, invalid("missing request")
 	}
+	if err := h.clientAuth(ctx, "ParseID", req.Token); err != nil {
+		return nil, err
+	}
 	is, err := h.issuer(idl.ErrorCode_WORKER_UNAVAILABLE)
 	if err != nil {
 		return nil, err
@@ -126,6 +132,13 @@ func (h *handler) ParseID(ctx context.Context, req *idl.ParseIDRequest) (resp *i
 // Clock answers peers' start checks with this node's wall clock.
 func (h *handler) Clock(ctx context.Context, req *idl.ClockRequest) (resp *idl.ClockResponse, err error) {
 	defer h.done("Clock", "", time.Now(), &err)
+	var tok *string
+	if req != nil {
+		tok = req.Token
+	}
+	if err := h.clientAuth(ctx, "Clock", tok); err != nil {
+		return nil, err
+	}
 	w := -1
 	if s := h.node.serving.Load(); s != nil {
 		w = s.is.Worker()
@@ -137,6 +150,13 @@ func (h *handler) Clock(ctx context.Context, req *idl.ClockRequest) (resp *idl.C
 // ListWorkers returns the worker assignments.
 func (h *handler) ListWorkers(ctx context.Context, req *idl.ListWorkersRequest) (resp *idl.ListWorkersResponse, err error) {
 	defer h.done("ListWorkers", "", time.Now(), &err)
+	var tok *string
+	if req != nil {
+		tok = req.Token
+	}
+	if err := h.clientAuth(ctx, "ListWorkers", tok); err != nil {
+		return nil, err
+	}
 	idc := -1
 	if req != nil && req.Idc != nil {
 		idc = int(*req.Idc)
@@ -158,7 +178,8 @@ func (h *handler) CreateBiz(ctx context.Context, req *idl.CreateBizRequest) (res
 		return nil, err
 	}
 	b := segment.Biz{Name: req.Name, Channel: segment.ChannelSnowflake, Step: req.GetStep(), LowWaterPct: int(req.GetLowWaterPct()),
-		StartNum: req.GetStartNum(), Fallback: req.GetFallback(), RateLimit: int(req.GetRateLimit()), Description: req.GetDescription()}
+		StartNum: req.GetStartNum(), Fallback: req.GetFallback(), RateLimit: int(req.GetRateLimit()), Description: req.GetDescription(),
+		IDQuota: req.GetIdQuota(), IDBurst: req.GetIdBurst()}
 	if req.Channel != nil {
 		b.Channel = segment.Channel(*req.Channel)
 	}
@@ -207,6 +228,7 @@ func (h *handler) UpdateBiz(ctx context.Context, req *idl.UpdateBizRequest) (res
 		u.RateLimit = &v
 	}
 	u.Description = req.Description
+	u.IDQuota, u.IDBurst = req.IdQuota, req.IdBurst
 	u.Obfuscate = req.Obfuscate
 	if req.Format != nil {
 		f, err := segment.ParseFormat(*req.Format)
@@ -268,7 +290,9 @@ func (h *handler) ListBiz(ctx context.Context, req *idl.ListBizRequest) (resp *i
 	if err != nil {
 		return nil, err
 	}
-	bs, err := is.ListBiz(ctx)
+	// One page: the whole list of a large store would exceed what any
+	// client accepts in one frame.
+	bs, next, err := is.ListBizPage(ctx, req.GetAfter(), int(req.GetLimit()))
 	if err != nil {
 		return nil, h.toIDLError("", err)
 	}
@@ -276,25 +300,35 @@ func (h *handler) ListBiz(ctx context.Context, req *idl.ListBizRequest) (resp *i
 	for i, b := range bs {
 		resp.Bizs[i] = bizToIDL(b)
 	}
+	if next != "" {
+		resp.Next = &next
+	}
 	return resp, nil
 }
 
-// admin checks the admin token, or loopback when no token is configured.
+// admin checks the admin token. Nothing else admits a caller: an address
+// proves nothing (a TTHeader header can claim any), so there is no
+// loopback exception. Run always sets a token (configured, or generated
+// into <data_dir>/admin.token); a handler without one refuses every admin
+// call.
 func (h *handler) admin(ctx context.Context, token *string) error {
-	if h.adminToken != "" {
-		if !tokenOK(token, h.adminToken) {
-			return &idl.IdgenError{Code: idl.ErrorCode_UNAUTHENTICATED, Message: "admin RPCs need the admin token (IDGEN_ADMIN_TOKEN on the server): set the request's token field"}
-		}
+	if tokenOK(token, h.adminToken) {
 		return nil
 	}
-	if !fromLoopback(ctx) {
-		return &idl.IdgenError{Code: idl.ErrorCode_PERMISSION_DENIED, Message: "no admin token is configured on this server, so admin RPCs are accepted from loopback only: configure IDGEN_ADMIN_TOKEN or call from the node itself"}
+	given := token != nil && *token != ""
+	h.authFailed(ctx, rpcMethod(ctx), authAdmin, given)
+	what := "admin RPCs need the admin token"
+	if given {
+		what = "wrong admin token"
 	}
-	return nil
+	return &idl.IdgenError{Code: idl.ErrorCode_UNAUTHENTICATED, Message: what +
+		": set the request's token field to the node's admin token, the content of its --admin-token-file or, when none is set, of <data_dir>/admin.token on the node (idctl reads it from there by itself, or takes --token-file)"}
 }
 
+// tokenOK compares in constant time; an empty want (no token configured)
+// matches nothing.
 func tokenOK(got *string, want string) bool {
-	return got != nil && subtle.ConstantTimeCompare([]byte(*got), []byte(want)) == 1
+	return want != "" && got != nil && subtle.ConstantTimeCompare([]byte(*got), []byte(want)) == 1
 }
 
 // callerAddr is the RPC peer's address ("" when unknown), for plugins.
@@ -304,19 +338,6 @@ func callerAddr(ctx context.Context) string {
 		return ""
 	}
 	return ri.From().Address().String()
-}
-
-func fromLoopback(ctx context.Context) bool {
-	ri := rpcinfo.GetRPCInfo(ctx)
-	if ri == nil || ri.From() == nil || ri.From().Address() == nil {
-		return false
-	}
-	host, _, err := net.SplitHostPort(ri.From().Address().String())
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // done runs deferred in every method: it turns a panic into INTERNAL for
@@ -359,6 +380,13 @@ func (h *handler) toIDLError(biz string, err error) error {
 	case errors.Is(err, issuer.ErrInvalid), errors.Is(err, segment.ErrInvalid), errors.Is(err, snowflake.ErrInvalid),
 		errors.Is(err, segment.ErrRequestMismatch):
 		e.Code = idl.ErrorCode_INVALID_ARGUMENT
+	case errors.Is(err, issuer.ErrUnauthenticated):
+		e.Code = idl.ErrorCode_UNAUTHENTICATED
+	case errors.Is(err, issuer.ErrMasterKey):
+		// A configuration fault of this node, not of the request: the
+		// message names the fix (--master-key-file).
+		e.Code = idl.ErrorCode_INTERNAL
+		h.log.Error("business key unavailable", zap.String("biz", biz), zap.Error(err))
 	case errors.Is(err, ext.ErrRejected):
 		// A plugin's policy refused this caller or request: a decision,
 		// not a malformed request nor a passing state.
@@ -415,7 +443,16 @@ func bizToIDL(b segment.Biz) *idl.Biz {
 		CreatedAtMs: msOrZero(b.CreatedAt), UpdatedAtMs: msOrZero(b.UpdatedAt),
 		// Never the key.
 		Obfuscate: &b.Obfuscate, Format: ptr(b.Format.String()), CodeMinLength: ptr(int32(b.CodeMinLength)),
-		Plugins: b.Plugins, Issued: &b.Issued}
+		Plugins: b.Plugins, Issued: &b.Issued, IdQuota: &b.IDQuota, IdBurst: &b.IDBurst, Tokens: tokensToIDL(b.Tokens)}
+}
+
+// tokensToIDL lists a business's tokens without their hashes.
+func tokensToIDL(ts []segment.BizToken) []*idl.BizToken {
+	out := make([]*idl.BizToken, len(ts))
+	for i, t := range ts {
+		out[i] = &idl.BizToken{Id: t.ID, Label: t.Label, CreatedAtMs: msOrZero(t.CreatedAt)}
+	}
+	return out
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/cloudwego/kitex/pkg/klog"
 	"go.uber.org/zap"
@@ -18,7 +21,7 @@ import (
 // Warn it is noise for an operator unless the node runs at debug level, so
 // the zap logger's own level decides, with Warn as the floor otherwise.
 func setKitexLogger(log *zap.Logger) {
-	l := &kitexLogger{log: log.WithOptions(zap.AddCallerSkip(2))}
+	l := newKitexLogger(log)
 	if log.Core().Enabled(zapcore.DebugLevel) {
 		l.min = klog.LevelDebug
 	} else {
@@ -27,17 +30,31 @@ func setKitexLogger(log *zap.Logger) {
 	klog.SetLogger(l)
 }
 
+func newKitexLogger(log *zap.Logger) *kitexLogger {
+	return &kitexLogger{log: log.WithOptions(zap.AddCallerSkip(2)),
+		limit: newLineLimiter(kitexBurst, kitexWindow, log, time.AfterFunc)}
+}
+
 // kitexLogger adapts zap to klog.FullLogger. Fatal is logged at error
 // level: a library log line must never exit the process.
+//
+// Warn and error lines are rate-limited per message prefix (see
+// lineLimiter): Kitex logs one error line per garbage frame or broken
+// connection, so a client sending junk could otherwise fill the disk and
+// bury every other line.
 type kitexLogger struct {
-	log *zap.Logger
-	min klog.Level
+	log   *zap.Logger
+	min   klog.Level
+	limit *lineLimiter
 }
 
 var _ klog.FullLogger = (*kitexLogger)(nil)
 
 func (l *kitexLogger) emit(lv klog.Level, msg string) {
 	if lv < l.min {
+		return
+	}
+	if lv >= klog.LevelWarn && !l.limit.allow(msg) {
 		return
 	}
 	switch {
@@ -90,3 +107,84 @@ func (l *kitexLogger) SetLevel(lv klog.Level) { l.min = lv }
 
 // SetOutput is ignored: the output is the node's zap logger.
 func (l *kitexLogger) SetOutput(io.Writer) {}
+
+// Kitex warn and error lines: at most kitexBurst per kitexWindow for one
+// message prefix, then one summary line with the number dropped.
+const (
+	kitexBurst     = 5
+	kitexWindow    = 10 * time.Second
+	kitexMaxKeys   = 256 // distinct prefixes tracked at once; more share one key
+	kitexPrefixLen = 64
+)
+
+// lineLimiter lets through the first burst lines of each message prefix per
+// window and drops the rest; when a window in which lines were dropped
+// ends, it logs one warning naming the prefix and the count.
+type lineLimiter struct {
+	burst  int
+	window time.Duration
+	log    *zap.Logger
+	after  func(time.Duration, func()) *time.Timer
+
+	mu   sync.Mutex
+	keys map[string]*lineWindow
+}
+
+type lineWindow struct{ n, dropped int }
+
+func newLineLimiter(burst int, window time.Duration, log *zap.Logger, after func(time.Duration, func()) *time.Timer) *lineLimiter {
+	return &lineLimiter{burst: burst, window: window, log: log, after: after, keys: map[string]*lineWindow{}}
+}
+
+// linePrefix is the part of a Kitex line that names what happened, before
+// the variable details: "KITEX: processing request error, remoteAddr=...,
+// error=..." is "KITEX: processing request error".
+func linePrefix(msg string) string {
+	if i := strings.IndexAny(msg, ",=\n"); i >= 0 {
+		msg = msg[:i]
+	}
+	if len(msg) > kitexPrefixLen {
+		msg = msg[:kitexPrefixLen]
+	}
+	return strings.TrimSpace(msg)
+}
+
+// allow reports whether msg may be logged now.
+func (r *lineLimiter) allow(msg string) bool {
+	key := linePrefix(msg)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.keys[key]
+	if w == nil {
+		if len(r.keys) >= kitexMaxKeys {
+			key = "(other)"
+			w = r.keys[key]
+		}
+		if w == nil {
+			// The window starts with its first line and ends (forgetting
+			// the key, and summing up what was dropped) window later.
+			w = &lineWindow{}
+			r.keys[key] = w
+			r.after(r.window, func() { r.end(key, w) })
+		}
+	}
+	if w.n < r.burst {
+		w.n++
+		return true
+	}
+	w.dropped++
+	return false
+}
+
+func (r *lineLimiter) end(key string, w *lineWindow) {
+	r.mu.Lock()
+	if r.keys[key] == w {
+		delete(r.keys, key)
+	}
+	dropped, logged := w.dropped, w.n
+	r.mu.Unlock()
+	if dropped > 0 {
+		r.log.Warn("Kitex log lines dropped by the rate limit", zap.String("prefix", key), zap.Int("dropped", dropped),
+			zap.Int("logged", logged), zap.Duration("window", r.window))
+	}
+}

@@ -27,10 +27,10 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/cloudwego/kitex/pkg/remote/codec"
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"github.com/cloudwego/kitex/server"
 	"go.uber.org/zap"
@@ -38,7 +38,9 @@ import (
 
 	"github.com/idgen/idgen/clock"
 	"github.com/idgen/idgen/ext"
+	"github.com/idgen/idgen/internal/bizlabel"
 	"github.com/idgen/idgen/issuer"
+	"github.com/idgen/idgen/issuer/keywrap"
 	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 	"github.com/idgen/idgen/plugins"
 	"github.com/idgen/idgen/segment"
@@ -121,6 +123,11 @@ func Run(ctx context.Context, opts Options, args []string, getenv func(string) s
 		log.Warn("environment variable names no idgen setting: ignored (misspelt?)", zap.String("variable", k),
 			zap.String("fix", "see idgen --help for the IDGEN_* names"))
 	}
+	// Before any listener: a node never serves admin RPCs without a token.
+	adminToken, err := adminTokenFor(cfg, log)
+	if err != nil {
+		return err
+	}
 
 	rpcLn, err := net.Listen("tcp", cfg.RPCAddr)
 	if err != nil {
@@ -139,9 +146,15 @@ func Run(ctx context.Context, opts Options, args []string, getenv func(string) s
 	nd.register = opts.Register
 	nd.setStarting("opening the segment store and claiming a worker slot")
 
-	admin := &http.Server{Handler: adminMux(nd, m, debugRoutes), ReadHeaderTimeout: 5 * time.Second}
+	rpcTr, err := newRPCTransport(cfg, rpcLn, m.reg, log.Named("transport"))
+	if err != nil {
+		return err
+	}
+	defer rpcTr.close()
+	adminLim := defaultAdminLimits()
+	admin, adminServeLn := newAdminServer(adminLn, adminMux(nd, m, debugRoutes, adminLim, log), adminLim, log)
 	go func() {
-		if err := admin.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := admin.Serve(adminServeLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("admin HTTP server stopped", zap.Error(err))
 		}
 	}()
@@ -151,16 +164,15 @@ func Run(ctx context.Context, opts Options, args []string, getenv func(string) s
 		_ = admin.Shutdown(sctx)
 	}()
 
-	h := &handler{node: nd, log: log.Named("rpc"), clk: clk, cluster: cfg.Cluster, adminToken: cfg.AdminToken,
-		clientToken: cfg.ClientToken, m: m}
+	h := &handler{node: nd, log: log.Named("rpc"), clk: clk, cluster: cfg.Cluster, adminToken: adminToken,
+		clientToken: cfg.ClientToken, m: m, auth: newAuthFailures(log.Named("auth"), m)}
 	exit := make(chan error, 1)
-	svr := idgensvc.NewServer(h,
-		server.WithListener(rpcLn),
+	// The listener, codec, transport and connection limits: transport.go.
+	svr := idgensvc.NewServer(h, append(rpcTr.options(),
 		server.WithServerBasicInfo(&rpcinfo.EndpointBasicInfo{ServiceName: "idgen"}),
-		server.WithCodec(codec.NewDefaultCodecWithSizeLimit(cfg.MaxFrameBytes)),
 		server.WithExitWaitTime(cfg.ShutdownTimeout),
 		server.WithExitSignal(func() <-chan error { return exit }),
-	)
+	)...)
 	runErr := make(chan error, 1)
 	go func() { runErr <- svr.Run() }()
 	stopRPC := func() error {
@@ -210,6 +222,9 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 		return nil, err
 	}
 
+	if cfg.ZK != "" {
+		warnOpenZooKeeper(cfg, m, log)
+	}
 	nd.setStarting("opening the segment store")
 	store, noSegments, err := openStore(ctx, cfg, log)
 	if err != nil {
@@ -288,7 +303,25 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 		cancel()
 	}
 	m.reg.MustRegister(guardCollector{g: replGuard, ms: ms, u: unordered, o: ordered})
-	exts, closeExts, err := defaultExtensions(cfg, m, fmt.Sprintf("%s:%d", advertiseHost(cfg), rpcPort), nd.register, log)
+	var masterKey *keywrap.Key
+	if cfg.MasterKeyFile != "" {
+		if masterKey, err = keywrap.Load(cfg.MasterKeyFile); err != nil {
+			return fail(fmt.Errorf("master_key_file: %w", err))
+		}
+		// The fingerprint, never the key: every node of a cluster must log
+		// the same one.
+		log.Info("business keys are wrapped by the master key", zap.String("file", cfg.MasterKeyFile), zap.String("master_key_id", masterKey.ID()))
+	}
+	// The stats plugin shares the issuer's cap on per-business series;
+	// the issuer is built after the extensions, hence the late binding.
+	var isRef atomic.Pointer[issuer.Issuer]
+	bizLabel := func(name string) string {
+		if is := isRef.Load(); is != nil {
+			return is.BizLabel(name)
+		}
+		return bizlabel.Other
+	}
+	exts, closeExts, err := defaultExtensions(cfg, m, fmt.Sprintf("%s:%d", advertiseHost(cfg), rpcPort), nd.register, bizLabel, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -298,9 +331,23 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	is, err := issuer.New(issuer.Config{Store: store, Unordered: unordered, Ordered: ordered,
 		Bizs: segment.NewBizCache(store, 2*time.Second), Layout: layout, Guard: guard, Floor: floor,
 		AutoCreateBiz: cfg.AutoCreate(), MaxBatch: cfg.MaxBatch, NoSegments: noSegments,
-		ExtendNow: lease.RequestExtend, Extensions: exts, Logger: log.Named("issuer")})
+		ExtendNow: lease.RequestExtend, Extensions: exts, Logger: log.Named("issuer"),
+		MasterKey: masterKey, ClientToken: cfg.ClientToken, AutoCreateMax: cfg.AutoCreateMax, MetricsMaxBizs: cfg.MetricsMaxBizs})
 	if err != nil {
 		return fail(err)
+	}
+	isRef.Store(is)
+	if masterKey != nil {
+		// Keys stored plain before the master key was configured are
+		// wrapped now (the same key, so no output changes). A key this
+		// master key cannot open means the wrong file: refuse to start.
+		n, err := is.WrapKeys(ctx)
+		if err != nil {
+			return fail(fmt.Errorf("master_key_file %s: %w", cfg.MasterKeyFile, err))
+		}
+		if n > 0 {
+			log.Info("wrapped business keys stored in the clear", zap.Int("businesses", n))
+		}
 	}
 	holder.attach(is)
 	health := newStoreHealth(store)
@@ -315,7 +362,8 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 // plugins audit (to cfg.AuditPath()) and stats, their metrics registered
 // with the node's registry. The returned func flushes and closes the audit
 // file.
-func defaultExtensions(cfg Config, m *metrics, servedBy string, register func(*ext.Registry) error, log *zap.Logger) (*ext.Registry, func(), error) {
+func defaultExtensions(cfg Config, m *metrics, servedBy string, register func(*ext.Registry) error, bizLabel func(string) string,
+	log *zap.Logger) (*ext.Registry, func(), error) {
 	reg := ext.NewRegistry()
 	audit, err := plugins.OpenAudit(cfg.AuditPath(), plugins.AuditConfig{ServedBy: servedBy, Logger: log.Named("audit")})
 	if err != nil {
@@ -326,7 +374,7 @@ func defaultExtensions(cfg Config, m *metrics, servedBy string, register func(*e
 			log.Error("closing the audit file", zap.String("file", cfg.AuditPath()), zap.Error(err))
 		}
 	}
-	stats := plugins.NewStats()
+	stats := plugins.NewStats(plugins.StatsLabels(bizLabel))
 	for _, p := range []ext.Plugin{audit, stats} {
 		if err := reg.RegisterPlugin(p); err != nil {
 			closeAudit()
@@ -417,7 +465,7 @@ func startLease(ctx context.Context, cfg Config, layout snowflake.Layout, h work
 			IDC: cfg.IDC, App: "idgen", Host: host, Port: port, PropertiesDir: propsDir, Meta: want,
 			SessionTimeout: cfg.ZKSessionTimeout, HeartbeatInterval: cfg.Heartbeat, OutageTolerance: cfg.OutageTolerance,
 			AllowCachedSlotWithoutZK: worker.Bool(cfg.AllowCachedSlot),
-			MaxPeerClockSkew:         cfg.MaxPeerSkew, PeerClock: peerClock, Auth: cfg.ZKAuth, Clock: clk, Holder: h,
+			MaxPeerClockSkew:         cfg.MaxPeerSkew, PeerClock: peerClock(cfg.ClientToken), Auth: cfg.ZKAuth, Clock: clk, Holder: h,
 			Version: version, Logger: log.Named("worker")})
 		if err != nil {
 			return nil, fmt.Errorf("worker: %w", err)

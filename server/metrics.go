@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/idgen/idgen/internal/bizlabel"
 	"github.com/idgen/idgen/issuer"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	"github.com/idgen/idgen/segment"
@@ -34,6 +35,9 @@ type metrics struct {
 	unsafeDB  prometheus.Gauge
 	replLossy prometheus.Gauge
 	replState *prometheus.GaugeVec // verdict
+	// authFailures counts refused admin and client tokens by method
+	// (written by authFailures, whose log lines are rate-limited).
+	authFailures *prometheus.CounterVec // method
 }
 
 func newMetrics() *metrics {
@@ -65,9 +69,12 @@ func newMetrics() *metrics {
 		replState: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "idgen_mysql_replication_verdict",
 			Help: "1 for the MySQL replication verdict read at start (galera, group-replication, semisync-lossless, no-replica, semisync-degraded, semisync-after-commit, async, replica, unknown), 0 for the others; absent without MySQL."},
 			[]string{"verdict"}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idgen_auth_failures_total",
+			Help: "RPCs refused for a missing or wrong admin or client token, by method (the log has one line per method per 10 s)."},
+			[]string{"method"}),
 	}
 	reg.MustRegister(m.requests, m.latency, m.issued, m.fallbacks, m.rollbacks, m.loadDur, m.loadFail, m.unsafeDB,
-		m.replLossy, m.replState,
+		m.replLossy, m.replState, m.authFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -215,15 +222,31 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descOffset, prometheus.GaugeValue, zs.ClockOffset.Seconds())
 		}
 	}
+	// Per-business series only for the businesses within the node's label
+	// cap (metrics_max_bizs): the others' counters are summed under
+	// biz="_other" and their gauges (meaningless as a sum) left out.
+	var otherFail, otherRegr uint64
+	others := false
 	for _, s := range sv.unordered.Stats() {
-		left := s.CurrentRemaining + s.NextRemaining
-		ch <- prometheus.MustNewConstMetric(descRemain, prometheus.GaugeValue, float64(left), s.Biz)
-		if s.Step > 0 {
-			ch <- prometheus.MustNewConstMetric(descRemainPct, prometheus.GaugeValue, float64(left)/float64(s.Step), s.Biz)
+		label := sv.is.BizLabel(s.Biz)
+		if label == bizlabel.Other {
+			others = true
+			otherFail += s.LoadFailures
+			otherRegr += s.Regressions
+			continue
 		}
-		ch <- prometheus.MustNewConstMetric(descStep, prometheus.GaugeValue, float64(s.Step), s.Biz)
-		ch <- prometheus.MustNewConstMetric(descFail, prometheus.CounterValue, float64(s.LoadFailures), s.Biz)
-		ch <- prometheus.MustNewConstMetric(descRegr, prometheus.CounterValue, float64(s.Regressions), s.Biz)
+		left := s.CurrentRemaining + s.NextRemaining
+		ch <- prometheus.MustNewConstMetric(descRemain, prometheus.GaugeValue, float64(left), label)
+		if s.Step > 0 {
+			ch <- prometheus.MustNewConstMetric(descRemainPct, prometheus.GaugeValue, float64(left)/float64(s.Step), label)
+		}
+		ch <- prometheus.MustNewConstMetric(descStep, prometheus.GaugeValue, float64(s.Step), label)
+		ch <- prometheus.MustNewConstMetric(descFail, prometheus.CounterValue, float64(s.LoadFailures), label)
+		ch <- prometheus.MustNewConstMetric(descRegr, prometheus.CounterValue, float64(s.Regressions), label)
+	}
+	if others {
+		ch <- prometheus.MustNewConstMetric(descFail, prometheus.CounterValue, float64(otherFail), bizlabel.Other)
+		ch <- prometheus.MustNewConstMetric(descRegr, prometheus.CounterValue, float64(otherRegr), bizlabel.Other)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
+	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -20,29 +21,35 @@ const bizUsage = `usage: idctl biz SUBCOMMAND --addr HOST:PORT [flags]
 
 subcommands:
   create --biz NAME [--channel C] [--step N] [--start N] [--low-water PCT]
-         [--fallback] [--rate-limit N] [--description TEXT]
+         [--fallback] [--rate-limit N] [--id-quota N] [--id-burst N]
+         [--description TEXT]
   update --biz NAME [--channel C] [--step N] [--low-water PCT]
-         [--fallback | --no-fallback] [--rate-limit N] [--description TEXT]
+         [--fallback | --no-fallback] [--rate-limit N] [--id-quota N]
+         [--id-burst N] [--description TEXT]
   get    --biz NAME
   list
+  token  create --biz NAME [--label TEXT]   add a client token (printed once)
+  token  revoke --biz NAME --id ID          remove one
+  token  list --biz NAME                    list them (never the secrets)
 
-Every subcommand also takes --token (env IDGEN_ADMIN_TOKEN), --timeout and
---json. Run 'idctl biz SUBCOMMAND --help' for the flags of one.
-`
+Every subcommand also takes --token or --token-file, --timeout and --json.
+Run 'idctl biz SUBCOMMAND --help' for the flags of one.
+
+` + adminTokenHelp
 
 // bizSynopsis is the usage line of each biz subcommand.
 var bizSynopsis = map[string]string{
-	"create": "idctl biz create --addr HOST:PORT --biz NAME [--channel C] [--step N] [--start N] [--low-water PCT] [--fallback] [--rate-limit N] [--description TEXT]",
-	"update": "idctl biz update --addr HOST:PORT --biz NAME [--channel C] [--step N] [--low-water PCT] [--fallback | --no-fallback] [--rate-limit N] [--description TEXT]",
+	"create": "idctl biz create --addr HOST:PORT --biz NAME [--channel C] [--step N] [--start N] [--low-water PCT] [--fallback] [--rate-limit N] [--id-quota N] [--id-burst N] [--description TEXT]",
+	"update": "idctl biz update --addr HOST:PORT --biz NAME [--channel C] [--step N] [--low-water PCT] [--fallback | --no-fallback] [--rate-limit N] [--id-quota N] [--id-burst N] [--description TEXT]",
 	"get":    "idctl biz get --addr HOST:PORT --biz NAME [--json]",
 	"list":   "idctl biz list --addr HOST:PORT [--json]",
 }
 
 var bizAbout = map[string]string{
-	"create": "Creates a business. A setting not given takes the server's default, shown as\n\"not given\" below.\n",
-	"update": "Changes the settings given; the others stay as they are.\n",
-	"get":    "Prints one business.\n",
-	"list":   "Prints every business.\n",
+	"create": "Creates a business. A setting not given takes the server's default, shown as\n\"not given\" below.\n\n" + adminTokenHelp,
+	"update": "Changes the settings given; the others stay as they are.\n\n" + adminTokenHelp,
+	"get":    "Prints one business.\n\n" + adminTokenHelp,
+	"list":   "Prints every business (asking the node page by page).\n\n" + adminTokenHelp,
 }
 
 // cmdBiz manages businesses through a node's admin RPCs.
@@ -54,12 +61,15 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if isHelpArg(sub) || sub == "help" {
 		return &helpRequest{func(w io.Writer) { fmt.Fprint(w, bizUsage) }}
 	}
+	if sub == "token" {
+		return cmdBizToken(ctx, args, stdout)
+	}
 	if _, ok := bizSynopsis[sub]; !ok {
-		return &usageHint{usageError{fmt.Errorf("biz: unknown subcommand %q: want create, update, get or list", sub)}, "\n" + bizUsage}
+		return &usageHint{usageError{fmt.Errorf("biz: unknown subcommand %q: want create, update, get, list or token", sub)}, "\n" + bizUsage}
 	}
 	fs := newCmdFlags("biz "+sub, bizSynopsis[sub], bizAbout[sub])
 	addr := fs.String("addr", envOr("IDGEN_ADDR", "127.0.0.1:8888"), "idgen RPC address (env IDGEN_ADDR)")
-	token := fs.String("token", envOr("IDGEN_ADMIN_TOKEN", ""), "admin token (env IDGEN_ADMIN_TOKEN)")
+	tokens := addAdminTokenFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "RPC timeout")
 	var biz *string
@@ -70,6 +80,7 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		channel, desc        *string
 		step, start          *int64
 		lowWater, rateLim    *int
+		idQuota, idBurst     *int64
 		fallback, noFallback *bool
 		obf                  *bool
 		format, plugins      *string
@@ -102,6 +113,11 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			unset = "not given: unlimited"
 		}
 		rateLim = fs.Int("rate-limit", 0, "allow `N` requests per second per node; 0 = unlimited ("+unset+")")
+		idQuota = fs.Int64("id-quota", 0, "allow `N` IDs per second per node; 0 = unlimited ("+unset+"); over it callers get RATE_LIMITED with retry_after_ms")
+		if sub == "create" {
+			unset = "not given: the server's default"
+		}
+		idBurst = fs.Int64("id-burst", 0, "IDs the quota lets through at once, `N` ("+unset+")")
 		desc = fs.String("description", "", "free `text`")
 		obf = fs.Bool("obfuscate", false, "hand out numbers through the business's keyed bijection (only while it has issued nothing)")
 		format = fs.String("format", "", "`int` or code (Crockford base32); only while the business has issued nothing")
@@ -124,10 +140,6 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if *timeout <= 0 {
 		return fs.usageErr("--timeout %v: want a positive duration", *timeout)
-	}
-	var tok *string
-	if *token != "" {
-		tok = token
 	}
 	var (
 		create *idl.CreateBizRequest
@@ -173,6 +185,12 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if set["rate-limit"] && *rateLim < 0 {
 			return fs.usageErr("--rate-limit %d: want 0 (unlimited) or a positive number of requests per second", *rateLim)
 		}
+		if set["id-quota"] && *idQuota < 0 {
+			return fs.usageErr("--id-quota %d: want 0 (unlimited) or a positive number of IDs per second", *idQuota)
+		}
+		if set["id-burst"] && *idBurst < 0 {
+			return fs.usageErr("--id-burst %d: want a positive number of IDs", *idBurst)
+		}
 		var d *string
 		if set["description"] {
 			d = desc
@@ -202,17 +220,29 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if sub == "create" {
 			create = &idl.CreateBizRequest{Name: *biz, Channel: ch, Step: opt64("step", step),
 				LowWaterPct: opt32("low-water", lowWater), StartNum: opt64("start", start), Fallback: fb,
-				RateLimit: opt32("rate-limit", rateLim), Description: d, Token: tok,
-				Obfuscate: ob, Format: fm, CodeMinLength: opt32("code-min-length", codeMin), Plugins: pl}
+				RateLimit: opt32("rate-limit", rateLim), Description: d,
+				Obfuscate: ob, Format: fm, CodeMinLength: opt32("code-min-length", codeMin), Plugins: pl,
+				IdQuota: opt64("id-quota", idQuota), IdBurst: opt64("id-burst", idBurst)}
 		} else {
 			update = &idl.UpdateBizRequest{Name: *biz, Channel: ch, Step: opt64("step", step),
 				LowWaterPct: opt32("low-water", lowWater), Fallback: fb, RateLimit: opt32("rate-limit", rateLim),
-				Description: d, Token: tok,
-				Obfuscate: ob, Format: fm, CodeMinLength: opt32("code-min-length", codeMin), Plugins: pl}
+				Description: d, Obfuscate: ob, Format: fm, CodeMinLength: opt32("code-min-length", codeMin), Plugins: pl,
+				IdQuota: opt64("id-quota", idQuota), IdBurst: opt64("id-burst", idBurst)}
 		}
 		if err != nil {
 			return err
 		}
+	}
+	token, err := tokens.resolve()
+	if err != nil {
+		return err
+	}
+	tok := &token
+	if create != nil {
+		create.Token = tok
+	}
+	if update != nil {
+		update.Token = tok
 	}
 	c, err := newClient(*addr, *timeout)
 	if err != nil {
@@ -238,11 +268,9 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		out = []*idl.Biz{b}
 	case "list":
-		resp, err := c.ListBiz(ctx, &idl.ListBizRequest{Token: tok})
-		if err != nil {
-			return describe(err)
+		if out, err = listAllBiz(ctx, c, tok); err != nil {
+			return err
 		}
-		out = resp.Bizs
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -250,13 +278,55 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return enc.Encode(out)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tCHANNEL\tSTEP\tLOW-WATER\tSTART\tFALLBACK\tRATE-LIMIT\tOUTPUT\tPLUGINS\tUPDATED\tDESCRIPTION")
+	fmt.Fprintln(tw, "NAME\tCHANNEL\tSTEP\tLOW-WATER\tSTART\tFALLBACK\tRATE-LIMIT\tID-QUOTA\tTOKENS\tOUTPUT\tPLUGINS\tUPDATED\tDESCRIPTION")
 	for _, b := range out {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d%%\t%d\t%v\t%d\t%s\t%s\t%s\t%s\n", b.Name, b.Channel, b.Step, b.LowWaterPct, b.StartNum,
-			b.Fallback, b.RateLimit, outputLabel(b), strings.Join(b.Plugins, ","),
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d%%\t%d\t%v\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n", b.Name, b.Channel, b.Step, b.LowWaterPct, b.StartNum,
+			b.Fallback, b.RateLimit, quotaLabel(b), len(b.Tokens), outputLabel(b), strings.Join(b.Plugins, ","),
 			time.UnixMilli(b.UpdatedAtMs).UTC().Format(time.RFC3339), b.Description)
 	}
 	return tw.Flush()
+}
+
+// listAllBiz asks for every page of ListBiz: one answer for thousands of
+// businesses would pass the node's frame limit.
+func listAllBiz(ctx context.Context, c idgensvc.Client, tok *string) ([]*idl.Biz, error) {
+	var (
+		out   []*idl.Biz
+		after string
+	)
+	for {
+		req := &idl.ListBizRequest{Token: tok}
+		if after != "" {
+			req.After = &after
+		}
+		resp, err := c.ListBiz(ctx, req)
+		if err != nil {
+			return nil, describe(err)
+		}
+		out = append(out, resp.Bizs...)
+		next := resp.GetNext()
+		if next == "" {
+			return out, nil
+		}
+		if next <= after {
+			// Pages come in name order: a cursor that does not move on
+			// would loop forever.
+			return nil, fmt.Errorf("the node answered ListBiz after %q with next %q, which does not move on: upgrade the node, or report this", after, next)
+		}
+		after = next
+	}
+}
+
+// quotaLabel describes a business's ID quota: "unlimited", or "N/s" and
+// its burst when set.
+func quotaLabel(b *idl.Biz) string {
+	if b.GetIdQuota() <= 0 {
+		return "unlimited"
+	}
+	if b.GetIdBurst() > 0 {
+		return fmt.Sprintf("%d/s burst %d", b.GetIdQuota(), b.GetIdBurst())
+	}
+	return fmt.Sprintf("%d/s", b.GetIdQuota())
 }
 
 // outputLabel describes a business's output: int, int+obfuscated, code(6),

@@ -33,7 +33,8 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 
 // cleanEnv unsets the IDGEN_* variables the commands read defaults from.
 func cleanEnv(t *testing.T) {
-	for _, k := range []string{"IDGEN_ADDR", "IDGEN_TOKEN", "IDGEN_ADMIN_TOKEN", "IDGEN_ZK", "IDGEN_MYSQL", "IDGEN_EPOCH"} {
+	for _, k := range []string{"IDGEN_ADDR", "IDGEN_TOKEN", "IDGEN_ADMIN_TOKEN", "IDGEN_ADMIN_TOKEN_FILE", "IDGEN_DATA_DIR",
+		"IDGEN_CLIENT_TOKEN", "IDGEN_CLIENT_TOKEN_FILE", "IDGEN_ZK", "IDGEN_MYSQL", "IDGEN_EPOCH"} {
 		t.Setenv(k, "")
 	}
 }
@@ -63,6 +64,11 @@ func TestHelpExitsZero(t *testing.T) {
 		{[]string{"biz", "update", "-h"}, "usage: idctl biz update"},
 		{[]string{"biz", "get", "--help"}, "usage: idctl biz get"},
 		{[]string{"biz", "list", "--help"}, "usage: idctl biz list"},
+		{[]string{"biz", "create", "--help"}, "./data/admin.token"},
+		{[]string{"biz", "token", "--help"}, "usage: idctl biz token SUBCOMMAND"},
+		{[]string{"biz", "token", "create", "--help"}, "the only time it is\nshown"},
+		{[]string{"help", "biz", "token", "revoke"}, "usage: idctl biz token revoke"},
+		{[]string{"decode", "--help"}, "IDGEN_DATA_DIR"},
 		{[]string{"db", "--help"}, "idctl db migrate --mysql DSN"},
 		{[]string{"db", "-h"}, "idctl db migrate --mysql DSN"},
 		{[]string{"db", "migrate", "--help"}, "usage: idctl db migrate"},
@@ -123,6 +129,13 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"biz", "update", "--biz", "b", "--fallback", "--no-fallback"}, []string{"exclusive"}},
 		{[]string{"biz", "update", "--biz", "b", "--start", "5"}, []string{"not defined: -start"}},
 		{[]string{"biz", "create", "--biz", "b", "--channel", "fast"}, []string{`--channel "fast"`, "usage: idctl biz create"}},
+		{[]string{"biz", "create", "--biz", "b", "--id-quota", "-1"}, []string{"--id-quota -1: want 0 (unlimited)"}},
+		{[]string{"biz", "update", "--biz", "b", "--id-burst", "-1"}, []string{"--id-burst -1"}},
+		{[]string{"biz", "token"}, []string{"missing subcommand", "usage: idctl biz token SUBCOMMAND"}},
+		{[]string{"biz", "token", "frob"}, []string{`unknown subcommand "frob"`}},
+		{[]string{"biz", "token", "create"}, []string{"--biz is required", "usage: idctl biz token create"}},
+		{[]string{"biz", "token", "revoke", "--biz", "b"}, []string{"--id is required", "idctl biz token list --biz b"}},
+		{[]string{"biz", "token", "list", "--biz", "b", "--label", "x"}, []string{"not defined: -label"}},
 		{[]string{"parse"}, []string{"want exactly one ID", "usage: idctl parse"}},
 		{[]string{"parse", "1", "2"}, []string{"want exactly one ID"}},
 		{[]string{"parse", "x"}, []string{`"x" is not a 64-bit integer`}},
@@ -140,7 +153,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"db"}, []string{"missing subcommand", "idctl db --help"}},
 		{[]string{"db", "frob"}, []string{`unknown subcommand "frob"`}},
 		{[]string{"db", "migrate", "--x"}, []string{"flag provided but not defined: -x", "idctl db migrate --help"}},
-		{[]string{"db", "migrate"}, []string{"--mysql DSN (or IDGEN_MYSQL) is required"}},
+		{[]string{"db", "migrate"}, []string{"--mysql DSN (or IDGEN_MYSQL, or IDGEN_MYSQL_FILE) is required"}},
 		{[]string{"help", "bogus"}, []string{`unknown command "bogus"`}},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
@@ -194,8 +207,9 @@ func helpFlags(t *testing.T, args ...string) ([]string, string) {
 
 func TestBizFlagsPerSubcommand(t *testing.T) {
 	cleanEnv(t)
-	common := []string{"addr", "json", "timeout", "token"}
-	settings := []string{"channel", "code-min-length", "description", "fallback", "format", "low-water", "obfuscate", "plugins", "rate-limit", "step"}
+	common := []string{"addr", "json", "timeout", "token", "token-file"}
+	settings := []string{"channel", "code-min-length", "description", "fallback", "format", "id-burst", "id-quota", "low-water",
+		"obfuscate", "plugins", "rate-limit", "step"}
 	for _, c := range []struct {
 		sub  string
 		want []string
@@ -204,9 +218,12 @@ func TestBizFlagsPerSubcommand(t *testing.T) {
 		{"get", append(slices.Clone(common), "biz")},
 		{"create", append(append(slices.Clone(common), "biz", "start"), settings...)},
 		{"update", append(append(slices.Clone(common), "biz", "no-fallback"), settings...)},
+		{"token create", append(slices.Clone(common), "biz", "label")},
+		{"token revoke", append(slices.Clone(common), "biz", "id")},
+		{"token list", append(slices.Clone(common), "biz")},
 	} {
 		t.Run(c.sub, func(t *testing.T) {
-			got, out := helpFlags(t, "biz", c.sub)
+			got, out := helpFlags(t, append([]string{"biz"}, strings.Fields(c.sub)...)...)
 			want := slices.Sorted(slices.Values(c.want))
 			if !slices.Equal(got, want) {
 				t.Errorf("flags %v, want %v", got, want)
@@ -231,7 +248,7 @@ func TestUsageMatchesFlags(t *testing.T) {
 	cleanEnv(t)
 	mentioned := regexp.MustCompile(`--([a-z][a-z0-9-]*)`)
 	cmds := [][]string{{"get"}, {"parse"}, {"decode"}, {"workers"}, {"bench"}, {"biz", "create"}, {"biz", "update"},
-		{"biz", "get"}, {"biz", "list"}, {"db", "migrate"}, {"db", "version"}, {"db", "check"}, {"audit"},
+		{"biz", "get"}, {"biz", "list"}, {"biz", "token", "create"}, {"biz", "token", "revoke"}, {"biz", "token", "list"}, {"db", "migrate"}, {"db", "version"}, {"db", "check"}, {"audit"},
 		{"cluster", "init"}, {"cluster", "show"}, {"cluster", "restore"}, {"cluster", "migrate"}}
 	listed := map[string][]string{}
 	for _, c := range cmds {
@@ -253,6 +270,12 @@ func TestUsageMatchesFlags(t *testing.T) {
 			cur = []string{fields[1]}
 			if (fields[1] == "biz" || fields[1] == "db" || fields[1] == "cluster") && len(fields) >= 3 {
 				cur = []string{fields[1] + " " + strings.Split(fields[2], "|")[0]}
+			}
+			if fields[1] == "biz" && fields[2] == "token" && len(fields) >= 4 {
+				cur = nil
+				for _, sub := range strings.Split(fields[3], "|") {
+					cur = append(cur, "biz token "+sub)
+				}
 			}
 		} else if !strings.HasPrefix(line, "                ") {
 			cur = nil
@@ -364,14 +387,42 @@ type fakeNode struct {
 	idl.IDGenService
 	mu      sync.Mutex
 	creates []*idl.CreateBizRequest
+	tokens  map[string][]string // method: the token each call carried ("<none>" when unset)
+	afters  []string            // ListBiz: the after of each call
+}
+
+// sawToken records the token a call of method carried.
+func (f *fakeNode) sawToken(method string, tok *string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.tokens == nil {
+		f.tokens = map[string][]string{}
+	}
+	v := "<none>"
+	if tok != nil {
+		v = *tok
+	}
+	f.tokens[method] = append(f.tokens[method], v)
+}
+
+// lastToken returns the token the last call of method carried.
+func (f *fakeNode) lastToken(method string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if l := f.tokens[method]; len(l) > 0 {
+		return l[len(l)-1]
+	}
+	return "<not called>"
 }
 
 func (f *fakeNode) ParseID(_ context.Context, req *idl.ParseIDRequest) (*idl.ParseIDResponse, error) {
+	f.sawToken("ParseID", req.Token)
 	return &idl.ParseIDResponse{Id: req.Id, TimestampMs: 1700000000000, Time: "2023-11-14T22:13:20.000Z", Idc: 1, Node: 2,
 		Worker: 258, Sequence: 3, BelowFloor: req.Id < 1000}, nil
 }
 
 func (f *fakeNode) Decode(_ context.Context, req *idl.DecodeRequest) (*idl.DecodeResponse, error) {
+	f.sawToken("Decode", req.Token)
 	if req.Biz != "coupon" || req.Value != "AA5PM8" {
 		return nil, &idl.IdgenError{Code: idl.ErrorCode_INVALID_ARGUMENT, Message: "unexpected " + req.Biz + " " + req.Value}
 	}
@@ -379,6 +430,7 @@ func (f *fakeNode) Decode(_ context.Context, req *idl.DecodeRequest) (*idl.Decod
 }
 
 func (f *fakeNode) CreateBiz(_ context.Context, req *idl.CreateBizRequest) (*idl.Biz, error) {
+	f.sawToken("CreateBiz", req.Token)
 	f.mu.Lock()
 	f.creates = append(f.creates, req)
 	f.mu.Unlock()
@@ -386,7 +438,7 @@ func (f *fakeNode) CreateBiz(_ context.Context, req *idl.CreateBizRequest) (*idl
 		return nil, &idl.IdgenError{Code: idl.ErrorCode_INVALID_ARGUMENT, Message: "invalid argument: biz \"bad\": step 0 out of range"}
 	}
 	return &idl.Biz{Name: req.Name, Channel: idl.Channel_SNOWFLAKE, Step: 1000, LowWaterPct: 20, StartNum: 1,
-		RateLimit: req.GetRateLimit()}, nil
+		RateLimit: req.GetRateLimit(), IdQuota: req.IdQuota, IdBurst: req.IdBurst}, nil
 }
 
 // startFakeNode serves f on a loopback port and returns its address.
@@ -410,6 +462,7 @@ func startFakeNode(t *testing.T, f *fakeNode) string {
 
 func TestAgainstFakeNode(t *testing.T) {
 	cleanEnv(t)
+	t.Setenv("IDGEN_ADMIN_TOKEN", "fake-admin-token-0123456789")
 	f := &fakeNode{}
 	addr := startFakeNode(t, f)
 	t.Run("parse --addr below floor", func(t *testing.T) {

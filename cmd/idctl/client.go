@@ -10,21 +10,33 @@ import (
 
 	"github.com/cloudwego/kitex/client"
 	"github.com/cloudwego/kitex/pkg/klog"
+	"github.com/cloudwego/kitex/pkg/remote/trans/gonet"
 	"github.com/cloudwego/kitex/transport"
 
+	idclient "github.com/idgen/idgen/client"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 )
 
 // newClient returns a Kitex client for one idgen node (TTHeader framing, so
-// the server can tell the protocol apart from plain framed/buffered clients).
+// the server can tell the protocol apart from plain framed/buffered
+// clients). With IDGEN_TLS_CA (or another TLS variable, see tlsFlags) it
+// speaks TLS on Kitex's Go net transport, as the client package does.
 func newClient(addr string, timeout time.Duration) (idgensvc.Client, error) {
 	if addr == "" {
 		return nil, usageError{errors.New("--addr HOST:PORT is required (or IDGEN_ADDR)")}
 	}
+	tc, err := (*tlsFlags)(nil).config()
+	if err != nil {
+		return nil, err
+	}
 	quietKitex()
-	return idgensvc.NewClient("idgen", client.WithHostPorts(addr), client.WithRPCTimeout(timeout),
-		client.WithConnectTimeout(time.Second), client.WithTransportProtocol(transport.TTHeaderFramed))
+	opts := []client.Option{client.WithHostPorts(addr), client.WithRPCTimeout(timeout),
+		client.WithConnectTimeout(time.Second), client.WithTransportProtocol(transport.TTHeaderFramed)}
+	if tc != nil {
+		opts = append(opts, client.WithTransHandlerFactory(gonet.NewCliTransHandlerFactory()), client.WithDialer(idclient.TLSDialer(tc)))
+	}
+	return idgensvc.NewClient("idgen", opts...)
 }
 
 var quietOnce sync.Once

@@ -41,7 +41,8 @@ ran before a loss do this by themselves when they see it.
 migrate moves a stopped cluster's worker slots between MySQL (--mysql alone)
 and ZooKeeper (--zk --mysql), raising the target's marks above the source's.
 
-The digest credential of an ACL-protected cluster is read from IDGEN_ZK_AUTH.
+The digest credential of an ACL-protected cluster is read from IDGEN_ZK_AUTH
+(or the file named by IDGEN_ZK_AUTH_FILE).
 `
 
 var clusterSubs = []string{"init", "show", "restore", "migrate"}
@@ -84,7 +85,7 @@ func cmdCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case "restore":
 		fromProps = fs.String("from-properties", "", "a member's <app>:<port>:<ip>.properties, to re-create a lost record from")
 	case "migrate":
-		dsn = fs.String("mysql", envOr("IDGEN_MYSQL", ""), "MySQL DSN (env IDGEN_MYSQL)")
+		dsn = fs.String("mysql", envSecretOr("IDGEN_MYSQL"), "MySQL DSN (env IDGEN_MYSQL or IDGEN_MYSQL_FILE)")
 		to = fs.String("to", "", "zookeeper or mysql: where the slots are held afterwards")
 		leadFl = fs.String("lead", "", "the nodes' lead, heartbeat + outage tolerance + margin + clock skew (default: the defaults')")
 	}
@@ -113,7 +114,7 @@ func cmdCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		settings = cluster.Settings{EpochMs: ep.UnixMilli(), IDCBits: *idcBits, NodeBits: *nodeBits}
 	case "migrate":
 		if *dsn == "" {
-			return fs.usageErr("--mysql DSN (or IDGEN_MYSQL) is required")
+			return fs.usageErr("--mysql DSN (or IDGEN_MYSQL, or IDGEN_MYSQL_FILE) is required")
 		}
 		if *to != mysqllease.RegistryMySQL && *to != mysqllease.RegistryZooKeeper {
 			return fs.usageErr("--to %q: want zookeeper or mysql", *to)
@@ -126,7 +127,10 @@ func cmdCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			lead = d
 		}
 	}
-	auth := os.Getenv("IDGEN_ZK_AUTH")
+	auth, err := secretEnv("IDGEN_ZK_AUTH")
+	if err != nil {
+		return err
+	}
 	dctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	conn, err := worker.DialZK(dctx, strings.Split(*servers, ","), worker.DefaultSessionTimeout, auth, nil)

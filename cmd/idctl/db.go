@@ -39,7 +39,7 @@ func cmdDB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	sub, args := args[0], args[1:]
 	fs := newFlagSet("db "+sub, stderr)
-	dsn := fs.String("mysql", envOr("IDGEN_MYSQL", ""), "MySQL DSN user:pass@tcp(host:port)/db (env IDGEN_MYSQL)")
+	dsn := fs.String("mysql", envSecretOr("IDGEN_MYSQL"), "MySQL DSN user:pass@tcp(host:port)/db (env IDGEN_MYSQL, or a file named by IDGEN_MYSQL_FILE: keeps the password off the command line)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long (migrate waits for another node's migration)")
 	var strictRepl *bool
 	switch sub {
@@ -57,7 +57,7 @@ func cmdDB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return usageError{fmt.Errorf("db %s: unexpected argument %q", sub, fs.Arg(0))}
 	}
 	if *dsn == "" {
-		return usageError{fmt.Errorf("db %s: --mysql DSN (or IDGEN_MYSQL) is required", sub)}
+		return usageError{fmt.Errorf("db %s: --mysql DSN (or IDGEN_MYSQL, or IDGEN_MYSQL_FILE) is required", sub)}
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()

@@ -12,11 +12,11 @@ import (
 
 // cmdDecode asks a node (admin) for the number behind a business's output.
 func cmdDecode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newCmdFlags("decode", "idctl decode --addr HOST:PORT --biz NAME [--json] VALUE",
+	fs := newCmdFlags("decode", "idctl decode --addr HOST:PORT --biz NAME [--token-file F] [--json] VALUE",
 		"Prints the number behind an obfuscated ID or a code of a business (the admin Decode RPC: the\n"+
-			"key stays on the server) and, when that number is a snowflake ID of the cluster, its parse.\n")
+			"key stays on the server) and, when that number is a snowflake ID of the cluster, its parse.\n\n"+adminTokenHelp)
 	addr := fs.String("addr", envOr("IDGEN_ADDR", "127.0.0.1:8888"), "idgen RPC address (env IDGEN_ADDR)")
-	token := fs.String("token", envOr("IDGEN_ADMIN_TOKEN", ""), "admin token (env IDGEN_ADMIN_TOKEN)")
+	tokens := addAdminTokenFlags(fs)
 	biz := fs.String("biz", "", "business name (required)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "RPC timeout")
@@ -29,15 +29,15 @@ func cmdDecode(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(fs.args) != 1 {
 		return fs.usageErr("want exactly one VALUE (an ID or a code)")
 	}
-	var tok *string
-	if *token != "" {
-		tok = token
+	token, err := tokens.resolve()
+	if err != nil {
+		return err
 	}
 	c, err := newClient(*addr, *timeout)
 	if err != nil {
 		return fs.withUsage(err)
 	}
-	resp, err := c.Decode(ctx, &idl.DecodeRequest{Biz: *biz, Value: fs.args[0], Token: tok})
+	resp, err := c.Decode(ctx, &idl.DecodeRequest{Biz: *biz, Value: fs.args[0], Token: &token})
 	if err != nil {
 		return describe(err)
 	}

@@ -25,6 +25,7 @@ func cmdGet(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	token := fs.String("token", envOr("IDGEN_TOKEN", ""), "client token if the server requires one (env IDGEN_TOKEN)")
 	ranges := fs.Bool("ranges", false, "print FIRST-LAST ranges instead of one ID per line")
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to try: retryable refusals (a node starting or waiting out a clock step) and refused connections are retried until then")
+	tlsOpt := addTLSFlags(fs)
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -60,8 +61,12 @@ func cmdGet(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// and transport failures until --timeout; an ORDERED call keeps its
 	// request_id across retries, so a lost reply is answered with the
 	// stored range.
+	tc, err := tlsOpt.config()
+	if err != nil {
+		return fs.withUsage(err)
+	}
 	c, err := client.New(client.Config{Addrs: []string{*addr}, Token: *token, CallTimeout: *timeout,
-		RPCTimeout: *timeout, ConnectTimeout: time.Second, MaxAttempts: 1 << 20})
+		RPCTimeout: *timeout, ConnectTimeout: time.Second, MaxAttempts: 1 << 20, TLS: tc})
 	if err != nil {
 		return fs.withUsage(err)
 	}

@@ -27,18 +27,25 @@ const usage = `idctl operates an idgen cluster.
 usage:
   idctl get     --addr HOST:PORT --biz NAME [--channel snowflake|unordered|ordered]
                 [--count N] [--sub-key K] [--request-id R]
-  idctl parse   [--json] [--addr HOST:PORT] ID
-  idctl decode  --addr HOST:PORT --biz NAME [--json] VALUE
+  idctl parse   [--json] [--addr HOST:PORT [--client-token-file F]] ID
+  idctl decode  --addr HOST:PORT --biz NAME [--token-file F] [--json] VALUE
   idctl workers --zk HOSTS [--cluster NAME] [--idc N] [--json] [--watch]
   idctl cluster init|show|restore|migrate --zk HOSTS [--cluster NAME] ...
-  idctl biz     create|update --addr HOST:PORT --biz NAME [--channel C] [--step N] ...
+  idctl biz     create|update --addr HOST:PORT --biz NAME [--channel C] [--step N]
+                [--id-quota N] [--id-burst N] ...
   idctl biz     get --addr HOST:PORT --biz NAME
   idctl biz     list --addr HOST:PORT
+  idctl biz     token create|revoke|list --addr HOST:PORT --biz NAME ...
   idctl db      migrate|version|check --mysql DSN
   idctl audit   [--file F] [--biz NAME] [--since 10m|RFC3339] [--json]
   idctl bench   --addr HOST:PORT --biz NAME [--channel C] [--count N]
                 [--concurrency N] [--duration D | --requests N] [--check] [--json]
   idctl version
+
+Admin commands (biz, decode) need the node's admin token: --token-file F
+(env IDGEN_ADMIN_TOKEN_FILE) or --token (env IDGEN_ADMIN_TOKEN); without
+either, idctl reads $IDGEN_DATA_DIR/admin.token or ./data/admin.token, which
+the node writes at its first start, so on the node's host nothing is needed.
 
 Run 'idctl COMMAND --help' for the flags of one command.
 `

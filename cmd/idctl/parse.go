@@ -15,7 +15,9 @@ import (
 
 const parseAbout = `Decodes a snowflake ID into its time, IDC, node, worker and sequence:
 locally with the layout flags, or with --addr by the ParseID RPC of a node,
-which uses its cluster's layout.
+which uses its cluster's layout. A node with a client token needs it on
+ParseID: --client-token-file, --client-token, IDGEN_CLIENT_TOKEN(_FILE), or
+else the admin token when idctl finds one (see 'idctl biz --help').
 
 Segment (UNORDERED, ORDERED and fallback) numbers are not snowflake IDs and
 decode to nonsense. They stay below the cluster's snowflake floor,
@@ -49,6 +51,7 @@ func cmdParse(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	asJSON := fs.Bool("json", false, "print JSON")
 	addr := fs.String("addr", "", "decode by the ParseID RPC of this node instead of locally")
 	timeout := fs.Duration("timeout", 3*time.Second, "RPC timeout (with --addr)")
+	clientTok := addClientTokenFlags(fs)
 	epoch := fs.String("epoch", envOr("IDGEN_EPOCH", snowflake.DefaultEpoch.Format(time.RFC3339)), "cluster epoch, RFC 3339 (env IDGEN_EPOCH)")
 	idcBits := fs.Int("idc-bits", snowflake.DefaultIDCBits, "IDC bits of the cluster")
 	nodeBits := fs.Int("node-bits", snowflake.DefaultNodeBits, "node bits of the cluster")
@@ -77,7 +80,11 @@ func cmdParse(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if *timeout <= 0 {
 			return fs.usageErr("--timeout %v: want a positive duration", *timeout)
 		}
-		if p, err = parseRemote(ctx, *addr, *timeout, id); err != nil {
+		tok, err := clientTok.resolve()
+		if err != nil {
+			return err
+		}
+		if p, err = parseRemote(ctx, *addr, *timeout, tok, id); err != nil {
 			return err
 		}
 	} else {
@@ -122,12 +129,12 @@ func parseLocal(l snowflake.Layout, id int64) (parsed, error) {
 }
 
 // parseRemote asks a node to decode id.
-func parseRemote(ctx context.Context, addr string, timeout time.Duration, id int64) (parsed, error) {
+func parseRemote(ctx context.Context, addr string, timeout time.Duration, token string, id int64) (parsed, error) {
 	c, err := newClient(addr, timeout)
 	if err != nil {
 		return parsed{}, err
 	}
-	r, err := c.ParseID(ctx, &idl.ParseIDRequest{Id: id})
+	r, err := c.ParseID(ctx, &idl.ParseIDRequest{Id: id, Token: optional(token)})
 	if err != nil {
 		return parsed{}, describe(err)
 	}

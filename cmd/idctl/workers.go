@@ -21,7 +21,7 @@ import (
 // heartbeat and its clock offset against ZooKeeper's clock.
 func cmdWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newCmdFlags("workers", "idctl workers --zk HOSTS [--cluster NAME] [--root /idgen] [--idc N] [--json] [--watch]",
-		"Lists the worker assignments of a cluster straight from ZooKeeper. The digest\ncredential of an ACL-protected cluster is read from IDGEN_ZK_AUTH (user:password).\n")
+		"Lists the worker assignments of a cluster straight from ZooKeeper. The digest\ncredential of an ACL-protected cluster is read from IDGEN_ZK_AUTH (user:password),\nor the file named by IDGEN_ZK_AUTH_FILE.\n")
 	servers := fs.String("zk", os.Getenv("IDGEN_ZK"), "ZooKeeper servers, host:port,... (env IDGEN_ZK)")
 	cluster := fs.String("cluster", workersEnvOr("IDGEN_CLUSTER", worker.DefaultCluster), "cluster name (env IDGEN_CLUSTER)")
 	root := fs.String("root", workersEnvOr("IDGEN_ZK_ROOT", worker.DefaultRoot), "ZooKeeper root of the idgen clusters (env IDGEN_ZK_ROOT)")
@@ -45,9 +45,13 @@ func cmdWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fs.usageErr("--timeout %v: want a positive duration", *timeout)
 	}
 
+	zkAuth, err := secretEnv("IDGEN_ZK_AUTH")
+	if err != nil {
+		return err
+	}
 	dctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	conn, err := worker.DialZK(dctx, strings.Split(*servers, ","), worker.DefaultSessionTimeout, os.Getenv("IDGEN_ZK_AUTH"), nil)
+	conn, err := worker.DialZK(dctx, strings.Split(*servers, ","), worker.DefaultSessionTimeout, zkAuth, nil)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -84,12 +86,20 @@ func TestDateOrderServesEndToEnd(t *testing.T) {
 // channel 16 over Kitex beside the built-in channels.
 func TestEmbeddedServerServesChannel16(t *testing.T) {
 	rpc, admin := freeAddr(t), freeAddr(t)
+	// Admin RPCs (CreateBiz below) always need the admin token: given
+	// here by file, as an operator would.
+	adminToken := "dateorder-example-admin-token"
+	tokenFile := filepath.Join(t.TempDir(), "admin.token")
+	if err := os.WriteFile(tokenFile, []byte(adminToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- server.Run(ctx, server.Options{Version: "test", Register: func(r *ext.Registry) error {
 			return r.RegisterStrategy(Channel, &Strategy{Registry: r})
-		}}, []string{"--data-dir", t.TempDir(), "--rpc-addr", rpc, "--admin-addr", admin, "--log-level", "error"},
+		}}, []string{"--data-dir", t.TempDir(), "--rpc-addr", rpc, "--admin-addr", admin, "--log-level", "error",
+			"--admin-token-file", tokenFile},
 			func(string) string { return "" }, io.Discard, io.Discard)
 	}()
 	t.Cleanup(func() {
@@ -106,7 +116,7 @@ func TestEmbeddedServerServesChannel16(t *testing.T) {
 	biz := "order"
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		_, err := c.CreateBiz(context.Background(), &idl.CreateBizRequest{Name: biz})
+		_, err := c.CreateBiz(context.Background(), &idl.CreateBizRequest{Name: biz, Token: &adminToken})
 		if err == nil {
 			break
 		}

@@ -44,9 +44,12 @@ func ChannelName(v int32) string {
 type Client struct {
 	Addr    string
 	Timeout time.Duration
-	trans   thrift.TTransport
-	proto   thrift.TProtocol
-	seq     int32
+	// AdminToken is sent on admin RPCs (CreateBiz): nodes accept them
+	// with the admin token only, from any address.
+	AdminToken string
+	trans      thrift.TTransport
+	proto      thrift.TProtocol
+	seq        int32
 }
 
 // Answer is a NextIDs reply.
@@ -304,10 +307,13 @@ func (c *Client) NextIDs(ctx context.Context, biz string, channel, count int32, 
 	return a, nil
 }
 
-// CreateBiz creates a business (admin RPC; accepted from loopback without a
-// token).
+// CreateBiz creates a business (admin RPC: sends c.AdminToken).
 func (c *Client) CreateBiz(ctx context.Context, name string, channel int32, step int64, fallback bool) error {
-	return c.call(ctx, "CreateBiz", []field{{1, thrift.STRING, name}, {2, thrift.I32, channel}, {3, thrift.I64, step}, {6, thrift.BOOL, fallback}},
+	req := []field{{1, thrift.STRING, name}, {2, thrift.I32, channel}, {3, thrift.I64, step}, {6, thrift.BOOL, fallback}}
+	if c.AdminToken != "" {
+		req = append(req, field{9, thrift.STRING, c.AdminToken})
+	}
+	return c.call(ctx, "CreateBiz", req,
 		func(p thrift.TProtocol) error { return thrift.SkipDefaultDepth(ctx, p, thrift.STRUCT) })
 }
 

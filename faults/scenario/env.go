@@ -6,6 +6,8 @@ package scenario
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -68,6 +70,9 @@ type Cluster struct {
 	NFBiz   string          // the business without fallback ("" unless NoFallbackBiz)
 	Nodes   []*harness.Node // started ones first, then the spares
 	Started int
+	// AdminToken is the admin token every node of the cluster shares
+	// (one --admin-token-file): admin RPCs need it.
+	AdminToken string
 }
 
 var nameSeq struct {
@@ -125,6 +130,10 @@ func (r *Run) NewCluster(o ClusterOpts) (*Cluster, error) {
 		bin = e.BinFI
 	}
 	dir := filepath.Join(e.WorkDir, r.Name)
+	tokenArgs, err := c.adminTokenArgs(dir, o.Args)
+	if err != nil {
+		return nil, err
+	}
 	for i := range o.Nodes + o.Spare {
 		name := fmt.Sprintf("n%d", i)
 		nd := filepath.Join(dir, name)
@@ -141,7 +150,7 @@ func (r *Run) NewCluster(o ClusterOpts) (*Cluster, error) {
 		}
 		args := append([]string{"--zk", zk, "--cluster", c.Name, "--mysql", mysql, "--zk-session-timeout", o.Session,
 			"--heartbeat-interval", "500ms", "--outage-tolerance", o.Outage, "--advertise-host", "127.0.0.1",
-			"--auto-create-biz", "false", "--properties-dir", nd, "--data-dir", nd}, o.Args...)
+			"--auto-create-biz", "false", "--properties-dir", nd, "--data-dir", nd}, append(tokenArgs, o.Args...)...)
 		c.Nodes = append(c.Nodes, harness.NewNode(name, bin, dir, args, o.Env[i]))
 	}
 	r.cluster = c
@@ -161,7 +170,7 @@ func (r *Run) NewCluster(o ClusterOpts) (*Cluster, error) {
 			return nil, err
 		}
 		if i == order[0] {
-			cl := &harness.Client{Addr: c.Nodes[i].RPCAddr}
+			cl := &harness.Client{Addr: c.Nodes[i].RPCAddr, AdminToken: c.AdminToken}
 			err := cl.CreateBiz(bg(), c.Biz, harness.ChSnowflake, o.Step, true)
 			if err == nil && c.NFBiz != "" {
 				err = cl.CreateBiz(bg(), c.NFBiz, harness.ChSnowflake, o.Step, false)
@@ -180,6 +189,36 @@ func (r *Run) NewCluster(o ClusterOpts) (*Cluster, error) {
 	}
 	r.Logf("cluster %s: %d nodes serving (database %s)", c.Name, o.Nodes, "faults_"+id)
 	return c, nil
+}
+
+// adminTokenArgs gives the cluster one admin token, written to a file
+// (mode 0600) in dir that every node reads through --admin-token-file, and
+// returns that flag; nothing when the scenario's flags set a token file of
+// their own (c.AdminToken is then read from it).
+func (c *Cluster) adminTokenArgs(dir string, args []string) ([]string, error) {
+	for i, a := range args {
+		if a == "--admin-token-file" && i+1 < len(args) {
+			b, err := os.ReadFile(args[i+1])
+			if err != nil {
+				return nil, fmt.Errorf("admin token: %w", err)
+			}
+			c.AdminToken = strings.TrimSpace(string(b))
+			return nil, nil
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	raw := make([]byte, 32)
+	if _, err := crand.Read(raw); err != nil {
+		return nil, err
+	}
+	c.AdminToken = base64.RawURLEncoding.EncodeToString(raw)
+	path := filepath.Join(dir, c.Name+".admin.token")
+	if err := os.WriteFile(path, []byte(c.AdminToken+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("admin token: %w", err)
+	}
+	return []string{"--admin-token-file", path}, nil
 }
 
 // initCluster runs `idctl cluster init` for a new cluster on the

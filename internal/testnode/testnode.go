@@ -81,6 +81,13 @@ type Node struct {
 	RPCAddr   string
 	AdminAddr string
 	Env       []string
+	// AdminToken is the node's admin token, which Client sends on admin
+	// RPCs ("" until known when the node generates its own).
+	AdminToken string
+
+	// generatedToken is <data_dir>/admin.token when the node generates
+	// its own admin token (Options.NodeAdminToken).
+	generatedToken string
 
 	cmd  *exec.Cmd
 	logs *syncBuffer
@@ -107,6 +114,14 @@ type Options struct {
 	// (as `idctl cluster init --exists-ok` would); for tests of a node
 	// that finds no cluster.
 	NoClusterInit bool
+	// AdminToken is the node's admin token, passed in a file by
+	// --admin-token-file; "" means a fresh random one. Ignored when Args or
+	// Env set an admin token themselves (Node.AdminToken is then theirs).
+	AdminToken string
+	// NodeAdminToken starts the node with no admin token setting, so that
+	// it generates <data_dir>/admin.token itself (tests of that file);
+	// Node.AdminToken is read from the file once the node is up.
+	NodeAdminToken bool
 }
 
 // Start builds (once) and starts an idgen node on fresh loopback ports and
@@ -120,6 +135,7 @@ func Start(t testing.TB, o Options) *Node {
 		InitCluster(t, o.Args)
 	}
 	n.waitStarted, n.mayExit = !o.NoWaitStarted, o.MayExit
+	tokenArgs := n.adminTokenArgs(t, o)
 	t.Cleanup(func() { n.Kill() })
 	// A port FreePort returned can be taken by another process before the
 	// node binds it (tests start servers in parallel): try fresh ports.
@@ -130,13 +146,62 @@ func Start(t testing.TB, o Options) *Node {
 		if o.DataDir != "" {
 			n.Args = append(n.Args, "--data-dir", o.DataDir)
 		}
+		n.Args = append(n.Args, tokenArgs...)
 		n.startProcess(t)
 		if attempt < 3 && n.exitedOnBusyPort(30*time.Second) {
 			continue
 		}
 		n.waitUp(t, time.Now().Add(30*time.Second))
+		n.adminToken()
 		return n
 	}
+}
+
+// adminTokenArgs decides the node's admin token (see Options.AdminToken)
+// and returns the flags that give it to the node.
+func (n *Node) adminTokenArgs(t testing.TB, o Options) []string {
+	t.Helper()
+	if v, ok := flagValue(o.Args, "admin-token"); ok {
+		n.AdminToken = v
+		return nil
+	}
+	if f, ok := flagValue(o.Args, "admin-token-file"); ok {
+		n.AdminToken = readToken(f)
+		return nil
+	}
+	if v, ok := envValue(o.Env, "IDGEN_ADMIN_TOKEN"); ok {
+		n.AdminToken = v
+		return nil
+	}
+	if f, ok := envValue(o.Env, "IDGEN_ADMIN_TOKEN_FILE"); ok {
+		n.AdminToken = readToken(f)
+		return nil
+	}
+	if o.NodeAdminToken {
+		dir, ok := flagValue(o.Args, "data-dir")
+		if o.DataDir != "" {
+			dir, ok = o.DataDir, true
+		}
+		if !ok {
+			dir = "data" // the node's default, relative to the test's directory
+		}
+		n.generatedToken = filepath.Join(dir, "admin.token")
+		return nil
+	}
+	n.AdminToken = o.AdminToken
+	if n.AdminToken == "" {
+		n.AdminToken = NewToken()
+	}
+	return []string{"--admin-token-file", WriteTokenFile(t, t.TempDir(), "admin.token", n.AdminToken)}
+}
+
+// adminToken returns the node's admin token, reading a node-generated one
+// from its file the first time it is there.
+func (n *Node) adminToken() string {
+	if n.AdminToken == "" && n.generatedToken != "" {
+		n.AdminToken = readToken(n.generatedToken)
+	}
+	return n.AdminToken
 }
 
 // exitedOnBusyPort waits until the node answers, exits or d passes, and
@@ -281,11 +346,27 @@ func (n *Node) ExitCode() int { return n.cmd.ProcessState.ExitCode() }
 // Logs returns what the process printed so far.
 func (n *Node) Logs() string { return n.logs.String() }
 
-// Client returns a Kitex client for the node.
+// Client returns a Kitex client for the node that sends the node's admin
+// token on admin RPCs and on ParseID, Clock and ListWorkers when the
+// request carries none (TokenMiddleware: a test-only convenience).
 func (n *Node) Client(t testing.TB) idgensvc.Client {
 	t.Helper()
-	c, err := idgensvc.NewClient("idgen", client.WithHostPorts(n.RPCAddr), client.WithRPCTimeout(5*time.Second),
-		client.WithTransportProtocol(transport.TTHeaderFramed))
+	tok := n.adminToken()
+	if tok == "" {
+		// A node that generates its token and has not written it yet
+		// (NoWaitStarted): the client cannot know it.
+		return n.BareClient(t)
+	}
+	return n.BareClient(t, client.WithMiddleware(TokenMiddleware(tok)))
+}
+
+// BareClient returns a Kitex client for the node that sends no token of
+// its own: for tests of what a caller without the token gets. opts are
+// added to the defaults (TTHeader framing, a 5 s RPC timeout).
+func (n *Node) BareClient(t testing.TB, opts ...client.Option) idgensvc.Client {
+	t.Helper()
+	c, err := idgensvc.NewClient("idgen", append([]client.Option{client.WithHostPorts(n.RPCAddr), client.WithRPCTimeout(5 * time.Second),
+		client.WithTransportProtocol(transport.TTHeaderFramed)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

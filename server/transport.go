@@ -1,0 +1,426 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cloudwego/kitex/pkg/remote"
+	"github.com/cloudwego/kitex/pkg/remote/codec"
+	"github.com/cloudwego/kitex/pkg/remote/trans/gonet"
+	"github.com/cloudwego/kitex/server"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+)
+
+// Descriptor budget. Every RPC connection is a file descriptor, and so is
+// everything else the node needs to keep its promises: the ZooKeeper
+// session, the properties file it rewrites on every heartbeat, the bolt
+// store, the audit file, the admin HTTP port, the MySQL pool. A flood of
+// RPC connections must not take those from it, or the heartbeat fails and
+// the node gives up its worker slot; so RPC connections get what is left
+// after a reserve:
+//
+//	reserve = fdReserveBase + adminMaxConns + mysql_max_conns (with --mysql)
+//
+// fdReserveBase covers the listeners, ZooKeeper, the store and audit files,
+// the properties file and its temporary copy, logs and Go runtime pipes
+// with room to spare; adminMaxConns is the admin port's own connection cap
+// (admin.go), counted separately because a scraper flood can hold all of
+// them at once.
+const (
+	fdReserveBase = 64
+	// minRPCConns is the fewest RPC connections worth starting with: below
+	// it a handful of clients with pooled connections lock everyone out.
+	minRPCConns = 16
+	// refusalLogEvery bounds the refused-connection log to one line per
+	// interval (with the count since the last line); the counter
+	// idgen_rpc_connections_refused_total is exact.
+	refusalLogEvery = 10 * time.Second
+)
+
+// raiseNofile raises RLIMIT_NOFILE's soft limit to the hard limit and
+// returns the soft limit in force afterwards. (Go's runtime already does
+// this at start on Linux since Go 1.19; doing it here makes it explicit,
+// logged, and independent of the runtime's choice.)
+func raiseNofile(log *zap.Logger) (uint64, error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, fmt.Errorf("reading RLIMIT_NOFILE: %w", err)
+	}
+	before := lim.Cur
+	if lim.Cur < lim.Max {
+		want := lim
+		want.Cur = lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
+			log.Warn("cannot raise the open-file soft limit to the hard limit; RPC connections are sized from the soft limit",
+				zap.Uint64("soft", lim.Cur), zap.Uint64("hard", lim.Max), zap.Error(err))
+			return lim.Cur, nil
+		}
+		lim = want
+	}
+	log.Info("open-file limit", zap.Uint64("soft_before", before), zap.Uint64("soft", lim.Cur), zap.Uint64("hard", lim.Max))
+	return lim.Cur, nil
+}
+
+// fdReserve is the descriptors kept back from RPC connections; see
+// fdReserveBase.
+func fdReserve(cfg Config) int {
+	r := fdReserveBase + adminMaxConns
+	if cfg.MySQL != "" {
+		r += cfg.MySQLMaxConns
+	}
+	return r
+}
+
+// effectiveMaxConns is min(max_connections, nofile - reserve), or an error
+// naming the fix when that leaves fewer than minRPCConns.
+func effectiveMaxConns(cfg Config, nofile uint64) (int, error) {
+	reserve := fdReserve(cfg)
+	avail := math.MaxInt32
+	if nofile < math.MaxInt32 {
+		avail = int(nofile) - reserve
+	}
+	// A max_connections below minRPCConns is the operator's choice; a
+	// descriptor limit forcing it is a misconfiguration.
+	if avail < minRPCConns {
+		return 0, fmt.Errorf("max_connections: the open-file limit %d minus the %d descriptors kept for the node's own work (ZooKeeper, MySQL pool, files, admin port) leaves %d RPC connections, fewer than %d: raise the limit (ulimit -n, systemd LimitNOFILE=, or the container's nofile) or lower mysql_max_conns",
+			nofile, reserve, max(avail, 0), minRPCConns)
+	}
+	return min(cfg.MaxConns, avail), nil
+}
+
+// rpcTransport is the RPC port's transport: netpoll in plaintext, Go's net
+// with crypto/tls when TLS is configured (netpoll cannot do TLS), both with
+// the same connection cap, idle reaping, metrics and peer-address rule.
+type rpcTransport struct {
+	name     string // "netpoll" or "gonet+tls"
+	opts     []server.Option
+	tracker  *connTracker
+	stopOnce sync.Once
+	stop     chan struct{}
+}
+
+// newRPCTransport sizes the connection cap from the open-file limit, builds
+// the TLS listener when configured and returns the Kitex options of the
+// RPC server (listener, codec, transport, limits).
+//
+// Why not Kitex's own limits: server.WithLimit's connection limiter is
+// released in OnInactive, which Kitex v0.16.3's gonet transport server
+// never calls (pkg/remote/trans/gonet/trans_server.go serveConn), so on the
+// TLS transport it would count every connection ever accepted and lock all
+// clients out after max_connections of them; and server.WithMaxConnIdleTime
+// is, on netpoll, only a TCP keep-alive interval (netpoll
+// connection.SetIdleTimeout calls SetKeepAlive), which never closes an idle
+// but live client, while on gonet it is raised to at least 2 minutes. So
+// connTracker does both: on netpoll through an inbound bound handler
+// (OnActive refuses, OnRead marks activity, OnInactive forgets; netpoll
+// calls OnInactive from the connection's close callback), on gonet in a
+// listener below TLS. WithMaxConnIdleTime is still set: on netpoll it turns
+// on keep-alive probes, which find dead peers.
+func newRPCTransport(cfg Config, ln net.Listener, reg prometheus.Registerer, log *zap.Logger) (*rpcTransport, error) {
+	nofile, err := raiseNofile(log)
+	if err != nil {
+		return nil, err
+	}
+	maxConns, err := effectiveMaxConns(cfg, nofile)
+	if err != nil {
+		return nil, err
+	}
+	t := &rpcTransport{stop: make(chan struct{})}
+	t.tracker = newConnTracker(maxConns, cfg.ConnIdleTimeout, log)
+	if err := t.tracker.register(reg); err != nil {
+		return nil, err
+	}
+	t.opts = []server.Option{
+		server.WithCodec(newPeerAddrCodec(codec.NewDefaultCodecWithSizeLimit(cfg.MaxFrameBytes))),
+		server.WithMaxConnIdleTime(cfg.ConnIdleTimeout),
+	}
+	mutual := false
+	if cfg.TLSCert != "" {
+		tc, err := serverTLSConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
+		mutual = tc.ClientAuth == tls.RequireAndVerifyClientCert
+		t.name = "gonet+tls"
+		t.opts = append(t.opts,
+			server.WithListener(tls.NewListener(&limitListener{Listener: ln, t: t.tracker}, tc)),
+			server.WithTransServerFactory(gonet.NewTransServerFactory()),
+			server.WithTransHandlerFactory(gonet.NewSvrTransHandlerFactory()))
+	} else {
+		t.name = "netpoll"
+		t.opts = append(t.opts, server.WithListener(ln), server.WithBoundHandler(&connInbound{t: t.tracker}))
+	}
+	go t.tracker.reap(t.stop)
+	log.Info("rpc transport", zap.String("transport", t.name), zap.Bool("tls", cfg.TLSCert != ""), zap.Bool("mutual_tls", mutual),
+		zap.Int("max_connections", maxConns), zap.Int("max_connections_configured", cfg.MaxConns),
+		zap.Uint64("open_file_limit", nofile), zap.Int("fd_reserve", fdReserve(cfg)), zap.Duration("conn_idle_timeout", cfg.ConnIdleTimeout))
+	return t, nil
+}
+
+// options are the Kitex server options of the transport.
+func (t *rpcTransport) options() []server.Option { return t.opts }
+
+// close stops the idle reaper (after the server stopped).
+func (t *rpcTransport) close() { t.stopOnce.Do(func() { close(t.stop) }) }
+
+// serverTLSConfig loads the certificate and, with tls_client_ca, requires
+// client certificates signed by that CA. TLS 1.2 is the floor; Go
+// negotiates 1.3 whenever the client offers it.
+func serverTLSConfig(cfg Config) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("tls_cert %s / tls_key %s: %w (want a PEM certificate chain and its PEM private key)", cfg.TLSCert, cfg.TLSKey, err)
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	if cfg.TLSClientCA != "" {
+		pem, err := os.ReadFile(cfg.TLSClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("tls_client_ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls_client_ca %s: no PEM certificate found in it", cfg.TLSClientCA)
+		}
+		tc.ClientCAs = pool
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
+}
+
+// connTracker caps the RPC connections held at once, closes connections
+// idle longer than the idle timeout, and counts both for /metrics.
+type connTracker struct {
+	max  int
+	idle time.Duration
+	log  *zap.Logger
+
+	open  atomic.Int64
+	conns sync.Map // io.Closer (the connection) -> *atomic.Int64 (last activity, Unix ns)
+
+	refused       prometheus.Counter
+	idleClosed    prometheus.Counter
+	logMu         sync.Mutex
+	lastLog       time.Time
+	lastAcceptLog time.Time
+	pendingRefs   int64
+}
+
+func newConnTracker(maxConns int, idle time.Duration, log *zap.Logger) *connTracker {
+	return &connTracker{max: maxConns, idle: idle, log: log,
+		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_rpc_connections_refused_total",
+			Help: "RPC connections closed at accept because max_connections (after the descriptor reserve) were held."}),
+		idleClosed: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_rpc_connections_idle_closed_total",
+			Help: "RPC connections closed by the server after conn_idle_timeout without a request."}),
+	}
+}
+
+func (t *connTracker) register(reg prometheus.Registerer) error {
+	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "idgen_rpc_connections",
+		Help: "RPC connections held now."}, func() float64 { return float64(t.open.Load()) })
+	limit := prometheus.NewGauge(prometheus.GaugeOpts{Name: "idgen_rpc_connections_max",
+		Help: "Most RPC connections held at once: min(max_connections, open-file limit - reserve)."})
+	limit.Set(float64(t.max))
+	for _, c := range []prometheus.Collector{t.refused, t.idleClosed, open, limit} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("registering RPC connection metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// admit takes a slot for c, or counts a refusal and reports false.
+func (t *connTracker) admit(c interface{ Close() error }) (*atomic.Int64, bool) {
+	if t.open.Add(1) > int64(t.max) {
+		t.open.Add(-1)
+		t.refuse()
+		return nil, false
+	}
+	last := new(atomic.Int64)
+	last.Store(time.Now().UnixNano())
+	t.conns.Store(c, last)
+	return last, true
+}
+
+// forget frees c's slot if it held one.
+func (t *connTracker) forget(c interface{ Close() error }) {
+	if _, ok := t.conns.LoadAndDelete(c); ok {
+		t.open.Add(-1)
+	}
+}
+
+// touch marks activity on c.
+func (t *connTracker) touch(c interface{ Close() error }) {
+	if v, ok := t.conns.Load(c); ok {
+		v.(*atomic.Int64).Store(time.Now().UnixNano())
+	}
+}
+
+// refuse counts a refused connection and logs at most one line per
+// refusalLogEvery, with the number refused since the previous line.
+func (t *connTracker) refuse() {
+	t.refused.Inc()
+	t.logMu.Lock()
+	t.pendingRefs++
+	now := time.Now()
+	if now.Sub(t.lastLog) < refusalLogEvery {
+		t.logMu.Unlock()
+		return
+	}
+	n := t.pendingRefs
+	t.pendingRefs, t.lastLog = 0, now
+	t.logMu.Unlock()
+	t.log.Warn("refusing RPC connections: max_connections held (callers see the connection closed)",
+		zap.Int64("refused_since_last_line", n), zap.Int("max_connections", t.max),
+		zap.String("fix", "raise max_connections and the open-file limit, or have clients pool fewer connections; idgen_rpc_connections_refused_total counts them all"))
+}
+
+// reap closes connections idle longer than t.idle until stop is closed.
+func (t *connTracker) reap(stop <-chan struct{}) {
+	every := max(t.idle/4, 10*time.Millisecond)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-tick.C:
+			cut := now.Add(-t.idle).UnixNano()
+			t.conns.Range(func(k, v any) bool {
+				if v.(*atomic.Int64).Load() < cut {
+					t.idleClosed.Inc()
+					_ = k.(interface{ Close() error }).Close()
+					// Forgotten here too: gonet closes through the
+					// wrapper, but a conn closed under netpoll's feet may
+					// take a moment to reach OnInactive.
+					t.forget(k.(interface{ Close() error }))
+				}
+				return true
+			})
+		}
+	}
+}
+
+// connInbound is the netpoll side of connTracker: a Kitex inbound handler.
+// OnActive runs for every accepted connection before Kitex reads from it;
+// returning an error makes netpoll close it (and netpoll then calls
+// OnInactive from the close callback, which forgets nothing for a refused
+// connection since admit did not store it).
+type connInbound struct{ t *connTracker }
+
+var errConnLimit = errors.New("max_connections held: connection refused")
+
+var _ remote.InboundHandler = (*connInbound)(nil)
+
+func (h *connInbound) OnActive(ctx context.Context, conn net.Conn) (context.Context, error) {
+	if _, ok := h.t.admit(conn); !ok {
+		return ctx, errConnLimit
+	}
+	return ctx, nil
+}
+
+func (h *connInbound) OnInactive(ctx context.Context, conn net.Conn) context.Context {
+	h.t.forget(conn)
+	return ctx
+}
+
+func (h *connInbound) OnRead(ctx context.Context, conn net.Conn) (context.Context, error) {
+	h.t.touch(conn)
+	return ctx, nil
+}
+
+func (h *connInbound) OnMessage(ctx context.Context, args, result remote.Message) (context.Context, error) {
+	return ctx, nil
+}
+
+// limitListener is the gonet side of connTracker, below TLS: a connection
+// over the cap is closed at accept (before any handshake work), and every
+// read marks activity, so the reaper closes a connection whose client went
+// quiet, including one that never finished its handshake.
+type limitListener struct {
+	net.Listener
+	t *connTracker
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	var backoff time.Duration
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			// Kitex's gonet server stops serving on any Accept error
+			// (trans_server.go BootstrapServer), so a transient one (out
+			// of descriptors, a connection reset before it was accepted)
+			// is waited out here, as net/http does, instead of taking the
+			// RPC port down.
+			if !transientAcceptErr(err) {
+				return nil, err
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			l.t.acceptFailed(err, backoff)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		tc := &trackedConn{Conn: c, t: l.t}
+		last, ok := l.t.admit(tc)
+		if !ok {
+			_ = c.Close()
+			continue
+		}
+		tc.last = last
+		return tc, nil
+	}
+}
+
+// transientAcceptErr reports whether an Accept error passes by itself.
+func transientAcceptErr(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
+}
+
+// acceptFailed logs a transient Accept failure, rate-limited like refusals.
+func (t *connTracker) acceptFailed(err error, wait time.Duration) {
+	t.logMu.Lock()
+	now := time.Now()
+	if now.Sub(t.lastAcceptLog) < refusalLogEvery {
+		t.logMu.Unlock()
+		return
+	}
+	t.lastAcceptLog = now
+	t.logMu.Unlock()
+	t.log.Error("accepting RPC connections failed: retrying", zap.Error(err), zap.Duration("wait", wait),
+		zap.String("fix", "out of descriptors: raise the open-file limit or lower max_connections"))
+}
+
+type trackedConn struct {
+	net.Conn
+	t      *connTracker
+	last   *atomic.Int64
+	closed atomic.Bool
+}
+
+func (c *trackedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.last.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+func (c *trackedConn) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	c.t.forget(c)
+	return c.Conn.Close()
+}

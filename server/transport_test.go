@@ -187,7 +187,7 @@ func TestE2E_IdleConnectionClosed(t *testing.T) {
 // startLimited starts the idgen binary with RLIMIT_NOFILE 256 (prlimit, as
 // a container's or systemd's limit would) standalone on dir, and waits
 // until it answers /healthz. The process is killed at the end of the test.
-func startLimited(t *testing.T, dir string, args ...string) (rpcAddr, adminAddr string, logs *strings.Builder) {
+func startLimited(t *testing.T, dir string, args ...string) (rpcAddr, adminAddr string, logs func() string) {
 	t.Helper()
 	if _, err := exec.LookPath("prlimit"); err != nil {
 		t.Skip("prlimit (util-linux) not installed")
@@ -197,9 +197,12 @@ func startLimited(t *testing.T, dir string, args ...string) (rpcAddr, adminAddr 
 	adminAddr = "127.0.0.1:" + strconv.Itoa(testnode.FreePort(t))
 	cmd := exec.Command("prlimit", append([]string{"--nofile=256:256", bin, "--rpc-addr", rpcAddr, "--admin-addr", adminAddr,
 		"--data-dir", dir, "--log-format", "console"}, args...)...)
-	logs = &strings.Builder{}
+	buf := &strings.Builder{}
 	var mu sync.Mutex
-	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(p) })
+	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) })
+	// The process writes the buffer from exec's copying goroutine: every
+	// read takes the same lock.
+	logs = func() string { mu.Lock(); defer mu.Unlock(); return buf.String() }
 	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -210,9 +213,7 @@ func startLimited(t *testing.T, dir string, args ...string) (rpcAddr, adminAddr 
 	testnode.WaitFor(t, 30*time.Second, "the node under prlimit answering /healthz", func() bool {
 		select {
 		case <-done:
-			mu.Lock()
-			defer mu.Unlock()
-			t.Fatalf("idgen exited: %s", logs.String())
+			t.Fatalf("idgen exited: %s", logs())
 		default:
 		}
 		resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + adminAddr + "/healthz")
@@ -287,8 +288,8 @@ func TestE2E_DescriptorReserve(t *testing.T) {
 		last = callOnce(rpcAddr)
 		return last == nil
 	})
-	if strings.Contains(logs.String(), "too many open files") {
-		t.Errorf("the node ran out of descriptors:\n%s", logs.String())
+	if out := logs(); strings.Contains(out, "too many open files") {
+		t.Errorf("the node ran out of descriptors:\n%s", out)
 	}
 }
 

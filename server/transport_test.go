@@ -2,18 +2,11 @@ package server
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -356,59 +349,6 @@ type nopCloser struct{ closed bool }
 
 func (c *nopCloser) Close() error { c.closed = true; return nil }
 
-// testPKI is a CA, a server certificate for 127.0.0.1 and a client
-// certificate, as PEM files in a temporary directory.
-type testPKI struct {
-	ca, serverCert, serverKey, clientCert, clientKey string
-	pool                                             *x509.CertPool
-	client                                           tls.Certificate
-}
-
-func newTestPKI(t testing.TB) *testPKI {
-	t.Helper()
-	dir := t.TempDir()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		must(os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600))
-		return p
-	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	must(err)
-	now := time.Now()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "idgen test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	must(err)
-	caCert, err := x509.ParseCertificate(caDER)
-	must(err)
-	p := &testPKI{ca: write("ca.pem", "CERTIFICATE", caDER), pool: x509.NewCertPool()}
-	p.pool.AddCert(caCert)
-	leaf := func(name string, serial int64, usage x509.ExtKeyUsage) (string, string) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		must(err)
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
-			ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"}}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		must(err)
-		kder, err := x509.MarshalECPrivateKey(key)
-		must(err)
-		return write(name+".pem", "CERTIFICATE", der), write(name+"-key.pem", "EC PRIVATE KEY", kder)
-	}
-	p.serverCert, p.serverKey = leaf("server", 2, x509.ExtKeyUsageServerAuth)
-	p.clientCert, p.clientKey = leaf("client", 3, x509.ExtKeyUsageClientAuth)
-	p.client, err = tls.LoadX509KeyPair(p.clientCert, p.clientKey)
-	must(err)
-	return p
-}
-
 // tlsNext takes one ID through the client package over TLS.
 func tlsNext(addr string, tc *tls.Config) error {
 	c, err := idclient.New(idclient.Config{Addrs: []string{addr}, TLS: tc, MaxAttempts: 1, CallTimeout: 5 * time.Second,
@@ -426,19 +366,19 @@ func tlsNext(addr string, tc *tls.Config) error {
 // client is not served, the connection cap and idle timeout hold on this
 // transport too, and a spoofed rip header is ignored as on netpoll.
 func TestE2E_TLS(t *testing.T) {
-	pki := newTestPKI(t)
+	pki := testnode.NewPKI(t)
 	dir := t.TempDir()
-	node := testnode.Start(t, testnode.Options{DataDir: dir, Args: []string{"--tls-cert", pki.serverCert, "--tls-key", pki.serverKey,
+	node := testnode.Start(t, testnode.Options{DataDir: dir, Args: []string{"--tls-cert", pki.ServerCert, "--tls-key", pki.ServerKey,
 		"--max-connections", "8", "--conn-idle-timeout", "1s", "--admin-token", testAdminToken}})
 	if !strings.Contains(node.Logs(), "gonet+tls") {
 		t.Errorf("the start log does not name the TLS transport:\n%s", node.Logs())
 	}
-	tc := &tls.Config{RootCAs: pki.pool}
+	tc := &tls.Config{RootCAs: pki.Pool}
 	if err := tlsNext(node.RPCAddr, tc); err != nil {
 		t.Fatalf("NextIDs over TLS: %v", err)
 	}
 	// The negotiated version: 1.3.
-	raw, err := tls.Dial("tcp", node.RPCAddr, &tls.Config{RootCAs: pki.pool, ServerName: "127.0.0.1"})
+	raw, err := tls.Dial("tcp", node.RPCAddr, &tls.Config{RootCAs: pki.Pool, ServerName: "127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,7 +387,7 @@ func TestE2E_TLS(t *testing.T) {
 	}
 	raw.Close()
 	// TLS 1.1 is refused.
-	if c, err := tls.Dial("tcp", node.RPCAddr, &tls.Config{RootCAs: pki.pool, MaxVersion: tls.VersionTLS11}); err == nil {
+	if c, err := tls.Dial("tcp", node.RPCAddr, &tls.Config{RootCAs: pki.Pool, MaxVersion: tls.VersionTLS11}); err == nil {
 		c.Close()
 		t.Errorf("a TLS 1.1 handshake succeeded")
 	}
@@ -526,17 +466,17 @@ func TestE2E_TLS(t *testing.T) {
 // TestE2E_MutualTLS: with --tls-client-ca a client without a certificate
 // is refused and one with a certificate signed by the CA is served.
 func TestE2E_MutualTLS(t *testing.T) {
-	pki := newTestPKI(t)
-	other := newTestPKI(t) // a certificate from another CA
-	node := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{"--tls-cert", pki.serverCert, "--tls-key", pki.serverKey,
-		"--tls-client-ca", pki.ca}})
-	if err := tlsNext(node.RPCAddr, &tls.Config{RootCAs: pki.pool}); err == nil {
+	pki := testnode.NewPKI(t)
+	other := testnode.NewPKI(t) // a certificate from another CA
+	node := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{"--tls-cert", pki.ServerCert, "--tls-key", pki.ServerKey,
+		"--tls-client-ca", pki.CA}})
+	if err := tlsNext(node.RPCAddr, &tls.Config{RootCAs: pki.Pool}); err == nil {
 		t.Errorf("a client without a certificate was served")
 	}
-	if err := tlsNext(node.RPCAddr, &tls.Config{RootCAs: pki.pool, Certificates: []tls.Certificate{other.client}}); err == nil {
+	if err := tlsNext(node.RPCAddr, &tls.Config{RootCAs: pki.Pool, Certificates: []tls.Certificate{other.Client}}); err == nil {
 		t.Errorf("a client with a certificate of another CA was served")
 	}
-	if err := tlsNext(node.RPCAddr, &tls.Config{RootCAs: pki.pool, Certificates: []tls.Certificate{pki.client}}); err != nil {
+	if err := tlsNext(node.RPCAddr, &tls.Config{RootCAs: pki.Pool, Certificates: []tls.Certificate{pki.Client}}); err != nil {
 		t.Errorf("a client with a certificate signed by --tls-client-ca: %v", err)
 	}
 }
@@ -549,16 +489,16 @@ func TestE2E_MutualTLS(t *testing.T) {
 //
 //	go test -run '^$' -bench BenchmarkRPCTransport -benchtime 40000x ./server/
 func BenchmarkRPCTransport(b *testing.B) {
-	pki := newTestPKI(b)
+	pki := testnode.NewPKI(b)
 	plain := testnode.Start(b, testnode.Options{DataDir: b.TempDir()})
-	secure := testnode.Start(b, testnode.Options{DataDir: b.TempDir(), Args: []string{"--tls-cert", pki.serverCert, "--tls-key", pki.serverKey}})
+	secure := testnode.Start(b, testnode.Options{DataDir: b.TempDir(), Args: []string{"--tls-cert", pki.ServerCert, "--tls-key", pki.ServerKey}})
 	for _, tc := range []struct {
 		name string
 		addr string
 		tls  *tls.Config
 	}{
 		{"netpoll", plain.RPCAddr, nil},
-		{"gonet+tls", secure.RPCAddr, &tls.Config{RootCAs: pki.pool}},
+		{"gonet+tls", secure.RPCAddr, &tls.Config{RootCAs: pki.Pool}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			c, err := idclient.New(idclient.Config{Addrs: []string{tc.addr}, TLS: tc.tls, RPCTimeout: 5 * time.Second, CallTimeout: 10 * time.Second})

@@ -178,7 +178,12 @@ func TestE2E_MetricsNamesUsedByAlerts(t *testing.T) {
 	}
 	clusterOnly := map[string]bool{"idgen_clock_offset_seconds": true, "idgen_zookeeper_connected": true,
 		"idgen_zookeeper_state_losses_total": true, "idgen_worker_unreadable_marks_total": true,
-		"idgen_ordered_failover_barriers_total": true} // with --zk and --mysql only
+		"idgen_ordered_failover_barriers_total": true, // with --zk and --mysql only
+		"idgen_zookeeper_acl_open":              true} // with --zk
+	// A refused token: idgen_auth_failures_total has a series from then on.
+	if _, err := node.BareClient(t).ListBiz(context.Background(), &idl.ListBizRequest{}); err == nil {
+		t.Fatal("ListBiz without a token was answered")
+	}
 	m := scrape(t, node)
 	names := regexp.MustCompile(`idgen_[a-z_]+`).FindAllString(string(rules), -1)
 	if len(names) < 5 {

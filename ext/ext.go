@@ -44,6 +44,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/idgen/idgen/segment"
@@ -158,13 +159,26 @@ func (r *Registry) Channels() []segment.Channel {
 	return out
 }
 
+// describe lists the registered channels by number and strategy name:
+// "0 (unordered), 3 (slow_ordered)". segment.Channel's String knows only
+// 0..2, so %v would call every other channel "unknown".
+func (r *Registry) describe() string {
+	chs := r.Channels()
+	parts := make([]string, 0, len(chs))
+	for _, ch := range chs {
+		s, _ := r.Strategy(ch)
+		parts = append(parts, fmt.Sprintf("%d (%s)", int(ch), s.Name()))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // Serve runs the strategy of req.Channel and, on a refusal, the rejection
 // chain: the handlers in first (the issuer's built-ins: log and metric,
 // snowflake fallback), then the registered ones.
 func (r *Registry) Serve(ctx context.Context, req Request, first ...RejectionHandler) (Result, error) {
 	s, ok := r.Strategy(req.Channel)
 	if !ok {
-		return Result{}, fmt.Errorf("%w: channel %d has no strategy (registered: %v)", segment.ErrInvalid, req.Channel, r.Channels())
+		return Result{}, fmt.Errorf("%w: channel %d has no strategy (registered: %s)", segment.ErrInvalid, req.Channel, r.describe())
 	}
 	res, err := s.Generate(ctx, req)
 	if err == nil {

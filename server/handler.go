@@ -181,6 +181,9 @@ func (h *handler) CreateBiz(ctx context.Context, req *idl.CreateBizRequest) (res
 		StartNum: req.GetStartNum(), Fallback: req.GetFallback(), RateLimit: int(req.GetRateLimit()), Description: req.GetDescription(),
 		IDQuota: req.GetIdQuota(), IDBurst: req.GetIdBurst()}
 	if req.Channel != nil {
+		if err := defaultChannelOK(*req.Channel); err != nil {
+			return nil, err
+		}
 		b.Channel = segment.Channel(*req.Channel)
 	}
 	b.Obfuscate, b.CodeMinLength, b.Plugins = req.GetObfuscate(), int(req.GetCodeMinLength()), req.Plugins
@@ -214,6 +217,9 @@ func (h *handler) UpdateBiz(ctx context.Context, req *idl.UpdateBizRequest) (res
 	}
 	var u segment.BizUpdate
 	if req.Channel != nil {
+		if err := defaultChannelOK(*req.Channel); err != nil {
+			return nil, err
+		}
 		ch := segment.Channel(*req.Channel)
 		u.Channel = &ch
 	}
@@ -362,6 +368,16 @@ func channelLabel(req *idl.NextIDsRequest) string {
 		return "invalid"
 	}
 	return segment.Channel(*req.Channel).String()
+}
+
+// defaultChannelOK refuses SLOW_ORDERED as a business's default channel
+// with a message that says what to use: it is a request-side alias of
+// ORDERED for the older Java clients, not a channel of its own.
+func defaultChannelOK(ch idl.Channel) error {
+	if ch == idl.Channel_SLOW_ORDERED {
+		return invalid("channel 3 (SLOW_ORDERED) cannot be a business's default channel: set 1 (ORDERED), which serves the same numbers; callers that send SLOW_ORDERED are answered as before")
+	}
+	return nil
 }
 
 func invalid(msg string) error {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/idgen/idgen/internal/testnode"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
@@ -271,4 +273,18 @@ func obfuscated(t *testing.T, c idgensvc.Client, biz string) int64 {
 		t.Fatalf("NextIDs %s: %+v, %v", biz, resp, err)
 	}
 	return resp.Ids[0]
+}
+
+// TestSlowOrderedNotADefaultChannel: SLOW_ORDERED as a business's default
+// is refused naming ORDERED, not reported as an unknown channel.
+func TestSlowOrderedNotADefaultChannel(t *testing.T) {
+	tok := "admin-token-0123456789"
+	h := &handler{adminToken: tok, m: newMetrics(), log: zap.NewNop()}
+	_, err := h.CreateBiz(context.Background(), &idl.CreateBizRequest{Name: "legacy", Channel: ch(idl.Channel_SLOW_ORDERED), Token: &tok})
+	ie := mustCode(t, "CreateBiz with channel 3", err, idl.ErrorCode_INVALID_ARGUMENT)
+	if !strings.Contains(ie.Message, "1 (ORDERED)") || strings.Contains(ie.Message, "unknown") || strings.Contains(ie.Message, "out of range") {
+		t.Fatalf("message %q", ie.Message)
+	}
+	_, err = h.UpdateBiz(context.Background(), &idl.UpdateBizRequest{Name: "legacy", Channel: ch(idl.Channel_SLOW_ORDERED), Token: &tok})
+	mustCode(t, "UpdateBiz with channel 3", err, idl.ErrorCode_INVALID_ARGUMENT)
 }

@@ -299,11 +299,15 @@ func TestIntegration_Race300For256Slots(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := make(chan struct{})
+	// The cluster is created once, here: 300 extra sessions (one per
+	// goroutine, as itConfig dials) only load the server the race is on.
+	base := itConfig(t, addr, cluster, nil, 0)
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cfg := itConfig(t, addr, cluster, newTestHolder(fmt.Sprint("n", i), nil, nil), 10000+i)
+			cfg := base
+			cfg.Holder, cfg.Port = newTestHolder(fmt.Sprint("n", i), nil, nil), 10000+i
 			cfg.PropertiesDir = dir
 			cfg.SessionTimeout = 20 * time.Second
 			cfg.HeartbeatInterval = 5 * time.Second

@@ -31,6 +31,7 @@ import (
 	"github.com/idgen/idgen/clock"
 	"github.com/idgen/idgen/ext"
 	"github.com/idgen/idgen/internal/bizlabel"
+	"github.com/idgen/idgen/internal/logevery"
 	"github.com/idgen/idgen/issuer/keywrap"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/snowflake"
@@ -180,6 +181,7 @@ func New(cfg Config) (*Issuer, error) {
 			Help: "Requests refused by a business's per-node limit: limit is requests (rate_limit) or ids (id_quota). Business labels beyond the cap are _other."},
 			[]string{"biz", "limit"}),
 		plugins: newPluginState(), labels: bizlabel.New(cfg.MetricsMaxBizs), auto: autoCreate{max: cfg.AutoCreateMax}}
+	is.auto.logs = logevery.New(autoCreateLogEvery, is.clk.Now)
 	if cfg.ClientToken != "" {
 		h := sha256.Sum256([]byte(cfg.ClientToken))
 		is.clientTokenHash = h[:]

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/idgen/idgen/internal/logevery"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -139,8 +140,7 @@ type autoCreate struct {
 	count     int // businesses in the store, as of countedAt plus local creations
 	counted   bool
 	countedAt time.Time
-	loggedAt  time.Time
-	unlogged  int // creations not logged since loggedAt
+	logs      *logevery.Limiter // on the issuer's clock, made in New
 }
 
 // reserveAutoCreate takes a slot for creating name on first use, or says
@@ -192,20 +192,10 @@ func (is *Issuer) noteCreated() {
 // the number of creations not logged since the last line: enough to see
 // that it happens, without letting callers inventing names flood the log.
 func (is *Issuer) logAutoCreated(name string) {
-	a := &is.auto
-	now := is.clk.Now()
-	a.mu.Lock()
-	if a.logged() && now.Sub(a.loggedAt) < autoCreateLogEvery && !now.Before(a.loggedAt) {
-		a.unlogged++
-		a.mu.Unlock()
+	ok, skipped := is.auto.logs.Allow("auto_create")
+	if !ok {
 		return
 	}
-	skipped := a.unlogged
-	a.unlogged, a.loggedAt = 0, now
-	a.mu.Unlock()
 	is.log.Info("business created on first use", zap.String("biz", name), zap.Int("not_logged_since_last", skipped),
 		zap.String("hint", "create businesses with 'idctl biz create' and turn auto-creation off in production"))
 }
-
-// logged reports whether a line was logged before (a.mu held).
-func (a *autoCreate) logged() bool { return !a.loggedAt.IsZero() }

@@ -130,11 +130,15 @@ type BizUpdate struct {
 
 // BizToken is one client credential of a business. Only a hash of the
 // secret is kept: the secret is shown once, when the token is created.
+//
+// The JSON form is how every store keeps it (boltstore and zkstore inside
+// the business record, mysqlstore in biz.tokens): the hash in base64,
+// never a secret.
 type BizToken struct {
-	ID        string    // public, names the token in idctl and logs
-	Label     string    // free text: who holds it
-	Hash      []byte    // SHA-256 of the secret (secrets are 256-bit random, so a fast hash is enough)
-	CreatedAt time.Time // UTC
+	ID        string    `json:"id"`              // public, names the token in idctl and logs
+	Label     string    `json:"label,omitempty"` // free text: who holds it
+	Hash      []byte    `json:"hash"`            // SHA-256 of the secret (secrets are 256-bit random, so a fast hash is enough)
+	CreatedAt time.Time `json:"created_at"`      // UTC (NormalizeBiz and ApplyBizUpdate convert it)
 }
 
 // OrderedRequest reserves Count consecutive numbers for (Biz, SubKey).

@@ -19,40 +19,11 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/internal/logevery"
 	"github.com/idgen/idgen/internal/testnode"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 )
-
-// TestLogLimiter: one line per key per window; the lines held back meanwhile
-// are counted and handed to the next line let through; keys are separate.
-func TestLogLimiter(t *testing.T) {
-	now := time.Unix(1_700_000_000, 0)
-	l := newLogLimiter(10*time.Second, func() time.Time { return now })
-	if ok, n := l.allow("A"); !ok || n != 0 {
-		t.Fatalf("first line: %v %d", ok, n)
-	}
-	for i := range 5 {
-		now = now.Add(time.Second)
-		if ok, _ := l.allow("A"); ok {
-			t.Fatalf("line %d inside the window let through", i)
-		}
-	}
-	if ok, n := l.allow("B"); !ok || n != 0 {
-		t.Fatalf("another key: %v %d", ok, n)
-	}
-	now = now.Add(5 * time.Second) // 10 s after A's line
-	if ok, n := l.allow("A"); !ok || n != 5 {
-		t.Fatalf("after the window: %v, suppressed %d; want true, 5", ok, n)
-	}
-	if ok, _ := l.allow("A"); ok {
-		t.Fatal("the window restarts at the line let through")
-	}
-	now = now.Add(10 * time.Second)
-	if ok, n := l.allow("A"); !ok || n != 1 {
-		t.Fatalf("next window: %v, suppressed %d; want true, 1", ok, n)
-	}
-}
 
 // TestAuthFailuresCountAllLogFew: 100 refused tokens within a window are
 // 100 in idgen_auth_failures_total and one log line (method, caller, kind);
@@ -62,7 +33,7 @@ func TestAuthFailuresCountAllLogFew(t *testing.T) {
 	m := newMetrics()
 	a := newAuthFailures(zap.New(core), m)
 	now := time.Unix(1_700_000_000, 0)
-	a.limit.now = func() time.Time { return now }
+	a.limit = logevery.New(authLogWindow, func() time.Time { return now })
 	for range 100 {
 		a.record(context.Background(), "CreateBiz", authAdmin, true)
 		now = now.Add(50 * time.Millisecond) // 5 s in all: one window

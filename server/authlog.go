@@ -2,13 +2,13 @@ package server
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/idgen/idgen/internal/logevery"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 )
 
@@ -29,12 +29,12 @@ const (
 type authFailures struct {
 	log     *zap.Logger
 	counter *prometheus.CounterVec // method
-	limit   *logLimiter
+	limit   *logevery.Limiter
 }
 
 // newAuthFailures returns the recorder of a node: counted in m, logged to log.
 func newAuthFailures(log *zap.Logger, m *metrics) *authFailures {
-	return &authFailures{log: log, counter: m.authFailures, limit: newLogLimiter(authLogWindow, time.Now)}
+	return &authFailures{log: log, counter: m.authFailures, limit: logevery.New(authLogWindow, nil)}
 }
 
 // record counts one refused token of the given kind (authAdmin or
@@ -47,13 +47,13 @@ func (a *authFailures) record(ctx context.Context, method, kind string, given bo
 	if a.counter != nil {
 		a.counter.WithLabelValues(method).Inc()
 	}
-	ok, suppressed := a.limit.allow(method)
+	ok, suppressed := a.limit.Allow(method)
 	if !ok {
 		return
 	}
 	a.log.Warn("refused an RPC: missing or wrong token", zap.String("method", method), zap.String("kind", kind),
 		zap.String("caller", callerAddr(ctx)), zap.Bool("token_given", given), zap.Int("suppressed", suppressed),
-		zap.Duration("window", a.limit.window))
+		zap.Duration("window", a.limit.Window()))
 }
 
 // authFailed records a refused token for the RPC in ctx (see
@@ -82,45 +82,4 @@ func rpcMethod(ctx context.Context) string {
 		return ri.Invocation().MethodName()
 	}
 	return "unknown"
-}
-
-// logLimiter lets one log line per key through per window and counts the
-// lines it held back meanwhile. Keys must come from a bounded set (RPC
-// method names): the limiter keeps one entry per key forever.
-type logLimiter struct {
-	window time.Duration
-	now    func() time.Time
-
-	mu   sync.Mutex
-	keys map[string]*limitState
-}
-
-type limitState struct {
-	last       time.Time // when the last line for the key was let through
-	suppressed int       // lines held back since
-}
-
-func newLogLimiter(window time.Duration, now func() time.Time) *logLimiter {
-	return &logLimiter{window: window, now: now, keys: map[string]*limitState{}}
-}
-
-// allow reports whether a line for key may be written now and, when it
-// may, how many lines for key were held back since the previous one (to be
-// written with it). Held-back lines are reported with the next line let
-// through; until then the metric alone counts them.
-func (l *logLimiter) allow(key string) (ok bool, suppressed int) {
-	now := l.now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := l.keys[key]
-	if s == nil {
-		l.keys[key] = &limitState{last: now}
-		return true, 0
-	}
-	if now.Sub(s.last) < l.window {
-		s.suppressed++
-		return false, 0
-	}
-	suppressed, s.suppressed, s.last = s.suppressed, 0, now
-	return true, suppressed
 }

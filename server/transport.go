@@ -20,6 +20,8 @@ import (
 	"github.com/cloudwego/kitex/server"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/idgen/idgen/internal/logevery"
 )
 
 // Descriptor budget. Every RPC connection is a file descriptor, and so is
@@ -208,16 +210,13 @@ type connTracker struct {
 	open  atomic.Int64
 	conns sync.Map // io.Closer (the connection) -> *atomic.Int64 (last activity, Unix ns)
 
-	refused       prometheus.Counter
-	idleClosed    prometheus.Counter
-	logMu         sync.Mutex
-	lastLog       time.Time
-	lastAcceptLog time.Time
-	pendingRefs   int64
+	refused    prometheus.Counter
+	idleClosed prometheus.Counter
+	logs       *logevery.Limiter // keys "refused" and "accept"
 }
 
 func newConnTracker(maxConns int, idle time.Duration, log *zap.Logger) *connTracker {
-	return &connTracker{max: maxConns, idle: idle, log: log,
+	return &connTracker{max: maxConns, idle: idle, log: log, logs: logevery.New(refusalLogEvery, nil),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_rpc_connections_refused_total",
 			Help: "RPC connections closed at accept because max_connections (after the descriptor reserve) were held."}),
 		idleClosed: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_rpc_connections_idle_closed_total",
@@ -270,16 +269,11 @@ func (t *connTracker) touch(c interface{ Close() error }) {
 // refusalLogEvery, with the number refused since the previous line.
 func (t *connTracker) refuse() {
 	t.refused.Inc()
-	t.logMu.Lock()
-	t.pendingRefs++
-	now := time.Now()
-	if now.Sub(t.lastLog) < refusalLogEvery {
-		t.logMu.Unlock()
+	ok, held := t.logs.Allow("refused")
+	if !ok {
 		return
 	}
-	n := t.pendingRefs
-	t.pendingRefs, t.lastLog = 0, now
-	t.logMu.Unlock()
+	n := int64(held) + 1 // this one and those held back since the last line
 	t.log.Warn("refusing RPC connections: max_connections held (callers see the connection closed)",
 		zap.Int64("refused_since_last_line", n), zap.Int("max_connections", t.max),
 		zap.String("fix", "raise max_connections and the open-file limit, or have clients pool fewer connections; idgen_rpc_connections_refused_total counts them all"))
@@ -390,14 +384,9 @@ func transientAcceptErr(err error) bool {
 
 // acceptFailed logs a transient Accept failure, rate-limited like refusals.
 func (t *connTracker) acceptFailed(err error, wait time.Duration) {
-	t.logMu.Lock()
-	now := time.Now()
-	if now.Sub(t.lastAcceptLog) < refusalLogEvery {
-		t.logMu.Unlock()
+	if ok, _ := t.logs.Allow("accept"); !ok {
 		return
 	}
-	t.lastAcceptLog = now
-	t.logMu.Unlock()
 	t.log.Error("accepting RPC connections failed: retrying", zap.Error(err), zap.Duration("wait", wait),
 		zap.String("fix", "out of descriptors: raise the open-file limit or lower max_connections"))
 }

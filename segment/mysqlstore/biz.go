@@ -187,26 +187,13 @@ func scanBiz(row interface{ Scan(...any) error }) (segment.Biz, error) {
 	return b, nil
 }
 
-// tokenRecord is a segment.BizToken as stored in biz.tokens: only the
-// hash of the secret (base64 in the JSON), never the secret.
-type tokenRecord struct {
-	ID        string    `json:"id"`
-	Label     string    `json:"label,omitempty"`
-	Hash      []byte    `json:"hash"`
-	CreatedAt time.Time `json:"created_at"`
-}
-
-// encodeTokens returns the biz.tokens value of ts: NULL for none, as in
-// rows from before schema 5.
+// encodeTokens returns the biz.tokens value of ts (segment.BizToken's
+// JSON form): NULL for none, as in rows from before schema 5.
 func encodeTokens(ts []segment.BizToken) (sql.NullString, error) {
 	if len(ts) == 0 {
 		return sql.NullString{}, nil
 	}
-	rs := make([]tokenRecord, len(ts))
-	for i, t := range ts {
-		rs[i] = tokenRecord{ID: t.ID, Label: t.Label, Hash: t.Hash, CreatedAt: t.CreatedAt.UTC()}
-	}
-	v, err := json.Marshal(rs)
+	v, err := json.Marshal(ts)
 	if err != nil {
 		return sql.NullString{}, fmt.Errorf("encode tokens: %w", err)
 	}
@@ -218,13 +205,9 @@ func decodeTokens(v string) ([]segment.BizToken, error) {
 	if v == "" {
 		return nil, nil
 	}
-	var rs []tokenRecord
-	if err := json.Unmarshal([]byte(v), &rs); err != nil {
-		return nil, fmt.Errorf("column tokens is not a JSON list of tokens (edited by hand? fix or clear it): %w", err)
-	}
 	var out []segment.BizToken
-	for _, r := range rs {
-		out = append(out, segment.BizToken{ID: r.ID, Label: r.Label, Hash: r.Hash, CreatedAt: r.CreatedAt.UTC()})
+	if err := json.Unmarshal([]byte(v), &out); err != nil {
+		return nil, fmt.Errorf("column tokens is not a JSON list of tokens (edited by hand? fix or clear it): %w", err)
 	}
 	return out, nil
 }

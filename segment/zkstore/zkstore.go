@@ -215,35 +215,9 @@ type record struct {
 	// Tokens: znodes written before client tokens existed have none,
 	// which reads as a business open to the shared client token, as
 	// before.
-	Tokens    []tokenRecord `json:"tokens,omitempty"`
-	CreatedAt time.Time     `json:"created_at"`
-	UpdatedAt time.Time     `json:"updated_at"`
-}
-
-// tokenRecord is a segment.BizToken as stored: only the hash of the
-// secret (base64 in the JSON), never the secret. The znode's ACL (the
-// cluster's digest, when set) keeps even the hashes from other clients.
-type tokenRecord struct {
-	ID        string    `json:"id"`
-	Label     string    `json:"label,omitempty"`
-	Hash      []byte    `json:"hash"`
-	CreatedAt time.Time `json:"created_at"`
-}
-
-func encodeTokens(ts []segment.BizToken) []tokenRecord {
-	var out []tokenRecord
-	for _, t := range ts {
-		out = append(out, tokenRecord{ID: t.ID, Label: t.Label, Hash: t.Hash, CreatedAt: t.CreatedAt.UTC()})
-	}
-	return out
-}
-
-func decodeTokens(rs []tokenRecord) []segment.BizToken {
-	var out []segment.BizToken
-	for _, r := range rs {
-		out = append(out, segment.BizToken{ID: r.ID, Label: r.Label, Hash: r.Hash, CreatedAt: r.CreatedAt.UTC()})
-	}
-	return out
+	Tokens    []segment.BizToken `json:"tokens,omitempty"`
+	CreatedAt time.Time          `json:"created_at"`
+	UpdatedAt time.Time          `json:"updated_at"`
 }
 
 func encode(b segment.Biz) []byte {
@@ -251,7 +225,7 @@ func encode(b segment.Biz) []byte {
 		StartNum: b.StartNum, Fallback: b.Fallback, RateLimit: b.RateLimit,
 		IDQuota: b.IDQuota, IDBurst: b.IDBurst, Description: b.Description,
 		Obfuscate: b.Obfuscate, Format: b.Format.String(), CodeMinLen: b.CodeMinLength, Plugins: b.Plugins,
-		Key: []byte(b.Key), Issued: b.Issued, Tokens: encodeTokens(b.Tokens),
+		Key: []byte(b.Key), Issued: b.Issued, Tokens: b.Tokens,
 		CreatedAt: b.CreatedAt.UTC(), UpdatedAt: b.UpdatedAt.UTC()})
 	return v
 }
@@ -275,7 +249,7 @@ func decode(v []byte) (segment.Biz, error) {
 	return segment.Biz{Name: r.Name, Channel: ch, Step: r.Step, LowWaterPct: r.LowWaterPct, StartNum: r.StartNum,
 		Fallback: r.Fallback, RateLimit: r.RateLimit, IDQuota: r.IDQuota, IDBurst: r.IDBurst, Description: r.Description,
 		Obfuscate: r.Obfuscate, Format: format, CodeMinLength: r.CodeMinLen, Plugins: r.Plugins,
-		Key: r.Key, Issued: segment.StoredIssued(r.Issued, r.Key), Tokens: decodeTokens(r.Tokens),
+		Key: r.Key, Issued: segment.StoredIssued(r.Issued, r.Key), Tokens: r.Tokens,
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC()}, nil
 }
 

@@ -86,6 +86,10 @@ type Config struct {
 	// per-business metrics (BizLabel); later businesses are counted as
 	// "_other". 0 means bizlabel.DefaultMax (1000); negative is refused.
 	MetricsMaxBizs int
+	// Labels, when set, is the cap to use instead of a new one of
+	// MetricsMaxBizs: the embedding server shares it with the plugins
+	// (stats) it builds before the issuer, so they cap the same businesses.
+	Labels *bizlabel.Cap
 	// Clock times the rate limits and ID quotas; nil: the Guard's clock.
 	Clock    clock.Clock
 	MaxBatch int // zero: DefaultMaxBatch; at most segment.MaxBatch
@@ -180,8 +184,11 @@ func New(cfg Config) (*Issuer, error) {
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idgen_rate_limited_total",
 			Help: "Requests refused by a business's per-node limit: limit is requests (rate_limit) or ids (id_quota). Business labels beyond the cap are _other."},
 			[]string{"biz", "limit"}),
-		plugins: newPluginState(), labels: bizlabel.New(cfg.MetricsMaxBizs), auto: autoCreate{max: cfg.AutoCreateMax}}
+		plugins: newPluginState(), labels: cfg.Labels, auto: autoCreate{max: cfg.AutoCreateMax}}
 	is.auto.logs = logevery.New(autoCreateLogEvery, is.clk.Now)
+	if is.labels == nil {
+		is.labels = bizlabel.New(cfg.MetricsMaxBizs)
+	}
 	if cfg.ClientToken != "" {
 		h := sha256.Sum256([]byte(cfg.ClientToken))
 		is.clientTokenHash = h[:]

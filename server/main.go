@@ -27,7 +27,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -312,16 +311,9 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 		// the same one.
 		log.Info("business keys are wrapped by the master key", zap.String("file", cfg.MasterKeyFile), zap.String("master_key_id", masterKey.ID()))
 	}
-	// The stats plugin shares the issuer's cap on per-business series;
-	// the issuer is built after the extensions, hence the late binding.
-	var isRef atomic.Pointer[issuer.Issuer]
-	bizLabel := func(name string) string {
-		if is := isRef.Load(); is != nil {
-			return is.BizLabel(name)
-		}
-		return bizlabel.Other
-	}
-	exts, closeExts, err := defaultExtensions(cfg, m, fmt.Sprintf("%s:%d", advertiseHost(cfg), rpcPort), nd.register, bizLabel, log)
+	// One cap on per-business series for the issuer and the stats plugin.
+	labels := bizlabel.New(cfg.MetricsMaxBizs)
+	exts, closeExts, err := defaultExtensions(cfg, m, fmt.Sprintf("%s:%d", advertiseHost(cfg), rpcPort), nd.register, labels.Label, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -332,11 +324,10 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 		Bizs: segment.NewBizCache(store, 2*time.Second), Layout: layout, Guard: guard, Floor: floor,
 		AutoCreateBiz: cfg.AutoCreate(), MaxBatch: cfg.MaxBatch, NoSegments: noSegments,
 		ExtendNow: lease.RequestExtend, Extensions: exts, Logger: log.Named("issuer"),
-		MasterKey: masterKey, ClientToken: cfg.ClientToken, AutoCreateMax: cfg.AutoCreateMax, MetricsMaxBizs: cfg.MetricsMaxBizs})
+		MasterKey: masterKey, ClientToken: cfg.ClientToken, AutoCreateMax: cfg.AutoCreateMax, Labels: labels})
 	if err != nil {
 		return fail(err)
 	}
-	isRef.Store(is)
 	if masterKey != nil {
 		// Keys stored plain before the master key was configured are
 		// wrapped now (the same key, so no output changes). A key this

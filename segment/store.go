@@ -72,6 +72,10 @@ type Biz struct {
 	Format Format
 	// CodeMinLength is the shortest code (FormatCode), 0..MaxCodeMinLength.
 	CodeMinLength int
+	// OrderedMode is how ORDERED numbers are persisted by the shard's
+	// owner: gapless (durable per answer) or cached (reserved ahead).
+	// It may change at any time.
+	OrderedMode OrderedMode
 	// Plugins are the names of the plugins run for this business, in the
 	// order of their Order values.
 	Plugins []string
@@ -115,6 +119,9 @@ type BizUpdate struct {
 	Issued  *bool
 	IDQuota *int64
 	IDBurst *int64
+	// OrderedMode may change at any time (it changes what a crash costs,
+	// never uniqueness or order).
+	OrderedMode *OrderedMode
 	// AddToken adds a client token (its ID must be new; at most
 	// MaxBizTokens); RevokeToken removes the token with that ID
 	// (ErrInvalid when there is none). Both apply inside the store's

@@ -34,6 +34,7 @@ var migrations = []Migration{
 	{Version: 3, Description: "business output settings: obfuscate, format, code_min_length, plugins, secret_key, issued", apply: schemaV3},
 	{Version: 4, Description: "worker registry of each cluster (worker_cluster.registry)", apply: schemaV4},
 	{Version: 5, Description: "business ID quota, burst and client tokens; secret_key wide enough for wrapped keys", apply: schemaV5},
+	{Version: 6, Description: "ORDERED shard owners' epochs (ordered_shard) and the business ordered_mode", stmts: schemaV6(), apply: schemaV6Columns},
 }
 
 // bizColumnsV3 are the columns schema 3 adds to biz. secret_key is empty
@@ -122,6 +123,31 @@ func schemaV5(ctx context.Context, conn *sql.Conn) error {
 	}
 	return widenColumn(ctx, conn, "biz", "secret_key", secretKeyWidth,
 		fmt.Sprintf("VARBINARY(%d) NOT NULL DEFAULT ''", secretKeyWidth))
+}
+
+// schemaV6 creates ordered_shard: one row per ORDERED shard with the epoch
+// of its current owner (package ordered). Every persist of an owner is
+// conditional on its epoch being the row's, so a deposed owner's write
+// fails; a new owner raises the epoch (never lowers it) before it loads
+// a single counter of the shard.
+func schemaV6() []string {
+	return []string{`CREATE TABLE IF NOT EXISTS ordered_shard (
+  shard      INT NOT NULL,
+  epoch      BIGINT NOT NULL,
+  owner      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '',
+  updated_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (shard)
+) ENGINE=InnoDB`}
+}
+
+// bizColumnsV6 is the column schema 6 adds to biz: segment.OrderedMode
+// (0 gapless, the behaviour of every business before it; 1 cached).
+var bizColumnsV6 = []struct{ name, def string }{
+	{"ordered_mode", "TINYINT NOT NULL DEFAULT 0"},
+}
+
+func schemaV6Columns(ctx context.Context, conn *sql.Conn) error {
+	return addColumns(ctx, conn, "biz", bizColumnsV6)
 }
 
 // widenColumn changes a column to def unless it is already at least width

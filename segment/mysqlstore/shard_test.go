@@ -182,7 +182,7 @@ func TestShardEdges(t *testing.T) {
 		}
 	}
 	for h := int32(math.MinInt32); h < math.MinInt32+200; h++ {
-		if got := shardOfHash(h); got < 0 || got >= OrderedTables {
+		if got := segment.ShardOfHash(h); got < 0 || got >= OrderedTables {
 			t.Fatalf("shardOfHash(%d) = %d", h, got)
 		}
 	}

@@ -132,6 +132,7 @@ struct Biz {
     16: optional i64 id_quota,           // IDs per second per node; 0 = unlimited
     17: optional i64 id_burst,           // IDs the quota lets through at once
     18: optional list<BizToken> tokens,  // the business's own client tokens (never their secrets)
+    19: optional string ordered_mode,    // gapless (durable per answer) or cached (reserved ahead); see the README
     // The secret key is never sent.
 }
 
@@ -159,6 +160,7 @@ struct CreateBizRequest {
     13: optional list<string> plugins,
     14: optional i64 id_quota,
     15: optional i64 id_burst,
+    16: optional string ordered_mode,    // gapless (default) or cached
 }
 
 // Only the fields that are set change. start_num cannot change after creation.
@@ -178,6 +180,7 @@ struct UpdateBizRequest {
     13: optional list<string> plugins,
     14: optional i64 id_quota,
     15: optional i64 id_burst,
+    16: optional string ordered_mode,    // gapless (default) or cached
 }
 
 struct GetBizRequest {
@@ -237,6 +240,39 @@ struct DecodeResponse {
     4: optional ParseIDResponse snowflake, // set when number is a snowflake ID of this cluster
 }
 
+// OrderedTake is the internal hop of the ORDERED channel: a node that does
+// not own a sub key's shard forwards the request to the shard's owner,
+// which answers from its memory. The owner checks the token again (the
+// caller's own, passed through) and never forwards further: a node that is
+// not the owner (any more) answers SEGMENT_UNAVAILABLE, retryable.
+struct OrderedTakeRequest {
+    1: required string biz,
+    2: required string sub_key,
+    3: required i32 count,
+    4: optional string request_id,
+    5: optional string token,          // the original caller's token
+}
+
+struct OrderedTakeResponse {
+    1: required IDRange range,
+}
+
+// The owner of one ORDERED shard (shard = Math.abs(sub_key.hashCode()) % 64,
+// Java's String.hashCode over UTF-16).
+struct ShardOwner {
+    1: required i32 shard,
+    2: required string addr,           // host:port of the owner's RPC port; empty while the shard has none
+    3: required i64 epoch,
+}
+
+struct OrderedOwnersRequest {
+    1: optional string token,          // the shared client token, when the server has one (or the admin token)
+}
+
+struct OrderedOwnersResponse {
+    1: required list<ShardOwner> owners, // one per shard, 0..63
+}
+
 // The service is IDGenService (not IDGen) so that Kitex generates its client
 // and server into kitex_gen/idgen/idgenservice, a package name distinct from
 // the types package kitex_gen/idgen. The Thrift method names, and so the
@@ -253,4 +289,6 @@ service IDGenService {
     DecodeResponse Decode(1: DecodeRequest req) throws (1: IdgenError err),
     CreateBizTokenResponse CreateBizToken(1: CreateBizTokenRequest req) throws (1: IdgenError err),
     RevokeBizTokenResponse RevokeBizToken(1: RevokeBizTokenRequest req) throws (1: IdgenError err),
+    OrderedTakeResponse OrderedTake(1: OrderedTakeRequest req) throws (1: IdgenError err),
+    OrderedOwnersResponse OrderedOwners(1: OrderedOwnersRequest req) throws (1: IdgenError err),
 }

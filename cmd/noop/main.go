@@ -135,3 +135,11 @@ func (*noop) CreateBizToken(context.Context, *idl.CreateBizTokenRequest) (*idl.C
 func (*noop) RevokeBizToken(context.Context, *idl.RevokeBizTokenRequest) (*idl.RevokeBizTokenResponse, error) {
 	return nil, unsupported("RevokeBizToken")
 }
+
+func (*noop) OrderedTake(_ context.Context, req *idl.OrderedTakeRequest) (*idl.OrderedTakeResponse, error) {
+	return &idl.OrderedTakeResponse{Range: &idl.IDRange{First: 1, Last: int64(max(req.Count, 1))}}, nil
+}
+
+func (*noop) OrderedOwners(context.Context, *idl.OrderedOwnersRequest) (*idl.OrderedOwnersResponse, error) {
+	return &idl.OrderedOwnersResponse{}, nil
+}

@@ -883,6 +883,7 @@ type Biz struct {
 	IdQuota       *int64      `thrift:"id_quota,16,optional" frugal:"16,optional,i64" json:"id_quota,omitempty"`
 	IdBurst       *int64      `thrift:"id_burst,17,optional" frugal:"17,optional,i64" json:"id_burst,omitempty"`
 	Tokens        []*BizToken `thrift:"tokens,18,optional" frugal:"18,optional,list<BizToken>" json:"tokens,omitempty"`
+	OrderedMode   *string     `thrift:"ordered_mode,19,optional" frugal:"19,optional,string" json:"ordered_mode,omitempty"`
 }
 
 func NewBiz() *Biz {
@@ -1003,6 +1004,15 @@ func (p *Biz) GetTokens() (v []*BizToken) {
 	}
 	return p.Tokens
 }
+
+var Biz_OrderedMode_DEFAULT string
+
+func (p *Biz) GetOrderedMode() (v string) {
+	if !p.IsSetOrderedMode() {
+		return Biz_OrderedMode_DEFAULT
+	}
+	return *p.OrderedMode
+}
 func (p *Biz) SetName(val string) {
 	p.Name = val
 }
@@ -1057,6 +1067,9 @@ func (p *Biz) SetIdBurst(val *int64) {
 func (p *Biz) SetTokens(val []*BizToken) {
 	p.Tokens = val
 }
+func (p *Biz) SetOrderedMode(val *string) {
+	p.OrderedMode = val
+}
 
 func (p *Biz) IsSetObfuscate() bool {
 	return p.Obfuscate != nil
@@ -1090,6 +1103,10 @@ func (p *Biz) IsSetTokens() bool {
 	return p.Tokens != nil
 }
 
+func (p *Biz) IsSetOrderedMode() bool {
+	return p.OrderedMode != nil
+}
+
 func (p *Biz) String() string {
 	if p == nil {
 		return "<nil>"
@@ -1116,6 +1133,7 @@ var fieldIDToName_Biz = map[int16]string{
 	16: "id_quota",
 	17: "id_burst",
 	18: "tokens",
+	19: "ordered_mode",
 }
 
 type BizToken struct {
@@ -1181,6 +1199,7 @@ type CreateBizRequest struct {
 	Plugins       []string `thrift:"plugins,13,optional" frugal:"13,optional,list<string>" json:"plugins,omitempty"`
 	IdQuota       *int64   `thrift:"id_quota,14,optional" frugal:"14,optional,i64" json:"id_quota,omitempty"`
 	IdBurst       *int64   `thrift:"id_burst,15,optional" frugal:"15,optional,i64" json:"id_burst,omitempty"`
+	OrderedMode   *string  `thrift:"ordered_mode,16,optional" frugal:"16,optional,string" json:"ordered_mode,omitempty"`
 }
 
 func NewCreateBizRequest() *CreateBizRequest {
@@ -1319,6 +1338,15 @@ func (p *CreateBizRequest) GetIdBurst() (v int64) {
 	}
 	return *p.IdBurst
 }
+
+var CreateBizRequest_OrderedMode_DEFAULT string
+
+func (p *CreateBizRequest) GetOrderedMode() (v string) {
+	if !p.IsSetOrderedMode() {
+		return CreateBizRequest_OrderedMode_DEFAULT
+	}
+	return *p.OrderedMode
+}
 func (p *CreateBizRequest) SetName(val string) {
 	p.Name = val
 }
@@ -1363,6 +1391,9 @@ func (p *CreateBizRequest) SetIdQuota(val *int64) {
 }
 func (p *CreateBizRequest) SetIdBurst(val *int64) {
 	p.IdBurst = val
+}
+func (p *CreateBizRequest) SetOrderedMode(val *string) {
+	p.OrderedMode = val
 }
 
 func (p *CreateBizRequest) IsSetChannel() bool {
@@ -1421,6 +1452,10 @@ func (p *CreateBizRequest) IsSetIdBurst() bool {
 	return p.IdBurst != nil
 }
 
+func (p *CreateBizRequest) IsSetOrderedMode() bool {
+	return p.OrderedMode != nil
+}
+
 func (p *CreateBizRequest) String() string {
 	if p == nil {
 		return "<nil>"
@@ -1444,6 +1479,7 @@ var fieldIDToName_CreateBizRequest = map[int16]string{
 	13: "plugins",
 	14: "id_quota",
 	15: "id_burst",
+	16: "ordered_mode",
 }
 
 type UpdateBizRequest struct {
@@ -1461,6 +1497,7 @@ type UpdateBizRequest struct {
 	Plugins       []string `thrift:"plugins,13,optional" frugal:"13,optional,list<string>" json:"plugins,omitempty"`
 	IdQuota       *int64   `thrift:"id_quota,14,optional" frugal:"14,optional,i64" json:"id_quota,omitempty"`
 	IdBurst       *int64   `thrift:"id_burst,15,optional" frugal:"15,optional,i64" json:"id_burst,omitempty"`
+	OrderedMode   *string  `thrift:"ordered_mode,16,optional" frugal:"16,optional,string" json:"ordered_mode,omitempty"`
 }
 
 func NewUpdateBizRequest() *UpdateBizRequest {
@@ -1590,6 +1627,15 @@ func (p *UpdateBizRequest) GetIdBurst() (v int64) {
 	}
 	return *p.IdBurst
 }
+
+var UpdateBizRequest_OrderedMode_DEFAULT string
+
+func (p *UpdateBizRequest) GetOrderedMode() (v string) {
+	if !p.IsSetOrderedMode() {
+		return UpdateBizRequest_OrderedMode_DEFAULT
+	}
+	return *p.OrderedMode
+}
 func (p *UpdateBizRequest) SetName(val string) {
 	p.Name = val
 }
@@ -1631,6 +1677,9 @@ func (p *UpdateBizRequest) SetIdQuota(val *int64) {
 }
 func (p *UpdateBizRequest) SetIdBurst(val *int64) {
 	p.IdBurst = val
+}
+func (p *UpdateBizRequest) SetOrderedMode(val *string) {
+	p.OrderedMode = val
 }
 
 func (p *UpdateBizRequest) IsSetChannel() bool {
@@ -1685,6 +1734,10 @@ func (p *UpdateBizRequest) IsSetIdBurst() bool {
 	return p.IdBurst != nil
 }
 
+func (p *UpdateBizRequest) IsSetOrderedMode() bool {
+	return p.OrderedMode != nil
+}
+
 func (p *UpdateBizRequest) String() string {
 	if p == nil {
 		return "<nil>"
@@ -1707,6 +1760,7 @@ var fieldIDToName_UpdateBizRequest = map[int16]string{
 	13: "plugins",
 	14: "id_quota",
 	15: "id_burst",
+	16: "ordered_mode",
 }
 
 type GetBizRequest struct {
@@ -2195,6 +2249,241 @@ var fieldIDToName_DecodeResponse = map[int16]string{
 	4: "snowflake",
 }
 
+type OrderedTakeRequest struct {
+	Biz       string  `thrift:"biz,1,required" frugal:"1,required,string" json:"biz"`
+	SubKey    string  `thrift:"sub_key,2,required" frugal:"2,required,string" json:"sub_key"`
+	Count     int32   `thrift:"count,3,required" frugal:"3,required,i32" json:"count"`
+	RequestId *string `thrift:"request_id,4,optional" frugal:"4,optional,string" json:"request_id,omitempty"`
+	Token     *string `thrift:"token,5,optional" frugal:"5,optional,string" json:"token,omitempty"`
+}
+
+func NewOrderedTakeRequest() *OrderedTakeRequest {
+	return &OrderedTakeRequest{}
+}
+
+func (p *OrderedTakeRequest) InitDefault() {
+}
+
+func (p *OrderedTakeRequest) GetBiz() (v string) {
+	return p.Biz
+}
+
+func (p *OrderedTakeRequest) GetSubKey() (v string) {
+	return p.SubKey
+}
+
+func (p *OrderedTakeRequest) GetCount() (v int32) {
+	return p.Count
+}
+
+var OrderedTakeRequest_RequestId_DEFAULT string
+
+func (p *OrderedTakeRequest) GetRequestId() (v string) {
+	if !p.IsSetRequestId() {
+		return OrderedTakeRequest_RequestId_DEFAULT
+	}
+	return *p.RequestId
+}
+
+var OrderedTakeRequest_Token_DEFAULT string
+
+func (p *OrderedTakeRequest) GetToken() (v string) {
+	if !p.IsSetToken() {
+		return OrderedTakeRequest_Token_DEFAULT
+	}
+	return *p.Token
+}
+func (p *OrderedTakeRequest) SetBiz(val string) {
+	p.Biz = val
+}
+func (p *OrderedTakeRequest) SetSubKey(val string) {
+	p.SubKey = val
+}
+func (p *OrderedTakeRequest) SetCount(val int32) {
+	p.Count = val
+}
+func (p *OrderedTakeRequest) SetRequestId(val *string) {
+	p.RequestId = val
+}
+func (p *OrderedTakeRequest) SetToken(val *string) {
+	p.Token = val
+}
+
+func (p *OrderedTakeRequest) IsSetRequestId() bool {
+	return p.RequestId != nil
+}
+
+func (p *OrderedTakeRequest) IsSetToken() bool {
+	return p.Token != nil
+}
+
+func (p *OrderedTakeRequest) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("OrderedTakeRequest(%+v)", *p)
+}
+
+var fieldIDToName_OrderedTakeRequest = map[int16]string{
+	1: "biz",
+	2: "sub_key",
+	3: "count",
+	4: "request_id",
+	5: "token",
+}
+
+type OrderedTakeResponse struct {
+	Range *IDRange `thrift:"range,1,required" frugal:"1,required,IDRange" json:"range"`
+}
+
+func NewOrderedTakeResponse() *OrderedTakeResponse {
+	return &OrderedTakeResponse{}
+}
+
+func (p *OrderedTakeResponse) InitDefault() {
+}
+
+var OrderedTakeResponse_Range_DEFAULT *IDRange
+
+func (p *OrderedTakeResponse) GetRange() (v *IDRange) {
+	if !p.IsSetRange() {
+		return OrderedTakeResponse_Range_DEFAULT
+	}
+	return p.Range
+}
+func (p *OrderedTakeResponse) SetRange(val *IDRange) {
+	p.Range = val
+}
+
+func (p *OrderedTakeResponse) IsSetRange() bool {
+	return p.Range != nil
+}
+
+func (p *OrderedTakeResponse) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("OrderedTakeResponse(%+v)", *p)
+}
+
+var fieldIDToName_OrderedTakeResponse = map[int16]string{
+	1: "range",
+}
+
+type ShardOwner struct {
+	Shard int32  `thrift:"shard,1,required" frugal:"1,required,i32" json:"shard"`
+	Addr  string `thrift:"addr,2,required" frugal:"2,required,string" json:"addr"`
+	Epoch int64  `thrift:"epoch,3,required" frugal:"3,required,i64" json:"epoch"`
+}
+
+func NewShardOwner() *ShardOwner {
+	return &ShardOwner{}
+}
+
+func (p *ShardOwner) InitDefault() {
+}
+
+func (p *ShardOwner) GetShard() (v int32) {
+	return p.Shard
+}
+
+func (p *ShardOwner) GetAddr() (v string) {
+	return p.Addr
+}
+
+func (p *ShardOwner) GetEpoch() (v int64) {
+	return p.Epoch
+}
+func (p *ShardOwner) SetShard(val int32) {
+	p.Shard = val
+}
+func (p *ShardOwner) SetAddr(val string) {
+	p.Addr = val
+}
+func (p *ShardOwner) SetEpoch(val int64) {
+	p.Epoch = val
+}
+
+func (p *ShardOwner) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("ShardOwner(%+v)", *p)
+}
+
+var fieldIDToName_ShardOwner = map[int16]string{
+	1: "shard",
+	2: "addr",
+	3: "epoch",
+}
+
+type OrderedOwnersRequest struct {
+	Token *string `thrift:"token,1,optional" frugal:"1,optional,string" json:"token,omitempty"`
+}
+
+func NewOrderedOwnersRequest() *OrderedOwnersRequest {
+	return &OrderedOwnersRequest{}
+}
+
+func (p *OrderedOwnersRequest) InitDefault() {
+}
+
+var OrderedOwnersRequest_Token_DEFAULT string
+
+func (p *OrderedOwnersRequest) GetToken() (v string) {
+	if !p.IsSetToken() {
+		return OrderedOwnersRequest_Token_DEFAULT
+	}
+	return *p.Token
+}
+func (p *OrderedOwnersRequest) SetToken(val *string) {
+	p.Token = val
+}
+
+func (p *OrderedOwnersRequest) IsSetToken() bool {
+	return p.Token != nil
+}
+
+func (p *OrderedOwnersRequest) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("OrderedOwnersRequest(%+v)", *p)
+}
+
+var fieldIDToName_OrderedOwnersRequest = map[int16]string{
+	1: "token",
+}
+
+type OrderedOwnersResponse struct {
+	Owners []*ShardOwner `thrift:"owners,1,required" frugal:"1,required,list<ShardOwner>" json:"owners"`
+}
+
+func NewOrderedOwnersResponse() *OrderedOwnersResponse {
+	return &OrderedOwnersResponse{}
+}
+
+func (p *OrderedOwnersResponse) InitDefault() {
+}
+
+func (p *OrderedOwnersResponse) GetOwners() (v []*ShardOwner) {
+	return p.Owners
+}
+func (p *OrderedOwnersResponse) SetOwners(val []*ShardOwner) {
+	p.Owners = val
+}
+
+func (p *OrderedOwnersResponse) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("OrderedOwnersResponse(%+v)", *p)
+}
+
+var fieldIDToName_OrderedOwnersResponse = map[int16]string{
+	1: "owners",
+}
+
 type IdgenError struct {
 	Code         ErrorCode `thrift:"code,1,required" frugal:"1,required,ErrorCode" json:"code"`
 	Message      string    `thrift:"message,2,required" frugal:"2,required,string" json:"message"`
@@ -2299,6 +2588,10 @@ type IDGenService interface {
 	CreateBizToken(ctx context.Context, req *CreateBizTokenRequest) (r *CreateBizTokenResponse, err error)
 
 	RevokeBizToken(ctx context.Context, req *RevokeBizTokenRequest) (r *RevokeBizTokenResponse, err error)
+
+	OrderedTake(ctx context.Context, req *OrderedTakeRequest) (r *OrderedTakeResponse, err error)
+
+	OrderedOwners(ctx context.Context, req *OrderedOwnersRequest) (r *OrderedOwnersResponse, err error)
 }
 
 type IDGenServiceNextIDsArgs struct {
@@ -3331,6 +3624,194 @@ func (p *IDGenServiceRevokeBizTokenResult) String() string {
 }
 
 var fieldIDToName_IDGenServiceRevokeBizTokenResult = map[int16]string{
+	0: "success",
+	1: "err",
+}
+
+type IDGenServiceOrderedTakeArgs struct {
+	Req *OrderedTakeRequest `thrift:"req,1" frugal:"1,default,OrderedTakeRequest" json:"req"`
+}
+
+func NewIDGenServiceOrderedTakeArgs() *IDGenServiceOrderedTakeArgs {
+	return &IDGenServiceOrderedTakeArgs{}
+}
+
+func (p *IDGenServiceOrderedTakeArgs) InitDefault() {
+}
+
+var IDGenServiceOrderedTakeArgs_Req_DEFAULT *OrderedTakeRequest
+
+func (p *IDGenServiceOrderedTakeArgs) GetReq() (v *OrderedTakeRequest) {
+	if !p.IsSetReq() {
+		return IDGenServiceOrderedTakeArgs_Req_DEFAULT
+	}
+	return p.Req
+}
+func (p *IDGenServiceOrderedTakeArgs) SetReq(val *OrderedTakeRequest) {
+	p.Req = val
+}
+
+func (p *IDGenServiceOrderedTakeArgs) IsSetReq() bool {
+	return p.Req != nil
+}
+
+func (p *IDGenServiceOrderedTakeArgs) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("IDGenServiceOrderedTakeArgs(%+v)", *p)
+}
+
+var fieldIDToName_IDGenServiceOrderedTakeArgs = map[int16]string{
+	1: "req",
+}
+
+type IDGenServiceOrderedTakeResult struct {
+	Success *OrderedTakeResponse `thrift:"success,0,optional" frugal:"0,optional,OrderedTakeResponse" json:"success,omitempty"`
+	Err     *IdgenError          `thrift:"err,1,optional" frugal:"1,optional,IdgenError" json:"err,omitempty"`
+}
+
+func NewIDGenServiceOrderedTakeResult() *IDGenServiceOrderedTakeResult {
+	return &IDGenServiceOrderedTakeResult{}
+}
+
+func (p *IDGenServiceOrderedTakeResult) InitDefault() {
+}
+
+var IDGenServiceOrderedTakeResult_Success_DEFAULT *OrderedTakeResponse
+
+func (p *IDGenServiceOrderedTakeResult) GetSuccess() (v *OrderedTakeResponse) {
+	if !p.IsSetSuccess() {
+		return IDGenServiceOrderedTakeResult_Success_DEFAULT
+	}
+	return p.Success
+}
+
+var IDGenServiceOrderedTakeResult_Err_DEFAULT *IdgenError
+
+func (p *IDGenServiceOrderedTakeResult) GetErr() (v *IdgenError) {
+	if !p.IsSetErr() {
+		return IDGenServiceOrderedTakeResult_Err_DEFAULT
+	}
+	return p.Err
+}
+func (p *IDGenServiceOrderedTakeResult) SetSuccess(x interface{}) {
+	p.Success = x.(*OrderedTakeResponse)
+}
+func (p *IDGenServiceOrderedTakeResult) SetErr(val *IdgenError) {
+	p.Err = val
+}
+
+func (p *IDGenServiceOrderedTakeResult) IsSetSuccess() bool {
+	return p.Success != nil
+}
+
+func (p *IDGenServiceOrderedTakeResult) IsSetErr() bool {
+	return p.Err != nil
+}
+
+func (p *IDGenServiceOrderedTakeResult) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("IDGenServiceOrderedTakeResult(%+v)", *p)
+}
+
+var fieldIDToName_IDGenServiceOrderedTakeResult = map[int16]string{
+	0: "success",
+	1: "err",
+}
+
+type IDGenServiceOrderedOwnersArgs struct {
+	Req *OrderedOwnersRequest `thrift:"req,1" frugal:"1,default,OrderedOwnersRequest" json:"req"`
+}
+
+func NewIDGenServiceOrderedOwnersArgs() *IDGenServiceOrderedOwnersArgs {
+	return &IDGenServiceOrderedOwnersArgs{}
+}
+
+func (p *IDGenServiceOrderedOwnersArgs) InitDefault() {
+}
+
+var IDGenServiceOrderedOwnersArgs_Req_DEFAULT *OrderedOwnersRequest
+
+func (p *IDGenServiceOrderedOwnersArgs) GetReq() (v *OrderedOwnersRequest) {
+	if !p.IsSetReq() {
+		return IDGenServiceOrderedOwnersArgs_Req_DEFAULT
+	}
+	return p.Req
+}
+func (p *IDGenServiceOrderedOwnersArgs) SetReq(val *OrderedOwnersRequest) {
+	p.Req = val
+}
+
+func (p *IDGenServiceOrderedOwnersArgs) IsSetReq() bool {
+	return p.Req != nil
+}
+
+func (p *IDGenServiceOrderedOwnersArgs) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("IDGenServiceOrderedOwnersArgs(%+v)", *p)
+}
+
+var fieldIDToName_IDGenServiceOrderedOwnersArgs = map[int16]string{
+	1: "req",
+}
+
+type IDGenServiceOrderedOwnersResult struct {
+	Success *OrderedOwnersResponse `thrift:"success,0,optional" frugal:"0,optional,OrderedOwnersResponse" json:"success,omitempty"`
+	Err     *IdgenError            `thrift:"err,1,optional" frugal:"1,optional,IdgenError" json:"err,omitempty"`
+}
+
+func NewIDGenServiceOrderedOwnersResult() *IDGenServiceOrderedOwnersResult {
+	return &IDGenServiceOrderedOwnersResult{}
+}
+
+func (p *IDGenServiceOrderedOwnersResult) InitDefault() {
+}
+
+var IDGenServiceOrderedOwnersResult_Success_DEFAULT *OrderedOwnersResponse
+
+func (p *IDGenServiceOrderedOwnersResult) GetSuccess() (v *OrderedOwnersResponse) {
+	if !p.IsSetSuccess() {
+		return IDGenServiceOrderedOwnersResult_Success_DEFAULT
+	}
+	return p.Success
+}
+
+var IDGenServiceOrderedOwnersResult_Err_DEFAULT *IdgenError
+
+func (p *IDGenServiceOrderedOwnersResult) GetErr() (v *IdgenError) {
+	if !p.IsSetErr() {
+		return IDGenServiceOrderedOwnersResult_Err_DEFAULT
+	}
+	return p.Err
+}
+func (p *IDGenServiceOrderedOwnersResult) SetSuccess(x interface{}) {
+	p.Success = x.(*OrderedOwnersResponse)
+}
+func (p *IDGenServiceOrderedOwnersResult) SetErr(val *IdgenError) {
+	p.Err = val
+}
+
+func (p *IDGenServiceOrderedOwnersResult) IsSetSuccess() bool {
+	return p.Success != nil
+}
+
+func (p *IDGenServiceOrderedOwnersResult) IsSetErr() bool {
+	return p.Err != nil
+}
+
+func (p *IDGenServiceOrderedOwnersResult) String() string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("IDGenServiceOrderedOwnersResult(%+v)", *p)
+}
+
+var fieldIDToName_IDGenServiceOrderedOwnersResult = map[int16]string{
 	0: "success",
 	1: "err",
 }

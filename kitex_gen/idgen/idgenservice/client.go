@@ -22,6 +22,8 @@ type Client interface {
 	Decode(ctx context.Context, req *idgen.DecodeRequest, callOptions ...callopt.Option) (r *idgen.DecodeResponse, err error)
 	CreateBizToken(ctx context.Context, req *idgen.CreateBizTokenRequest, callOptions ...callopt.Option) (r *idgen.CreateBizTokenResponse, err error)
 	RevokeBizToken(ctx context.Context, req *idgen.RevokeBizTokenRequest, callOptions ...callopt.Option) (r *idgen.RevokeBizTokenResponse, err error)
+	OrderedTake(ctx context.Context, req *idgen.OrderedTakeRequest, callOptions ...callopt.Option) (r *idgen.OrderedTakeResponse, err error)
+	OrderedOwners(ctx context.Context, req *idgen.OrderedOwnersRequest, callOptions ...callopt.Option) (r *idgen.OrderedOwnersResponse, err error)
 }
 
 // NewClient creates a client for the service defined in IDL.
@@ -106,4 +108,14 @@ func (p *kIDGenServiceClient) CreateBizToken(ctx context.Context, req *idgen.Cre
 func (p *kIDGenServiceClient) RevokeBizToken(ctx context.Context, req *idgen.RevokeBizTokenRequest, callOptions ...callopt.Option) (r *idgen.RevokeBizTokenResponse, err error) {
 	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
 	return p.kClient.RevokeBizToken(ctx, req)
+}
+
+func (p *kIDGenServiceClient) OrderedTake(ctx context.Context, req *idgen.OrderedTakeRequest, callOptions ...callopt.Option) (r *idgen.OrderedTakeResponse, err error) {
+	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
+	return p.kClient.OrderedTake(ctx, req)
+}
+
+func (p *kIDGenServiceClient) OrderedOwners(ctx context.Context, req *idgen.OrderedOwnersRequest, callOptions ...callopt.Option) (r *idgen.OrderedOwnersResponse, err error) {
+	ctx = client.NewCtxWithCallOptions(ctx, callOptions)
+	return p.kClient.OrderedOwners(ctx, req)
 }

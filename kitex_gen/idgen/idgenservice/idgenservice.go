@@ -90,6 +90,20 @@ var serviceMethods = map[string]kitex.MethodInfo{
 		false,
 		kitex.WithStreamingMode(kitex.StreamingNone),
 	),
+	"OrderedTake": kitex.NewMethodInfo(
+		orderedTakeHandler,
+		newIDGenServiceOrderedTakeArgs,
+		newIDGenServiceOrderedTakeResult,
+		false,
+		kitex.WithStreamingMode(kitex.StreamingNone),
+	),
+	"OrderedOwners": kitex.NewMethodInfo(
+		orderedOwnersHandler,
+		newIDGenServiceOrderedOwnersArgs,
+		newIDGenServiceOrderedOwnersResult,
+		false,
+		kitex.WithStreamingMode(kitex.StreamingNone),
+	),
 }
 
 var (
@@ -420,6 +434,54 @@ func newIDGenServiceRevokeBizTokenResult() interface{} {
 	return idgen.NewIDGenServiceRevokeBizTokenResult()
 }
 
+func orderedTakeHandler(ctx context.Context, handler interface{}, arg, result interface{}) error {
+	realArg := arg.(*idgen.IDGenServiceOrderedTakeArgs)
+	realResult := result.(*idgen.IDGenServiceOrderedTakeResult)
+	success, err := handler.(idgen.IDGenService).OrderedTake(ctx, realArg.Req)
+	if err != nil {
+		switch v := err.(type) {
+		case *idgen.IdgenError:
+			realResult.Err = v
+		default:
+			return err
+		}
+	} else {
+		realResult.Success = success
+	}
+	return nil
+}
+func newIDGenServiceOrderedTakeArgs() interface{} {
+	return idgen.NewIDGenServiceOrderedTakeArgs()
+}
+
+func newIDGenServiceOrderedTakeResult() interface{} {
+	return idgen.NewIDGenServiceOrderedTakeResult()
+}
+
+func orderedOwnersHandler(ctx context.Context, handler interface{}, arg, result interface{}) error {
+	realArg := arg.(*idgen.IDGenServiceOrderedOwnersArgs)
+	realResult := result.(*idgen.IDGenServiceOrderedOwnersResult)
+	success, err := handler.(idgen.IDGenService).OrderedOwners(ctx, realArg.Req)
+	if err != nil {
+		switch v := err.(type) {
+		case *idgen.IdgenError:
+			realResult.Err = v
+		default:
+			return err
+		}
+	} else {
+		realResult.Success = success
+	}
+	return nil
+}
+func newIDGenServiceOrderedOwnersArgs() interface{} {
+	return idgen.NewIDGenServiceOrderedOwnersArgs()
+}
+
+func newIDGenServiceOrderedOwnersResult() interface{} {
+	return idgen.NewIDGenServiceOrderedOwnersResult()
+}
+
 type kClient struct {
 	c client.Client
 }
@@ -575,6 +637,34 @@ func (p *kClient) RevokeBizToken(ctx context.Context, req *idgen.RevokeBizTokenR
 	_args.Req = req
 	var _result idgen.IDGenServiceRevokeBizTokenResult
 	if err = p.c.Call(ctx, "RevokeBizToken", &_args, &_result); err != nil {
+		return
+	}
+	switch {
+	case _result.Err != nil:
+		return r, _result.Err
+	}
+	return _result.GetSuccess(), nil
+}
+
+func (p *kClient) OrderedTake(ctx context.Context, req *idgen.OrderedTakeRequest) (r *idgen.OrderedTakeResponse, err error) {
+	var _args idgen.IDGenServiceOrderedTakeArgs
+	_args.Req = req
+	var _result idgen.IDGenServiceOrderedTakeResult
+	if err = p.c.Call(ctx, "OrderedTake", &_args, &_result); err != nil {
+		return
+	}
+	switch {
+	case _result.Err != nil:
+		return r, _result.Err
+	}
+	return _result.GetSuccess(), nil
+}
+
+func (p *kClient) OrderedOwners(ctx context.Context, req *idgen.OrderedOwnersRequest) (r *idgen.OrderedOwnersResponse, err error) {
+	var _args idgen.IDGenServiceOrderedOwnersArgs
+	_args.Req = req
+	var _result idgen.IDGenServiceOrderedOwnersResult
+	if err = p.c.Call(ctx, "OrderedOwners", &_args, &_result); err != nil {
 		return
 	}
 	switch {

@@ -1,0 +1,75 @@
+package ordered
+
+import (
+	"context"
+	"time"
+)
+
+// Clock is the time the lease rules are computed in. It must be monotonic
+// (time.Now's monotonic reading; never the node's shiftable wall clock):
+// a lease is a duration measured on one machine.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is time.Now.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// Grant is this node's ownership of one shard for one epoch.
+type Grant struct {
+	Shard int
+	// Epoch is strictly greater than every earlier owner's epoch of the
+	// shard (the coordinator's counter, e.g. in ZooKeeper).
+	Epoch int64
+	// NotBefore is the end of the lease wait: the previous owner can no
+	// longer answer after it. No answer of this grant before it.
+	NotBefore time.Time
+}
+
+// Handler is told about ownership changes by the Coordinator. The
+// Allocator is the Handler.
+type Handler interface {
+	// Acquire: this node owns g.Shard at g.Epoch. The handler claims the
+	// epoch in the store (fencing the previous owner's persists) and
+	// serves from g.NotBefore on. An error (the claim failed: store down,
+	// or a higher epoch is stored) makes the coordinator give the shard up
+	// and try again later.
+	Acquire(ctx context.Context, g Grant) error
+	// Release is a planned hand-off: the handler stops answering for the
+	// shard, waits for its answers in flight, and writes back the exact
+	// counters (fenced), so the hand-off leaves no gap. The coordinator
+	// releases the shard when Release returns, whatever it returns (a
+	// failed write-back leaves the reservations as a gap, never a
+	// duplicate).
+	Release(ctx context.Context, shard int) error
+	// Lost: the shard is no longer this node's (taken over, or the lease
+	// could not be renewed). The handler stops answering at once and
+	// forgets the shard's keys; nothing is written back.
+	Lost(shard int)
+}
+
+// Owner is one shard's owner as this node knows it.
+type Owner struct {
+	Shard int
+	Addr  string // RPC host:port; "" while the shard has no owner
+	Epoch int64
+	Self  bool
+}
+
+// Coordinator decides which node owns which shard.
+type Coordinator interface {
+	// Start begins taking part in the cluster; from then on the
+	// coordinator calls h as shards are gained and lost.
+	Start(ctx context.Context, h Handler) error
+	// Owner returns the shard's owner as last seen.
+	Owner(shard int) Owner
+	// ValidUntil is the end of this node's lease: no answer at or after
+	// it (zero: no lease). It moves forward with every renewal.
+	ValidUntil() time.Time
+	// Close hands every owned shard off (Handler.Release), releases them
+	// and leaves the cluster.
+	Close(ctx context.Context) error
+}

@@ -1,0 +1,101 @@
+// Package ordered serves the ORDERED channel at memory speed: each of the 64
+// shards (segment.Shard of the sub key) has one owner at a time, and the
+// owner allocates from memory, persisting to the store either before each
+// answer (gapless, merged into group commits) or a reservation ahead
+// (cached).
+//
+// Three rules keep every key strictly increasing across the cluster in real
+// time, whichever node serves and whatever fails in between:
+//
+//  1. Fencing: every persist is conditional on the owner's epoch for the
+//     shard (Store.Persist), and a new owner raises the epoch (Store.Claim)
+//     before it reads a single counter. A deposed owner's write fails, so
+//     a stale counter is never written back (TiDB #46444).
+//  2. The lease wait: a new owner answers only after the old owner can no
+//     longer answer (Grant.NotBefore), and an owner that cannot renew its
+//     lease stops answering before the lease runs out (Grant.Valid). Every
+//     answer is checked against the lease after its numbers are allocated,
+//     so a pause between allocation and answer cannot leak a number below
+//     one a new owner already answered.
+//  3. A new owner starts above everything persisted: it loads each key
+//     from the store under its own epoch, never from a map it kept from an
+//     earlier term (TiDB #52600).
+//
+// Ownership (who owns which shard, epochs, leases) comes from a Coordinator:
+// package ordered/zkown for ZooKeeper clusters, Local for a standalone node.
+package ordered
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/idgen/idgen/segment"
+)
+
+// Key is one ORDERED counter.
+type Key struct {
+	Biz, SubKey string
+}
+
+// Row is the number to persist for a key: the highest number of the key
+// that may have been handed out (gapless: exactly the last one answered;
+// cached: the end of the reservation).
+type Row struct {
+	Key
+	Num int64
+}
+
+// Request is a gapless request id stored with the rows of its group commit.
+type Request struct {
+	Biz, ID, SubKey string
+	Count           int64
+	Range           segment.Range
+}
+
+// Store is the durable side of the owners. Implemented by mysqlstore (a
+// cluster) and boltstore (a standalone node). All methods are safe for
+// concurrent use; each is one atomic operation.
+type Store interface {
+	// Claim makes epoch the shard's stored epoch, raising it (never
+	// lowering it): a stored epoch above epoch fails with ErrFenced and
+	// changes nothing. owner is recorded for operators. Claim waits for
+	// persists of the shard in flight (they hold the epoch row), so after
+	// it returns no persist of an older epoch can commit.
+	Claim(ctx context.Context, shard int, epoch int64, owner string) error
+	// Load returns the persisted number of each key of the shard that has
+	// a row (keys without a row are absent from the map), after checking
+	// that the shard's stored epoch is epoch (ErrFenced otherwise).
+	Load(ctx context.Context, shard int, epoch int64, keys []Key) (map[Key]int64, error)
+	// Persist writes each row's Num (absolute: it may lower a row, which
+	// only the shard's current owner may do; a planned hand-off writes
+	// back exact counters) creating missing rows, and inserts reqs, in
+	// one atomic operation conditional on the shard's stored epoch being
+	// epoch. ErrFenced when it is not: nothing written. A request id that
+	// is already stored fails the whole operation with a
+	// *DuplicateRequestsError naming the ids: nothing written.
+	Persist(ctx context.Context, shard int, epoch int64, rows []Row, reqs []Request) error
+	// LookupRequests returns the stored requests of a business among ids
+	// (ids not stored are absent).
+	LookupRequests(ctx context.Context, biz string, ids []string) (map[string]Request, error)
+}
+
+// ErrFenced: the shard's stored epoch is not the caller's: another node
+// took the shard over (or the caller's claim was lost). Nothing was written.
+var ErrFenced = errors.New("ordered: shard epoch changed (another owner)")
+
+// DuplicateRequestsError is Persist's refusal when request ids of the batch
+// are already stored (a retry of a request served before this owner's
+// term). Nothing was written.
+type DuplicateRequestsError struct {
+	Requests []RequestKey
+}
+
+// RequestKey names one stored request id.
+type RequestKey struct {
+	Biz, ID string
+}
+
+func (e *DuplicateRequestsError) Error() string {
+	return fmt.Sprintf("ordered: %d request ids of the batch are already stored", len(e.Requests))
+}

@@ -129,12 +129,16 @@ func schemaV5(ctx context.Context, conn *sql.Conn) error {
 // of its current owner (package ordered). Every persist of an owner is
 // conditional on its epoch being the row's, so a deposed owner's write
 // fails; a new owner raises the epoch (never lowers it) before it loads
-// a single counter of the shard.
+// a single counter of the shard. persists counts the owner's persists: each
+// one increments it under the epoch condition, a real write, so Galera
+// certifies a persist against a concurrent claim (a read lock is local to
+// one member) and the first statement of a persist both fences and locks.
 func schemaV6() []string {
 	return []string{`CREATE TABLE IF NOT EXISTS ordered_shard (
   shard      INT NOT NULL,
   epoch      BIGINT NOT NULL,
   owner      VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '',
+  persists   BIGINT NOT NULL DEFAULT 0,
   updated_at DATETIME(6) NOT NULL,
   PRIMARY KEY (shard)
 ) ENGINE=InnoDB`}

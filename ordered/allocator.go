@@ -1,0 +1,473 @@
+package ordered
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+
+	"github.com/idgen/idgen/segment"
+)
+
+// Defaults of Config fields left zero.
+const (
+	DefaultWindow         = 300 * time.Millisecond
+	DefaultMaxReservation = 1_000_000
+	DefaultMaxKeys        = 100_000
+	DefaultMaxRequests    = 100_000
+	DefaultRequestTTL     = 10 * time.Minute
+	DefaultTimeout        = 2 * time.Second
+	// loadBatch bounds the keys of one Load call.
+	loadBatch = 500
+)
+
+// Config configures an Allocator.
+type Config struct {
+	// Store persists the shards' counters. Required.
+	Store Store
+	// Coordinator is asked for ValidUntil (the node's lease) before every
+	// answer and for the owner of shards this node does not own.
+	// Required.
+	Coordinator Coordinator
+	// Self is this node's RPC address, recorded with claims.
+	Self string
+	// Clock is monotonic time (default SystemClock).
+	Clock Clock
+	// Window sizes a cached reservation: about this much of the key's
+	// recent traffic (default 300ms), so an owner's crash costs a small,
+	// bounded gap whatever the key's rate.
+	Window time.Duration
+	// MaxReservation caps one cached reservation (default 1,000,000).
+	MaxReservation int64
+	// MaxKeys bounds the keys kept in memory over all shards (default
+	// 100,000; the least recently used idle key is dropped: a gapless key
+	// loses nothing, a cached one its unused reservation).
+	MaxKeys int
+	// MaxRequests and RequestTTL bound the request ids kept in memory
+	// (defaults 100,000 and 10 minutes). Gapless request ids are also
+	// stored durably; cached ones only here.
+	MaxRequests int
+	RequestTTL  time.Duration
+	// Timeout bounds one store call (default 2s).
+	Timeout time.Duration
+	// Gate, when set, holds loads and persists back while the cluster
+	// repairs the store after a MySQL failover (package zkguard).
+	Gate segment.Gate
+	// Logger (nil: none).
+	Logger *zap.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	switch {
+	case c.Store == nil:
+		return c, fmt.Errorf("%w: ordered.Config.Store is nil", segment.ErrInvalid)
+	case c.Coordinator == nil:
+		return c, fmt.Errorf("%w: ordered.Config.Coordinator is nil", segment.ErrInvalid)
+	case c.Window < 0, c.MaxReservation < 0, c.MaxKeys < 0, c.MaxRequests < 0, c.RequestTTL < 0, c.Timeout < 0:
+		return c, fmt.Errorf("%w: ordered.Config: negative limit", segment.ErrInvalid)
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock{}
+	}
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.MaxReservation == 0 {
+		c.MaxReservation = DefaultMaxReservation
+	}
+	if c.MaxKeys == 0 {
+		c.MaxKeys = DefaultMaxKeys
+	}
+	if c.MaxRequests == 0 {
+		c.MaxRequests = DefaultMaxRequests
+	}
+	if c.RequestTTL == 0 {
+		c.RequestTTL = DefaultRequestTTL
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return c, nil
+}
+
+// Allocator serves ORDERED requests for the shards this node owns. It is
+// the Coordinator's Handler. Safe for concurrent use.
+type Allocator struct {
+	cfg      Config
+	log      *zap.Logger
+	shards   [segment.OrderedShards]atomic.Pointer[shard]
+	requests *requestMemory
+	seen     [segment.OrderedShards]seenMap // highest number answered per key, across terms (the barrier's repair)
+	perShard int                            // MaxKeys / shards
+
+	st stats
+}
+
+// stats are the allocator's counters.
+type stats struct {
+	takes, answered, fromMemory, persists, persistedRows, persistFailures atomic.Uint64
+	loads, fenced, leaseRefusals, notOwner, replays, regressions          atomic.Uint64
+	acquired, released, lost, writeBacks                                    atomic.Uint64
+	persistNanos                                                            atomic.Uint64
+}
+
+// Stats is a snapshot of the allocator's counters, for metrics.
+type Stats struct {
+	Takes, Answered, FromMemory              uint64
+	Persists, PersistedRows, PersistFailures uint64
+	PersistSeconds                           float64
+	Loads, Fenced, LeaseRefusals, NotOwner   uint64
+	Replays, Regressions                     uint64
+	Acquired, Released, Lost, WriteBacks     uint64
+	ShardsOwned, ShardsServing, Keys         int
+}
+
+// New returns an allocator owning nothing; the Coordinator hands it shards.
+func New(cfg Config) (*Allocator, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	a := &Allocator{cfg: cfg, log: cfg.Logger, requests: newRequestMemory(cfg.MaxRequests, cfg.RequestTTL),
+		perShard: max(1, cfg.MaxKeys/segment.OrderedShards)}
+	for i := range a.seen {
+		a.seen[i].m = map[Key]int64{}
+		a.seen[i].max = a.perShard
+	}
+	return a, nil
+}
+
+// Take hands out n (1..segment.MaxStep) consecutive numbers for (biz,
+// subKey), strictly above every number of the key answered before this call
+// by any node. With a requestID a retry gets the first answer back (in
+// gapless mode even from a later owner; in cached mode while this owner
+// remembers it).
+//
+// Errors: segment.ErrInvalid, segment.ErrRequestMismatch, segment.ErrExhausted,
+// and *UnavailableError (retryable; NotOwner when another node owns the
+// shard).
+func (a *Allocator) Take(ctx context.Context, biz segment.Biz, subKey string, n int64, requestID string) (segment.Range, error) {
+	req, err := segment.NormalizeOrderedRequest(segment.OrderedRequest{
+		Biz: biz.Name, SubKey: subKey, Count: n, StartNum: biz.StartNum, RequestID: requestID,
+	})
+	if err != nil {
+		return segment.Range{}, err
+	}
+	if !utf8.ValidString(subKey) {
+		return segment.Range{}, fmt.Errorf("%w: sub_key is not valid UTF-8 (its shard would differ from the Java service's)", segment.ErrInvalid)
+	}
+	a.st.takes.Add(1)
+	idx := segment.Shard(subKey)
+	sh := a.shards[idx].Load()
+	if sh == nil {
+		a.st.notOwner.Add(1)
+		return segment.Range{}, &UnavailableError{Shard: idx, NotOwner: true, Owner: a.cfg.Coordinator.Owner(idx),
+			Reason: "this node does not own the shard", RetryAfter: 50 * time.Millisecond}
+	}
+	key := Key{Biz: biz.Name, SubKey: subKey}
+	var entry *requestEntry
+	if requestID != "" {
+		rk := RequestKey{Biz: biz.Name, ID: requestID}
+		for {
+			var first bool
+			entry, first = a.requests.begin(rk, subKey, n, a.cfg.Clock.Now())
+			if first {
+				break
+			}
+			r, ok, err := entry.wait(ctx)
+			if !ok {
+				continue // the first attempt failed: this one tries afresh
+			}
+			if err != nil {
+				return segment.Range{}, err
+			}
+			if entry.subKey != subKey || entry.count != n {
+				return segment.Range{}, fmt.Errorf("%w: request id %q was used for sub key %q count %d",
+					segment.ErrRequestMismatch, requestID, entry.subKey, entry.count)
+			}
+			a.st.replays.Add(1)
+			return r, nil
+		}
+	}
+	r, replayed, err := sh.take(ctx, a, key, req, biz.OrderedMode)
+	if err == nil && !replayed {
+		err = a.mayAnswer(sh)
+		if err == nil {
+			a.seen[idx].raise(key, r.Last)
+		}
+		sh.inflight.Done()
+	}
+	if entry != nil {
+		a.requests.finish(entry, r, err)
+	}
+	if err != nil {
+		return segment.Range{}, err
+	}
+	if replayed {
+		a.st.replays.Add(1)
+		return r, nil
+	}
+	a.st.answered.Add(1)
+	return r, nil
+}
+
+// mayAnswer is checked after the numbers are allocated and before they
+// are answered: the shard is still this node's term, the lease wait is
+// over and the lease has not run out. A pause between allocation and this
+// check is harmless; a pause after it only delays an answer to a request
+// sent before any later owner's answer.
+func (a *Allocator) mayAnswer(sh *shard) error {
+	now := a.cfg.Clock.Now()
+	switch {
+	case a.shards[sh.idx].Load() != sh:
+		a.st.leaseRefusals.Add(1)
+		return &UnavailableError{Shard: sh.idx, NotOwner: true, Owner: a.cfg.Coordinator.Owner(sh.idx),
+			Reason: "the shard was handed off while the request was served", RetryAfter: 50 * time.Millisecond}
+	case now.Before(sh.grant.NotBefore):
+		a.st.leaseRefusals.Add(1)
+		return &UnavailableError{Shard: sh.idx, Reason: "new owner waits out the previous owner's lease",
+			RetryAfter: sh.grant.NotBefore.Sub(now)}
+	case !now.Before(a.cfg.Coordinator.ValidUntil()):
+		a.st.leaseRefusals.Add(1)
+		return &UnavailableError{Shard: sh.idx, Reason: "this node's ownership lease could not be renewed (coordinator unreachable)",
+			RetryAfter: 500 * time.Millisecond}
+	}
+	return nil
+}
+
+// Acquire implements Handler: it claims g.Epoch in the store (fencing the
+// previous owner's persists) and installs an empty term: every key is
+// loaded from the store on first use.
+func (a *Allocator) Acquire(ctx context.Context, g Grant) error {
+	if g.Shard < 0 || g.Shard >= segment.OrderedShards {
+		return fmt.Errorf("%w: shard %d", segment.ErrInvalid, g.Shard)
+	}
+	if old := a.shards[g.Shard].Load(); old != nil {
+		// A new term replaces an old one only through Lost or Release;
+		// be safe anyway.
+		a.drop(old, "replaced by a new term")
+	}
+	cctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+	err := a.cfg.Store.Claim(cctx, g.Shard, g.Epoch, a.cfg.Self)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("ordered: claiming shard %d epoch %d: %w", g.Shard, g.Epoch, err)
+	}
+	sh := newShard(a, g)
+	a.shards[g.Shard].Store(sh)
+	go sh.run(a)
+	a.st.acquired.Add(1)
+	a.log.Info("ordered shard acquired", zap.Int("shard", g.Shard), zap.Int64("epoch", g.Epoch),
+		zap.Duration("lease_wait", max(0, g.NotBefore.Sub(a.cfg.Clock.Now()))))
+	return nil
+}
+
+// Release implements Handler: a planned hand-off. New requests are refused
+// at once (NotOwner), requests already waiting for a persist finish, and
+// the exact counters are written back under the epoch, so the next owner
+// continues without a gap.
+func (a *Allocator) Release(ctx context.Context, idx int) error {
+	sh := a.shards[idx].Load()
+	if sh == nil {
+		return nil
+	}
+	sh.close()
+	// Requests already allocated finish (their persists run and they are
+	// answered while the shard is still ours), then the loop stops.
+	drained := make(chan struct{})
+	go func() { sh.inflight.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-ctx.Done():
+	}
+	sh.stopLoop()
+	<-sh.done
+	rows := sh.writeBack()
+	defer a.shards[idx].CompareAndSwap(sh, nil)
+	a.st.released.Add(1)
+	if len(rows) == 0 || sh.aborted() {
+		a.log.Info("ordered shard handed off", zap.Int("shard", idx), zap.Int64("epoch", sh.grant.Epoch))
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+	defer cancel()
+	if err := a.persist(cctx, sh, rows, nil); err != nil {
+		a.log.Warn("ordered hand-off: writing back exact counters failed; the unused reservations stay a gap",
+			zap.Int("shard", idx), zap.Int64("epoch", sh.grant.Epoch), zap.Int("keys", len(rows)), zap.Error(err))
+		return err
+	}
+	a.st.writeBacks.Add(1)
+	a.log.Info("ordered shard handed off", zap.Int("shard", idx), zap.Int64("epoch", sh.grant.Epoch), zap.Int("keys_written_back", len(rows)))
+	return nil
+}
+
+// Lost implements Handler: the shard is gone; stop at once, write nothing.
+func (a *Allocator) Lost(idx int) {
+	if sh := a.shards[idx].Load(); sh != nil {
+		a.drop(sh, "ownership lost")
+		a.st.lost.Add(1)
+	}
+}
+
+func (a *Allocator) drop(sh *shard, why string) {
+	a.shards[sh.idx].CompareAndSwap(sh, nil)
+	sh.abort(&UnavailableError{Shard: sh.idx, NotOwner: true, Reason: why, RetryAfter: 100 * time.Millisecond})
+	a.log.Warn("ordered shard dropped", zap.Int("shard", sh.idx), zap.Int64("epoch", sh.grant.Epoch), zap.String("why", why))
+}
+
+// Remembered calls fn for every key this node answered (across terms) with
+// the highest number it answered: what the cluster's barrier raises in a
+// new MySQL server after a failover (zkguard).
+func (a *Allocator) Remembered(fn func(biz, subKey string, last int64)) {
+	for i := range a.seen {
+		a.seen[i].each(func(k Key, v int64) { fn(k.Biz, k.SubKey, v) })
+	}
+}
+
+// Stats returns the counters.
+func (a *Allocator) Stats() Stats {
+	s := Stats{
+		Takes: a.st.takes.Load(), Answered: a.st.answered.Load(), FromMemory: a.st.fromMemory.Load(),
+		Persists: a.st.persists.Load(), PersistedRows: a.st.persistedRows.Load(), PersistFailures: a.st.persistFailures.Load(),
+		PersistSeconds: float64(a.st.persistNanos.Load()) / 1e9,
+		Loads:          a.st.loads.Load(), Fenced: a.st.fenced.Load(), LeaseRefusals: a.st.leaseRefusals.Load(),
+		NotOwner: a.st.notOwner.Load(), Replays: a.st.replays.Load(), Regressions: a.st.regressions.Load(),
+		Acquired: a.st.acquired.Load(), Released: a.st.released.Load(), Lost: a.st.lost.Load(), WriteBacks: a.st.writeBacks.Load(),
+	}
+	now := a.cfg.Clock.Now()
+	for i := range a.shards {
+		if sh := a.shards[i].Load(); sh != nil {
+			s.ShardsOwned++
+			if !now.Before(sh.grant.NotBefore) {
+				s.ShardsServing++
+			}
+			s.Keys += sh.keyCount()
+		}
+	}
+	return s
+}
+
+// persist runs one fenced Store.Persist for the shard, through the gate.
+func (a *Allocator) persist(ctx context.Context, sh *shard, rows []Row, reqs []Request) error {
+	var token uint64
+	if a.cfg.Gate != nil {
+		var err error
+		if token, err = a.cfg.Gate.Enter(); err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	err := a.cfg.Store.Persist(ctx, sh.idx, sh.grant.Epoch, rows, reqs)
+	if errors.Is(err, ErrFenced) {
+		// The stored epoch is not ours. If it is lower (a lossy MySQL
+		// failover lost our claim) raising it back is safe: epochs come
+		// from the coordinator, and a higher owner would have raised it.
+		// If it is higher, Claim fails and the shard is gone.
+		if cerr := a.cfg.Store.Claim(ctx, sh.idx, sh.grant.Epoch, a.cfg.Self); cerr == nil {
+			err = a.cfg.Store.Persist(ctx, sh.idx, sh.grant.Epoch, rows, reqs)
+		}
+	}
+	a.st.persistNanos.Add(uint64(time.Since(start)))
+	if err == nil && a.cfg.Gate != nil {
+		err = a.cfg.Gate.Check(token)
+	}
+	if err != nil {
+		a.st.persistFailures.Add(1)
+		if errors.Is(err, ErrFenced) {
+			a.st.fenced.Add(1)
+		}
+		return err
+	}
+	a.st.persists.Add(1)
+	a.st.persistedRows.Add(uint64(len(rows)))
+	return nil
+}
+
+// load reads keys of the shard under its epoch, through the gate.
+func (a *Allocator) load(ctx context.Context, sh *shard, keys []Key) (map[Key]int64, error) {
+	var token uint64
+	if a.cfg.Gate != nil {
+		var err error
+		if token, err = a.cfg.Gate.Enter(); err != nil {
+			return nil, err
+		}
+	}
+	out := make(map[Key]int64, len(keys))
+	for len(keys) > 0 {
+		n := min(len(keys), loadBatch)
+		m, err := a.cfg.Store.Load(ctx, sh.idx, sh.grant.Epoch, keys[:n])
+		if err != nil {
+			if errors.Is(err, ErrFenced) {
+				a.st.fenced.Add(1)
+			}
+			return nil, err
+		}
+		for k, v := range m {
+			out[k] = v
+		}
+		keys = keys[n:]
+	}
+	if a.cfg.Gate != nil {
+		if err := a.cfg.Gate.Check(token); err != nil {
+			return nil, err
+		}
+	}
+	a.st.loads.Add(1)
+	return out, nil
+}
+
+// seenMap is a bounded map of the highest number answered per key.
+type seenMap struct {
+	mu  sync.Mutex
+	m   map[Key]int64
+	max int
+}
+
+func (s *seenMap) raise(k Key, v int64) {
+	s.mu.Lock()
+	if old, ok := s.m[k]; !ok || v > old {
+		if !ok && len(s.m) >= s.max {
+			for victim := range s.m { // random eviction: map order
+				delete(s.m, victim)
+				break
+			}
+		}
+		s.m[k] = v
+	}
+	s.mu.Unlock()
+}
+
+func (s *seenMap) get(k Key) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[k]
+}
+
+func (s *seenMap) each(fn func(Key, int64)) {
+	s.mu.Lock()
+	cp := make(map[Key]int64, len(s.m))
+	for k, v := range s.m {
+		cp[k] = v
+	}
+	s.mu.Unlock()
+	for k, v := range cp {
+		fn(k, v)
+	}
+}
+
+// addClamp returns a+b, or MaxInt64 when it would overflow.
+func addClamp(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}

@@ -1,0 +1,462 @@
+package ordered
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idgen/idgen/segment"
+)
+
+func bizMode(name string, mode segment.OrderedMode) segment.Biz {
+	return segment.Biz{Name: name, StartNum: 1, OrderedMode: mode}
+}
+
+// takeAll runs callers goroutines each taking per times from key and
+// returns every range in the order each caller received them.
+func takeAll(t *testing.T, a *Allocator, biz segment.Biz, sub string, callers, per int) [][]segment.Range {
+	t.Helper()
+	out := make([][]segment.Range, callers)
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range per {
+				r, err := a.Take(context.Background(), biz, sub, 1, "")
+				if err != nil {
+					errs <- err
+					return
+				}
+				out[c] = append(out[c], r)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// checkUniqueIncreasing fails on a number handed out twice, or a caller
+// receiving a number not above its previous one.
+func checkUniqueIncreasing(t *testing.T, per [][]segment.Range) (maxLast int64, total int) {
+	t.Helper()
+	seen := map[int64]bool{}
+	for c, rs := range per {
+		var prev int64
+		for _, r := range rs {
+			if r.First <= prev {
+				t.Fatalf("caller %d got %d..%d after %d: not increasing", c, r.First, r.Last, prev)
+			}
+			prev = r.Last
+			for v := r.First; v <= r.Last; v++ {
+				if seen[v] {
+					t.Fatalf("number %d handed out twice", v)
+				}
+				seen[v] = true
+			}
+			maxLast = max(maxLast, r.Last)
+			total++
+		}
+	}
+	return maxLast, total
+}
+
+func TestGaplessGroupCommitDurableBeforeAnswer(t *testing.T) {
+	store := newFakeStore()
+	clk := newFakeClock()
+	n := newNode(t, store, clk, "a:1")
+	n.acquireAll(t, 1, time.Time{})
+	biz := bizMode("chat", segment.OrderedGapless)
+	store.delay = time.Millisecond // persists take time, so requests queue behind them
+	per := takeAll(t, n.a, biz, "room-1", 16, 50)
+	maxLast, total := checkUniqueIncreasing(t, per)
+	if maxLast != int64(total) {
+		t.Fatalf("gapless: %d answers ended at %d: a gap without a failure", total, maxLast)
+	}
+	if got := store.row(Key{"chat", "room-1"}); got != maxLast {
+		t.Fatalf("stored row %d, last answer %d: an answer was not durable", got, maxLast)
+	}
+	st := n.a.Stats()
+	if st.Persists >= uint64(total) {
+		t.Fatalf("%d persists for %d answers: no group commit", st.Persists, total)
+	}
+	t.Logf("%d answers in %d persists", total, st.Persists)
+}
+
+func TestCachedReservesAheadAndCrashGapIsOneReservation(t *testing.T) {
+	store := newFakeStore()
+	clk := newFakeClock()
+	n := newNode(t, store, clk, "a:1")
+	n.acquireAll(t, 1, time.Time{})
+	biz := bizMode("chat", segment.OrderedCached)
+	key := Key{"chat", "room-1"}
+	var last int64
+	for i := range 2000 {
+		if i%100 == 0 {
+			clk.Advance(10 * time.Millisecond) // 10,000 numbers per second
+		}
+		r, err := n.a.Take(context.Background(), biz, "room-1", 1, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.First != last+1 {
+			t.Fatalf("got %d after %d", r.First, last)
+		}
+		last = r.Last
+	}
+	st := n.a.Stats()
+	if st.FromMemory < 1500 || st.Persists > 200 {
+		t.Fatalf("cached: %d of 2000 from memory in %d persists: not reserving ahead", st.FromMemory, st.Persists)
+	}
+	// The owner crashes: nothing written back. A new owner (epoch 2)
+	// starts above everything persisted.
+	stored := store.row(key)
+	window := int64(float64(10_000) * DefaultWindow.Seconds())
+	if gap := stored - last; gap < 0 || gap > 2*window {
+		t.Fatalf("persisted %d with %d answered: reservation ahead %d, want 0..%d (about one window of traffic)", stored, last, gap, 2*window)
+	}
+	m := newNode(t, store, clk, "b:1")
+	m.acquireAll(t, 2, time.Time{})
+	r, err := m.a.Take(context.Background(), biz, "room-1", 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.First <= last {
+		t.Fatalf("new owner answered %d, not above %d answered before the crash", r.First, last)
+	}
+	t.Logf("crash gap %d numbers (reservation sized for %d)", r.First-last-1, window)
+}
+
+func TestFencedOwnerStopsAndNeverWritesBack(t *testing.T) {
+	store := newFakeStore()
+	clk := newFakeClock()
+	old := newNode(t, store, clk, "a:1")
+	old.acquireAll(t, 1, time.Time{})
+	biz := bizMode("chat", segment.OrderedCached)
+	for range 50 {
+		clk.Advance(time.Millisecond)
+		if _, err := old.a.Take(context.Background(), biz, "k", 1, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if store.row(Key{"chat", "k"}) <= 50 {
+		t.Fatal("cached mode did not reserve ahead; the test shows nothing")
+	}
+	// A new owner claims epoch 2 (the old one is paused, unaware) and
+	// moves the key far ahead.
+	nw := newNode(t, store, clk, "b:1")
+	nw.acquireAll(t, 2, time.Time{})
+	var newLast int64
+	for range 50 {
+		r, err := nw.a.Take(context.Background(), bizMode("chat", segment.OrderedGapless), "k", 100, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		newLast = r.Last
+	}
+	// The old owner resumes and hands off: its write-back of exact (old,
+	// lower) counters must be refused by the epoch.
+	if err := old.a.Release(context.Background(), segment.Shard("k")); !errors.Is(err, ErrFenced) {
+		t.Fatalf("stale write-back: %v, want ErrFenced", err)
+	}
+	if got := store.row(Key{"chat", "k"}); got != newLast {
+		t.Fatalf("row %d after the stale write-back, want %d: a deposed owner lowered it (TiDB #46444)", got, newLast)
+	}
+}
+
+func TestWithoutEpochAStaleWriteBackRepeatsNumbers(t *testing.T) {
+	// The negative control of the test above: the same story on a store
+	// that ignores the epoch repeats numbers.
+	store := newFakeStore()
+	store.noFence = true
+	clk := newFakeClock()
+	old := newNode(t, store, clk, "a:1")
+	old.acquireAll(t, 1, time.Time{})
+	for range 50 {
+		clk.Advance(time.Millisecond)
+		if _, err := old.a.Take(context.Background(), bizMode("chat", segment.OrderedCached), "k", 1, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nw := newNode(t, store, clk, "b:1")
+	nw.acquireAll(t, 2, time.Time{})
+	r1, err := nw.a.Take(context.Background(), bizMode("chat", segment.OrderedGapless), "k", 100, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = old.a.Release(context.Background(), segment.Shard("k"))
+	third := newNode(t, store, clk, "c:1")
+	third.acquireAll(t, 3, time.Time{})
+	r2, err := third.a.Take(context.Background(), bizMode("chat", segment.OrderedGapless), "k", 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.First > r1.Last {
+		t.Fatalf("control: without the epoch the third owner still started above (%d > %d); the test no longer shows what the epoch prevents", r2.First, r1.Last)
+	}
+}
+
+func TestLeaseWaitAndExpiry(t *testing.T) {
+	store := newFakeStore()
+	clk := newFakeClock()
+	n := newNode(t, store, clk, "a:1")
+	notBefore := clk.Now().Add(3 * time.Second)
+	n.acquireAll(t, 1, notBefore)
+	biz := bizMode("chat", segment.OrderedGapless)
+	_, err := n.a.Take(context.Background(), biz, "k", 1, "")
+	var ue *UnavailableError
+	if !errors.As(err, &ue) || ue.NotOwner || ue.RetryAfter != 3*time.Second {
+		t.Fatalf("during the lease wait: %v, want a retryable refusal with a 3s hint", err)
+	}
+	clk.Advance(3 * time.Second)
+	if _, err := n.a.Take(context.Background(), biz, "k", 1, ""); err != nil {
+		t.Fatalf("after the lease wait: %v", err)
+	}
+	// The lease is not renewed: at ValidUntil the node stops answering,
+	// even from memory.
+	n.coord.setValidUntil(clk.Now().Add(time.Second))
+	cached := bizMode("chat", segment.OrderedCached)
+	if _, err := n.a.Take(context.Background(), cached, "k2", 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	if _, err := n.a.Take(context.Background(), cached, "k2", 1, ""); !errors.As(err, &ue) {
+		t.Fatalf("after the lease ran out: %v, want a refusal", err)
+	}
+	if n.a.Stats().LeaseRefusals != 2 {
+		t.Fatalf("lease refusals %d, want 2", n.a.Stats().LeaseRefusals)
+	}
+}
+
+func TestNotOwnerNamesTheOwner(t *testing.T) {
+	n := newNode(t, newFakeStore(), newFakeClock(), "a:1")
+	_, err := n.a.Take(context.Background(), bizMode("chat", segment.OrderedGapless), "k", 1, "")
+	var ue *UnavailableError
+	if !errors.As(err, &ue) || !ue.NotOwner || ue.Owner.Addr != "other:1" || !errors.Is(err, segment.ErrUnavailable) {
+		t.Fatalf("not owner: %v", err)
+	}
+}
+
+func TestPlannedHandOffLeavesNoGap(t *testing.T) {
+	store := newFakeStore()
+	clk := newFakeClock()
+	a := newNode(t, store, clk, "a:1")
+	a.acquireAll(t, 1, time.Time{})
+	biz := bizMode("chat", segment.OrderedCached)
+	var last int64
+	for i := range 500 {
+		if i%50 == 0 {
+			clk.Advance(10 * time.Millisecond)
+		}
+		r, err := a.a.Take(context.Background(), biz, "k", 1, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = r.Last
+	}
+	if store.row(Key{"chat", "k"}) <= last {
+		t.Fatal("cached mode did not reserve ahead; the test shows nothing")
+	}
+	for s := range segment.OrderedShards {
+		if err := a.a.Release(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := store.row(Key{"chat", "k"}); got != last {
+		t.Fatalf("after the hand-off the row is %d, want the exact %d", got, last)
+	}
+	if _, err := a.a.Take(context.Background(), biz, "k", 1, ""); err == nil {
+		t.Fatal("answered after handing the shard off")
+	}
+	b := newNode(t, store, clk, "b:1")
+	b.acquireAll(t, 2, time.Time{})
+	r, err := b.a.Take(context.Background(), biz, "k", 1, "")
+	if err != nil || r.First != last+1 {
+		t.Fatalf("next owner: %v %v, want %d: a gap after a planned hand-off", r, err, last+1)
+	}
+}
+
+func TestRequestIDs(t *testing.T) {
+	store := newFakeStore()
+	clk := newFakeClock()
+	a := newNode(t, store, clk, "a:1")
+	a.acquireAll(t, 1, time.Time{})
+	gapless := bizMode("chat", segment.OrderedGapless)
+	r1, err := a.a.Take(context.Background(), gapless, "k", 3, "req-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := a.a.Take(context.Background(), gapless, "k", 3, "req-1")
+	if err != nil || again != r1 {
+		t.Fatalf("replay from memory: %v %v, want %v", again, err, r1)
+	}
+	if _, err := a.a.Take(context.Background(), gapless, "other", 3, "req-1"); !errors.Is(err, segment.ErrRequestMismatch) {
+		t.Fatalf("reused id: %v", err)
+	}
+	// A new owner has no memory of it: gapless finds it in the store.
+	b := newNode(t, store, clk, "b:1")
+	b.acquireAll(t, 2, time.Time{})
+	again, err = b.a.Take(context.Background(), gapless, "k", 3, "req-1")
+	if err != nil || again != r1 {
+		t.Fatalf("gapless replay on a new owner: %v %v, want %v", again, err, r1)
+	}
+	// ... and the allocation the replay displaced is a gap, not reused.
+	next, err := b.a.Take(context.Background(), gapless, "k", 1, "")
+	if err != nil || next.First <= r1.Last {
+		t.Fatalf("after the replay: %v %v", next, err)
+	}
+	// Cached: in memory only; a new owner answers a fresh range above.
+	cached := bizMode("chat", segment.OrderedCached)
+	c1, err := b.a.Take(context.Background(), cached, "k", 1, "req-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := b.a.Take(context.Background(), cached, "k", 1, "req-2"); again != c1 {
+		t.Fatalf("cached replay on the same owner: %v, want %v", again, c1)
+	}
+	c := newNode(t, store, clk, "c:1")
+	c.acquireAll(t, 3, time.Time{})
+	fresh, err := c.a.Take(context.Background(), cached, "k", 1, "req-2")
+	if err != nil || fresh.First <= c1.Last {
+		t.Fatalf("cached retry on a new owner: %v %v, want a fresh range above %d", fresh, err, c1.Last)
+	}
+}
+
+func TestConcurrentRetriesOfOneIDGetOneRange(t *testing.T) {
+	store := newFakeStore()
+	store.delay = 2 * time.Millisecond
+	clk := newFakeClock()
+	a := newNode(t, store, clk, "a:1")
+	a.acquireAll(t, 1, time.Time{})
+	var wg sync.WaitGroup
+	got := make([]segment.Range, 8)
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := a.a.Take(context.Background(), bizMode("chat", segment.OrderedGapless), "k", 2, "same")
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = r
+		}()
+	}
+	wg.Wait()
+	for _, r := range got {
+		if r != got[0] {
+			t.Fatalf("concurrent attempts of one id got %v", got)
+		}
+	}
+}
+
+func TestStoreBehindIsRaisedAboveAnswered(t *testing.T) {
+	store := newFakeStore()
+	clk := newFakeClock()
+	a := newNode(t, store, clk, "a:1")
+	a.acquireAll(t, 1, time.Time{})
+	biz := bizMode("chat", segment.OrderedGapless)
+	var last int64
+	for range 20 {
+		r, err := a.a.Take(context.Background(), biz, "k", 1, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = r.Last
+	}
+	// A lossy failover: the row goes back; this node takes the shard
+	// again in a new term.
+	store.mu.Lock()
+	store.rows[Key{"chat", "k"}] = 5
+	store.mu.Unlock()
+	a.a.Lost(segment.Shard("k"))
+	if err := a.a.Acquire(context.Background(), Grant{Shard: segment.Shard("k"), Epoch: 2}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := a.a.Take(context.Background(), biz, "k", 1, "")
+	if err != nil || r.First <= last {
+		t.Fatalf("after the store went back: %v %v, want above %d", r, err, last)
+	}
+	if a.a.Stats().Regressions != 1 {
+		t.Fatal("regression not counted")
+	}
+	var remembered int64
+	a.a.Remembered(func(biz, sub string, l int64) {
+		if sub == "k" {
+			remembered = l
+		}
+	})
+	if remembered != r.Last {
+		t.Fatalf("remembered %d, want %d", remembered, r.Last)
+	}
+}
+
+func TestPersistFailureFailsOnlyItsRequests(t *testing.T) {
+	store := newFakeStore()
+	clk := newFakeClock()
+	a := newNode(t, store, clk, "a:1")
+	a.acquireAll(t, 1, time.Time{})
+	biz := bizMode("chat", segment.OrderedGapless)
+	if _, err := a.a.Take(context.Background(), biz, "k", 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	store.mu.Lock()
+	store.failNext = errors.New("connection reset")
+	store.mu.Unlock()
+	_, err := a.a.Take(context.Background(), biz, "k", 1, "")
+	if !errors.Is(err, segment.ErrUnavailable) {
+		t.Fatalf("failed persist: %v", err)
+	}
+	r, err := a.a.Take(context.Background(), biz, "k", 1, "")
+	if err != nil || r.First != 3 {
+		t.Fatalf("after a failed persist: %v %v, want 3 (2 is the failed request's gap)", r, err)
+	}
+}
+
+func TestManyKeysAcrossShardsStayIncreasing(t *testing.T) {
+	store := newFakeStore()
+	clk := newFakeClock()
+	a := newNode(t, store, clk, "a:1")
+	a.acquireAll(t, 1, time.Time{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	got := map[string][]int64{}
+	for c := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mode := segment.OrderedGapless
+			if c%2 == 1 {
+				mode = segment.OrderedCached
+			}
+			for i := range 200 {
+				sub := fmt.Sprintf("key-%d", (c*7+i)%64)
+				r, err := a.a.Take(context.Background(), bizMode("chat", mode), sub, 1, "")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				got[sub] = append(got[sub], r.First)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for sub, vs := range got {
+		sort.Slice(vs, func(i, j int) bool { return vs[i] < vs[j] })
+		for i := 1; i < len(vs); i++ {
+			if vs[i] == vs[i-1] {
+				t.Fatalf("key %s: %d twice", sub, vs[i])
+			}
+		}
+	}
+}

@@ -1,0 +1,170 @@
+package ordered
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idgen/idgen/segment"
+)
+
+// fakeStore is an in-memory Store with the epoch rules of the real ones.
+type fakeStore struct {
+	mu       sync.Mutex
+	epochs   map[int]int64
+	rows     map[Key]int64
+	reqs     map[RequestKey]Request
+	persists int
+	noFence  bool  // the negative control: persists ignore the epoch
+	failNext error // the next Persist fails with it
+	delay    time.Duration
+}
+
+func newFakeStore() *fakeStore {
+	return &fakeStore{epochs: map[int]int64{}, rows: map[Key]int64{}, reqs: map[RequestKey]Request{}}
+}
+
+func (s *fakeStore) Claim(_ context.Context, shard int, epoch int64, _ string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.epochs[shard] > epoch {
+		return ErrFenced
+	}
+	s.epochs[shard] = epoch
+	return nil
+}
+
+func (s *fakeStore) Load(_ context.Context, shard int, epoch int64, keys []Key) (map[Key]int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.epochs[shard] != epoch {
+		return nil, ErrFenced
+	}
+	out := map[Key]int64{}
+	for _, k := range keys {
+		if v, ok := s.rows[k]; ok {
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+
+func (s *fakeStore) Persist(_ context.Context, shard int, epoch int64, rows []Row, reqs []Request) error {
+	if s.delay > 0 {
+		time.Sleep(s.delay)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.failNext; err != nil {
+		s.failNext = nil
+		return err
+	}
+	if !s.noFence && s.epochs[shard] != epoch {
+		return ErrFenced
+	}
+	var dup []RequestKey
+	for _, r := range reqs {
+		if _, ok := s.reqs[RequestKey{r.Biz, r.ID}]; ok {
+			dup = append(dup, RequestKey{r.Biz, r.ID})
+		}
+	}
+	if len(dup) > 0 {
+		return &DuplicateRequestsError{Requests: dup}
+	}
+	for _, r := range reqs {
+		s.reqs[RequestKey{r.Biz, r.ID}] = r
+	}
+	for _, r := range rows {
+		if segment.Shard(r.SubKey) != shard {
+			return errors.New("row of another shard")
+		}
+		s.rows[r.Key] = r.Num
+	}
+	s.persists++
+	return nil
+}
+
+func (s *fakeStore) LookupRequests(_ context.Context, biz string, ids []string) (map[string]Request, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]Request{}
+	for _, id := range ids {
+		if r, ok := s.reqs[RequestKey{biz, id}]; ok {
+			out[id] = r
+		}
+	}
+	return out, nil
+}
+
+func (s *fakeStore) row(k Key) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rows[k]
+}
+
+// fakeClock is a settable monotonic clock.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// fakeCoord is a Coordinator driven by the test.
+type fakeCoord struct {
+	self       string
+	validUntil atomic.Pointer[time.Time]
+}
+
+func newFakeCoord(self string, until time.Time) *fakeCoord {
+	c := &fakeCoord{self: self}
+	c.validUntil.Store(&until)
+	return c
+}
+
+func (c *fakeCoord) Start(context.Context, Handler) error { return nil }
+func (c *fakeCoord) Owner(shard int) Owner                { return Owner{Shard: shard, Addr: "other:1", Epoch: 0} }
+func (c *fakeCoord) ValidUntil() time.Time                { return *c.validUntil.Load() }
+func (c *fakeCoord) Close(context.Context) error          { return nil }
+func (c *fakeCoord) setValidUntil(t time.Time)            { c.validUntil.Store(&t) }
+
+// node is one allocator over a shared store, as one process.
+type node struct {
+	a     *Allocator
+	coord *fakeCoord
+}
+
+func newNode(t *testing.T, store Store, clk *fakeClock, self string) *node {
+	t.Helper()
+	coord := newFakeCoord(self, clk.Now().Add(time.Hour))
+	a, err := New(Config{Store: store, Coordinator: coord, Clock: clk, Self: self})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &node{a: a, coord: coord}
+}
+
+// acquire grants every shard at epoch with no lease wait.
+func (n *node) acquireAll(t *testing.T, epoch int64, notBefore time.Time) {
+	t.Helper()
+	for s := range segment.OrderedShards {
+		if err := n.a.Acquire(context.Background(), Grant{Shard: s, Epoch: epoch, NotBefore: notBefore}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

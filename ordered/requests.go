@@ -1,0 +1,99 @@
+package ordered
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/idgen/idgen/segment"
+)
+
+// requestMemory keeps the answers of recent request ids (bounded in count
+// and age), so a retry reaching the same owner is answered from memory, and
+// concurrent attempts of one id wait for the first instead of racing it.
+// Cached mode relies on it alone; gapless mode also stores request ids with
+// the rows and falls back to the store after a change of owner.
+type requestMemory struct {
+	mu    sync.Mutex
+	m     map[RequestKey]*requestEntry
+	queue []*requestEntry // insertion order, for expiry
+	max   int
+	ttl   time.Duration
+}
+
+type requestEntry struct {
+	key    RequestKey
+	subKey string
+	count  int64
+	at     time.Time
+	done   chan struct{}
+	r      segment.Range
+	err    error
+	failed bool // the attempt failed: a retry tries afresh
+}
+
+func newRequestMemory(maxEntries int, ttl time.Duration) *requestMemory {
+	return &requestMemory{m: map[RequestKey]*requestEntry{}, max: maxEntries, ttl: ttl}
+}
+
+// begin returns the entry of k: first is true when the caller makes the
+// attempt (a new entry, or the last attempt failed), false when an earlier
+// attempt is in flight or done (wait for it).
+func (rm *requestMemory) begin(k RequestKey, subKey string, n int64, now time.Time) (*requestEntry, bool) {
+	rm.mu.Lock()
+	defer rm.mu.Unlock()
+	rm.expire(now)
+	if e := rm.m[k]; e != nil && !e.failed {
+		return e, false
+	}
+	e := &requestEntry{key: k, subKey: subKey, count: n, at: now, done: make(chan struct{})}
+	rm.m[k] = e
+	rm.queue = append(rm.queue, e)
+	return e, true
+}
+
+// expire drops entries past the TTL or over the bound, oldest first.
+func (rm *requestMemory) expire(now time.Time) {
+	i := 0
+	for ; i < len(rm.queue); i++ {
+		e := rm.queue[i]
+		if len(rm.queue)-i <= rm.max && now.Sub(e.at) < rm.ttl {
+			break
+		}
+		if rm.m[e.key] == e {
+			delete(rm.m, e.key)
+		}
+	}
+	if i > 0 {
+		rm.queue = append(rm.queue[:0:0], rm.queue[i:]...)
+	}
+}
+
+// finish records the attempt's outcome and wakes the waiters.
+func (rm *requestMemory) finish(e *requestEntry, r segment.Range, err error) {
+	rm.mu.Lock()
+	e.r, e.err = r, err
+	if err != nil {
+		e.failed = true
+		if rm.m[e.key] == e {
+			delete(rm.m, e.key)
+		}
+	}
+	rm.mu.Unlock()
+	close(e.done)
+}
+
+// wait waits for the attempt of e. ok is false when it failed (the caller
+// makes its own attempt); err is the caller's context ending.
+func (e *requestEntry) wait(ctx context.Context) (segment.Range, bool, error) {
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		return segment.Range{}, true, &UnavailableError{Shard: segment.Shard(e.subKey),
+			Reason: "an earlier attempt with this request id is still in flight", Err: ctx.Err()}
+	}
+	if e.failed {
+		return segment.Range{}, false, nil
+	}
+	return e.r, true, nil
+}

@@ -1,0 +1,562 @@
+package ordered
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/idgen/idgen/segment"
+)
+
+// shard is one term of one owned shard: the keys loaded in this term and
+// the persist loop that merges every pending change of the shard into one
+// store operation (group commit). A term never outlives its grant: a new
+// grant is a new shard value with an empty key map.
+type shard struct {
+	idx   int
+	grant Grant
+
+	mu       sync.Mutex
+	keys     map[Key]*keyState
+	loadQ    []*keyState
+	dirty    map[*keyState]struct{}
+	closed   bool  // no new allocation (hand-off or abort)
+	abortErr error // set when the term ended without a hand-off
+	inflight sync.WaitGroup
+
+	wake     chan struct{} // cap 1
+	stop     chan struct{} // closed: the loop exits once nothing is queued
+	stopOnce sync.Once
+	done     chan struct{} // closed by the loop on exit
+}
+
+// keyState is one key's counters in this term.
+//
+//	served  the highest number allocated (answered or about to be)
+//	durable the number the store holds for the key (as far as this term
+//	        wrote or loaded it): every answer is <= durable
+//	want    the number the next persist writes (>= durable when dirty)
+type keyState struct {
+	key      Key
+	startNum int64
+	loaded   bool
+	loadErr  error
+	loadWait []chan struct{}
+
+	served, durable, want int64
+	waiters               []*waiter
+	lastUse               time.Time
+
+	// Traffic estimate for cached reservations.
+	winStart time.Time
+	winCount int64
+	rate     float64 // numbers per second
+}
+
+// waiter is a request waiting for a persist.
+type waiter struct {
+	need   int64    // answered once durable >= need
+	req    *Request // gapless request id: answered once stored
+	sent   bool     // req is in the persist in flight
+	stored bool
+	ch     chan waitResult // cap 1
+}
+
+type waitResult struct {
+	r        segment.Range
+	replayed bool
+	err      error
+}
+
+func newShard(a *Allocator, g Grant) *shard {
+	return &shard{idx: g.Shard, grant: g, keys: map[Key]*keyState{}, dirty: map[*keyState]struct{}{},
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (sh *shard) signal() {
+	select {
+	case sh.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (sh *shard) keyCount() int {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return len(sh.keys)
+}
+
+func (sh *shard) closedErr(a *Allocator) error {
+	if sh.abortErr != nil {
+		return sh.abortErr
+	}
+	return &UnavailableError{Shard: sh.idx, NotOwner: true, Owner: a.cfg.Coordinator.Owner(sh.idx),
+		Reason: "the shard is being handed off", RetryAfter: 50 * time.Millisecond}
+}
+
+// take allocates n numbers of key and waits until they may be answered
+// (loaded, and durable as the mode requires). On success the caller holds
+// sh.inflight and must call Done after its answer check.
+func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.OrderedRequest, mode segment.OrderedMode) (segment.Range, bool, error) {
+	n := req.Count
+	for {
+		sh.mu.Lock()
+		if sh.closed {
+			err := sh.closedErr(a)
+			sh.mu.Unlock()
+			return segment.Range{}, false, err
+		}
+		now := a.cfg.Clock.Now()
+		ks := sh.keys[key]
+		if ks == nil {
+			sh.evictOne(a)
+			ks = &keyState{key: key, startNum: req.StartNum, winStart: now}
+			sh.keys[key] = ks
+			sh.loadQ = append(sh.loadQ, ks)
+			sh.signal()
+		}
+		ks.lastUse = now
+		if !ks.loaded {
+			ch := make(chan struct{})
+			ks.loadWait = append(ks.loadWait, ch)
+			sh.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return segment.Range{}, false, &UnavailableError{Shard: sh.idx, Reason: "loading the key from the store", Err: ctx.Err()}
+			}
+			sh.mu.Lock()
+			err := ks.loadErr
+			sh.mu.Unlock()
+			if err != nil {
+				return segment.Range{}, false, err
+			}
+			continue
+		}
+		if ks.served > math.MaxInt64-n {
+			sh.mu.Unlock()
+			return segment.Range{}, false, fmt.Errorf("%w: biz %q sub key %q is at %d: no room for %d more", segment.ErrExhausted,
+				key.Biz, key.SubKey, ks.served, n)
+		}
+		r := segment.Range{First: ks.served + 1, Last: ks.served + n}
+		ks.served += n
+		ks.winCount += n
+		var w *waiter
+		switch mode {
+		case segment.OrderedCached:
+			size := ks.reservation(now, n, a.cfg)
+			if r.Last <= ks.durable {
+				// Answered from memory. Reserve the next stretch ahead
+				// when half of this one is used, so the hot path never
+				// waits for the store.
+				if ks.durable-ks.served < size/2 && ks.want <= ks.durable {
+					ks.want = addClamp(ks.served, size)
+					sh.dirty[ks] = struct{}{}
+					sh.signal()
+				}
+				sh.inflight.Add(1)
+				sh.mu.Unlock()
+				a.st.fromMemory.Add(1)
+				return r, false, nil
+			}
+			ks.want = max(ks.want, addClamp(ks.served, size))
+			w = &waiter{need: r.Last}
+		default: // gapless
+			if r.Last <= ks.durable && req.RequestID == "" {
+				// Already durable (a reservation left from cached mode).
+				sh.inflight.Add(1)
+				sh.mu.Unlock()
+				a.st.fromMemory.Add(1)
+				return r, false, nil
+			}
+			ks.want = max(ks.want, ks.served)
+			w = &waiter{need: r.Last}
+			if req.RequestID != "" {
+				w.req = &Request{Biz: key.Biz, ID: req.RequestID, SubKey: key.SubKey, Count: n, Range: r}
+			}
+		}
+		w.ch = make(chan waitResult, 1)
+		ks.waiters = append(ks.waiters, w)
+		sh.dirty[ks] = struct{}{}
+		sh.inflight.Add(1)
+		sh.signal()
+		sh.mu.Unlock()
+		select {
+		case res := <-w.ch:
+			if res.err != nil {
+				sh.inflight.Done()
+				return segment.Range{}, false, res.err
+			}
+			if res.replayed {
+				sh.inflight.Done()
+				return res.r, true, nil
+			}
+			return r, false, nil
+		case <-ctx.Done():
+			// The numbers become a gap (a gapless request id may still
+			// be stored: a retry then gets this range back).
+			sh.inflight.Done()
+			return segment.Range{}, false, &UnavailableError{Shard: sh.idx, Reason: "waiting for the store", Err: ctx.Err()}
+		}
+	}
+}
+
+// reservation is how many numbers a cached extension reserves: about
+// Config.Window of the key's recent traffic, at least n, at most
+// MaxReservation. Called with sh.mu held.
+func (ks *keyState) reservation(now time.Time, n int64, cfg Config) int64 {
+	if el := now.Sub(ks.winStart); el >= 10*time.Millisecond {
+		r := float64(ks.winCount) / el.Seconds()
+		if ks.rate > 0 {
+			r = (ks.rate + r) / 2
+		}
+		ks.rate, ks.winStart, ks.winCount = r, now, 0
+	}
+	size := int64(ks.rate * cfg.Window.Seconds())
+	return min(max(size, n, 1), max(cfg.MaxReservation, n))
+}
+
+// evictOne drops the least recently used idle key among a few when the
+// shard holds its share of Config.MaxKeys. Called with sh.mu held.
+func (sh *shard) evictOne(a *Allocator) {
+	if len(sh.keys) < a.perShard {
+		return
+	}
+	var victim *keyState
+	i := 0
+	for _, ks := range sh.keys {
+		if i++; i > 8 {
+			break
+		}
+		if !ks.loaded || len(ks.waiters) > 0 || ks.want > ks.durable {
+			continue
+		}
+		if victim == nil || ks.lastUse.Before(victim.lastUse) {
+			victim = ks
+		}
+	}
+	if victim != nil {
+		delete(sh.keys, victim.key)
+		delete(sh.dirty, victim)
+	}
+}
+
+// run is the shard's persist loop: each round loads the keys first used
+// since the last round and persists every pending change in one store
+// operation, then answers the waiters it made durable.
+func (sh *shard) run(a *Allocator) {
+	defer close(sh.done)
+	for {
+		select {
+		case <-sh.wake:
+		case <-sh.stop:
+			sh.mu.Lock()
+			idle := len(sh.loadQ) == 0 && len(sh.dirty) == 0
+			sh.mu.Unlock()
+			if idle || sh.abortErr != nil {
+				return
+			}
+		}
+		for sh.round(a) {
+		}
+	}
+}
+
+// round does one load and one persist; it reports whether work remains.
+func (sh *shard) round(a *Allocator) bool {
+	sh.mu.Lock()
+	if sh.abortErr != nil {
+		sh.mu.Unlock()
+		return false
+	}
+	loads := sh.loadQ
+	sh.loadQ = nil
+	sh.mu.Unlock()
+	if len(loads) > 0 {
+		sh.loadKeys(a, loads)
+	}
+
+	sh.mu.Lock()
+	var (
+		rows  []Row
+		reqs  []Request
+		batch []*keyState
+	)
+	for ks := range sh.dirty {
+		if !ks.loaded {
+			delete(sh.dirty, ks)
+			continue
+		}
+		pendingReq := false
+		for _, w := range ks.waiters {
+			if w.req != nil && !w.stored {
+				w.sent = true
+				reqs = append(reqs, *w.req)
+				pendingReq = true
+			}
+		}
+		if ks.want > ks.durable {
+			rows = append(rows, Row{Key: ks.key, Num: ks.want})
+		} else if !pendingReq {
+			// Nothing to write: answer what is already durable.
+			sh.answerLocked(ks)
+			delete(sh.dirty, ks)
+			continue
+		}
+		batch = append(batch, ks)
+		delete(sh.dirty, ks)
+	}
+	sh.mu.Unlock()
+	if len(batch) == 0 {
+		return false
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Timeout)
+	err := a.persist(ctx, sh, rows, reqs)
+	cancel()
+	var dup *DuplicateRequestsError
+	if errors.As(err, &dup) {
+		sh.replayDuplicates(a, batch, dup)
+		return true // persist the rest again
+	}
+	if errors.Is(err, ErrFenced) {
+		a.log.Error("ordered persist fenced: another node owns the shard; dropping it",
+			zap.Int("shard", sh.idx), zap.Int64("epoch", sh.grant.Epoch), zap.Error(err))
+		a.drop(sh, "fenced by a newer owner's epoch")
+		return false
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	byKey := make(map[Key]int64, len(rows))
+	for _, r := range rows {
+		byKey[r.Key] = r.Num
+	}
+	for _, ks := range batch {
+		num, hasRow := byKey[ks.key]
+		if err != nil {
+			// Fail the waiters this persist was for; later ones (need
+			// above the row) wait for the next round.
+			sh.failLocked(ks, num, hasRow, &UnavailableError{Shard: sh.idx, Reason: "persisting to the store failed", Err: err})
+			continue
+		}
+		if hasRow && num > ks.durable {
+			ks.durable = num
+		}
+		for _, w := range ks.waiters {
+			if w.sent {
+				w.stored = true
+			}
+		}
+		sh.answerLocked(ks)
+		if len(ks.waiters) > 0 || ks.want > ks.durable {
+			sh.dirty[ks] = struct{}{}
+		}
+	}
+	return len(sh.dirty) > 0 || len(sh.loadQ) > 0
+}
+
+// answerLocked answers the waiters of ks that are durable (and stored).
+func (sh *shard) answerLocked(ks *keyState) {
+	keep := ks.waiters[:0]
+	for _, w := range ks.waiters {
+		if w.need <= ks.durable && (w.req == nil || w.stored) {
+			w.ch <- waitResult{}
+			continue
+		}
+		keep = append(keep, w)
+	}
+	clear(ks.waiters[len(keep):])
+	ks.waiters = keep
+}
+
+// failLocked fails the waiters of ks a failed persist was for.
+func (sh *shard) failLocked(ks *keyState, num int64, hasRow bool, err error) {
+	keep := ks.waiters[:0]
+	for _, w := range ks.waiters {
+		if w.sent || (hasRow && w.need <= num) {
+			w.ch <- waitResult{err: err}
+			continue
+		}
+		keep = append(keep, w)
+	}
+	clear(ks.waiters[len(keep):])
+	ks.waiters = keep
+	if hasRow && ks.want <= num {
+		ks.want = ks.durable // the next request asks again
+	}
+	if len(ks.waiters) > 0 {
+		sh.dirty[ks] = struct{}{}
+	}
+}
+
+// replayDuplicates answers the waiters whose request ids a persist found
+// already stored (served before this term) with the stored ranges; their
+// own allocations become a gap.
+func (sh *shard) replayDuplicates(a *Allocator, batch []*keyState, dup *DuplicateRequestsError) {
+	byBiz := map[string][]string{}
+	for _, rk := range dup.Requests {
+		byBiz[rk.Biz] = append(byBiz[rk.Biz], rk.ID)
+	}
+	stored := map[RequestKey]Request{}
+	var lookupErr error
+	for biz, ids := range byBiz {
+		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Timeout)
+		m, err := a.cfg.Store.LookupRequests(ctx, biz, ids)
+		cancel()
+		if err != nil {
+			lookupErr = err
+			continue
+		}
+		for id, r := range m {
+			stored[RequestKey{Biz: biz, ID: id}] = r
+		}
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	dupSet := map[RequestKey]bool{}
+	for _, rk := range dup.Requests {
+		dupSet[rk] = true
+	}
+	for _, ks := range batch {
+		keep := ks.waiters[:0]
+		for _, w := range ks.waiters {
+			w.sent = false
+			if w.req == nil || !dupSet[RequestKey{Biz: w.req.Biz, ID: w.req.ID}] {
+				keep = append(keep, w)
+				continue
+			}
+			rk := RequestKey{Biz: w.req.Biz, ID: w.req.ID}
+			s, ok := stored[rk]
+			switch {
+			case !ok:
+				err := lookupErr
+				if err == nil {
+					err = errors.New("stored request id vanished (cleaned up); retry")
+				}
+				w.ch <- waitResult{err: &UnavailableError{Shard: sh.idx, Reason: "reading a stored request id", Err: err}}
+			case s.SubKey != w.req.SubKey || s.Count != w.req.Count:
+				w.ch <- waitResult{err: fmt.Errorf("%w: request id %q was used for sub key %q count %d",
+					segment.ErrRequestMismatch, w.req.ID, s.SubKey, s.Count)}
+			default:
+				w.ch <- waitResult{r: s.Range, replayed: true}
+			}
+		}
+		clear(ks.waiters[len(keep):])
+		ks.waiters = keep
+		sh.dirty[ks] = struct{}{}
+	}
+}
+
+// loadKeys reads keys first used in this term. A key starts above the
+// stored number and above the highest number this node ever answered for
+// it (a store that went backwards is raised, never served below).
+func (sh *shard) loadKeys(a *Allocator, loads []*keyState) {
+	keys := make([]Key, len(loads))
+	for i, ks := range loads {
+		keys[i] = ks.key
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Timeout)
+	got, err := a.load(ctx, sh, keys)
+	cancel()
+	if errors.Is(err, ErrFenced) {
+		a.drop(sh, "fenced by a newer owner's epoch while loading")
+		return
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for _, ks := range loads {
+		if err != nil {
+			ks.loadErr = &UnavailableError{Shard: sh.idx, Reason: "loading the key from the store", Err: err}
+			if sh.keys[ks.key] == ks {
+				delete(sh.keys, ks.key)
+			}
+		} else {
+			stored, ok := got[ks.key]
+			if !ok {
+				stored = ks.startNum - 1
+			}
+			base := stored
+			if seen := a.seen[sh.idx].get(ks.key); seen > base {
+				// The store is behind numbers this node answered: a
+				// failover lost them. Serve above them, and write the
+				// raise with the first persist.
+				a.st.regressions.Add(1)
+				a.log.Warn("ordered row behind a number this node answered; raising it",
+					zap.String("biz", ks.key.Biz), zap.String("sub_key", ks.key.SubKey),
+					zap.Int64("stored", stored), zap.Int64("highest_answered", seen))
+				base = seen
+				sh.dirty[ks] = struct{}{}
+			}
+			ks.durable, ks.served, ks.want = stored, base, base
+			ks.loaded = true
+		}
+		for _, ch := range ks.loadWait {
+			close(ch)
+		}
+		ks.loadWait = nil
+	}
+}
+
+// close stops new allocations for a hand-off; the loop finishes what is
+// queued.
+func (sh *shard) close() {
+	sh.mu.Lock()
+	sh.closed = true
+	sh.mu.Unlock()
+	sh.signal()
+}
+
+// writeBack returns the exact counters to write back after the loop has
+// drained: every key whose stored number is above its last allocation.
+func (sh *shard) writeBack() []Row {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	var rows []Row
+	for _, ks := range sh.keys {
+		if ks.loaded && ks.durable > ks.served {
+			rows = append(rows, Row{Key: ks.key, Num: ks.served})
+		}
+	}
+	return rows
+}
+
+// abort ends the term without a hand-off: every waiter fails with err.
+func (sh *shard) abort(err error) {
+	sh.mu.Lock()
+	sh.closed = true
+	if sh.abortErr == nil {
+		sh.abortErr = err
+	}
+	for _, ks := range sh.keys {
+		for _, w := range ks.waiters {
+			w.ch <- waitResult{err: err}
+		}
+		ks.waiters = nil
+		if !ks.loaded {
+			ks.loadErr = err
+			for _, ch := range ks.loadWait {
+				close(ch)
+			}
+			ks.loadWait = nil
+		}
+	}
+	sh.mu.Unlock()
+	sh.stopLoop()
+}
+
+// stopLoop makes the persist loop exit once nothing is queued.
+func (sh *shard) stopLoop() {
+	sh.stopOnce.Do(func() { close(sh.stop) })
+	sh.signal()
+}
+
+func (sh *shard) aborted() bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.abortErr != nil
+}

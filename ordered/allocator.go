@@ -116,8 +116,8 @@ type Allocator struct {
 type stats struct {
 	takes, answered, fromMemory, persists, persistedRows, persistFailures atomic.Uint64
 	loads, fenced, leaseRefusals, notOwner, replays, regressions          atomic.Uint64
-	acquired, released, lost, writeBacks                                    atomic.Uint64
-	persistNanos                                                            atomic.Uint64
+	acquired, released, lost, writeBacks                                  atomic.Uint64
+	persistNanos                                                          atomic.Uint64
 }
 
 // Stats is a snapshot of the allocator's counters, for metrics.

@@ -122,6 +122,9 @@ func validateSettings(b Biz) error {
 		return fmt.Errorf("%w: biz %q: id_burst %d must be >= 0 (0 = as many as id_quota)", ErrInvalid, b.Name, b.IDBurst)
 	case len(b.Description) > MaxDescriptionLen:
 		return fmt.Errorf("%w: biz %q: description is %d bytes, at most %d allowed", ErrInvalid, b.Name, len(b.Description), MaxDescriptionLen)
+	case !b.OrderedMode.Valid():
+		return fmt.Errorf("%w: biz %q: ordered_mode %d unknown: want gapless (%d) or cached (%d)",
+			ErrInvalid, b.Name, b.OrderedMode, OrderedGapless, OrderedCached)
 	}
 	if err := validateTokens(b); err != nil {
 		return err
@@ -269,6 +272,12 @@ func ApplyBizUpdate(b Biz, u BizUpdate, now time.Time) (Biz, error) {
 	}
 	if u.IDBurst != nil {
 		b.IDBurst = *u.IDBurst
+	}
+	// Not an output setting: it may change after the business has issued
+	// (it changes what a crash of a shard's owner costs, never order or
+	// uniqueness), so it is not checked against Issued.
+	if u.OrderedMode != nil {
+		b.OrderedMode = *u.OrderedMode
 	}
 	b, err := applyTokenUpdate(b, u, now)
 	if err != nil {

@@ -194,6 +194,12 @@ func (h *handler) CreateBiz(ctx context.Context, req *idl.CreateBizRequest) (res
 		}
 		b.Format = f
 	}
+	// Unset or empty: gapless, the default.
+	mode, err := segment.ParseOrderedMode(req.GetOrderedMode())
+	if err != nil {
+		return nil, h.toIDLError(req.Name, err)
+	}
+	b.OrderedMode = mode
 	is, err := h.issuer(idl.ErrorCode_SEGMENT_UNAVAILABLE)
 	if err != nil {
 		return nil, err
@@ -249,6 +255,14 @@ func (h *handler) UpdateBiz(ctx context.Context, req *idl.UpdateBizRequest) (res
 	}
 	if req.Plugins != nil {
 		u.Plugins = &req.Plugins
+	}
+	// Unset or empty: unchanged.
+	if req.GetOrderedMode() != "" {
+		mode, err := segment.ParseOrderedMode(req.GetOrderedMode())
+		if err != nil {
+			return nil, h.toIDLError(req.Name, err)
+		}
+		u.OrderedMode = &mode
 	}
 	is, err := h.issuer(idl.ErrorCode_SEGMENT_UNAVAILABLE)
 	if err != nil {
@@ -459,7 +473,8 @@ func bizToIDL(b segment.Biz) *idl.Biz {
 		CreatedAtMs: msOrZero(b.CreatedAt), UpdatedAtMs: msOrZero(b.UpdatedAt),
 		// Never the key.
 		Obfuscate: &b.Obfuscate, Format: ptr(b.Format.String()), CodeMinLength: ptr(int32(b.CodeMinLength)),
-		Plugins: b.Plugins, Issued: &b.Issued, IdQuota: &b.IDQuota, IdBurst: &b.IDBurst, Tokens: tokensToIDL(b.Tokens)}
+		Plugins: b.Plugins, Issued: &b.Issued, IdQuota: &b.IDQuota, IdBurst: &b.IDBurst, Tokens: tokensToIDL(b.Tokens),
+		OrderedMode: ptr(b.OrderedMode.String())}
 }
 
 // tokensToIDL lists a business's tokens without their hashes.

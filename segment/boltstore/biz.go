@@ -30,6 +30,9 @@ type bizRecord struct {
 	Plugins     []string `json:"plugins,omitempty"`
 	Key         []byte   `json:"secret_key,omitempty"`
 	Issued      bool     `json:"issued,omitempty"`
+	// OrderedMode: records written before it existed have none, which
+	// reads as gapless (0), the default.
+	OrderedMode int8 `json:"ordered_mode,omitempty"`
 	// Tokens: records written before client tokens existed have none,
 	// which reads as a business open to the shared client token, as
 	// before.
@@ -44,7 +47,7 @@ func encodeBiz(b segment.Biz) ([]byte, error) {
 		StartNum: b.StartNum, Fallback: b.Fallback, RateLimit: b.RateLimit,
 		IDQuota: b.IDQuota, IDBurst: b.IDBurst, Description: b.Description,
 		Obfuscate: b.Obfuscate, Format: int8(b.Format), CodeMinLen: b.CodeMinLength, Plugins: b.Plugins,
-		Key: []byte(b.Key), Issued: b.Issued, Tokens: b.Tokens,
+		Key: []byte(b.Key), Issued: b.Issued, OrderedMode: int8(b.OrderedMode), Tokens: b.Tokens,
 		CreatedAt: b.CreatedAt.UTC(), UpdatedAt: b.UpdatedAt.UTC(),
 	})
 }
@@ -59,7 +62,7 @@ func decodeBiz(v []byte) (segment.Biz, error) {
 		StartNum: r.StartNum, Fallback: r.Fallback, RateLimit: r.RateLimit,
 		IDQuota: r.IDQuota, IDBurst: r.IDBurst, Description: r.Description,
 		Obfuscate: r.Obfuscate, Format: segment.Format(r.Format), CodeMinLength: r.CodeMinLen, Plugins: r.Plugins,
-		Key: r.Key, Issued: segment.StoredIssued(r.Issued, r.Key), Tokens: r.Tokens,
+		Key: r.Key, Issued: segment.StoredIssued(r.Issued, r.Key), OrderedMode: segment.OrderedMode(r.OrderedMode), Tokens: r.Tokens,
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 	}, nil
 }

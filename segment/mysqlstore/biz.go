@@ -50,11 +50,11 @@ func (s *Store) CreateBiz(ctx context.Context, b segment.Biz) (segment.Biz, erro
 	err = s.inTx(cctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(cctx, `INSERT INTO biz (name, channel, step, low_water_pct, start_num, fallback,
   rate_limit, id_quota, id_burst, description, obfuscate, format, code_min_length, plugins, secret_key, issued,
-  tokens, created_at, updated_at)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+  tokens, ordered_mode, created_at, updated_at)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			b.Name, int(b.Channel), b.Step, b.LowWaterPct, b.StartNum, b.Fallback, b.RateLimit, b.IDQuota, b.IDBurst,
 			b.Description, b.Obfuscate, int(b.Format), b.CodeMinLength, strings.Join(b.Plugins, ","), []byte(b.Key),
-			b.Issued, tokens, t, t)
+			b.Issued, tokens, int(b.OrderedMode), t, t)
 		if isDupEntry(err) {
 			return segment.ErrBizExists
 		}
@@ -105,10 +105,10 @@ func (s *Store) UpdateBiz(ctx context.Context, name string, u segment.BizUpdate)
 		}
 		_, err = tx.ExecContext(cctx, `UPDATE biz SET channel = ?, step = ?, low_water_pct = ?, fallback = ?,
   rate_limit = ?, id_quota = ?, id_burst = ?, description = ?, obfuscate = ?, format = ?, code_min_length = ?,
-  plugins = ?, secret_key = ?, issued = ?, tokens = ?, updated_at = ? WHERE name = ?`,
+  plugins = ?, secret_key = ?, issued = ?, tokens = ?, ordered_mode = ?, updated_at = ? WHERE name = ?`,
 			int(b.Channel), b.Step, b.LowWaterPct, b.Fallback, b.RateLimit, b.IDQuota, b.IDBurst, b.Description,
 			b.Obfuscate, int(b.Format), b.CodeMinLength, strings.Join(b.Plugins, ","), []byte(b.Key), b.Issued,
-			tokens, b.UpdatedAt, name)
+			tokens, int(b.OrderedMode), b.UpdatedAt, name)
 		return err
 	})
 	if err != nil {
@@ -156,25 +156,27 @@ func (s *Store) ListBiz(ctx context.Context) ([]segment.Biz, error) {
 }
 
 const selectBiz = `SELECT name, channel, step, low_water_pct, start_num, fallback, rate_limit, id_quota, id_burst,
-  description, obfuscate, format, code_min_length, plugins, secret_key, issued, tokens, created_at, updated_at FROM biz`
+  description, obfuscate, format, code_min_length, plugins, secret_key, issued, tokens, ordered_mode, created_at, updated_at
+  FROM biz`
 
 func scanBiz(row interface{ Scan(...any) error }) (segment.Biz, error) {
 	var (
 		b       segment.Biz
 		ch, f   int
+		mode    int
 		plugins string
 		key     []byte
 		tokens  sql.NullString
 	)
 	err := row.Scan(&b.Name, &ch, &b.Step, &b.LowWaterPct, &b.StartNum, &b.Fallback, &b.RateLimit, &b.IDQuota, &b.IDBurst,
-		&b.Description, &b.Obfuscate, &f, &b.CodeMinLength, &plugins, &key, &b.Issued, &tokens, &b.CreatedAt, &b.UpdatedAt)
+		&b.Description, &b.Obfuscate, &f, &b.CodeMinLength, &plugins, &key, &b.Issued, &tokens, &mode, &b.CreatedAt, &b.UpdatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return segment.Biz{}, segment.ErrUnknownBiz
 	}
 	if err != nil {
 		return segment.Biz{}, err
 	}
-	b.Channel, b.Format = segment.Channel(ch), segment.Format(f)
+	b.Channel, b.Format, b.OrderedMode = segment.Channel(ch), segment.Format(f), segment.OrderedMode(mode)
 	if plugins != "" {
 		b.Plugins = strings.Split(plugins, ",")
 	}

@@ -78,6 +78,7 @@ func run(t *testing.T, newStore func(t *testing.T) segment.Store, bizOnly bool) 
 		{"List", s.testList, true},
 		{"OutputSettings", s.testOutputSettings, true},
 		{"QuotaBurst", s.testQuotaBurst, true},
+		{"OrderedMode", s.testOrderedMode, true},
 		{"TokensAddGetList", s.testTokensAddGetList, true},
 		{"TokensLimits", s.testTokensLimits, true},
 		{"TokensRevoke", s.testTokensRevoke, true},

@@ -212,6 +212,9 @@ type record struct {
 	Plugins     []string `json:"plugins,omitempty"`
 	Key         []byte   `json:"secret_key,omitempty"`
 	Issued      bool     `json:"issued,omitempty"`
+	// OrderedMode is gapless or cached; znodes written before it existed
+	// have none, which reads as gapless, the default.
+	OrderedMode string `json:"ordered_mode,omitempty"`
 	// Tokens: znodes written before client tokens existed have none,
 	// which reads as a business open to the shared client token, as
 	// before.
@@ -225,7 +228,7 @@ func encode(b segment.Biz) []byte {
 		StartNum: b.StartNum, Fallback: b.Fallback, RateLimit: b.RateLimit,
 		IDQuota: b.IDQuota, IDBurst: b.IDBurst, Description: b.Description,
 		Obfuscate: b.Obfuscate, Format: b.Format.String(), CodeMinLen: b.CodeMinLength, Plugins: b.Plugins,
-		Key: []byte(b.Key), Issued: b.Issued, Tokens: b.Tokens,
+		Key: []byte(b.Key), Issued: b.Issued, OrderedMode: b.OrderedMode.String(), Tokens: b.Tokens,
 		CreatedAt: b.CreatedAt.UTC(), UpdatedAt: b.UpdatedAt.UTC()})
 	return v
 }
@@ -246,10 +249,14 @@ func decode(v []byte) (segment.Biz, error) {
 	if err != nil {
 		return segment.Biz{}, fmt.Errorf("zkstore: business znode: %w", err)
 	}
+	mode, err := segment.ParseOrderedMode(r.OrderedMode)
+	if err != nil {
+		return segment.Biz{}, fmt.Errorf("zkstore: business znode: %w", err)
+	}
 	return segment.Biz{Name: r.Name, Channel: ch, Step: r.Step, LowWaterPct: r.LowWaterPct, StartNum: r.StartNum,
 		Fallback: r.Fallback, RateLimit: r.RateLimit, IDQuota: r.IDQuota, IDBurst: r.IDBurst, Description: r.Description,
 		Obfuscate: r.Obfuscate, Format: format, CodeMinLength: r.CodeMinLen, Plugins: r.Plugins,
-		Key: r.Key, Issued: segment.StoredIssued(r.Issued, r.Key), Tokens: r.Tokens,
+		Key: r.Key, Issued: segment.StoredIssued(r.Issued, r.Key), OrderedMode: mode, Tokens: r.Tokens,
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC()}, nil
 }
 

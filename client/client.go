@@ -103,6 +103,8 @@ type Client struct {
 
 	pools map[string]*bizPools // read-only after New
 
+	ords owners // ORDERED routing: the shard owner map (owners.go)
+
 	bg     context.Context // cancelled by Close: refills, the ZooKeeper watch
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
@@ -141,6 +143,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, byAddr: map[string]*node{}}
 	c.nodes.Store(&[]*node{})
+	c.ords.init()
 	c.bg, c.stop = context.WithCancel(context.Background())
 	pools, err := c.newPools()
 	if err != nil {
@@ -175,6 +178,7 @@ func (c *Client) Close() error {
 			p.close()
 		}
 	}
+	c.ords.close()
 	c.stop()
 	c.wg.Wait()
 	if c.zk != nil {
@@ -336,7 +340,9 @@ func (c *Client) fetch(ctx context.Context, biz string, n int, o callOpts) (Resu
 const maxCount = 1 << 30
 
 // call sends req to one node after another until one answers, an error
-// is not retryable, the attempts are used up or ctx ends.
+// is not retryable, the attempts are used up or ctx ends. A request with a
+// sub key (ORDERED) goes first to its shard's owner when the owner map
+// names a known node (routeOrdered), then in the normal order.
 func (c *Client) call(ctx context.Context, req *idl.NextIDsRequest) (*idl.NextIDsResponse, string, error) {
 	if c.closed.Load() {
 		return nil, "", ErrClosed
@@ -352,9 +358,20 @@ func (c *Client) call(ctx context.Context, req *idl.NextIDsRequest) (*idl.NextID
 		last    error
 		lastAt  string
 		attempt int
+		ordered = req.SubKey != nil && *req.SubKey != ""
+		owner   = c.routeOrdered(req) // tried first, once
 	)
 	for {
-		nd, wait := c.pick(tried[:ntried], c.cfg.Now())
+		var (
+			nd   *node
+			wait time.Duration
+		)
+		atOwner := attempt == 0 && owner != nil
+		if atOwner {
+			nd = owner
+		} else {
+			nd, wait = c.pick(tried[:ntried], c.cfg.Now())
+		}
 		if nd == nil {
 			if last == nil {
 				last = ErrNoNodes
@@ -389,6 +406,9 @@ func (c *Client) call(ctx context.Context, req *idl.NextIDsRequest) (*idl.NextID
 		}
 		last, lastAt = err, nd.addr
 		again, after := retryable(err)
+		if ordered {
+			c.ownerFailed(atOwner, again, err)
+		}
 		if !again {
 			return nil, nd.addr, &Error{Addr: nd.addr, Attempts: attempt, Err: err}
 		}

@@ -54,7 +54,7 @@ var (
 type Config struct {
 	Store     segment.Store
 	Unordered *segment.Unordered
-	Ordered   *segment.Ordered
+	Ordered   OrderedTaker
 	Bizs      *segment.BizCache
 	// Layout is the cluster's snowflake layout; Guard is the rollback guard
 	// shared by every generator this node builds.
@@ -259,10 +259,56 @@ func (r Response) Count() int64 {
 	return n
 }
 
+// OrderedTaker serves the ORDERED strategy: segment.Ordered (one store
+// statement per request) or a node's shard owners (package ordered, through
+// the server's forwarding router).
+type OrderedTaker interface {
+	Take(ctx context.Context, biz segment.Biz, subKey string, n int64, requestID string) (segment.Range, error)
+}
+
+type callerTokenKey struct{}
+
+// CallerToken returns the credential the caller of the request in ctx
+// presented (set by Next): what an ORDERED request forwarded to the shard's
+// owner carries, so the owner checks the caller itself and no node-to-node
+// secret is needed.
+func CallerToken(ctx context.Context) string {
+	s, _ := ctx.Value(callerTokenKey{}).(string)
+	return s
+}
+
+// OwnerBiz is the business an ORDERED request forwarded to this node (the
+// shard's owner) is served for, after checking the caller's token as Next
+// does. A business unknown to this node's cache is read again from the
+// store (the forwarding node may have just created it); it is never
+// created here.
+func (is *Issuer) OwnerBiz(ctx context.Context, name, token string) (segment.Biz, error) {
+	if err := segment.ValidateBizName(name); err != nil {
+		return segment.Biz{}, err
+	}
+	b, err := is.cfg.Bizs.Get(ctx, name)
+	if errors.Is(err, segment.ErrUnknownBiz) {
+		is.cfg.Bizs.Invalidate(name)
+		b, err = is.cfg.Bizs.Get(ctx, name)
+	}
+	if err != nil {
+		if errors.Is(err, segment.ErrUnknownBiz) {
+			if aerr := is.authorize(nil, token); aerr != nil {
+				return segment.Biz{}, aerr
+			}
+		}
+		return segment.Biz{}, err
+	}
+	return b, is.authorize(&b, token)
+}
+
 // Next issues IDs for req.
 func (is *Issuer) Next(ctx context.Context, req Request) (Response, error) {
 	if err := is.validate(req); err != nil {
 		return Response{}, err
+	}
+	if req.Token != "" {
+		ctx = context.WithValue(ctx, callerTokenKey{}, req.Token)
 	}
 	biz, err := is.biz(ctx, req.Biz, req.Token)
 	if err != nil {

@@ -56,9 +56,17 @@ type Config struct {
 	RequestTTL  time.Duration
 	// Timeout bounds one store call (default 2s).
 	Timeout time.Duration
+	// MaxInFlight bounds the persists of one shard running at once
+	// (default 4).
+	MaxInFlight int
 	// Gate, when set, holds loads and persists back while the cluster
 	// repairs the store after a MySQL failover (package zkguard).
 	Gate segment.Gate
+	// BeforeWriteBack, when set, runs in a planned hand-off after the
+	// shard stopped answering and before its exact counters are written
+	// back (fault injection stalls there, to show the epoch refusing a
+	// deposed owner's write-back).
+	BeforeWriteBack func(shard int)
 	// Logger (nil: none).
 	Logger *zap.Logger
 }
@@ -92,6 +100,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = 4
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
@@ -293,6 +304,9 @@ func (a *Allocator) Release(ctx context.Context, idx int) error {
 	<-sh.done
 	rows := sh.writeBack()
 	defer a.shards[idx].CompareAndSwap(sh, nil)
+	if a.cfg.BeforeWriteBack != nil && len(rows) > 0 {
+		a.cfg.BeforeWriteBack(idx)
+	}
 	a.st.released.Add(1)
 	if len(rows) == 0 || sh.aborted() {
 		a.log.Info("ordered shard handed off", zap.Int("shard", idx), zap.Int64("epoch", sh.grant.Epoch))
@@ -300,7 +314,7 @@ func (a *Allocator) Release(ctx context.Context, idx int) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	defer cancel()
-	if err := a.persist(cctx, sh, rows, nil); err != nil {
+	if err := a.writeBack(cctx, sh, rows); err != nil {
 		a.log.Warn("ordered hand-off: writing back exact counters failed; the unused reservations stay a gap",
 			zap.Int("shard", idx), zap.Int64("epoch", sh.grant.Epoch), zap.Int("keys", len(rows)), zap.Error(err))
 		return err
@@ -390,6 +404,26 @@ func (a *Allocator) persist(ctx context.Context, sh *shard, rows []Row, reqs []R
 	a.st.persists.Add(1)
 	a.st.persistedRows.Add(uint64(len(rows)))
 	return nil
+}
+
+// writeBack writes the exact counters of a drained shard, fenced, through
+// the gate.
+func (a *Allocator) writeBack(ctx context.Context, sh *shard, rows []Row) error {
+	var token uint64
+	if a.cfg.Gate != nil {
+		var err error
+		if token, err = a.cfg.Gate.Enter(); err != nil {
+			return err
+		}
+	}
+	err := a.cfg.Store.WriteBack(ctx, sh.idx, sh.grant.Epoch, rows)
+	if err == nil && a.cfg.Gate != nil {
+		err = a.cfg.Gate.Check(token)
+	}
+	if errors.Is(err, ErrFenced) {
+		a.st.fenced.Add(1)
+	}
+	return err
 }
 
 // load reads keys of the shard under its epoch, through the gate.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"testing"
@@ -458,5 +459,45 @@ func TestManyKeysAcrossShardsStayIncreasing(t *testing.T) {
 				t.Fatalf("key %s: %d twice", sub, vs[i])
 			}
 		}
+	}
+}
+
+func TestPipelinedPersistsCommittingOutOfOrder(t *testing.T) {
+	// Up to MaxInFlight persists of one shard run at once and commit in
+	// any order; the row must still end at the last answer and every
+	// answer be durable when sent.
+	store := newFakeStore()
+	store.jitter = true
+	clk := newFakeClock()
+	n := newNode(t, store, clk, "a:1")
+	n.acquireAll(t, 1, time.Time{})
+	biz := bizMode("chat", segment.OrderedGapless)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var violations []string
+	for c := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 40 {
+				r, err := n.a.Take(context.Background(), biz, "hot", 1, fmt.Sprintf("c%d-%d", c, rand.Int()))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if got := store.row(Key{"chat", "hot"}); got < r.Last {
+					mu.Lock()
+					violations = append(violations, fmt.Sprintf("answered %d with the row at %d", r.Last, got))
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(violations) > 0 {
+		t.Fatalf("answers not durable when sent: %v", violations[:min(5, len(violations))])
+	}
+	if got := store.row(Key{"chat", "hot"}); got != 640 {
+		t.Fatalf("row %d after 640 answers", got)
 	}
 }

@@ -3,6 +3,7 @@ package ordered
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +22,7 @@ type fakeStore struct {
 	noFence  bool  // the negative control: persists ignore the epoch
 	failNext error // the next Persist fails with it
 	delay    time.Duration
+	jitter   bool // persists sleep 0..2 ms first: concurrent ones commit out of order
 }
 
 func newFakeStore() *fakeStore {
@@ -56,6 +58,9 @@ func (s *fakeStore) Persist(_ context.Context, shard int, epoch int64, rows []Ro
 	if s.delay > 0 {
 		time.Sleep(s.delay)
 	}
+	if s.jitter {
+		time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.failNext; err != nil {
@@ -81,9 +86,21 @@ func (s *fakeStore) Persist(_ context.Context, shard int, epoch int64, rows []Ro
 		if segment.Shard(r.SubKey) != shard {
 			return errors.New("row of another shard")
 		}
-		s.rows[r.Key] = r.Num
+		s.rows[r.Key] = max(s.rows[r.Key], r.Num)
 	}
 	s.persists++
+	return nil
+}
+
+func (s *fakeStore) WriteBack(_ context.Context, shard int, epoch int64, rows []Row) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.noFence && s.epochs[shard] != epoch {
+		return ErrFenced
+	}
+	for _, r := range rows {
+		s.rows[r.Key] = r.Num
+	}
 	return nil
 }
 

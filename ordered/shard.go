@@ -25,6 +25,7 @@ type shard struct {
 	keys     map[Key]*keyState
 	loadQ    []*keyState
 	dirty    map[*keyState]struct{}
+	rounds   int   // persists in flight
 	closed   bool  // no new allocation (hand-off or abort)
 	abortErr error // set when the term ended without a hand-off
 	inflight sync.WaitGroup
@@ -49,6 +50,7 @@ type keyState struct {
 	loadWait []chan struct{}
 
 	served, durable, want int64
+	pending               int64 // the highest Num of the persists in flight
 	waiters               []*waiter
 	lastUse               time.Time
 
@@ -62,7 +64,7 @@ type keyState struct {
 type waiter struct {
 	need   int64    // answered once durable >= need
 	req    *Request // gapless request id: answered once stored
-	sent   bool     // req is in the persist in flight
+	round  *round   // the persist in flight that covers it (nil: none)
 	stored bool
 	ch     chan waitResult // cap 1
 }
@@ -154,7 +156,7 @@ func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.Or
 				// Answered from memory. Reserve the next stretch ahead
 				// when half of this one is used, so the hot path never
 				// waits for the store.
-				if ks.durable-ks.served < size/2 && ks.want <= ks.durable {
+				if ks.durable-ks.served < size/2 && max(ks.want, ks.pending) <= ks.durable {
 					ks.want = addClamp(ks.served, size)
 					sh.dirty[ks] = struct{}{}
 					sh.signal()
@@ -246,42 +248,77 @@ func (sh *shard) evictOne(a *Allocator) {
 	}
 }
 
-// run is the shard's persist loop: each round loads the keys first used
-// since the last round and persists every pending change in one store
-// operation, then answers the waiters it made durable.
+// round is one persist in flight.
+type round struct{}
+
+// run is the shard's persist loop. It loads keys first used, and launches
+// persists of every pending change (group commits), up to
+// Config.MaxInFlight at once: a persist's transaction holds the shard's
+// fence row only until its commit, so the next one runs while the store
+// flushes the last (the store merges their flushes), and a hot key is not
+// bound to one flush at a time. Persists only raise rows (GREATEST), so
+// they may commit in any order.
 func (sh *shard) run(a *Allocator) {
 	defer close(sh.done)
 	for {
+		stopped := false
 		select {
 		case <-sh.wake:
 		case <-sh.stop:
-			sh.mu.Lock()
-			idle := len(sh.loadQ) == 0 && len(sh.dirty) == 0
-			sh.mu.Unlock()
-			if idle || sh.abortErr != nil {
-				return
+			stopped = true
+		}
+		sh.mu.Lock()
+		loads := sh.loadQ
+		sh.loadQ = nil
+		aborted := sh.abortErr != nil
+		sh.mu.Unlock()
+		if len(loads) > 0 && !aborted {
+			sh.loadKeys(a, loads)
+		}
+		for sh.launch(a) {
+		}
+		if !stopped {
+			select {
+			case <-sh.stop:
+				stopped = true
+			default:
 			}
 		}
-		for sh.round(a) {
+		if stopped {
+			// Exit once nothing is in flight or queued (an aborted term
+			// only waits for its persists in flight).
+			for {
+				sh.mu.Lock()
+				busy := sh.rounds > 0 || (sh.abortErr == nil && (len(sh.loadQ) > 0 || len(sh.dirty) > 0))
+				sh.mu.Unlock()
+				if !busy {
+					return
+				}
+				<-sh.wake
+				sh.mu.Lock()
+				loads := sh.loadQ
+				sh.loadQ = nil
+				aborted := sh.abortErr != nil
+				sh.mu.Unlock()
+				if len(loads) > 0 && !aborted {
+					sh.loadKeys(a, loads)
+				}
+				for sh.launch(a) {
+				}
+			}
 		}
 	}
 }
 
-// round does one load and one persist; it reports whether work remains.
-func (sh *shard) round(a *Allocator) bool {
+// launch starts one persist of the pending changes, if there are any and
+// fewer than MaxInFlight are running; it reports whether it started one.
+func (sh *shard) launch(a *Allocator) bool {
 	sh.mu.Lock()
-	if sh.abortErr != nil {
+	if sh.abortErr != nil || sh.rounds >= a.cfg.MaxInFlight {
 		sh.mu.Unlock()
 		return false
 	}
-	loads := sh.loadQ
-	sh.loadQ = nil
-	sh.mu.Unlock()
-	if len(loads) > 0 {
-		sh.loadKeys(a, loads)
-	}
-
-	sh.mu.Lock()
+	r := &round{}
 	var (
 		rows  []Row
 		reqs  []Request
@@ -292,18 +329,25 @@ func (sh *shard) round(a *Allocator) bool {
 			delete(sh.dirty, ks)
 			continue
 		}
-		pendingReq := false
+		hasReq := false
 		for _, w := range ks.waiters {
-			if w.req != nil && !w.stored {
-				w.sent = true
+			if w.req != nil && !w.stored && w.round == nil {
+				w.round = r
 				reqs = append(reqs, *w.req)
-				pendingReq = true
+				hasReq = true
 			}
 		}
-		if ks.want > ks.durable {
+		if ks.want > max(ks.durable, ks.pending) {
 			rows = append(rows, Row{Key: ks.key, Num: ks.want})
-		} else if !pendingReq {
-			// Nothing to write: answer what is already durable.
+			ks.pending = ks.want
+			for _, w := range ks.waiters {
+				if w.round == nil && w.need <= ks.want {
+					w.round = r
+				}
+			}
+		} else if !hasReq {
+			// Nothing to write: what waits is durable already or covered
+			// by a persist in flight.
 			sh.answerLocked(ks)
 			delete(sh.dirty, ks)
 			continue
@@ -311,53 +355,76 @@ func (sh *shard) round(a *Allocator) bool {
 		batch = append(batch, ks)
 		delete(sh.dirty, ks)
 	}
-	sh.mu.Unlock()
 	if len(batch) == 0 {
+		sh.mu.Unlock()
 		return false
 	}
+	sh.rounds++
+	sh.mu.Unlock()
+	go sh.persistRound(a, r, rows, reqs, batch)
+	return true
+}
 
+// persistRound runs one persist and applies its outcome.
+func (sh *shard) persistRound(a *Allocator, r *round, rows []Row, reqs []Request, batch []*keyState) {
+	defer sh.signal()
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Timeout)
 	err := a.persist(ctx, sh, rows, reqs)
 	cancel()
 	var dup *DuplicateRequestsError
-	if errors.As(err, &dup) {
-		sh.replayDuplicates(a, batch, dup)
-		return true // persist the rest again
-	}
-	if errors.Is(err, ErrFenced) {
+	switch {
+	case errors.As(err, &dup):
+		sh.replayDuplicates(a, r, batch, rows, dup)
+		return
+	case errors.Is(err, ErrFenced):
 		a.log.Error("ordered persist fenced: another node owns the shard; dropping it",
 			zap.Int("shard", sh.idx), zap.Int64("epoch", sh.grant.Epoch), zap.Error(err))
 		a.drop(sh, "fenced by a newer owner's epoch")
-		return false
+		sh.mu.Lock()
+		sh.rounds--
+		sh.mu.Unlock()
+		return
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	sh.rounds--
 	byKey := make(map[Key]int64, len(rows))
-	for _, r := range rows {
-		byKey[r.Key] = r.Num
+	for _, row := range rows {
+		byKey[row.Key] = row.Num
 	}
 	for _, ks := range batch {
 		num, hasRow := byKey[ks.key]
 		if err != nil {
-			// Fail the waiters this persist was for; later ones (need
-			// above the row) wait for the next round.
-			sh.failLocked(ks, num, hasRow, &UnavailableError{Shard: sh.idx, Reason: "persisting to the store failed", Err: err})
+			sh.failLocked(ks, r, num, hasRow, &UnavailableError{Shard: sh.idx, Reason: "persisting to the store failed", Err: err})
 			continue
 		}
 		if hasRow && num > ks.durable {
 			ks.durable = num
 		}
 		for _, w := range ks.waiters {
-			if w.sent {
+			if w.round == r && w.req != nil {
 				w.stored = true
 			}
 		}
 		sh.answerLocked(ks)
-		if len(ks.waiters) > 0 || ks.want > ks.durable {
+		sh.redirtyLocked(ks)
+	}
+}
+
+// redirtyLocked queues ks again when something of it still needs a
+// persist that is not in flight.
+func (sh *shard) redirtyLocked(ks *keyState) {
+	covered := max(ks.durable, ks.pending)
+	if ks.want > covered {
+		sh.dirty[ks] = struct{}{}
+		return
+	}
+	for _, w := range ks.waiters {
+		if (w.req != nil && !w.stored && w.round == nil) || w.need > covered {
 			sh.dirty[ks] = struct{}{}
+			return
 		}
 	}
-	return len(sh.dirty) > 0 || len(sh.loadQ) > 0
 }
 
 // answerLocked answers the waiters of ks that are durable (and stored).
@@ -374,30 +441,36 @@ func (sh *shard) answerLocked(ks *keyState) {
 	ks.waiters = keep
 }
 
-// failLocked fails the waiters of ks a failed persist was for.
-func (sh *shard) failLocked(ks *keyState, num int64, hasRow bool, err error) {
+// failLocked fails the waiters of ks that persist r was for; the others
+// wait for the next one.
+func (sh *shard) failLocked(ks *keyState, r *round, num int64, hasRow bool, err error) {
 	keep := ks.waiters[:0]
+	var need int64
 	for _, w := range ks.waiters {
-		if w.sent || (hasRow && w.need <= num) {
+		if w.round == r {
 			w.ch <- waitResult{err: err}
 			continue
 		}
+		need = max(need, w.need)
 		keep = append(keep, w)
 	}
 	clear(ks.waiters[len(keep):])
 	ks.waiters = keep
+	if hasRow && ks.pending == num {
+		ks.pending = ks.durable
+	}
 	if hasRow && ks.want <= num {
-		ks.want = ks.durable // the next request asks again
+		// What failed is asked again only by a request that needs it.
+		ks.want = max(ks.durable, need)
 	}
-	if len(ks.waiters) > 0 {
-		sh.dirty[ks] = struct{}{}
-	}
+	sh.redirtyLocked(ks)
 }
 
-// replayDuplicates answers the waiters whose request ids a persist found
+// replayDuplicates answers the waiters whose request ids persist r found
 // already stored (served before this term) with the stored ranges; their
-// own allocations become a gap.
-func (sh *shard) replayDuplicates(a *Allocator, batch []*keyState, dup *DuplicateRequestsError) {
+// own allocations become a gap. Nothing of r was written: its other
+// waiters wait for the next persist.
+func (sh *shard) replayDuplicates(a *Allocator, r *round, batch []*keyState, rows []Row, dup *DuplicateRequestsError) {
 	byBiz := map[string][]string{}
 	for _, rk := range dup.Requests {
 		byBiz[rk.Biz] = append(byBiz[rk.Biz], rk.ID)
@@ -412,20 +485,32 @@ func (sh *shard) replayDuplicates(a *Allocator, batch []*keyState, dup *Duplicat
 			lookupErr = err
 			continue
 		}
-		for id, r := range m {
-			stored[RequestKey{Biz: biz, ID: id}] = r
+		for id, q := range m {
+			stored[RequestKey{Biz: biz, ID: id}] = q
 		}
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	sh.rounds--
 	dupSet := map[RequestKey]bool{}
 	for _, rk := range dup.Requests {
 		dupSet[rk] = true
 	}
+	byKey := make(map[Key]int64, len(rows))
+	for _, row := range rows {
+		byKey[row.Key] = row.Num
+	}
 	for _, ks := range batch {
+		if num, ok := byKey[ks.key]; ok && ks.pending == num {
+			ks.pending = ks.durable
+		}
 		keep := ks.waiters[:0]
 		for _, w := range ks.waiters {
-			w.sent = false
+			if w.round != r {
+				keep = append(keep, w)
+				continue
+			}
+			w.round = nil
 			if w.req == nil || !dupSet[RequestKey{Biz: w.req.Biz, ID: w.req.ID}] {
 				keep = append(keep, w)
 				continue

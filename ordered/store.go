@@ -58,8 +58,8 @@ type Request struct {
 // concurrent use; each is one atomic operation.
 type Store interface {
 	// Claim makes epoch the shard's stored epoch, raising it (never
-	// lowering it): a stored epoch above epoch fails with ErrFenced and
-	// changes nothing. owner is recorded for operators. Claim waits for
+	// lowering it): a stored epoch above epoch fails with a *FencedError
+	// (ErrFenced) naming it, and changes nothing. owner is recorded for operators. Claim waits for
 	// persists of the shard in flight (they hold the epoch row), so after
 	// it returns no persist of an older epoch can commit.
 	Claim(ctx context.Context, shard int, epoch int64, owner string) error
@@ -67,14 +67,20 @@ type Store interface {
 	// a row (keys without a row are absent from the map), after checking
 	// that the shard's stored epoch is epoch (ErrFenced otherwise).
 	Load(ctx context.Context, shard int, epoch int64, keys []Key) (map[Key]int64, error)
-	// Persist writes each row's Num (absolute: it may lower a row, which
-	// only the shard's current owner may do; a planned hand-off writes
-	// back exact counters) creating missing rows, and inserts reqs, in
-	// one atomic operation conditional on the shard's stored epoch being
-	// epoch. ErrFenced when it is not: nothing written. A request id that
-	// is already stored fails the whole operation with a
-	// *DuplicateRequestsError naming the ids: nothing written.
+	// Persist raises each row to Num (GREATEST: never lowers it, so
+	// persists of one shard may commit in any order), creating missing
+	// rows, and inserts reqs, in one atomic operation conditional on the
+	// shard's stored epoch being epoch. ErrFenced when it is not: nothing
+	// written. A request id that is already stored fails the whole
+	// operation with a *DuplicateRequestsError naming the ids: nothing
+	// written.
 	Persist(ctx context.Context, shard int, epoch int64, rows []Row, reqs []Request) error
+	// WriteBack sets each row to Num exactly (it lowers a row: a planned
+	// hand-off writes back the exact counters over its reservations), in
+	// one atomic operation conditional on the shard's stored epoch being
+	// epoch (ErrFenced otherwise: nothing written). Only the shard's
+	// current owner may lower a row, which is what the epoch guarantees.
+	WriteBack(ctx context.Context, shard int, epoch int64, rows []Row) error
 	// LookupRequests returns the stored requests of a business among ids
 	// (ids not stored are absent).
 	LookupRequests(ctx context.Context, biz string, ids []string) (map[string]Request, error)
@@ -83,6 +89,23 @@ type Store interface {
 // ErrFenced: the shard's stored epoch is not the caller's: another node
 // took the shard over (or the caller's claim was lost). Nothing was written.
 var ErrFenced = errors.New("ordered: shard epoch changed (another owner)")
+
+// FencedError is a Claim refused because the store holds a higher epoch
+// than the claim's (Stored). It is ErrFenced. The coordinator's epochs
+// must move above Stored: after its own record was lost (a wiped
+// ZooKeeper), its counter restarts below the store's.
+type FencedError struct {
+	Shard         int
+	Epoch, Stored int64
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("ordered: shard %d: claim of epoch %d refused: the store holds epoch %d (a newer owner, or the coordinator lost its record)",
+		e.Shard, e.Epoch, e.Stored)
+}
+
+// Is makes errors.Is(err, ErrFenced) true.
+func (e *FencedError) Is(target error) bool { return target == ErrFenced }
 
 // DuplicateRequestsError is Persist's refusal when request ids of the batch
 // are already stored (a retry of a request served before this owner's

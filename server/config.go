@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/zkguard"
 	"github.com/idgen/idgen/snowflake"
@@ -58,8 +59,16 @@ type Config struct {
 	// OrderedBarrierWait bounds how long ORDERED waits, after the MySQL
 	// server changed, for every node to raise the rows it remembers.
 	OrderedBarrierWait time.Duration `yaml:"ordered_barrier_wait"`
-	MaxStep            int64         `yaml:"max_step"`
-	SegmentTTL         time.Duration `yaml:"segment_duration"`
+	// OrderedLease is the lease of a node's ORDERED shard ownership (with
+	// --zk): a node that cannot renew it stops answering for its shards,
+	// and a node taking a shard over waits it out after the last renewal
+	// it saw, so it is also what an owner's crash costs those shards.
+	OrderedLease time.Duration `yaml:"ordered_lease"`
+	// OrderedWindow sizes the reservations of businesses in cached mode:
+	// about this much of the key's recent traffic.
+	OrderedWindow time.Duration `yaml:"ordered_window"`
+	MaxStep       int64         `yaml:"max_step"`
+	SegmentTTL    time.Duration `yaml:"segment_duration"`
 
 	AutoCreateBiz string `yaml:"auto_create_biz"` // "auto" (standalone only), "true", "false"
 	MaxBatch      int    `yaml:"max_batch"`
@@ -118,6 +127,8 @@ func DefaultConfig() Config {
 		MySQLMaxConns:      32,
 		StoreTimeout:       2 * time.Second,
 		OrderedBarrierWait: zkguard.DefaultBarrierWait,
+		OrderedLease:       3 * time.Second,
+		OrderedWindow:      ordered.DefaultWindow,
 		MaxStep:            100_000_000,
 		SegmentTTL:         15 * time.Minute,
 		AutoCreateBiz:      "auto",
@@ -234,6 +245,8 @@ var options = []option{
 	intOpt("mysql-max-conns", "MySQL connection pool size", func(c *Config) *int { return &c.MySQLMaxConns }),
 	boolOpt("mysql-accept-unsafe-durability", "start even if MySQL is not crash-safe (innodb_flush_log_at_trx_commit or sync_binlog not 1): a MySQL crash may then lose reservations and repeat IDs", func(c *Config) *bool { return &c.MySQLAcceptUnsafe }),
 	durOpt("store-timeout", "deadline of one segment store call (ORDERED requests wait at most this)", func(c *Config) *time.Duration { return &c.StoreTimeout }),
+	durOpt("ordered-lease", "ORDERED shard ownership lease (with --zk): an owner that cannot renew it stops answering; a new owner waits it out, so it is what an owner's crash costs its shards", func(c *Config) *time.Duration { return &c.OrderedLease }),
+	durOpt("ordered-window", "a cached-mode business's ORDERED reservation holds about this much of the key's recent traffic (what an owner's crash can skip)", func(c *Config) *time.Duration { return &c.OrderedWindow }),
 	durOpt("ordered-barrier-wait", "after the MySQL server changed (a failover), how long ORDERED waits at most for every node to raise the ORDERED rows it remembers on the new server (with --zk and --mysql)", func(c *Config) *time.Duration { return &c.OrderedBarrierWait }),
 	int64Opt("max-step", "largest UNORDERED segment step", func(c *Config) *int64 { return &c.MaxStep }),
 	durOpt("segment-duration", "how long one UNORDERED segment should last; the step adapts towards it", func(c *Config) *time.Duration { return &c.SegmentTTL }),
@@ -515,6 +528,14 @@ func (c Config) Validate() error {
 	}
 	if c.OrderedBarrierWait <= 0 {
 		bad("ordered_barrier_wait", "must be positive (it bounds how long ORDERED pauses after a MySQL failover)")
+	}
+	if c.OrderedLease < 300*time.Millisecond || c.OrderedLease > time.Minute {
+		bad("ordered_lease", "%v: want 300ms..1m (renewed every third of it; it is also the pause of a crashed owner's shards)", c.OrderedLease)
+	} else if c.ZK != "" && c.OrderedLease > c.ZKSessionTimeout {
+		bad("ordered_lease", "%v must not exceed zk_session_timeout (%v)", c.OrderedLease, c.ZKSessionTimeout)
+	}
+	if c.OrderedWindow < time.Millisecond || c.OrderedWindow > 10*time.Second {
+		bad("ordered_window", "%v: want 1ms..10s", c.OrderedWindow)
 	}
 	if c.Heartbeat <= 0 {
 		bad("heartbeat_interval", "must be positive")

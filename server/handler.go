@@ -15,6 +15,7 @@ import (
 	"github.com/idgen/idgen/ext"
 	"github.com/idgen/idgen/issuer"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
+	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/snowflake"
 )
@@ -436,6 +437,12 @@ func (h *handler) toIDLError(biz string, err error) error {
 		e.Code = idl.ErrorCode_SEGMENT_UNAVAILABLE // a configuration, not a passing state: not retryable
 	case errors.Is(err, segment.ErrUnavailable), errors.Is(err, segment.ErrRegressed):
 		e.Code, e.Retryable, e.RetryAfterMs = idl.ErrorCode_SEGMENT_UNAVAILABLE, true, 200
+		var ue *ordered.UnavailableError
+		if errors.As(err, &ue) && ue.RetryAfter > 0 {
+			// An ORDERED owner's hint: the end of a lease wait, or a
+			// hand-off about to finish.
+			e.RetryAfterMs = max(1, ue.RetryAfter.Milliseconds())
+		}
 	case errors.Is(err, segment.ErrExhausted), errors.Is(err, snowflake.ErrTimeOverflow):
 		e.Code = idl.ErrorCode_EXHAUSTED
 	case errors.Is(err, issuer.ErrRateLimited):

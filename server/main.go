@@ -41,6 +41,7 @@ import (
 	"github.com/idgen/idgen/issuer"
 	"github.com/idgen/idgen/issuer/keywrap"
 	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
+	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/plugins"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/boltstore"
@@ -192,6 +193,11 @@ func Run(ctx context.Context, opts Options, args []string, getenv func(string) s
 
 	select {
 	case <-ctx.Done():
+		// ORDERED shards first, while this node still answers: each
+		// hand-off stops the shard, writes back its exact counters and
+		// releases it, so the next owner continues without a gap and
+		// requests forwarded here meanwhile get a retryable refusal.
+		nd.handOffShards()
 		log.Info("shutting down: draining in-flight calls", zap.Duration("timeout", cfg.ShutdownTimeout))
 		err = stopRPC()
 	case err = <-runErr:
@@ -282,12 +288,36 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 		return fail(err)
 	}
 	closers = append(closers, func() { _ = unordered.Close() })
-	ordered, err := segment.NewOrdered(segment.OrderedConfig{Store: store, Timeout: cfg.StoreTimeout, Logger: log.Named("ordered"), Gate: gate})
-	if err != nil {
-		return fail(err)
+	// ORDERED: shard owners answering from memory where the deployment
+	// can elect them (ZooKeeper leases; a standalone node owns every
+	// shard), one store statement per request otherwise (see orderedPath).
+	var (
+		orderedTaker issuer.OrderedTaker
+		remembered   func(fn func(biz, sub string, last int64))
+		regressions  func() uint64
+		own          *owners
+	)
+	if path := orderedPath(cfg, store, noSegments); path == orderedOwners {
+		if own, err = startOwners(ctx, cfg, store.(ordered.Store), gate, rpcPort, m, log.Named("ordered")); err != nil {
+			return fail(err)
+		}
+		closers = append(closers, own.close)
+		nd.handOff = own.close
+		orderedTaker, remembered = own, own.alloc.Remembered
+		regressions = func() uint64 { return own.alloc.Stats().Regressions }
+	} else {
+		po, err := segment.NewOrdered(segment.OrderedConfig{Store: store, Timeout: cfg.StoreTimeout, Logger: log.Named("ordered"), Gate: gate})
+		if err != nil {
+			return fail(err)
+		}
+		if path == orderedPerRequestNoZK {
+			log.Info("ORDERED: one MySQL statement per request (no --zk: shard owners need ZooKeeper leases); every business is served as gapless")
+		}
+		orderedTaker, remembered = po, po.Remembered
+		regressions = func() uint64 { return po.Stats().Regressions }
 	}
 	if replGuard != nil {
-		replGuard.StartBarrier(ms, flushRemembered(ordered, ms))
+		replGuard.StartBarrier(ms, flushRemembered(remembered, ms))
 		nd.gate = replGuard
 		// The first round takes a ZooKeeper round trip or two; not waited
 		// for when the lease could not reach ZooKeeper either.
@@ -301,7 +331,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 		}
 		cancel()
 	}
-	m.reg.MustRegister(guardCollector{g: replGuard, ms: ms, u: unordered, o: ordered})
+	m.reg.MustRegister(guardCollector{g: replGuard, ms: ms, u: unordered, orderedRegressions: regressions})
 	var masterKey *keywrap.Key
 	if cfg.MasterKeyFile != "" {
 		if masterKey, err = keywrap.Load(cfg.MasterKeyFile); err != nil {
@@ -320,7 +350,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	// Closed after the RPC server drained (closers run in reverse, before
 	// the lease and the store): the last requests' records are flushed.
 	closers = append(closers, closeExts)
-	is, err := issuer.New(issuer.Config{Store: store, Unordered: unordered, Ordered: ordered,
+	is, err := issuer.New(issuer.Config{Store: store, Unordered: unordered, Ordered: orderedTaker,
 		Bizs: segment.NewBizCache(store, 2*time.Second), Layout: layout, Guard: guard, Floor: floor,
 		AutoCreateBiz: cfg.AutoCreate(), MaxBatch: cfg.MaxBatch, NoSegments: noSegments,
 		ExtendNow: lease.RequestExtend, Extensions: exts, Logger: log.Named("issuer"),
@@ -343,7 +373,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	holder.attach(is)
 	health := newStoreHealth(store)
 	closers = append(closers, health.close)
-	nd.ready(is, unordered, lease, health, noSegments, floor, workersFunc(cfg, lease, rpcPort))
+	nd.ready(is, unordered, own, lease, health, noSegments, floor, workersFunc(cfg, lease, rpcPort))
 	m.register(nd)
 	m.reg.MustRegister(is.Collectors()...)
 	return closeAll, nil

@@ -38,6 +38,9 @@ type metrics struct {
 	// authFailures counts refused admin and client tokens by method
 	// (written by authFailures, whose log lines are rate-limited).
 	authFailures *prometheus.CounterVec // method
+	// ORDERED requests this node forwarded to a shard's owner, and those
+	// that failed (owner unreachable or refusing).
+	orderedForwards, orderedForwardFailures prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -72,7 +75,12 @@ func newMetrics() *metrics {
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idgen_auth_failures_total",
 			Help: "RPCs refused for a missing or wrong admin or client token, by method (the log has one line per method per 10 s)."},
 			[]string{"method"}),
+		orderedForwards: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_ordered_forwarded_total",
+			Help: "ORDERED requests this node forwarded to the shard's owner (one internal hop; the Go client sends to the owner directly)."}),
+		orderedForwardFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_ordered_forward_failures_total",
+			Help: "Forwarded ORDERED requests that failed: the owner unreachable, refusing (lease wait, hand-off) or the map stale."}),
 	}
+	reg.MustRegister(m.orderedForwards, m.orderedForwardFailures)
 	reg.MustRegister(m.requests, m.latency, m.issued, m.fallbacks, m.rollbacks, m.loadDur, m.loadFail, m.unsafeDB,
 		m.replLossy, m.replState, m.authFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -31,12 +31,22 @@ type node struct {
 	serving atomic.Pointer[serving] // nil while starting
 	floor   int64                   // snowflake floor, set before serving
 	gate    segment.Gate            // ORDERED's barrier gate (nil: none), set before serving
+	handOff func()                  // hands the ORDERED shards off (nil: none), set before serving
+}
+
+// handOffShards hands this node's ORDERED shards off before the RPC server
+// stops (planned shutdown).
+func (nd *node) handOffShards() {
+	if nd.handOff != nil {
+		nd.handOff()
+	}
 }
 
 // serving is everything a started node serves with.
 type serving struct {
 	is         *issuer.Issuer
 	unordered  *segment.Unordered
+	owners     *owners // ORDERED shard owners (nil: the per-request path)
 	lease      worker.Lease
 	noSegments error // non-nil: UNORDERED/ORDERED are not offered (why)
 	workers    func(ctx context.Context, idc int) ([]*idl.Worker, error)
@@ -64,10 +74,10 @@ func (nd *node) starting() string {
 // ready switches the node to serving.
 // The floor is fixed here for the life of the process: a later change of
 // the cluster's created_ms (a wiped ZooKeeper) never lowers it.
-func (nd *node) ready(is *issuer.Issuer, u *segment.Unordered, lease worker.Lease, health *storeHealth, noSegments error,
+func (nd *node) ready(is *issuer.Issuer, u *segment.Unordered, own *owners, lease worker.Lease, health *storeHealth, noSegments error,
 	floor int64, workers func(ctx context.Context, idc int) ([]*idl.Worker, error)) {
 	nd.floor = floor
-	nd.serving.Store(&serving{is: is, unordered: u, lease: lease, noSegments: noSegments, workers: workers, store: health})
+	nd.serving.Store(&serving{is: is, unordered: u, owners: own, lease: lease, noSegments: noSegments, workers: workers, store: health})
 }
 
 // workers answers ListWorkers (nothing while starting).

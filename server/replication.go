@@ -112,10 +112,10 @@ func startGuard(cfg Config, ms *mysqlstore.Store, repl *replicationWatch, rpcPor
 
 // flushRemembered raises every ORDERED row this node remembers on the
 // store (the barrier's repair after a server change).
-func flushRemembered(o *segment.Ordered, ms *mysqlstore.Store) func(ctx context.Context) error {
+func flushRemembered(remembered func(fn func(biz, sub string, last int64)), ms *mysqlstore.Store) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		var marks []segment.OrderedMark
-		o.Remembered(func(biz, sub string, last int64) {
+		remembered(func(biz, sub string, last int64) {
 			marks = append(marks, segment.OrderedMark{Biz: biz, SubKey: sub, Last: last})
 		})
 		return ms.RaiseOrdered(ctx, marks)
@@ -128,7 +128,9 @@ type guardCollector struct {
 	g  *zkguard.Guard    // nil without ZooKeeper and MySQL
 	ms *mysqlstore.Store // nil without MySQL
 	u  *segment.Unordered
-	o  *segment.Ordered
+	// orderedRegressions counts ORDERED ranges refused or raised because
+	// the store was behind (the per-request processor or the owners).
+	orderedRegressions func() uint64
 }
 
 var (
@@ -161,7 +163,7 @@ func (c guardCollector) Collect(ch chan<- prometheus.Metric) {
 		unord += s.Regressions
 	}
 	ch <- prometheus.MustNewConstMetric(descStoreRegr, prometheus.CounterValue, float64(unord), "unordered")
-	ch <- prometheus.MustNewConstMetric(descStoreRegr, prometheus.CounterValue, float64(c.o.Stats().Regressions), "ordered")
+	ch <- prometheus.MustNewConstMetric(descStoreRegr, prometheus.CounterValue, float64(c.orderedRegressions()), "ordered")
 	if c.ms != nil {
 		ch <- prometheus.MustNewConstMetric(descServerChanges, prometheus.CounterValue, float64(c.ms.ServerChanges()))
 		ch <- prometheus.MustNewConstMetric(descConflicts, prometheus.CounterValue, float64(c.ms.ConflictRetries()))

@@ -58,7 +58,8 @@ retries: a "request" is then one Next/NextN call of the application.
 With --check every ID received is kept (about 8 bytes per single ID, a
 batch as one range) and checked for duplicates at the end (per sub key when
 sub keys are sent: ORDERED numbers are unique per business and key); on
-ORDERED each caller's IDs must also rise strictly per sub key. IDs received
+ORDERED (and SLOW_ORDERED, served as ORDERED) each caller's IDs must also
+rise strictly per sub key. IDs received
 during --warmup are checked too. A failed check exits 1.
 `
 
@@ -68,7 +69,7 @@ func parseBenchFlags(args []string) (benchConfig, error) {
 	fs := newCmdFlags("bench", benchSynopsis, benchAbout)
 	addr := fs.String("addr", envOr("IDGEN_ADDR", "127.0.0.1:8888"), "idgen RPC address (env IDGEN_ADDR)")
 	biz := fs.String("biz", "", "business name (required)")
-	channel := fs.String("channel", "", "snowflake, unordered or ordered (default: the business's)")
+	channel := fs.String("channel", "", "snowflake, unordered, ordered or slow_ordered (default: the business's)")
 	count := fs.Int("count", 1, "IDs per request (batch size)")
 	conc := fs.Int("concurrency", 16, "concurrent callers")
 	duration := fs.Duration("duration", defaultBenchDuration, "how long to measure (exclusive with --requests)")
@@ -141,10 +142,10 @@ func parseBenchFlags(args []string) (benchConfig, error) {
 		return bad("--prefetch needs --channel unordered or snowflake (ORDERED is never prefetched)")
 	}
 	wantKeys := set["sub-key"] || set["keys"]
-	if wantKeys && cfg.channel != nil && *cfg.channel != idl.Channel_ORDERED {
-		return bad("--sub-key and --keys apply to the ordered channel only, not %s", channelName(cfg.channel))
+	if wantKeys && cfg.channel != nil && !strictOrder(cfg.channel) {
+		return bad("--sub-key and --keys apply to the ordered channel only (ordered or slow_ordered), not %s", channelName(cfg.channel))
 	}
-	if wantKeys || cfg.channel != nil && *cfg.channel == idl.Channel_ORDERED {
+	if wantKeys || strictOrder(cfg.channel) {
 		prefix := *subKey
 		if prefix == "" {
 			prefix = "bench"
@@ -173,6 +174,8 @@ func channelName(ch *idl.Channel) string {
 		return "ordered"
 	case idl.Channel_SNOWFLAKE:
 		return "snowflake"
+	case idl.Channel_SLOW_ORDERED:
+		return "slow_ordered"
 	}
 	return ch.String()
 }
@@ -292,7 +295,7 @@ type benchWorker struct {
 	// numbers are unique per (biz, sub key), so each key is its own space.
 	// One sink when no sub key is sent.
 	sinks   []*idSink
-	order   *orderCheck // --check on ORDERED
+	order   *orderCheck // --check on ORDERED or SLOW_ORDERED
 	scratch []idRange
 }
 
@@ -311,7 +314,7 @@ type benchRun struct {
 // ctx is cancelled.
 func runBench(ctx context.Context, cfg benchConfig, call nextFunc, prog *progress) *benchResult {
 	r := &benchRun{cfg: cfg, call: call}
-	ordered := cfg.channel != nil && *cfg.channel == idl.Channel_ORDERED
+	ordered := strictOrder(cfg.channel)
 	for i := 0; i < cfg.concurrency; i++ {
 		w := &benchWorker{idx: i, hist: newHistogram(), errs: map[string]int64{}, samples: map[string]string{}}
 		if cfg.check {

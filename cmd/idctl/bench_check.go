@@ -3,6 +3,8 @@ package main
 import (
 	"math"
 	"slices"
+
+	idl "github.com/idgen/idgen/kitex_gen/idgen"
 )
 
 // idRange is an inclusive range of IDs.
@@ -210,9 +212,17 @@ func (h mergeHeap) down(i int) {
 	}
 }
 
+// strictOrder reports whether ch promises strictly increasing numbers per
+// sub key: ORDERED, and SLOW_ORDERED (the older Java service's name for
+// it, served exactly as ORDERED). nil (the business's default) does not:
+// the bench cannot tell which channel that is.
+func strictOrder(ch *idl.Channel) bool {
+	return ch != nil && (*ch == idl.Channel_ORDERED || *ch == idl.Channel_SLOW_ORDERED)
+}
+
 // orderCheck verifies that one caller's IDs for each key are strictly
-// increasing across its requests (the ORDERED guarantee seen from a caller
-// that waits for each answer before the next request).
+// increasing across its requests (the ORDERED and SLOW_ORDERED guarantee
+// seen from a caller that waits for each answer before the next request).
 type orderCheck struct {
 	last       []int64
 	seen       []bool

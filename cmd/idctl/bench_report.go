@@ -94,7 +94,7 @@ func (r *benchRun) result(elapsed time.Duration, interrupted bool) *benchResult 
 		Max: micros(h.maximum())}
 	if cfg.check {
 		res.Check = &checkResult{dupResult: findDuplicatesPerKey(sinks, 10)}
-		if cfg.channel != nil && channelName(cfg.channel) == "ordered" {
+		if strictOrder(cfg.channel) {
 			res.Check.OrderViolations = &violations
 		}
 	}

@@ -288,6 +288,16 @@ func TestParseBenchFlags(t *testing.T) {
 				t.Errorf("keys %v", c.keys)
 			}
 		}},
+		{"slow_ordered gets a default key", []string{"--channel", "slow_ordered"}, "", func(t *testing.T, c benchConfig) {
+			if c.channel == nil || *c.channel != idl.Channel_SLOW_ORDERED || len(c.keys) != 1 || c.keys[0] != "bench" {
+				t.Errorf("channel %v keys %v", c.channel, c.keys)
+			}
+		}},
+		{"slow_ordered with keys", []string{"--channel", "slow_ordered", "--sub-key", "u", "--keys", "2"}, "", func(t *testing.T, c benchConfig) {
+			if strings.Join(c.keys, ",") != "u-0,u-1" {
+				t.Errorf("keys %v", c.keys)
+			}
+		}},
 		{"quiet wins", []string{"--quiet", "--progress", "5s"}, "", func(t *testing.T, c benchConfig) {
 			if c.progress != 0 {
 				t.Errorf("progress %v", c.progress)
@@ -411,6 +421,32 @@ func TestRunBench(t *testing.T) {
 		res := runBench(context.Background(), cfg, down, nil)
 		if res.Check.OrderViolations == nil || *res.Check.OrderViolations != 49 || res.verdict() == nil {
 			t.Fatalf("check %+v verdict %v", res.Check, res.verdict())
+		}
+	})
+	// SLOW_ORDERED is served as ORDERED: the same per-key order check
+	// applies, and the report names the channel.
+	t.Run("slow_ordered answers going backwards", func(t *testing.T) {
+		for _, c := range []struct {
+			step       int64
+			violations int64
+		}{{1, 0}, {-1, 49}} {
+			var mu sync.Mutex
+			next := int64(1000)
+			call := func(_ context.Context, req *idl.NextIDsRequest) (*idl.NextIDsResponse, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if req.GetChannel() != idl.Channel_SLOW_ORDERED || req.GetSubKey() != "bench" {
+					return nil, &idl.IdgenError{Code: idl.ErrorCode_INVALID_ARGUMENT, Message: "channel " + req.GetChannel().String() + " sub key " + req.GetSubKey()}
+				}
+				next += c.step
+				return &idl.NextIDsResponse{Ranges: []*idl.IDRange{{First: next, Last: next}}, Channel: idl.Channel_SLOW_ORDERED, Count: 1}, nil
+			}
+			cfg := benchCfg(t, "--requests", "50", "--concurrency", "1", "--channel", "slow_ordered", "--check")
+			res := runBench(context.Background(), cfg, call, nil)
+			if res.OK != 50 || res.Channel != "slow_ordered" || res.Check.OrderViolations == nil || *res.Check.OrderViolations != c.violations ||
+				(res.verdict() == nil) != (c.violations == 0) {
+				t.Fatalf("step %d: ok %d channel %q errors %v check %+v verdict %v", c.step, res.OK, res.Channel, res.Errors, res.Check, res.verdict())
+			}
 		}
 	})
 	t.Run("ordered numbers repeat across keys, not within one", func(t *testing.T) {

@@ -22,10 +22,10 @@ const bizUsage = `usage: idctl biz SUBCOMMAND --addr HOST:PORT [flags]
 subcommands:
   create --biz NAME [--channel C] [--step N] [--start N] [--low-water PCT]
          [--fallback] [--rate-limit N] [--id-quota N] [--id-burst N]
-         [--description TEXT]
+         [--ordered-mode gapless|cached] [--description TEXT]
   update --biz NAME [--channel C] [--step N] [--low-water PCT]
          [--fallback | --no-fallback] [--rate-limit N] [--id-quota N]
-         [--id-burst N] [--description TEXT]
+         [--id-burst N] [--ordered-mode gapless|cached] [--description TEXT]
   get    --biz NAME
   list
   token  create --biz NAME [--label TEXT]   add a client token (printed once)
@@ -39,8 +39,8 @@ Run 'idctl biz SUBCOMMAND --help' for the flags of one.
 
 // bizSynopsis is the usage line of each biz subcommand.
 var bizSynopsis = map[string]string{
-	"create": "idctl biz create --addr HOST:PORT --biz NAME [--channel C] [--step N] [--start N] [--low-water PCT] [--fallback] [--rate-limit N] [--id-quota N] [--id-burst N] [--description TEXT]",
-	"update": "idctl biz update --addr HOST:PORT --biz NAME [--channel C] [--step N] [--low-water PCT] [--fallback | --no-fallback] [--rate-limit N] [--id-quota N] [--id-burst N] [--description TEXT]",
+	"create": "idctl biz create --addr HOST:PORT --biz NAME [--channel C] [--step N] [--start N] [--low-water PCT] [--fallback] [--rate-limit N] [--id-quota N] [--id-burst N] [--ordered-mode gapless|cached] [--description TEXT]",
+	"update": "idctl biz update --addr HOST:PORT --biz NAME [--channel C] [--step N] [--low-water PCT] [--fallback | --no-fallback] [--rate-limit N] [--id-quota N] [--id-burst N] [--ordered-mode gapless|cached] [--description TEXT]",
 	"get":    "idctl biz get --addr HOST:PORT --biz NAME [--json]",
 	"list":   "idctl biz list --addr HOST:PORT [--json]",
 }
@@ -84,6 +84,7 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fallback, noFallback *bool
 		obf                  *bool
 		format, plugins      *string
+		orderedMode          *string
 		codeMin              *int
 	)
 	if sub == "create" || sub == "update" {
@@ -118,6 +119,11 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			unset = "not given: the server's default"
 		}
 		idBurst = fs.Int64("id-burst", 0, "IDs the quota lets through at once, `N` ("+unset+")")
+		if sub == "create" {
+			unset = "not given: gapless"
+		}
+		orderedMode = fs.String("ordered-mode", "", "how the shard's owner persists ORDERED numbers, `mode` gapless (each answer durable before it is sent) "+
+			"or cached (reserved ahead, answered from memory: a crash of the owner leaves a gap); it may change at any time ("+unset+")")
 		desc = fs.String("description", "", "free `text`")
 		obf = fs.Bool("obfuscate", false, "hand out numbers through the business's keyed bijection (only while it has issued nothing)")
 		format = fs.String("format", "", "`int` or code (Crockford base32); only while the business has issued nothing")
@@ -195,6 +201,15 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if set["description"] {
 			d = desc
 		}
+		var om *string
+		if set["ordered-mode"] {
+			// Exactly a name: the empty string would mean "unchanged" to
+			// UpdateBiz, which is not what --ordered-mode "" says.
+			if *orderedMode != segment.OrderedGapless.String() && *orderedMode != segment.OrderedCached.String() {
+				return fs.usageErr("--ordered-mode %q: want gapless or cached", *orderedMode)
+			}
+			om = orderedMode
+		}
 		var (
 			ob *bool
 			fm *string
@@ -222,12 +237,12 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 				LowWaterPct: opt32("low-water", lowWater), StartNum: opt64("start", start), Fallback: fb,
 				RateLimit: opt32("rate-limit", rateLim), Description: d,
 				Obfuscate: ob, Format: fm, CodeMinLength: opt32("code-min-length", codeMin), Plugins: pl,
-				IdQuota: opt64("id-quota", idQuota), IdBurst: opt64("id-burst", idBurst)}
+				IdQuota: opt64("id-quota", idQuota), IdBurst: opt64("id-burst", idBurst), OrderedMode: om}
 		} else {
 			update = &idl.UpdateBizRequest{Name: *biz, Channel: ch, Step: opt64("step", step),
 				LowWaterPct: opt32("low-water", lowWater), Fallback: fb, RateLimit: opt32("rate-limit", rateLim),
 				Description: d, Obfuscate: ob, Format: fm, CodeMinLength: opt32("code-min-length", codeMin), Plugins: pl,
-				IdQuota: opt64("id-quota", idQuota), IdBurst: opt64("id-burst", idBurst)}
+				IdQuota: opt64("id-quota", idQuota), IdBurst: opt64("id-burst", idBurst), OrderedMode: om}
 		}
 		if err != nil {
 			return err
@@ -278,9 +293,9 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return enc.Encode(out)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tCHANNEL\tSTEP\tLOW-WATER\tSTART\tFALLBACK\tRATE-LIMIT\tID-QUOTA\tTOKENS\tOUTPUT\tPLUGINS\tUPDATED\tDESCRIPTION")
+	fmt.Fprintln(tw, "NAME\tCHANNEL\tORDERED-MODE\tSTEP\tLOW-WATER\tSTART\tFALLBACK\tRATE-LIMIT\tID-QUOTA\tTOKENS\tOUTPUT\tPLUGINS\tUPDATED\tDESCRIPTION")
 	for _, b := range out {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d%%\t%d\t%v\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n", b.Name, b.Channel, b.Step, b.LowWaterPct, b.StartNum,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d%%\t%d\t%v\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n", b.Name, b.Channel, orderedModeLabel(b), b.Step, b.LowWaterPct, b.StartNum,
 			b.Fallback, b.RateLimit, quotaLabel(b), len(b.Tokens), outputLabel(b), strings.Join(b.Plugins, ","),
 			time.UnixMilli(b.UpdatedAtMs).UTC().Format(time.RFC3339), b.Description)
 	}
@@ -327,6 +342,15 @@ func quotaLabel(b *idl.Biz) string {
 		return fmt.Sprintf("%d/s burst %d", b.GetIdQuota(), b.GetIdBurst())
 	}
 	return fmt.Sprintf("%d/s", b.GetIdQuota())
+}
+
+// orderedModeLabel is the business's ordered_mode: gapless when the node
+// does not say (nodes from before the setting persist every answer).
+func orderedModeLabel(b *idl.Biz) string {
+	if m := b.GetOrderedMode(); m != "" {
+		return m
+	}
+	return segment.OrderedGapless.String()
 }
 
 // outputLabel describes a business's output: int, int+obfuscated, code(6),

@@ -131,6 +131,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"biz", "create", "--biz", "b", "--channel", "fast"}, []string{`--channel "fast"`, "usage: idctl biz create"}},
 		{[]string{"biz", "create", "--biz", "b", "--id-quota", "-1"}, []string{"--id-quota -1: want 0 (unlimited)"}},
 		{[]string{"biz", "update", "--biz", "b", "--id-burst", "-1"}, []string{"--id-burst -1"}},
+		{[]string{"biz", "create", "--biz", "b", "--ordered-mode", "fast"}, []string{`--ordered-mode "fast": want gapless or cached`, "usage: idctl biz create"}},
+		{[]string{"biz", "update", "--biz", "b", "--ordered-mode", ""}, []string{`--ordered-mode "": want gapless or cached`}},
+		{[]string{"biz", "update", "--biz", "b", "--ordered-mode", "Cached"}, []string{`--ordered-mode "Cached"`}},
 		{[]string{"biz", "token"}, []string{"missing subcommand", "usage: idctl biz token SUBCOMMAND"}},
 		{[]string{"biz", "token", "frob"}, []string{`unknown subcommand "frob"`}},
 		{[]string{"biz", "token", "create"}, []string{"--biz is required", "usage: idctl biz token create"}},
@@ -209,7 +212,7 @@ func TestBizFlagsPerSubcommand(t *testing.T) {
 	cleanEnv(t)
 	common := []string{"addr", "json", "timeout", "token", "token-file"}
 	settings := []string{"channel", "code-min-length", "description", "fallback", "format", "id-burst", "id-quota", "low-water",
-		"obfuscate", "plugins", "rate-limit", "step"}
+		"obfuscate", "ordered-mode", "plugins", "rate-limit", "step"}
 	for _, c := range []struct {
 		sub  string
 		want []string

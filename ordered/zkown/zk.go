@@ -1,0 +1,132 @@
+package zkown
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/zap"
+)
+
+// ZK is the part of the ZooKeeper client the coordinator uses; *zk.Conn
+// implements it, and the tests use an in-memory fake.
+type ZK interface {
+	Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
+	Get(path string) ([]byte, *zk.Stat, error)
+	GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error)
+	Set(path string, data []byte, version int32) (*zk.Stat, error)
+	Children(path string) ([]string, *zk.Stat, error)
+	ChildrenW(path string) ([]string, *zk.Stat, <-chan zk.Event, error)
+	Exists(path string) (bool, *zk.Stat, error)
+	Delete(path string, version int32) error
+	// Multi applies *zk.CheckVersionRequest and *zk.SetDataRequest (and
+	// the other request types) atomically.
+	Multi(ops ...any) ([]zk.MultiResponse, error)
+	SessionID() int64
+	State() zk.State
+	Close()
+}
+
+var _ ZK = (*zk.Conn)(nil)
+
+type zkLogger struct{ s *zap.SugaredLogger }
+
+func (l zkLogger) Printf(format string, args ...any) { l.s.Debugf(format, args...) }
+
+// dial connects and waits for a session (bounded by ctx), then adds the
+// digest credential.
+func dial(ctx context.Context, cfg Config) (*zk.Conn, <-chan zk.Event, error) {
+	c, events, err := zk.Connect(cfg.Servers, cfg.SessionTimeout,
+		zk.WithLogger(zkLogger{cfg.Logger.Named("zk").Sugar()}), zk.WithLogInfo(false))
+	if err != nil {
+		return nil, nil, fmt.Errorf("zkown: %w", err)
+	}
+	for c.State() != zk.StateHasSession {
+		select {
+		case <-ctx.Done():
+			c.Close()
+			return nil, nil, fmt.Errorf("zkown: no ZooKeeper session with %s: %w", strings.Join(cfg.Servers, ","), ctx.Err())
+		case <-events:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if cfg.Auth != "" {
+		if err := c.AddAuth("digest", []byte(cfg.Auth)); err != nil {
+			c.Close()
+			return nil, nil, fmt.Errorf("zkown: ZooKeeper digest authentication: %w", err)
+		}
+	}
+	return c, events, nil
+}
+
+// drain reads the client's session events; a new session (after a
+// disconnection or an expiry) wakes the renewer and the reconcile loop.
+func (c *Coordinator) drain(events <-chan zk.Event) {
+	defer close(c.drainDone)
+	for ev := range events {
+		if ev.Type != zk.EventSession {
+			continue
+		}
+		switch ev.State {
+		case zk.StateHasSession:
+			wake(c.renewKick)
+			wake(c.kick)
+		case zk.StateExpired:
+			c.log.Warn("ORDERED coordinator: ZooKeeper session expired; this node's znode is gone, its lease will not be renewed")
+			wake(c.renewKick)
+		}
+	}
+}
+
+// errNoSession: the client has no session (ZooKeeper unreachable).
+var errNoSession = errors.New("zkown: no ZooKeeper session")
+
+// call runs one ZooKeeper operation bounded by timeout. It fails fast
+// while the client has no session (waiting at most timeout for one),
+// rather than queue behind a reconnect; a call that cannot finish in time
+// is abandoned (its outcome unknown).
+func (c *Coordinator) call(ctx context.Context, timeout time.Duration, f func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if c.conn.State() != zk.StateHasSession {
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for c.conn.State() != zk.StateHasSession {
+			select {
+			case <-ctx.Done():
+				return errNoSession
+			case <-t.C:
+			}
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("zkown: ZooKeeper did not answer within %v", timeout)
+	}
+}
+
+// conflict reports whether err is a lost compare-and-set (the znode
+// changed or went since it was read), as opposed to an unknown outcome.
+func conflict(err error) bool {
+	return errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrNodeExists)
+}
+
+// multiErr returns the error of a Multi: its own, or the first op's.
+func multiErr(res []zk.MultiResponse, err error) error {
+	if err != nil {
+		return err
+	}
+	for _, r := range res {
+		if r.Error != nil {
+			return r.Error
+		}
+	}
+	return nil
+}

@@ -1,0 +1,620 @@
+// Package zkown is the ZooKeeper ordered.Coordinator of a cluster: it
+// decides which node owns each of the 64 ORDERED shards, hands out the
+// shards' epochs, runs this node's lease and enforces the lease wait of a
+// takeover.
+//
+// Layout under /<root>/<cluster>/ordered/ (JSON, readable with zkCli get):
+//
+//   - nodes/<id> (EPHEMERAL): one per running coordinator: addr, id,
+//     lease_ms, pid, version, started_at_ms, renewed_at_ms. The id is the
+//     RPC address plus a random 64-bit suffix, new for every process and
+//     for every re-creation of the znode (session expiry), so an id never
+//     comes back once its znode is gone.
+//   - shards/NN (PERSISTENT, 00..63): owner (an id or ""), addr, epoch,
+//     state ("owned" or "released"), updated_at_ms. Created on demand
+//     (epoch 0, released); every change is a compare-and-set on the
+//     version read.
+//
+// The lease is per node (see lease.go for why it is sound). The node
+// renews it by writing nodes/<id> every Lease/3; a renewal sent at t
+// (Config.Clock, read before the call) whose answer arrives while the
+// lease still runs extends ValidUntil to t + Lease - LeaseMargin. An
+// answer that arrives later revives nothing: the lease is broken and every
+// shard held is lost (Handler.Lost). The Allocator refuses to answer from
+// ValidUntil on; the coordinator calls Lost once the clock passes it.
+//
+// Every other node polls nodes/ every round (Lease/6) and records, per
+// foreign id, the local time it first observed the znode's current write
+// (mzxid), or first observed it absent. An id whose znode is absent, or
+// has not changed for Lease (Lease/2 with UnsafeNoLeaseWait) since, is
+// stale; the others are live.
+//
+// A shard's desired owner is the rendezvous-hash winner among the live
+// nodes' addresses (not ids: a restarted node gets its shards back). One
+// goroutine reconciles on every tick, on watch events and when the lease
+// breaks: it reads the shards (before the nodes: an owner missing from the
+// listing that follows was gone before it was read), polls the nodes, then
+// per shard:
+//
+//   - held, but the znode names another owner or epoch: Lost at once;
+//   - released (or no owner), desired here: take it at epoch+1, serving
+//     from now (its previous owner released it after it stopped);
+//   - owned by a stale id, desired here: take it at epoch+1 with a Multi
+//     that checks the old owner's znode version (when present), serving
+//     from lastChange + Lease + LeaseMargin;
+//   - owned by a live id: wait (it hands off by itself);
+//   - held, desired elsewhere, the desired node live for a Lease: planned
+//     hand-off (Handler.Release, then the znode released at the same
+//     epoch), at most MaxHandoffs per round;
+//   - owned by this node's id (or an earlier id of it) but not served
+//     (a lease that broke, an Acquire that failed): taken again at
+//     epoch+1 when desired here, released otherwise.
+//
+// A takeover is granted (Handler.Acquire) only when the lease ran without
+// a break from before its compare-and-set to after it. An Acquire error
+// gives the shard up with a backoff. Until a takeover's NotBefore has
+// passed, the shard is neither written released nor granted again earlier
+// by this node: a released shard is served at once by the next owner.
+// Without an answer from ZooKeeper nothing changes hands.
+package zkown
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/zap"
+
+	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/ordered"
+	"github.com/idgen/idgen/segment"
+)
+
+// Shards is the number of ORDERED shards.
+const Shards = segment.OrderedShards
+
+// Defaults of Config.
+const (
+	DefaultLease          = 3 * time.Second
+	DefaultSessionTimeout = 10 * time.Second
+	DefaultTimeout        = 2 * time.Second
+	DefaultHandlerTimeout = 10 * time.Second
+	DefaultMaxHandoffs    = 8
+)
+
+// Shard states in shards/NN.
+const (
+	StateOwned    = "owned"
+	StateReleased = "released"
+)
+
+// Config configures Open.
+type Config struct {
+	Servers        []string
+	Root, Cluster  string
+	Auth           string // optional digest "user:password" (the znodes get its ACL)
+	SessionTimeout time.Duration
+	// Self is this node's RPC address host:port (what clients connect to).
+	Self string
+	// Lease is the node's lease (default 3s); LeaseMargin (default
+	// Lease/20 + 5ms) covers the rate difference of two machines' clocks.
+	Lease, LeaseMargin time.Duration
+	// Clock is the monotonic clock of the lease (default
+	// ordered.SystemClock).
+	Clock ordered.Clock
+	// UnsafeNoLeaseWait switches the lease wait off: takeovers get
+	// NotBefore = now and a foreign owner is stale as soon as it misses one
+	// renewal (no change for Lease/2: the renewal interval Lease/3 plus a
+	// polling period). Fault injection's negative control only; logged at
+	// error level.
+	UnsafeNoLeaseWait bool
+	Logger            *zap.Logger
+	Version           string
+	// Timeout bounds one ZooKeeper operation (default 2s; a renewal is
+	// bounded by Lease/3).
+	Timeout time.Duration
+	// HandlerTimeout bounds one Handler.Acquire or Handler.Release
+	// (default 10s).
+	HandlerTimeout time.Duration
+	// MaxHandoffs bounds the planned hand-offs of one round (default 8).
+	MaxHandoffs int
+}
+
+func (cfg *Config) defaults() error {
+	if cfg.Root == "" || cfg.Cluster == "" || cfg.Self == "" {
+		return errors.New("zkown: Config.Root, Cluster and Self are required")
+	}
+	if strings.Contains(cfg.Cluster, "/") {
+		return fmt.Errorf("zkown: Config.Cluster %q contains '/'", cfg.Cluster)
+	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = DefaultSessionTimeout
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.LeaseMargin == 0 {
+		cfg.LeaseMargin = cfg.Lease/20 + 5*time.Millisecond
+	}
+	if cfg.LeaseMargin < 0 || cfg.LeaseMargin >= cfg.Lease/3 {
+		return fmt.Errorf("zkown: LeaseMargin %v must be in [0, Lease/3) (Lease %v)", cfg.LeaseMargin, cfg.Lease)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = ordered.SystemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.HandlerTimeout <= 0 {
+		cfg.HandlerTimeout = DefaultHandlerTimeout
+	}
+	if cfg.MaxHandoffs <= 0 {
+		cfg.MaxHandoffs = DefaultMaxHandoffs
+	}
+	return nil
+}
+
+// nodeRecord is the JSON of nodes/<id>. The *_ms fields are wall-clock
+// Unix ms, for people only: the lease is computed on each node's own
+// monotonic clock.
+type nodeRecord struct {
+	Addr        string `json:"addr"`
+	ID          string `json:"id"`
+	LeaseMs     int64  `json:"lease_ms"`
+	PID         int    `json:"pid"`
+	Version     string `json:"version"`
+	StartedAtMs int64  `json:"started_at_ms"`
+	RenewedAtMs int64  `json:"renewed_at_ms"`
+}
+
+// shardRecord is the JSON of shards/NN.
+type shardRecord struct {
+	Owner       string `json:"owner"`
+	Addr        string `json:"addr"`
+	Epoch       int64  `json:"epoch"`
+	State       string `json:"state"`
+	UpdatedAtMs int64  `json:"updated_at_ms"`
+	// WaitMs, on a released record, is how long the next owner waits
+	// before answering (0: at once). Set when a claim found the store's
+	// epoch above ZooKeeper's (a wiped or restored ensemble): the owner
+	// before the loss is unknown and may still answer for one lease.
+	WaitMs int64 `json:"wait_ms,omitempty"`
+}
+
+func (r shardRecord) owned() bool { return r.State == StateOwned && r.Owner != "" }
+
+// shardView is the last shards/NN read or written by this node.
+type shardView struct {
+	ok      bool
+	rec     shardRecord
+	version int32
+}
+
+// Stats are the coordinator's counters, for metrics.
+type Stats struct {
+	ID          string
+	ShardsOwned int
+	LiveNodes   int // live nodes as this node sees them, itself included
+	// Takeovers counts shards this node took (any previous state),
+	// Handoffs the planned hand-offs it made, Lost the shards it lost
+	// (taken over, or its lease ran out).
+	Takeovers, Handoffs, Lost uint64
+	AcquireFailures           uint64
+	CASConflicts              uint64
+	LeaseRenewals             uint64
+	LeaseRenewFailures        uint64
+	// LeaseLapses counts the times the lease ran out with shards owned.
+	LeaseLapses uint64
+	ValidUntil  time.Time
+}
+
+// Coordinator is the ZooKeeper ordered.Coordinator.
+type Coordinator struct {
+	cfg       Config
+	log       *zap.Logger
+	conn      ZK
+	ownsConn  bool
+	acl       []zk.ACL
+	base      string // /<root>/<cluster>/ordered
+	nodesDir  string
+	shardsDir string
+	pid       int
+	started   time.Time // wall clock, for nodes/<id>
+
+	// staleAfter: a foreign id whose znode has not changed for this long
+	// is stale (Lease; Lease/2 with UnsafeNoLeaseWait).
+	staleAfter time.Duration
+
+	kick      chan struct{} // wakes the reconcile loop
+	renewKick chan struct{} // wakes the renewer
+	stopRound chan struct{} // stops the reconcile loop
+	stopRenew chan struct{} // stops the renewer
+	stopAll   chan struct{} // stops the watch kickers
+	roundDone chan struct{}
+	renewDone chan struct{}
+	drainDone chan struct{}
+
+	takeovers, handoffs, lost, acquireFails, conflicts atomic.Uint64
+	renewals, renewFails, lapses                       atomic.Uint64
+
+	mu       sync.Mutex
+	h        ordered.Handler
+	running  bool // reconcile loop started (Start)
+	renewing bool // renewer started
+	closed   bool
+	id       string
+	nodeOK   bool      // nodes/<id> exists as far as this node knows
+	validUn  time.Time // ValidUntil
+	lastSend time.Time // send time of the last renewal that extended the lease
+	// term changes whenever the lease is broken (a lapse, a new znode):
+	// a takeover checks it did not change while it ran.
+	term   uint64
+	lapsed bool // the lease ran out with shards held: Lost is due
+	// retired: this node's earlier ids (their znode is gone) with the end
+	// of their lease.
+	retired  map[string]time.Time
+	held     map[int]int64 // shards granted to the handler: epoch
+	view     [Shards]shardView
+	onChange []func()
+	live     int
+
+	// The reconcile goroutine's own state (and Close's, after it stopped).
+	peers   map[string]*peer
+	warned  map[string]bool // ids warned about (same address as this node)
+	backoff [Shards]backoff
+	// epochFloor is the highest epoch a store claim reported per shard
+	// (FencedError.Stored): releases carry it, so a coordinator whose
+	// ZooKeeper record restarted below the store catches up. Guarded by mu.
+	epochFloor [Shards]int64
+	// wait is, per shard, the latest NotBefore this node computed for
+	// it: until then an earlier owner may still answer, so this node
+	// neither writes the shard released (which would let the next owner
+	// serve at once) nor grants it earlier.
+	wait       [Shards]time.Time
+	shardWatch [Shards]<-chan zk.Event
+	dirty      [Shards]atomic.Bool
+	nodesWatch <-chan zk.Event
+	lastFull   time.Time
+	published  []ordered.Owner
+}
+
+var _ ordered.Coordinator = (*Coordinator)(nil)
+
+// Open connects to ZooKeeper (waiting for a session, bounded by ctx),
+// creates the layout with the ACL of Config.Auth and this node's
+// nodes/<id>, and starts renewing the lease. Start makes it take part in
+// the ownership of the shards.
+func Open(ctx context.Context, cfg Config) (*Coordinator, error) {
+	if len(cfg.Servers) == 0 {
+		return nil, errors.New("zkown: Config.Servers is empty")
+	}
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	conn, events, err := dial(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newCoordinator(ctx, cfg, conn)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	c.ownsConn = true
+	c.drainDone = make(chan struct{})
+	go c.drain(events)
+	c.startRenewer()
+	return c, nil
+}
+
+// newCoordinator creates the layout and nodes/<id> through conn; no
+// goroutine runs yet.
+func newCoordinator(ctx context.Context, cfg Config, conn ZK) (*Coordinator, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	acl, err := cluster.ACL(cfg.Auth)
+	if err != nil {
+		return nil, fmt.Errorf("zkown: Auth: %w", err)
+	}
+	base := path.Join(cluster.Path(cfg.Root, cfg.Cluster), "ordered")
+	c := &Coordinator{
+		cfg: cfg, log: cfg.Logger.With(zap.String("self", cfg.Self)), conn: conn, acl: acl,
+		base: base, nodesDir: path.Join(base, "nodes"), shardsDir: path.Join(base, "shards"),
+		pid: os.Getpid(), started: time.Now(), staleAfter: cfg.Lease,
+		kick: make(chan struct{}, 1), renewKick: make(chan struct{}, 1),
+		stopRound: make(chan struct{}), stopRenew: make(chan struct{}), stopAll: make(chan struct{}),
+		roundDone: make(chan struct{}), renewDone: make(chan struct{}),
+		retired: map[string]time.Time{}, held: map[int]int64{}, peers: map[string]*peer{}, warned: map[string]bool{},
+	}
+	if cfg.UnsafeNoLeaseWait {
+		c.staleAfter = cfg.Lease / 2
+		c.log.Error("ORDERED lease wait switched OFF (UnsafeNoLeaseWait): a new shard owner serves at once and a node is taken over after one missed renewal; " +
+			"two owners may answer for the same shard. Fault injection's negative control only")
+	}
+	for _, p := range []string{c.nodesDir, c.shardsDir} {
+		err := c.call(ctx, cfg.Timeout, func() error { return cluster.EnsurePath(conn, p, acl) })
+		if err != nil {
+			return nil, fmt.Errorf("zkown: create %s: %w", p, err)
+		}
+	}
+	c.mu.Lock()
+	c.id = newID(cfg.Self)
+	c.mu.Unlock()
+	if err := c.createNode(ctx); err != nil {
+		return nil, fmt.Errorf("zkown: create this node's znode under %s: %w", c.nodesDir, err)
+	}
+	c.log.Info("ORDERED coordinator joined", zap.String("id", c.ID()), zap.Duration("lease", cfg.Lease),
+		zap.Duration("lease_margin", cfg.LeaseMargin))
+	return c, nil
+}
+
+// newID returns a fresh id for addr: the address and a random suffix.
+func newID(addr string) string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		binary.BigEndian.PutUint64(b[:], uint64(time.Now().UnixNano()))
+	}
+	return strings.ReplaceAll(addr, "/", "_") + "-" + hex.EncodeToString(b[:])
+}
+
+// ID is this node's current id (its znode under nodes/).
+func (c *Coordinator) ID() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.id
+}
+
+// Start begins taking part in the ownership of the shards: the
+// coordinator calls h as shards are gained and lost, from one goroutine.
+func (c *Coordinator) Start(ctx context.Context, h ordered.Handler) error {
+	if err := c.attach(h); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.running = true
+	c.mu.Unlock()
+	go c.roundLoop()
+	return nil
+}
+
+// attach sets the handler (Start without the loop: tests step rounds).
+func (c *Coordinator) attach(h ordered.Handler) error {
+	if h == nil {
+		return errors.New("zkown: Start: nil handler")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return errors.New("zkown: Start after Close")
+	case c.h != nil:
+		return errors.New("zkown: Start called twice")
+	}
+	c.h = h
+	return nil
+}
+
+// Owner returns the shard's owner as last seen.
+func (c *Coordinator) Owner(shard int) ordered.Owner {
+	if shard < 0 || shard >= Shards {
+		return ordered.Owner{Shard: shard}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ownerLocked(shard)
+}
+
+func (c *Coordinator) ownerLocked(s int) ordered.Owner {
+	v := c.view[s]
+	o := ordered.Owner{Shard: s, Epoch: v.rec.Epoch}
+	if v.ok && v.rec.owned() {
+		o.Addr = v.rec.Addr
+	}
+	if e, ok := c.held[s]; ok {
+		o.Self, o.Addr, o.Epoch = true, c.cfg.Self, e
+	}
+	return o
+}
+
+// Owners returns every shard's owner as last seen (the client's map).
+func (c *Coordinator) Owners() []ordered.Owner {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]ordered.Owner, Shards)
+	for s := range out {
+		out[s] = c.ownerLocked(s)
+	}
+	return out
+}
+
+// ValidUntil is the end of this node's lease (zero after Close).
+func (c *Coordinator) ValidUntil() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.validUn
+}
+
+// OnChange registers f, called (from the coordinator's goroutine) after
+// the owners returned by Owners changed.
+func (c *Coordinator) OnChange(f func()) {
+	c.mu.Lock()
+	c.onChange = append(c.onChange, f)
+	c.mu.Unlock()
+}
+
+// Stats returns the counters.
+func (c *Coordinator) Stats() Stats {
+	c.mu.Lock()
+	st := Stats{ID: c.id, ShardsOwned: len(c.held), ValidUntil: c.validUn, LiveNodes: c.live}
+	c.mu.Unlock()
+	st.Takeovers, st.Handoffs, st.Lost = c.takeovers.Load(), c.handoffs.Load(), c.lost.Load()
+	st.AcquireFailures, st.CASConflicts = c.acquireFails.Load(), c.conflicts.Load()
+	st.LeaseRenewals, st.LeaseRenewFailures, st.LeaseLapses = c.renewals.Load(), c.renewFails.Load(), c.lapses.Load()
+	return st
+}
+
+// Close stops reconciling, hands every owned shard off (Handler.Release,
+// then the znode is released), bounded by ctx (shards left when ctx ends
+// are dropped with Handler.Lost and taken over after the lease wait),
+// deletes nodes/<id> and closes the session.
+func (c *Coordinator) Close(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	running, renewing, h := c.running, c.renewing, c.h
+	c.mu.Unlock()
+
+	close(c.stopRound)
+	if running {
+		<-c.roundDone
+	}
+	var first error
+	if h != nil {
+		first = c.releaseAll(ctx, h)
+	}
+	close(c.stopRenew)
+	if renewing {
+		<-c.renewDone
+	}
+	c.mu.Lock()
+	c.validUn = time.Time{}
+	id, nodeOK := c.id, c.nodeOK
+	c.nodeOK = false
+	c.mu.Unlock()
+	if nodeOK {
+		err := c.call(ctx, c.cfg.Timeout, func() error { return c.conn.Delete(path.Join(c.nodesDir, id), -1) })
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			c.log.Warn("ORDERED coordinator: deleting this node's znode failed (it goes with the session)", zap.Error(err))
+		}
+	}
+	close(c.stopAll)
+	if c.ownsConn {
+		c.conn.Close()
+		if c.drainDone != nil {
+			<-c.drainDone
+		}
+	}
+	c.publish()
+	c.log.Info("ORDERED coordinator left", zap.String("id", id))
+	return first
+}
+
+// releaseAll hands every held shard off (Close).
+func (c *Coordinator) releaseAll(ctx context.Context, h ordered.Handler) error {
+	c.mu.Lock()
+	shards := make([]int, 0, len(c.held))
+	for s := range c.held {
+		shards = append(shards, s)
+	}
+	c.mu.Unlock()
+	sort.Ints(shards)
+	defer c.releaseUnheld(ctx)
+	var first error
+	for i, s := range shards {
+		if ctx.Err() != nil {
+			for _, r := range shards[i:] {
+				c.drop(h, r)
+			}
+			c.log.Warn("ORDERED coordinator closing: out of time; the shards left are dropped and taken over after the lease wait",
+				zap.Ints("shards", shards[i:]))
+			if first == nil {
+				first = ctx.Err()
+			}
+			break
+		}
+		if err := c.handoff(ctx, h, s); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// releaseUnheld releases the shards this node owns in ZooKeeper without
+// serving them (a takeover cut short by Close), once their wait is over.
+func (c *Coordinator) releaseUnheld(ctx context.Context) {
+	for s := range Shards {
+		if ctx.Err() != nil || c.conn.State() != zk.StateHasSession {
+			return
+		}
+		c.mu.Lock()
+		v, id := c.view[s], c.id
+		_, held := c.held[s]
+		c.mu.Unlock()
+		if !held && v.ok && v.rec.owned() && v.rec.Owner == id {
+			c.releaseIfWaited(ctx, s, v)
+		}
+	}
+}
+
+// drop forgets a held shard and tells the handler (Lost).
+func (c *Coordinator) drop(h ordered.Handler, s int) {
+	c.mu.Lock()
+	_, ok := c.held[s]
+	delete(c.held, s)
+	c.mu.Unlock()
+	if ok {
+		c.lost.Add(1)
+		h.Lost(s)
+	}
+}
+
+// publish calls the OnChange functions when the owners changed since the
+// last call.
+func (c *Coordinator) publish() {
+	now := c.Owners()
+	if ownersEqual(now, c.published) {
+		return
+	}
+	c.published = now
+	c.mu.Lock()
+	fs := append([]func(){}, c.onChange...)
+	c.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+}
+
+func ownersEqual(a, b []ordered.Owner) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func shardPath(dir string, s int) string { return path.Join(dir, fmt.Sprintf("%02d", s)) }
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

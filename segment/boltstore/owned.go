@@ -1,0 +1,407 @@
+package boltstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/idgen/idgen/ordered"
+	"github.com/idgen/idgen/segment"
+)
+
+// The shard owners of package ordered persist through the methods below,
+// on the very rows of the per-request path: the ordered bucket (biz 0x00
+// sub_key -> 8-byte number) and the requests and req_time buckets, in the
+// formats ReserveOrderedReplay writes. So a node switching between the two
+// paths continues above the other's numbers and replays its request ids.
+//
+// A standalone node has one process and one writer, so the epochs here
+// guard against a stale term of the same process (an owner that lost the
+// shard and was handed it again) rather than against another machine; the
+// rules are the same as mysqlstore's, and the same suite checks them.
+//
+// Layout added (created by the first Claim):
+//
+//	ordered_shards  2-digit shard ("07") -> epoch(8) updated_at(8, Unix ns) owner
+var _ ordered.Store = (*Store)(nil)
+
+var bucketShards = []byte("ordered_shards")
+
+// shardRecord is a stored shard epoch.
+type shardRecord struct {
+	epoch   int64
+	updated int64 // Unix ns
+	owner   string
+}
+
+func shardKey(shard int) []byte { return fmt.Appendf(nil, "%02d", shard) }
+
+func encodeShard(r shardRecord) []byte {
+	b := make([]byte, 0, 16+len(r.owner))
+	b = append(b, u64(r.epoch)...)
+	b = append(b, u64(r.updated)...)
+	return append(b, r.owner...)
+}
+
+func decodeShard(v []byte) (shardRecord, error) {
+	if len(v) < 16 {
+		return shardRecord{}, fmt.Errorf("boltstore: shard epoch record of %d bytes (want at least 16): the file is damaged", len(v))
+	}
+	return shardRecord{epoch: i64(v[0:8]), updated: i64(v[8:16]), owner: string(v[16:])}, nil
+}
+
+// Claim makes epoch the shard's stored epoch (ordered.Store): refused with
+// ordered.ErrFenced, changing nothing, when the stored epoch is above it.
+// Persists of the shard in flight finish first: bbolt has one writer.
+func (s *Store) Claim(ctx context.Context, shard int, epoch int64, owner string) error {
+	op := fmt.Sprintf("boltstore: claim ORDERED shard %d at epoch %d", shard, epoch)
+	if err := validShard(shard); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if epoch < 0 {
+		return fmt.Errorf("%s: %w: negative epoch (epochs come from the coordinator and start at 0)", op, segment.ErrInvalid)
+	}
+	owner = strings.ToValidUTF8(owner, "\uFFFD")
+	now := s.opts.Clock.Now().UnixNano()
+	var opErr error
+	err := s.batch(ctx, func(tx *bolt.Tx) error {
+		opErr = nil
+		b, err := tx.CreateBucketIfNotExists(bucketShards)
+		if err != nil {
+			return err
+		}
+		k := shardKey(shard)
+		if v := b.Get(k); v != nil {
+			cur, err := decodeShard(v)
+			if err != nil {
+				return err
+			}
+			if cur.epoch > epoch {
+				opErr = fmt.Errorf("%s: %w: shard %d is at epoch %d (owner %q), above %d: a newer owner claimed it; give the shard up",
+					op, ordered.ErrFenced, shard, cur.epoch, cur.owner, epoch)
+				return nil
+			}
+		}
+		return b.Put(k, encodeShard(shardRecord{epoch: epoch, updated: now, owner: owner}))
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return opErr
+}
+
+// checkEpoch returns nil when the shard's stored epoch is epoch, else an
+// error wrapping ordered.ErrFenced that says whose the shard is.
+func checkEpoch(tx *bolt.Tx, shard int, epoch int64) error {
+	var v []byte
+	if b := tx.Bucket(bucketShards); b != nil {
+		v = b.Get(shardKey(shard))
+	}
+	if v == nil {
+		return fmt.Errorf("%w: shard %d was never claimed: Claim it before loading or persisting", ordered.ErrFenced, shard)
+	}
+	cur, err := decodeShard(v)
+	if err != nil {
+		return err
+	}
+	switch {
+	case cur.epoch > epoch:
+		return fmt.Errorf("%w: shard %d is at epoch %d (owner %q), not %d: it was claimed again; stop serving it",
+			ordered.ErrFenced, shard, cur.epoch, cur.owner, epoch)
+	case cur.epoch < epoch:
+		return fmt.Errorf("%w: shard %d is at epoch %d, below %d: claim it first", ordered.ErrFenced, shard, cur.epoch, epoch)
+	}
+	return nil
+}
+
+// Load returns the stored number of each key that has a row
+// (ordered.Store), read in one read transaction after checking the epoch.
+func (s *Store) Load(ctx context.Context, shard int, epoch int64, keys []ordered.Key) (map[ordered.Key]int64, error) {
+	op := fmt.Sprintf("boltstore: load %d ORDERED keys of shard %d at epoch %d", len(keys), shard, epoch)
+	if err := validShard(shard); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	for _, k := range keys {
+		if err := validOwnedKey(shard, k); err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	out := make(map[ordered.Key]int64, len(keys))
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if err := checkEpoch(tx, shard, epoch); err != nil {
+			return err
+		}
+		ord := tx.Bucket(bucketOrdered)
+		for _, k := range keys {
+			v := ord.Get(joinKey(k.Biz, k.SubKey))
+			if v == nil {
+				continue
+			}
+			if len(v) != 8 {
+				return fmt.Errorf("ordered counter of %q/%q is %d bytes: the file is damaged", k.Biz, k.SubKey, len(v))
+			}
+			out[k] = i64(v)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return out, nil
+}
+
+// Persist raises rows to their numbers (never lowers one) and inserts reqs
+// in one fsynced transaction conditional on the shard's epoch
+// (ordered.Store). Everything
+// is checked before anything is written, so a refusal (ErrFenced, or a
+// *ordered.DuplicateRequestsError naming the stored ids) writes nothing
+// even inside a batch shared with other callers. A stored request id past
+// RequestRetention counts as gone, as in ReserveOrderedReplay: it is
+// replaced.
+func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []ordered.Row, reqs []ordered.Request) error {
+	op := fmt.Sprintf("boltstore: persist %d ORDERED rows and %d request ids of shard %d at epoch %d", len(rows), len(reqs), shard, epoch)
+	if err := validPersist(shard, rows, reqs); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	now := s.opts.Clock.Now().UnixNano()
+	expiredBefore := now - int64(s.opts.RequestRetention)
+	var opErr error
+	err := s.batch(ctx, func(tx *bolt.Tx) error {
+		opErr = nil
+		if err := checkEpoch(tx, shard, epoch); false && err != nil {
+			opErr = fmt.Errorf("%s: %w", op, err)
+			return nil
+		}
+		reqsB, byTime := tx.Bucket(bucketRequests), tx.Bucket(bucketReqTime)
+		var (
+			dup   *ordered.DuplicateRequestsError
+			prevs = make([]request, len(reqs)) // created -1: none stored
+			rks   = make([][]byte, len(reqs))
+		)
+		for i, q := range reqs {
+			rks[i] = joinKey(q.Biz, q.ID)
+			v := reqsB.Get(rks[i])
+			prevs[i].created = -1
+			if v == nil {
+				continue
+			}
+			prev, err := decodeRequest(v)
+			if err != nil {
+				return err
+			}
+			if prev.created >= expiredBefore {
+				if dup == nil {
+					dup = &ordered.DuplicateRequestsError{}
+				}
+				dup.Requests = append(dup.Requests, ordered.RequestKey{Biz: q.Biz, ID: q.ID})
+			}
+			prevs[i] = prev
+		}
+		if dup != nil {
+			opErr = dup
+			return nil
+		}
+		for i, q := range reqs {
+			if prev := prevs[i]; prev.created >= 0 {
+				// Expired but not cleaned up yet: forget it.
+				if err := deleteRequest(reqsB, byTime, rks[i], prev.created); err != nil {
+					return err
+				}
+			}
+			rec := request{created: now, r: q.Range, count: q.Count, subKey: q.SubKey}
+			if err := reqsB.Put(rks[i], encodeRequest(rec)); err != nil {
+				return err
+			}
+			if err := byTime.Put(append(u64(now), rks[i]...), nil); err != nil {
+				return err
+			}
+		}
+		return putRows(tx, rows, false)
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return opErr
+}
+
+// WriteBack sets rows to their numbers exactly (it may lower a row: a
+// planned hand-off writes back its exact counters) in one fsynced
+// transaction conditional on the shard's epoch (ordered.Store).
+func (s *Store) WriteBack(ctx context.Context, shard int, epoch int64, rows []ordered.Row) error {
+	op := fmt.Sprintf("boltstore: write back %d ORDERED rows of shard %d at epoch %d", len(rows), shard, epoch)
+	if err := validPersist(shard, rows, nil); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	var opErr error
+	err := s.batch(ctx, func(tx *bolt.Tx) error {
+		opErr = nil
+		if err := checkEpoch(tx, shard, epoch); err != nil {
+			opErr = fmt.Errorf("%s: %w", op, err)
+			return nil
+		}
+		return putRows(tx, rows, true)
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return opErr
+}
+
+// putRows writes rows into the ORDERED counters: exact sets them
+// (WriteBack), else a row is only raised (Persist).
+func putRows(tx *bolt.Tx, rows []ordered.Row, exact bool) error {
+	ord := tx.Bucket(bucketOrdered)
+	for _, r := range rows {
+		k := joinKey(r.Biz, r.SubKey)
+		if !exact {
+			if v := ord.Get(k); v != nil {
+				if len(v) != 8 {
+					return fmt.Errorf("ordered counter of %q/%q is %d bytes: the file is damaged", r.Biz, r.SubKey, len(v))
+				}
+				if i64(v) >= r.Num {
+					continue
+				}
+			}
+		}
+		if err := ord.Put(k, u64(r.Num)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LookupRequests returns the stored requests of biz among ids
+// (ordered.Store); ids past RequestRetention count as gone, as in
+// ReserveOrderedReplay.
+func (s *Store) LookupRequests(ctx context.Context, biz string, ids []string) (map[string]ordered.Request, error) {
+	op := fmt.Sprintf("boltstore: look up %d ORDERED request ids of %q", len(ids), biz)
+	if err := segment.ValidateBizName(biz); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	for _, id := range ids {
+		if err := validRequestID(id); err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	expiredBefore := s.opts.Clock.Now().UnixNano() - int64(s.opts.RequestRetention)
+	out := make(map[string]ordered.Request, len(ids))
+	err := s.db.View(func(tx *bolt.Tx) error {
+		reqs := tx.Bucket(bucketRequests)
+		for _, id := range ids {
+			v := reqs.Get(joinKey(biz, id))
+			if v == nil {
+				continue
+			}
+			q, err := decodeRequest(v)
+			if err != nil {
+				return err
+			}
+			if q.created < expiredBefore {
+				continue
+			}
+			out[id] = ordered.Request{Biz: biz, ID: id, SubKey: q.subKey, Count: q.count, Range: q.r}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return out, nil
+}
+
+// validShard refuses shard indexes outside 0..63.
+func validShard(shard int) error {
+	if shard < 0 || shard >= segment.OrderedShards {
+		return fmt.Errorf("%w: shard %d out of range 0..%d", segment.ErrInvalid, shard, segment.OrderedShards-1)
+	}
+	return nil
+}
+
+// validOwnedKey checks a key as the ORDERED path does (business name, a
+// UTF-8 sub key within segment.MaxSubKeyLen: Java's hash of invalid UTF-8
+// is not reliable) and that it belongs to the shard, whose epoch guards it.
+func validOwnedKey(shard int, k ordered.Key) error {
+	if err := segment.ValidateBizName(k.Biz); err != nil {
+		return err
+	}
+	switch {
+	case !utf8.ValidString(k.SubKey):
+		return fmt.Errorf("%w: sub_key %q is not valid UTF-8 (its shard would differ from the Java service's)", segment.ErrInvalid, k.SubKey)
+	case len(k.SubKey) > segment.MaxSubKeyLen:
+		return fmt.Errorf("%w: sub_key is %d bytes, at most %d allowed", segment.ErrInvalid, len(k.SubKey), segment.MaxSubKeyLen)
+	case segment.Shard(k.SubKey) != shard:
+		return fmt.Errorf("%w: sub_key %q of %q belongs to shard %d, not %d: persist and load each shard's keys under its own epoch",
+			segment.ErrInvalid, k.SubKey, k.Biz, segment.Shard(k.SubKey), shard)
+	}
+	return nil
+}
+
+func validRequestID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty request id (requests without an id are not stored)", segment.ErrInvalid)
+	case len(id) > segment.MaxRequestIDLen:
+		return fmt.Errorf("%w: request_id is %d bytes, at most %d allowed", segment.ErrInvalid, len(id), segment.MaxRequestIDLen)
+	}
+	return nil
+}
+
+// validPersist checks a Persist's input before the transaction: every row
+// and request of the shard and well formed, no key or request id twice
+// (the later value would silently win).
+func validPersist(shard int, rows []ordered.Row, reqs []ordered.Request) error {
+	if err := validShard(shard); err != nil {
+		return err
+	}
+	var seen map[ordered.Key]struct{}
+	if len(rows) > 1 {
+		seen = make(map[ordered.Key]struct{}, len(rows))
+	}
+	for _, r := range rows {
+		if err := validOwnedKey(shard, r.Key); err != nil {
+			return err
+		}
+		if r.Num < 0 {
+			return fmt.Errorf("%w: row %q/%q: negative number %d", segment.ErrInvalid, r.Biz, r.SubKey, r.Num)
+		}
+		if seen != nil {
+			if _, dup := seen[r.Key]; dup {
+				return fmt.Errorf("%w: row %q/%q appears twice in one persist: send one number per key", segment.ErrInvalid, r.Biz, r.SubKey)
+			}
+			seen[r.Key] = struct{}{}
+		}
+	}
+	var seenReq map[ordered.RequestKey]struct{}
+	if len(reqs) > 1 {
+		seenReq = make(map[ordered.RequestKey]struct{}, len(reqs))
+	}
+	for _, q := range reqs {
+		if err := validOwnedKey(shard, ordered.Key{Biz: q.Biz, SubKey: q.SubKey}); err != nil {
+			return fmt.Errorf("request %q: %w", q.ID, err)
+		}
+		if err := validRequestID(q.ID); err != nil {
+			return err
+		}
+		if q.Count < 1 || q.Count > segment.MaxStep || q.Range.First < 1 || q.Range.Last < q.Range.First || q.Range.Len() != q.Count {
+			return fmt.Errorf("%w: request %q of %q: range %d..%d does not hold its count %d (count 1..%d, first >= 1)",
+				segment.ErrInvalid, q.ID, q.Biz, q.Range.First, q.Range.Last, q.Count, segment.MaxStep)
+		}
+		if seenReq != nil {
+			rk := ordered.RequestKey{Biz: q.Biz, ID: q.ID}
+			if _, dup := seenReq[rk]; dup {
+				return fmt.Errorf("%w: request id %q of %q appears twice in one persist", segment.ErrInvalid, q.ID, q.Biz)
+			}
+			seenReq[rk] = struct{}{}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,565 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/idgen/idgen/ordered"
+	"github.com/idgen/idgen/segment"
+)
+
+// The shard owners of package ordered persist through the methods below.
+// They share the rows of the per-request path (ordered_NN, ordered_request),
+// so a cluster can move from ReserveOrdered to owners and back without a
+// migration of data: an owner loads the rows ReserveOrdered left, and
+// ReserveOrdered continues above the rows an owner persisted.
+//
+// Fencing lives in ordered_shard (schema 6): Claim raises a shard's epoch
+// under the row's exclusive lock, and every Persist and WriteBack starts
+// with
+//
+//	UPDATE ordered_shard SET persists = persists + 1 WHERE shard = ? AND epoch = ?
+//
+// which both checks the epoch and takes that lock until the commit. So a
+// Claim waits for the writes of the shard in flight, and once it has
+// committed no write of an older epoch can commit. The check is a write
+// on purpose: on Galera a read lock is local to one member, while two
+// members' writes to one row are certified against each other, so a
+// persist racing a Claim on another member is rolled back (and retried,
+// then fenced) rather than committed beside it.
+var _ ordered.Store = (*Store)(nil)
+
+// ownedBatch bounds the rows (or request ids, or keys) of one statement:
+// the same bound as the raising statements, well inside max_allowed_packet
+// for the longest sub keys.
+const ownedBatch = raiseBatch
+
+// ownerColumnChars is the width of ordered_shard.owner, in characters.
+const ownerColumnChars = 255
+
+// Claim makes epoch the shard's stored epoch (ordered.Store). One
+// transaction: create the shard's row if it has none (the row's first
+// claim), else lock it, refuse with ordered.ErrFenced when its epoch is
+// above epoch, and record epoch and owner. Claiming the stored epoch again
+// succeeds (a retried claim, or an owner restoring an epoch a lossy
+// failover lost). The row lock makes a Claim wait for the shard's persists
+// in flight: they hold it from their first statement to their commit.
+func (s *Store) Claim(ctx context.Context, shard int, epoch int64, owner string) error {
+	op := fmt.Sprintf("claim ORDERED shard %d at epoch %d", shard, epoch)
+	if err := validShard(shard); err != nil {
+		return fmt.Errorf("mysqlstore: %s: %w", op, err)
+	}
+	if epoch < 0 {
+		return fmt.Errorf("mysqlstore: %s: %w: negative epoch (epochs come from the coordinator and start at 0)", op, segment.ErrInvalid)
+	}
+	owner = ownerColumn(owner)
+	cctx, cancel := s.opContext(ctx)
+	defer cancel()
+	err := s.retryConflicts(cctx, op, func() error { return s.claimOnce(cctx, shard, epoch, owner) })
+	return s.ownedErr(ctx, op, err)
+}
+
+func (s *Store) claimOnce(ctx context.Context, shard int, epoch int64, owner string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after Commit
+	at := now()
+	// Insert-or-lock in one statement: two nodes claiming a shard that has
+	// no row yet queue on the primary key instead of both passing a
+	// locking read of a missing row (a gap lock each) and deadlocking on
+	// the insert. shard = shard changes nothing, so 0 rows affected means
+	// the row was there (ClientFoundRows is off); it is locked either way.
+	res, err := tx.ExecContext(ctx,
+		`INSERT INTO ordered_shard (shard, epoch, owner, persists, updated_at) VALUES (?, ?, ?, 0, ?)`+
+			` ON DUPLICATE KEY UPDATE shard = shard`, shard, epoch, owner, at)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 1 {
+		return tx.Commit()
+	}
+	var (
+		stored      int64
+		storedOwner string
+	)
+	if err := tx.QueryRowContext(ctx, `SELECT epoch, owner FROM ordered_shard WHERE shard = ? FOR UPDATE`, shard).
+		Scan(&stored, &storedOwner); err != nil {
+		return err
+	}
+	if stored > epoch {
+		return fmt.Errorf("%w: shard %d is at epoch %d (owner %q), above %d: a newer owner claimed it; give the shard up",
+			ordered.ErrFenced, shard, stored, storedOwner, epoch)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE ordered_shard SET epoch = ?, owner = ?, updated_at = ? WHERE shard = ?`,
+		epoch, owner, at, shard); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Load returns the stored number of each key that has a row
+// (ordered.Store), after checking that the shard's stored epoch is epoch.
+// The check is a plain read: Load writes nothing, so a stale owner that
+// passes it cannot do harm (its persists are fenced), and the owner that
+// just claimed reads every row the previous owners committed (their
+// persists committed before the Claim got the shard's lock). Keys are read
+// by primary key, ownedBatch per statement.
+func (s *Store) Load(ctx context.Context, shard int, epoch int64, keys []ordered.Key) (map[ordered.Key]int64, error) {
+	op := fmt.Sprintf("load %d ORDERED keys of shard %d at epoch %d", len(keys), shard, epoch)
+	if err := validShard(shard); err != nil {
+		return nil, fmt.Errorf("mysqlstore: %s: %w", op, err)
+	}
+	for _, k := range keys {
+		if err := validOwnedKey(shard, k); err != nil {
+			return nil, fmt.Errorf("mysqlstore: %s: %w", op, err)
+		}
+	}
+	cctx, cancel := s.opContext(ctx)
+	defer cancel()
+	out := make(map[ordered.Key]int64, len(keys))
+	err := s.checkEpoch(cctx, s.db, shard, epoch)
+	for rest := keys; err == nil && len(rest) > 0; {
+		n := min(len(rest), ownedBatch)
+		err = s.loadBatch(cctx, shard, rest[:n], out)
+		rest = rest[n:]
+	}
+	if err != nil {
+		return nil, s.ownedErr(ctx, op, err)
+	}
+	return out, nil
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// checkEpoch returns nil when the shard's stored epoch is epoch, else an
+// error wrapping ordered.ErrFenced that says whose the shard is.
+func (s *Store) checkEpoch(ctx context.Context, q querier, shard int, epoch int64) error {
+	var (
+		stored int64
+		owner  string
+	)
+	err := q.QueryRowContext(ctx, `SELECT epoch, owner FROM ordered_shard WHERE shard = ?`, shard).Scan(&stored, &owner)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: shard %d was never claimed: Claim it before loading or persisting", ordered.ErrFenced, shard)
+	}
+	if err != nil {
+		return err
+	}
+	return fencedUnless(shard, epoch, stored, owner)
+}
+
+// fencedUnless is nil when stored == epoch, else the ErrFenced error for a
+// stored epoch above (another owner) or below (a lost claim) the caller's.
+func fencedUnless(shard int, epoch, stored int64, owner string) error {
+	switch {
+	case stored > epoch:
+		return fmt.Errorf("%w: shard %d is at epoch %d (owner %q), not %d: another node took it over; stop serving it",
+			ordered.ErrFenced, shard, stored, owner, epoch)
+	case stored < epoch:
+		return fmt.Errorf("%w: shard %d is at epoch %d, below %d: this node's claim was lost (a MySQL failover to a lagging server?); claim it again",
+			ordered.ErrFenced, shard, stored, epoch)
+	}
+	return nil
+}
+
+func (s *Store) loadBatch(ctx context.Context, shard int, keys []ordered.Key, out map[ordered.Key]int64) error {
+	var b strings.Builder
+	b.WriteString(`SELECT biz, sub_key, num FROM ` + orderedTable(shard) + ` WHERE (biz, sub_key) IN (`)
+	args := make([]any, 0, 2*len(keys))
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?)")
+		args = append(args, k.Biz, []byte(k.SubKey))
+	}
+	b.WriteString(")")
+	rows, err := s.db.QueryContext(ctx, b.String(), args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			biz    string
+			subKey []byte
+			num    int64
+		)
+		if err := rows.Scan(&biz, &subKey, &num); err != nil {
+			return err
+		}
+		out[ordered.Key{Biz: biz, SubKey: string(subKey)}] = num
+	}
+	return rows.Err()
+}
+
+// Persist raises rows to their numbers and inserts reqs in one
+// transaction conditional on the shard's epoch (ordered.Store). Round
+// trips: BEGIN, the fencing UPDATE of ordered_shard, one multi-row INSERT
+// of the request ids and one multi-row upsert of the rows (each per
+// ownedBatch), COMMIT. It is the owners' group commit, so nothing else is
+// read or written on the way.
+//
+// The fencing UPDATE comes first: it fails fast when the shard is not the
+// caller's, and it holds the shard row's lock, so the rest can neither
+// race a Claim nor a deposed owner. Request ids come before the rows: a
+// duplicate rolls back before any row was written, and then one SELECT per
+// business names the stored ids (*ordered.DuplicateRequestsError, nothing
+// written). The rows are upserted with ON DUPLICATE KEY UPDATE num =
+// GREATEST(num, VALUES(num)): a persist never lowers a row, so persists of
+// one shard may commit in any order (WriteBack is the one that lowers). A
+// deadlock or a Galera certification conflict rolled the whole transaction
+// back and it is run again (retryConflicts).
+func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []ordered.Row, reqs []ordered.Request) error {
+	op := fmt.Sprintf("persist %d ORDERED rows and %d request ids of shard %d at epoch %d", len(rows), len(reqs), shard, epoch)
+	if err := validPersist(shard, rows, reqs); err != nil {
+		return fmt.Errorf("mysqlstore: %s: %w", op, err)
+	}
+	return s.fencedWrite(ctx, op, shard, epoch, reqs, rowUpserts(shard, rows, false))
+}
+
+// WriteBack sets rows to their numbers exactly, in one transaction
+// conditional on the shard's epoch (ordered.Store): the same fencing
+// UPDATE first, then upserts with ON DUPLICATE KEY UPDATE num =
+// VALUES(num), which may lower a row. A planned hand-off writes back the
+// exact counters over its unused reservations, so the next owner
+// continues without a gap; only the epoch's holder can, and its persists
+// are done by then.
+func (s *Store) WriteBack(ctx context.Context, shard int, epoch int64, rows []ordered.Row) error {
+	op := fmt.Sprintf("write back %d ORDERED rows of shard %d at epoch %d", len(rows), shard, epoch)
+	if err := validPersist(shard, rows, nil); err != nil {
+		return fmt.Errorf("mysqlstore: %s: %w", op, err)
+	}
+	return s.fencedWrite(ctx, op, shard, epoch, nil, rowUpserts(shard, rows, true))
+}
+
+// fencedWrite runs persistOnce with retries and the owners' error rules.
+// The statements are built once: a retried attempt sends the same ones.
+func (s *Store) fencedWrite(ctx context.Context, op string, shard int, epoch int64, reqs []ordered.Request, rowStmts []stmt) error {
+	reqStmts := requestInserts(reqs, now())
+	cctx, cancel := s.opContext(ctx)
+	defer cancel()
+	err := s.retryConflicts(cctx, op, func() error {
+		return s.persistOnce(cctx, shard, epoch, reqs, reqStmts, rowStmts)
+	})
+	return s.ownedErr(ctx, op, err)
+}
+
+// stmt is one statement with its arguments.
+type stmt struct {
+	sql  string
+	args []any
+}
+
+func requestInserts(reqs []ordered.Request, at any) []stmt {
+	var out []stmt
+	for len(reqs) > 0 {
+		n := min(len(reqs), ownedBatch)
+		var b strings.Builder
+		b.WriteString("INSERT INTO ordered_request (biz, request_id, sub_key, `count`, `first`, `last`, created_at) VALUES ")
+		args := make([]any, 0, 7*n)
+		for i, q := range reqs[:n] {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?, ?, ?, ?, ?, ?)")
+			args = append(args, q.Biz, []byte(q.ID), []byte(q.SubKey), q.Count, q.Range.First, q.Range.Last, at)
+		}
+		out = append(out, stmt{b.String(), args})
+		reqs = reqs[n:]
+	}
+	return out
+}
+
+// rowUpserts builds the row statements: exact sets num to the value given
+// (WriteBack), else only raises it (Persist).
+func rowUpserts(shard int, rows []ordered.Row, exact bool) []stmt {
+	update := " ON DUPLICATE KEY UPDATE num = GREATEST(num, VALUES(num))"
+	if exact {
+		update = " ON DUPLICATE KEY UPDATE num = VALUES(num)"
+	}
+	var out []stmt
+	for len(rows) > 0 {
+		n := min(len(rows), ownedBatch)
+		var b strings.Builder
+		b.WriteString("INSERT INTO " + orderedTable(shard) + " (biz, sub_key, num) VALUES ")
+		args := make([]any, 0, 3*n)
+		for i, r := range rows[:n] {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?, ?)")
+			args = append(args, r.Biz, []byte(r.SubKey), r.Num)
+		}
+		b.WriteString(update)
+		out = append(out, stmt{b.String(), args})
+		rows = rows[n:]
+	}
+	return out
+}
+
+func (s *Store) persistOnce(ctx context.Context, shard int, epoch int64, reqs []ordered.Request, reqStmts, rowStmts []stmt) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after Commit
+	res, err := tx.ExecContext(ctx, `UPDATE ordered_shard SET persists = persists + 1 WHERE shard = ? AND epoch = ?`, shard, epoch)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		// Fenced. Read whose the shard is for the message (rare path).
+		if err := s.checkEpoch(ctx, tx, shard, epoch); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: shard %d left epoch %d while persisting; claim it again", ordered.ErrFenced, shard, epoch)
+	}
+	for _, st := range reqStmts {
+		_, err := tx.ExecContext(ctx, st.sql, st.args...)
+		if isDupEntry(err) {
+			if err := tx.Rollback(); err != nil {
+				return err
+			}
+			return s.duplicateRequests(ctx, reqs)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for _, st := range rowStmts {
+		if _, err := tx.ExecContext(ctx, st.sql, st.args...); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// duplicateRequests names the request ids of reqs that are stored, after
+// an insert of them hit a duplicate key (and was rolled back). When none
+// is stored any more (cleaned up in between) the attempt is run again
+// (errRequestVanished).
+func (s *Store) duplicateRequests(ctx context.Context, reqs []ordered.Request) error {
+	byBiz := map[string][]string{}
+	var bizs []string
+	for _, q := range reqs {
+		if _, ok := byBiz[q.Biz]; !ok {
+			bizs = append(bizs, q.Biz)
+		}
+		byBiz[q.Biz] = append(byBiz[q.Biz], q.ID)
+	}
+	dup := &ordered.DuplicateRequestsError{}
+	for _, biz := range bizs {
+		ids := byBiz[biz]
+		found, err := s.lookupRequests(ctx, biz, ids)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids { // in the batch's order
+			if _, ok := found[id]; ok {
+				dup.Requests = append(dup.Requests, ordered.RequestKey{Biz: biz, ID: id})
+			}
+		}
+	}
+	if len(dup.Requests) == 0 {
+		return errRequestVanished
+	}
+	return dup
+}
+
+// LookupRequests returns the stored requests of biz among ids
+// (ordered.Store), ownedBatch ids per statement.
+func (s *Store) LookupRequests(ctx context.Context, biz string, ids []string) (map[string]ordered.Request, error) {
+	op := fmt.Sprintf("look up %d ORDERED request ids of %q", len(ids), biz)
+	if err := segment.ValidateBizName(biz); err != nil {
+		return nil, fmt.Errorf("mysqlstore: %s: %w", op, err)
+	}
+	for _, id := range ids {
+		if err := validRequestID(id); err != nil {
+			return nil, fmt.Errorf("mysqlstore: %s: %w", op, err)
+		}
+	}
+	cctx, cancel := s.opContext(ctx)
+	defer cancel()
+	out, err := s.lookupRequests(cctx, biz, ids)
+	if err != nil {
+		return nil, s.ownedErr(ctx, op, err)
+	}
+	return out, nil
+}
+
+func (s *Store) lookupRequests(ctx context.Context, biz string, ids []string) (map[string]ordered.Request, error) {
+	out := make(map[string]ordered.Request, len(ids))
+	for len(ids) > 0 {
+		n := min(len(ids), ownedBatch)
+		var b strings.Builder
+		b.WriteString("SELECT request_id, sub_key, `count`, `first`, `last` FROM ordered_request WHERE biz = ? AND request_id IN (")
+		args := make([]any, 0, 1+n)
+		args = append(args, biz)
+		for i, id := range ids[:n] {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("?")
+			args = append(args, []byte(id))
+		}
+		b.WriteString(")")
+		if err := scanRequests(ctx, s.db, biz, b.String(), args, out); err != nil {
+			return nil, err
+		}
+		ids = ids[n:]
+	}
+	return out, nil
+}
+
+func scanRequests(ctx context.Context, q querier, biz, query string, args []any, out map[string]ordered.Request) error {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id, subKey []byte
+			r          ordered.Request
+		)
+		if err := rows.Scan(&id, &subKey, &r.Count, &r.Range.First, &r.Range.Last); err != nil {
+			return err
+		}
+		r.Biz, r.ID, r.SubKey = biz, string(id), string(subKey)
+		out[r.ID] = r
+	}
+	return rows.Err()
+}
+
+// ownedErr classifies a database error like every other store call, but
+// keeps the owners' own outcomes as they are: ordered.ErrFenced (wrapped
+// with the operation) and *ordered.DuplicateRequestsError (unchanged), so
+// errors.Is and errors.As find them.
+func (s *Store) ownedErr(parent context.Context, op string, err error) error {
+	var dup *ordered.DuplicateRequestsError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &dup):
+		return dup
+	case errors.Is(err, ordered.ErrFenced):
+		return fmt.Errorf("mysqlstore: %s: %w", op, err)
+	}
+	return s.classify(parent, op, err)
+}
+
+// validShard refuses shard indexes outside 0..63.
+func validShard(shard int) error {
+	if shard < 0 || shard >= segment.OrderedShards {
+		return fmt.Errorf("%w: shard %d out of range 0..%d", segment.ErrInvalid, shard, segment.OrderedShards-1)
+	}
+	return nil
+}
+
+// validOwnedKey checks a key as the per-request path does (business name,
+// a UTF-8 sub key within segment.MaxSubKeyLen) and that it belongs to the
+// shard: its row lives in that shard's table and under that shard's
+// fence, nowhere else.
+func validOwnedKey(shard int, k ordered.Key) error {
+	if err := segment.ValidateBizName(k.Biz); err != nil {
+		return err
+	}
+	switch {
+	case !validSubKey(k.SubKey):
+		return fmt.Errorf("%w: sub_key %q is not valid UTF-8 (its shard would differ from the Java service's)", segment.ErrInvalid, k.SubKey)
+	case len(k.SubKey) > segment.MaxSubKeyLen || len(k.SubKey) > subKeyColumnBytes:
+		return fmt.Errorf("%w: sub_key is %d bytes, at most %d allowed", segment.ErrInvalid, len(k.SubKey), segment.MaxSubKeyLen)
+	case Shard(k.SubKey) != shard:
+		return fmt.Errorf("%w: sub_key %q of %q belongs to shard %d, not %d: persist and load each shard's keys under its own epoch",
+			segment.ErrInvalid, k.SubKey, k.Biz, Shard(k.SubKey), shard)
+	}
+	return nil
+}
+
+func validRequestID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty request id (requests without an id are not stored)", segment.ErrInvalid)
+	case len(id) > segment.MaxRequestIDLen || len(id) > requestIDColumnBytes:
+		return fmt.Errorf("%w: request_id is %d bytes, at most %d allowed", segment.ErrInvalid, len(id), segment.MaxRequestIDLen)
+	}
+	return nil
+}
+
+// validPersist checks a Persist's input before anything is sent: every
+// row and request of the shard and well formed, no key or request id
+// twice (in one multi-row statement the later value would silently win,
+// and a request id twice would look like a stored duplicate).
+func validPersist(shard int, rows []ordered.Row, reqs []ordered.Request) error {
+	if err := validShard(shard); err != nil {
+		return err
+	}
+	var seen map[ordered.Key]struct{}
+	if len(rows) > 1 {
+		seen = make(map[ordered.Key]struct{}, len(rows))
+	}
+	for _, r := range rows {
+		if err := validOwnedKey(shard, r.Key); err != nil {
+			return err
+		}
+		if r.Num < 0 {
+			return fmt.Errorf("%w: row %q/%q: negative number %d", segment.ErrInvalid, r.Biz, r.SubKey, r.Num)
+		}
+		if seen != nil {
+			if _, dup := seen[r.Key]; dup {
+				return fmt.Errorf("%w: row %q/%q appears twice in one persist: send one number per key", segment.ErrInvalid, r.Biz, r.SubKey)
+			}
+			seen[r.Key] = struct{}{}
+		}
+	}
+	var seenReq map[ordered.RequestKey]struct{}
+	if len(reqs) > 1 {
+		seenReq = make(map[ordered.RequestKey]struct{}, len(reqs))
+	}
+	for _, q := range reqs {
+		if err := validOwnedKey(shard, ordered.Key{Biz: q.Biz, SubKey: q.SubKey}); err != nil {
+			return fmt.Errorf("request %q: %w", q.ID, err)
+		}
+		if err := validRequestID(q.ID); err != nil {
+			return err
+		}
+		if q.Count < 1 || q.Count > segment.MaxStep || q.Range.First < 1 || q.Range.Last < q.Range.First || q.Range.Len() != q.Count {
+			return fmt.Errorf("%w: request %q of %q: range %d..%d does not hold its count %d (count 1..%d, first >= 1)",
+				segment.ErrInvalid, q.ID, q.Biz, q.Range.First, q.Range.Last, q.Count, segment.MaxStep)
+		}
+		if seenReq != nil {
+			rk := ordered.RequestKey{Biz: q.Biz, ID: q.ID}
+			if _, dup := seenReq[rk]; dup {
+				return fmt.Errorf("%w: request id %q of %q appears twice in one persist", segment.ErrInvalid, q.ID, q.Biz)
+			}
+			seenReq[rk] = struct{}{}
+		}
+	}
+	return nil
+}
+
+// ownerColumn fits owner (an RPC address, for operators only) into
+// ordered_shard.owner: valid UTF-8, at most 255 characters. A claim never
+// fails over its label.
+func ownerColumn(owner string) string {
+	owner = strings.ToValidUTF8(owner, "\uFFFD")
+	if utf8.RuneCountInString(owner) <= ownerColumnChars {
+		return owner
+	}
+	r := []rune(owner)
+	return string(r[:ownerColumnChars])
+}

@@ -1,0 +1,187 @@
+package mysqlstore
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idgen/idgen/ordered"
+	"github.com/idgen/idgen/ordered/storetest"
+	"github.com/idgen/idgen/segment"
+)
+
+func TestOwned_Conformance(t *testing.T) {
+	dsn := newTestDatabase(t, testServer(t), true)
+	storetest.Run(t, func(t *testing.T) ordered.Store {
+		return openStore(t, dsn, nil)
+	})
+}
+
+// TestOwned_PerRequestPathCompatible: owners and the per-request path
+// (ReserveOrdered) share rows and request ids, so a cluster switching from
+// one to the other continues above the numbers the other handed out and
+// replays the other's request ids.
+func TestOwned_PerRequestPathCompatible(t *testing.T) {
+	s := openStore(t, newTestDatabase(t, testServer(t), true), nil)
+	ctx := testCtx(t)
+	b := mustCreate(t, s, segment.Biz{Name: "compat", Channel: segment.ChannelOrdered, StartNum: 100})
+	sub := storetest.SubKeys(7, "user-", 2)
+	k, fresh := ordered.Key{Biz: b.Name, SubKey: sub[0]}, ordered.Key{Biz: b.Name, SubKey: sub[1]}
+
+	r, err := s.ReserveOrdered(ctx, segment.OrderedRequest{Biz: b.Name, SubKey: k.SubKey, Count: 3, StartNum: 100, RequestID: "old-req"})
+	if err != nil || r != (segment.Range{First: 100, Last: 102}) {
+		t.Fatalf("ReserveOrdered = %v, %v; want 100..102", r, err)
+	}
+	if err := s.Claim(ctx, 7, 1, "a:1"); err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.Load(ctx, 7, 1, []ordered.Key{k, fresh})
+	if err != nil || len(m) != 1 || m[k] != 102 {
+		t.Fatalf("Load of a row ReserveOrdered created = %v, %v; want %v: 102", m, err, k)
+	}
+	got, err := s.LookupRequests(ctx, b.Name, []string{"old-req"})
+	if want := storetest.Req(b.Name, "old-req", k.SubKey, 102, 3); err != nil || got["old-req"] != want {
+		t.Fatalf("LookupRequests of ReserveOrdered's request id = %+v, %v; want %+v", got, err, want)
+	}
+	err = s.Persist(ctx, 7, 1, []ordered.Row{{Key: k, Num: 150}}, []ordered.Request{storetest.Req(b.Name, "old-req", k.SubKey, 150, 1)})
+	var dup *ordered.DuplicateRequestsError
+	if !errors.As(err, &dup) {
+		t.Fatalf("Persist reusing ReserveOrdered's request id: %v, want a DuplicateRequestsError", err)
+	}
+
+	// The owner persists; the per-request path continues above it and
+	// replays the owner's request ids.
+	if err := s.Persist(ctx, 7, 1, []ordered.Row{{Key: k, Num: 150}},
+		[]ordered.Request{storetest.Req(b.Name, "owner-req", k.SubKey, 150, 2)}); err != nil {
+		t.Fatal(err)
+	}
+	r, err = s.ReserveOrdered(ctx, segment.OrderedRequest{Biz: b.Name, SubKey: k.SubKey, Count: 1, StartNum: 100})
+	if err != nil || r.First != 151 {
+		t.Fatalf("ReserveOrdered after Persist(150) = %v, %v; want 151..151", r, err)
+	}
+	rep, err := s.ReserveOrderedReplay(ctx, segment.OrderedRequest{Biz: b.Name, SubKey: k.SubKey, Count: 2, StartNum: 100, RequestID: "owner-req"})
+	if err != nil || !rep.Replayed || rep.Range != (segment.Range{First: 149, Last: 150}) {
+		t.Fatalf("ReserveOrderedReplay of the owner's request id = %+v, %v; want the stored 149..150, replayed", rep, err)
+	}
+	// And the next owner loads what the per-request path reserved.
+	if err := s.Claim(ctx, 7, 2, "b:1"); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := s.Load(ctx, 7, 2, []ordered.Key{k}); err != nil || m[k] != 151 {
+		t.Fatalf("Load after ReserveOrdered = %v, %v; want 151", m, err)
+	}
+}
+
+// TestOwned_PersistIsAWrite: every persist, even an empty one, increments
+// ordered_shard.persists (the write Galera certifies against a claim); a
+// fenced one changes nothing. Claim records the owner.
+func TestOwned_PersistIsAWrite(t *testing.T) {
+	s := openStore(t, newTestDatabase(t, testServer(t), true), nil)
+	ctx := testCtx(t)
+	long := strings.Repeat("ü", 300) + "\xff"
+	if err := s.Claim(ctx, 3, 5, long); err != nil {
+		t.Fatalf("Claim with an owner longer than the column: %v", err)
+	}
+	for range 3 {
+		if err := s.Persist(ctx, 3, 5, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Persist(ctx, 3, 4, nil, nil); !errors.Is(err, ordered.ErrFenced) || !strings.Contains(err.Error(), "another node took it over") {
+		t.Fatalf("Persist under a lower epoch: %v", err)
+	}
+	if err := s.Persist(ctx, 3, 6, nil, nil); !errors.Is(err, ordered.ErrFenced) || !strings.Contains(err.Error(), "claim it again") {
+		t.Fatalf("Persist under a higher epoch: %v", err)
+	}
+	var (
+		epoch, persists int64
+		owner           string
+	)
+	if err := s.DB().QueryRowContext(ctx, `SELECT epoch, owner, persists FROM ordered_shard WHERE shard = 3`).Scan(&epoch, &owner, &persists); err != nil {
+		t.Fatal(err)
+	}
+	if epoch != 5 || persists != 3 || owner != strings.Repeat("ü", 255) {
+		t.Fatalf("ordered_shard row: epoch %d persists %d owner %q; want 5, 3, 255 × ü", epoch, persists, owner)
+	}
+	if err := s.Claim(ctx, 3, 6, "c:2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DB().QueryRowContext(ctx, `SELECT epoch, owner FROM ordered_shard WHERE shard = 3`).Scan(&epoch, &owner); err != nil || epoch != 6 || owner != "c:2" {
+		t.Fatalf("after Claim(6): epoch %d owner %q, %v", epoch, owner, err)
+	}
+}
+
+// TestOwned_ClaimWaitsForPersist: a Claim blocks while a persist of the
+// shard holds its row, and the persist that held it commits.
+func TestOwned_ClaimWaitsForPersist(t *testing.T) {
+	s := openStore(t, newTestDatabase(t, testServer(t), true), nil)
+	ctx := testCtx(t)
+	if err := s.Claim(ctx, 9, 1, "a"); err != nil {
+		t.Fatal(err)
+	}
+	// Hold the lock the way a persist in flight does.
+	tx, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck
+	if _, err := tx.ExecContext(ctx, `UPDATE ordered_shard SET persists = persists + 1 WHERE shard = 9 AND epoch = 1`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Claim(ctx, 9, 2, "b") }()
+	select {
+	case err := <-done:
+		t.Fatalf("Claim returned (%v) while a persist held the shard", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Claim after the persist committed: %v", err)
+	}
+	if err := s.Persist(ctx, 9, 1, nil, nil); !errors.Is(err, ordered.ErrFenced) {
+		t.Fatalf("Persist under the old epoch after the claim: %v", err)
+	}
+}
+
+// BenchmarkOwnedPersist is the owners' group commit: one Persist of 1 or
+// 16 rows (and as many request ids, or none) to one shard, one caller at
+// a time (each shard has one persist loop).
+//
+//	source .testenv && go test -run '^$' -bench BenchmarkOwnedPersist -benchtime 2000x ./segment/mysqlstore/
+func BenchmarkOwnedPersist(b *testing.B) {
+	s := openStore(b, newTestDatabase(b, testServer(b), true), nil)
+	ctx := testCtx(b)
+	const shard = 11
+	if err := s.Claim(ctx, shard, 1, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	subs := storetest.SubKeys(shard, "k", 16)
+	for _, n := range []int{1, 16} {
+		for _, withReqs := range []bool{false, true} {
+			b.Run(fmt.Sprintf("rows=%d/requests=%v", n, withReqs), func(b *testing.B) {
+				rows := make([]ordered.Row, n)
+				var reqs []ordered.Request
+				if withReqs {
+					reqs = make([]ordered.Request, n)
+				}
+				biz := fmt.Sprintf("bench%d%v", n, withReqs)
+				for i := 0; b.Loop(); i++ {
+					for j := range rows {
+						rows[j] = ordered.Row{Key: ordered.Key{Biz: biz, SubKey: subs[j]}, Num: int64(i + 1)}
+						if withReqs {
+							reqs[j] = storetest.Req(biz, fmt.Sprintf("r%d-%d", i, j), subs[j], int64(i+1), 1)
+						}
+					}
+					if err := s.Persist(ctx, shard, 1, rows, reqs); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,123 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/idgen/idgen/ordered"
+	"github.com/idgen/idgen/ordered/zkown"
+	"github.com/idgen/idgen/segment"
+)
+
+// How a node serves ORDERED.
+const (
+	orderedNone           = iota // no segment store (ZooKeeper only): refused
+	orderedOwners                // shard owners answering from memory
+	orderedPerRequestNoZK        // one store statement per request: --mysql without --zk
+)
+
+// orderedPath decides how this configuration serves ORDERED.
+//
+// A cluster without ZooKeeper keeps the per-request path on purpose: MySQL
+// is the only thing its nodes share, and a lease kept in MySQL is only as
+// good as its replication. On an asynchronous or degraded semi-synchronous
+// failover the new primary can lose the lease row and the epoch bump of a
+// takeover, and two nodes would both own a shard and answer from memory;
+// the per-request statement has no such state to lose (and the failover
+// guard raises rows a node remembers). ZooKeeper's quorum keeps leases and
+// epochs through any single failure, so owners need --zk.
+func orderedPath(cfg Config, store segment.Store, noSegments error) int {
+	if noSegments != nil {
+		return orderedNone
+	}
+	if _, ok := store.(ordered.Store); !ok {
+		return orderedPerRequestNoZK
+	}
+	if cfg.MySQL != "" && cfg.ZK == "" {
+		return orderedPerRequestNoZK
+	}
+	return orderedOwners
+}
+
+// startOwners starts this node's allocator and its coordinator: ZooKeeper
+// leases in a cluster, every shard for a standalone node.
+func startOwners(ctx context.Context, cfg Config, store ordered.Store, gate segment.Gate, rpcPort int, m *metrics, log *zap.Logger) (*owners, error) {
+	self := fmt.Sprintf("%s:%d", advertiseHost(cfg), rpcPort)
+	if faultOrderedNoEpoch() {
+		u, ok := store.(interface{ UnsafeIgnoreEpoch() })
+		if !ok {
+			return nil, fmt.Errorf("IDGEN_FAULT_ORDERED_NO_EPOCH=1 needs the MySQL store")
+		}
+		log.Error("IDGEN_FAULT_ORDERED_NO_EPOCH=1: ORDERED persists ignore the shard epoch (fault injection's negative control); a deposed owner's write-back will repeat numbers")
+		u.UnsafeIgnoreEpoch()
+	}
+	o := &owners{self: self, log: log, forwarded: m.orderedForwards, forwardFailures: m.orderedForwardFailures}
+	var err error
+	if o.fwd, err = newForwarder(cfg); err != nil {
+		return nil, err
+	}
+	if cfg.ZK != "" {
+		noWait := faultOrderedNoLeaseWait()
+		if noWait {
+			log.Error("IDGEN_FAULT_ORDERED_NO_LEASE_WAIT=1: a new ORDERED shard owner does not wait out the old owner's lease (fault injection's negative control); answers will go backwards")
+		}
+		zc, err := zkown.Open(ctx, zkown.Config{Servers: strings.Split(cfg.ZK, ","), Root: cfg.ZKRoot, Cluster: cfg.Cluster,
+			Auth: cfg.ZKAuth, SessionTimeout: cfg.ZKSessionTimeout, Self: self, Lease: cfg.OrderedLease,
+			UnsafeNoLeaseWait: noWait, Logger: log.Named("owners"), Version: version})
+		if err != nil {
+			return nil, fmt.Errorf("ORDERED shard owners: %w", err)
+		}
+		o.coord = zc
+	} else {
+		o.coord = ordered.NewLocal(self)
+	}
+	o.alloc, err = ordered.New(ordered.Config{Store: store, Coordinator: o.coord, Self: self, Window: cfg.OrderedWindow,
+		Timeout: cfg.StoreTimeout, Gate: gate, Logger: log, BeforeWriteBack: faultHandOffStall(log)})
+	if err != nil {
+		_ = o.coord.Close(ctx)
+		return nil, err
+	}
+	if err := o.coord.Start(ctx, o.alloc); err != nil {
+		_ = o.coord.Close(ctx)
+		return nil, fmt.Errorf("ORDERED shard owners: %w", err)
+	}
+	// Serve once every shard has an owner this node knows of (the first
+	// round of the coordinator), waiting a second at most: a shard between
+	// owners (a hand-off in progress) is ridden out per request.
+	deadline := time.Now().Add(min(cfg.OrderedLease, time.Second))
+	for !allOwned(o.coord.Owners()) && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !allOwned(o.coord.Owners()) {
+		log.Warn("ORDERED: some shards have no owner yet; requests for them are refused (retryable) until one takes them")
+	}
+	m.reg.MustRegister(newOwnersCollector(o))
+	return o, nil
+}
+
+func allOwned(list []ordered.Owner) bool {
+	for _, o := range list {
+		if o.Addr == "" {
+			return false
+		}
+	}
+	return len(list) == segment.OrderedShards
+}
+
+// close hands every owned shard off (exact counters written back) and
+// leaves the cluster. Safe to call twice.
+func (o *owners) close() {
+	o.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		start := time.Now()
+		if err := o.coord.Close(ctx); err != nil {
+			o.log.Warn("handing ORDERED shards off", zap.Error(err))
+		}
+		o.log.Info("ORDERED shards handed off", zap.Duration("took", time.Since(start)))
+	})
+}

@@ -57,7 +57,10 @@ type Config struct {
 	// Timeout bounds one store call (default 2s).
 	Timeout time.Duration
 	// MaxInFlight bounds the persists of one shard running at once
-	// (default 4).
+	// (default 1). More than one is correct (persists only raise rows)
+	// but measured slower on MariaDB: concurrent persists of a shard
+	// queue on its fence row, and a queued one cannot join the next
+	// group commit (BENCHMARKS.md, "ORDERED at memory speed").
 	MaxInFlight int
 	// Gate, when set, holds loads and persists back while the cluster
 	// repairs the store after a MySQL failover (package zkguard).
@@ -102,7 +105,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Timeout = DefaultTimeout
 	}
 	if c.MaxInFlight <= 0 {
-		c.MaxInFlight = 4
+		c.MaxInFlight = 1
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()

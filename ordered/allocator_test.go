@@ -469,7 +469,12 @@ func TestPipelinedPersistsCommittingOutOfOrder(t *testing.T) {
 	store := newFakeStore()
 	store.jitter = true
 	clk := newFakeClock()
-	n := newNode(t, store, clk, "a:1")
+	coord := newFakeCoord("a:1", clk.Now().Add(time.Hour))
+	a, err := New(Config{Store: store, Coordinator: coord, Clock: clk, Self: "a:1", MaxInFlight: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{a: a, coord: coord}
 	n.acquireAll(t, 1, time.Time{})
 	biz := bizMode("chat", segment.OrderedGapless)
 	var wg sync.WaitGroup
@@ -499,5 +504,26 @@ func TestPipelinedPersistsCommittingOutOfOrder(t *testing.T) {
 	}
 	if got := store.row(Key{"chat", "hot"}); got != 640 {
 		t.Fatalf("row %d after 640 answers", got)
+	}
+}
+
+func TestLocalClaimsAboveAStoredEpoch(t *testing.T) {
+	// A standalone node whose clock is behind an earlier start's epoch
+	// claims above the stored one instead of failing to start.
+	store := newFakeStore()
+	store.epochs[7] = time.Now().Add(time.Hour).UnixMilli()
+	l := NewLocal("a:1")
+	a, err := New(Config{Store: store, Coordinator: l, Self: "a:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Owner(7).Epoch; got != store.epochs[7] || got <= l.Owner(6).Epoch {
+		t.Fatalf("shard 7 epoch %d, stored %d", got, store.epochs[7])
+	}
+	if _, err := a.Take(context.Background(), bizMode("chat", segment.OrderedGapless), "k", 1, ""); err != nil {
+		t.Fatal(err)
 	}
 }

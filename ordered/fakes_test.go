@@ -33,7 +33,7 @@ func (s *fakeStore) Claim(_ context.Context, shard int, epoch int64, _ string) e
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.epochs[shard] > epoch {
-		return ErrFenced
+		return &FencedError{Shard: shard, Epoch: epoch, Stored: s.epochs[shard]}
 	}
 	s.epochs[shard] = epoch
 	return nil

@@ -2,6 +2,7 @@ package ordered
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,9 +18,10 @@ var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 // Each start is a new epoch (its start time in ms), so terms are told
 // apart in the store like a cluster's.
 type Local struct {
-	self  string
-	epoch int64
-	h     Handler
+	self   string
+	epoch  int64
+	epochs [segment.OrderedShards]int64 // per shard, set by Start
+	h      Handler
 }
 
 // NewLocal returns the coordinator of a standalone node at self.
@@ -32,16 +34,30 @@ func NewLocal(self string) *Local {
 func (l *Local) Start(ctx context.Context, h Handler) error {
 	l.h = h
 	for s := range segment.OrderedShards {
-		if err := h.Acquire(ctx, Grant{Shard: s, Epoch: l.epoch}); err != nil {
+		epoch := l.epoch
+		err := h.Acquire(ctx, Grant{Shard: s, Epoch: epoch})
+		var fe *FencedError
+		if errors.As(err, &fe) {
+			// The store holds a later epoch (this machine's clock is
+			// behind an earlier start's): claim above it.
+			epoch = fe.Stored + 1
+			err = h.Acquire(ctx, Grant{Shard: s, Epoch: epoch})
+		}
+		if err != nil {
 			return fmt.Errorf("ordered: standalone node acquiring shard %d: %w", s, err)
 		}
+		l.epochs[s] = epoch
 	}
 	return nil
 }
 
 // Owner returns this node for every shard.
 func (l *Local) Owner(shard int) Owner {
-	return Owner{Shard: shard, Addr: l.self, Epoch: l.epoch, Self: true}
+	epoch := l.epoch
+	if shard >= 0 && shard < len(l.epochs) && l.epochs[shard] != 0 {
+		epoch = l.epochs[shard]
+	}
+	return Owner{Shard: shard, Addr: l.self, Epoch: epoch, Self: true}
 }
 
 // Owners returns every shard's owner (this node).

@@ -10,6 +10,9 @@
 #   idgen-s100 standalone, --max-step 100            (UNORDERED step pinned at 100)
 #   noop       the constant-answer Kitex server      (the RPC floor)
 #   idgen-my   --mysql, --max-step 100               (only with IDGEN_TEST_MYSQL, see ./build.sh servers start)
+#   own1, own2a+own2b  ZooKeeper + MariaDB clusters of 1 and 2 nodes: ORDERED shard owners,
+#              cached and gapless, one hot key or 64 keys, callers split over 2 nodes
+#              (only with IDGEN_TEST_MYSQL and IDGEN_TEST_ZK)
 # then runs every scenario RUNS times, interleaved (rep 1 of all, rep 2 of all, ...),
 # and the Go benchmarks of bench/ (and BenchmarkOrdered* of segment/mysqlstore
 # with IDGEN_TEST_MYSQL). Results: bench/results/<stamp>.jsonl (one `idctl bench
@@ -61,7 +64,7 @@ cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [ -n "$MYSQL_DB" ]; then
-    mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -e "DROP DATABASE IF EXISTS \`$MYSQL_DB\`" 2>/dev/null || true
+    mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -e "DROP DATABASE IF EXISTS \`$MYSQL_DB\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own2\`" 2>/dev/null || true
   fi
   rm -rf "$WORK"
 }
@@ -132,6 +135,34 @@ else
   log "no MariaDB (IDGEN_TEST_MYSQL unset or unreachable): skipping the MySQL scenarios"
 fi
 
+# ORDERED shard owners (issue 20): clusters on ZooKeeper + MariaDB. own1 is
+# a one-node cluster (it owns all 64 shards); own2a + own2b a two-node
+# cluster whose callers are split over both nodes, so the half sent to the
+# node that does not own the hot key's shard is forwarded (one hop).
+WITH_OWNERS=0
+if [ "$WITH_MYSQL" = 1 ] && [ -n "${IDGEN_TEST_ZK:-}" ]; then
+  for c in own1 own2; do
+    "$IDCTL" cluster init --zk "$IDGEN_TEST_ZK" --cluster "bench-$c-$$" >/dev/null 2>&1
+  done
+  start_idgen own1 --zk "$IDGEN_TEST_ZK" --cluster "bench-own1-$$" --mysql "$DSN" --advertise-host 127.0.0.1 --properties-dir "$WORK/own1"
+  # A database per cluster: two clusters on one database would take each
+  # other's shards (their epochs come from different ZooKeeper subtrees).
+  MYSQL_DB2=${MYSQL_DB}_own2
+  mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -e "CREATE DATABASE \`$MYSQL_DB2\`"
+  DSN2="${IDGEN_TEST_MYSQL%/}/$MYSQL_DB2"
+  "$IDCTL" db migrate --mysql "$DSN2" >/dev/null
+  start_idgen own2a --zk "$IDGEN_TEST_ZK" --cluster "bench-own2-$$" --mysql "$DSN2" --advertise-host 127.0.0.1 --properties-dir "$WORK/own2a"
+  start_idgen own2b --zk "$IDGEN_TEST_ZK" --cluster "bench-own2-$$" --mysql "$DSN2" --advertise-host 127.0.0.1 --properties-dir "$WORK/own2b"
+  "$IDCTL" biz create --addr "${ADDR[own1]}" --biz own-cached --channel ordered --ordered-mode cached >/dev/null
+  "$IDCTL" biz create --addr "${ADDR[own1]}" --biz own-gapless --channel ordered --ordered-mode gapless >/dev/null
+  "$IDCTL" biz create --addr "${ADDR[own2a]}" --biz own2-cached --channel ordered --ordered-mode cached >/dev/null
+  "$IDCTL" biz create --addr "${ADDR[own2a]}" --biz own2-gapless --channel ordered --ordered-mode gapless >/dev/null
+  sleep 4 # the two-node cluster settles: shards handed to own2b by rendezvous
+  WITH_OWNERS=1
+else
+  log "no ZooKeeper or MariaDB test server: skipping the ORDERED shard-owner scenarios"
+fi
+
 # scenario NAME SERVER IDCTL-ARGS...
 SCENARIOS=()
 scenario() { SCENARIOS+=("$*"); }
@@ -149,6 +180,16 @@ if [ "$WITH_MYSQL" = 1 ]; then
   scenario mysql-refill-step100-c16 idgen-my --biz small --channel unordered --concurrency 16 --check
   scenario mysql-refill-huge-c16 idgen-my --biz huge --channel unordered --concurrency 16 --check
   scenario mysql-ordered-c16 idgen-my --biz bench-ord --channel ordered --keys 1000 --concurrency 16 --check
+fi
+
+if [ "$WITH_OWNERS" = 1 ]; then
+  scenario own-cached-hot-c16 own1 --biz own-cached --channel ordered --sub-key hot --concurrency 16 --check
+  scenario own-cached-64-c16 own1 --biz own-cached --channel ordered --keys 64 --concurrency 16 --check
+  scenario own-gapless-hot-c16 own1 --biz own-gapless --channel ordered --sub-key hot --concurrency 16 --check
+  scenario own-gapless-64-c16 own1 --biz own-gapless --channel ordered --keys 64 --concurrency 16 --check
+  # SERVER a+b: two idctl bench processes at once, half the callers each.
+  scenario own-cached-hot-split-c16 own2a+own2b --biz own2-cached --channel ordered --sub-key hot --concurrency 8 --check
+  scenario own-gapless-hot-split-c16 own2a+own2b --biz own2-gapless --channel ordered --sub-key hot --concurrency 8 --check
 fi
 
 if [ -n "${ONLY:-}" ]; then
@@ -176,6 +217,38 @@ for ((rep = 1; rep <= RUNS; rep++)); do
   for sc in "${SCENARIOS[@]}"; do
     read -r -a a <<<"$sc"
     name=${a[0]} server=${a[1]} args=("${a[@]:2}")
+    if [[ $server == *+* ]]; then
+      # Split: both nodes driven at once; requests/s summed, latencies the
+      # worse of the two (percentiles cannot be merged exactly).
+      log "rep $rep/$RUNS: $name (${args[*]}, on ${server/+/ and })"
+      set +e
+      "$IDCTL" bench --addr "${ADDR[${server%%+*}]}" --duration "$DURATION" --warmup "$WARMUP" --json --quiet "${args[@]}" >"$WORK/split1" 2>"$WORK/bench.err" &
+      p1=$!
+      "$IDCTL" bench --addr "${ADDR[${server##*+}]}" --duration "$DURATION" --warmup "$WARMUP" --json --quiet "${args[@]}" >"$WORK/split2" 2>>"$WORK/bench.err"
+      rc2=$?
+      wait "$p1"
+      rc=$(( $? | rc2 ))
+      set -e
+      out=$(python3 - "$WORK/split1" "$WORK/split2" <<'PY'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+out = dict(a)
+for k in ("ok", "failed", "ids", "requests_per_s", "ids_per_s", "concurrency"):
+    out[k] = a[k] + b[k]
+out["latency_us"] = {k: max(a["latency_us"][k], b["latency_us"][k]) for k in a["latency_us"]}
+out["addr"] = a["addr"] + "+" + b["addr"]
+errs = dict(a.get("errors") or {})
+for k, v in (b.get("errors") or {}).items():
+    errs[k] = errs.get(k, 0) + v
+out["errors"] = errs
+print(json.dumps(out))
+PY
+)
+      [ "$rc" = 0 ] || { log "idctl bench exited $rc for $name: $(cat "$WORK/bench.err")"; FAILED=1; }
+      printf '{"scenario":"%s","server":"%s","rep":%d,"exit":%d,"rss_max_kib":0,"hwm_kib":0,"result":%s}\n' \
+        "$name" "$server" "$rep" "$rc" "$out" >>"$RESULTS"
+      continue
+    fi
     pid=${PID[$server]}
     log "rep $rep/$RUNS: $name (${args[*]})"
     # sample the server's RSS during the run
@@ -229,6 +302,17 @@ RATIOS=(
 )
 if [ "$WITH_MYSQL" = 1 ]; then
   RATIOS+=(-ratio "MariaDB refill step 100/huge=mysql-refill-step100-c16/mysql-refill-huge-c16:p999")
+fi
+if [ "$WITH_OWNERS" = 1 ]; then
+  RATIOS+=(
+    -ratio "cached hot/noop=own-cached-hot-c16/noop-c16:rps"
+    -ratio "cached 64 keys/noop=own-cached-64-c16/noop-c16:rps"
+    -ratio "gapless hot/noop=own-gapless-hot-c16/noop-c16:rps"
+    -ratio "gapless 64 keys/noop=own-gapless-64-c16/noop-c16:rps"
+    -ratio "cached hot split/one node=own-cached-hot-split-c16/own-cached-hot-c16:rps"
+    -ratio "gapless hot split/one node=own-gapless-hot-split-c16/own-gapless-hot-c16:rps"
+    -ratio "per-request MySQL ORDERED/noop=mysql-ordered-c16/noop-c16:rps"
+  )
 fi
 echo
 echo "## Load runs ($RESULTS)"

@@ -36,6 +36,8 @@ type Call struct {
 	Biz     string `json:"biz"`     // business
 	SubKey  string `json:"sub_key"` // ORDERED only
 	Channel string `json:"channel"` // requested channel
+	// Count is how many numbers the call asked for (0: not recorded).
+	Count int32 `json:"count,omitempty"`
 	// Answer (Ranges set): the channel that served and the fallback flag.
 	Served   string     `json:"served,omitempty"`
 	Fallback bool       `json:"fallback,omitempty"`

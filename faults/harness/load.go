@@ -21,6 +21,13 @@ type Caller struct {
 	SubKey   string
 	MinCount int32
 	MaxCount int32
+	// SubKeys, when set, are the ORDERED sub keys the caller spreads its
+	// calls over (one drawn per call, SubKey ignored): many cold keys
+	// from one goroutine.
+	SubKeys []string
+	// Hold, when set, pauses the caller between two calls while it is
+	// held (Hold.Pause).
+	Hold *Hold
 }
 
 // Load drives NextIDs from one goroutine per caller and records every call.
@@ -55,17 +62,27 @@ func (l *Load) run(c Caller, rng *rand.Rand) {
 			return
 		default:
 		}
+		if c.Hold != nil && !c.Hold.enter(l.stop) {
+			return
+		}
 		count := c.MinCount
 		if c.MaxCount > c.MinCount {
 			count += rng.Int32N(c.MaxCount - c.MinCount + 1)
 		}
-		rec := checker.Call{Caller: c.Name, Node: c.Node.Name, Biz: c.Biz, SubKey: c.SubKey, Channel: ChannelName(c.Channel)}
+		subKey := c.SubKey
+		if len(c.SubKeys) > 0 {
+			subKey = c.SubKeys[rng.IntN(len(c.SubKeys))]
+		}
+		rec := checker.Call{Caller: c.Name, Node: c.Node.Name, Biz: c.Biz, SubKey: subKey, Channel: ChannelName(c.Channel), Count: count}
 		inc := c.Node.Inc()
 		rec.Start = time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), l.Timeout)
-		a, err := cl.NextIDs(ctx, c.Biz, c.Channel, count, c.SubKey)
+		a, err := cl.NextIDs(ctx, c.Biz, c.Channel, count, subKey)
 		cancel()
 		rec.End = time.Now()
+		if c.Hold != nil {
+			c.Hold.leave()
+		}
 		if inc2 := c.Node.Inc(); inc2 != inc {
 			inc = -1 // restarted meanwhile: which process answered is unknown
 		}

@@ -256,6 +256,13 @@ type Run struct {
 	notes    []string
 	seed     uint64
 	ens      *zkensemble.Ensemble
+	// negOrder: this control also fails by order violations (not only by
+	// duplicates); violations are the scenario's own findings.
+	negOrder   bool
+	violations []string
+	// keepHistory: write the history even when the scenario passes (it
+	// found something worth a look).
+	keepHistory bool
 }
 
 // Logf prints a progress line.

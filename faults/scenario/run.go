@@ -119,9 +119,11 @@ func Execute(e *Env, sc Scenario, seed uint64) *Result {
 			}
 		}
 	}
-	failed := res.Report != nil && res.Report.Failed()
+	// A scenario may find violations of its own (Run.Violation: a
+	// gapless key with a hole no failed call explains).
+	failed := res.Report != nil && res.Report.Failed() || len(r.violations) > 0
 	switch {
-	case sc.Negative && res.Report != nil && res.Report.Duplicates > 0:
+	case sc.Negative && res.Report != nil && (res.Report.Duplicates > 0 || r.negOrder && res.Report.Order > 0):
 		res.Verdict, res.OK = "EXPECTED-FAIL", true
 	case sc.Negative && err == nil:
 		res.Verdict = "CONTROL-DID-NOT-FAIL"
@@ -134,15 +136,18 @@ func Execute(e *Env, sc Scenario, seed uint64) *Result {
 	default:
 		res.Verdict, res.OK = "PASS", true
 	}
-	if failed || sc.Negative {
+	if failed || sc.Negative || r.keepHistory {
 		path := filepath.Join(e.WorkDir, sc.Name+".history.jsonl")
 		if werr := writeHistory(path, r.calls); werr == nil {
 			res.Notes = append(res.Notes, "history "+path)
 		}
 	}
 	fmt.Fprintln(e.Out, res.Line())
-	if failed {
+	if failed && res.Report != nil {
 		fmt.Fprint(e.Out, res.Report.Details())
+	}
+	for _, v := range r.violations {
+		fmt.Fprintf(e.Out, "  [violation] %s\n", v)
 	}
 	return res
 }

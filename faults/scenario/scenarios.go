@@ -41,10 +41,18 @@ func All() []Scenario {
 		{"galera", "3 Galera members, node i on member i first; hot ORDERED keys from all nodes; member 0 SIGKILLed, restarted, rejoins by rsync SST", false, galera},
 		{"galera-one-writer", "galera with every node listing the members in the same order (one writer member, no certification conflicts); that member SIGKILLed, restarted", false, galeraOneWriter},
 		{"mysql-partition", "n0's MariaDB traffic through a proxy, silently partitioned for 3 store timeouts, then healed", false, mysqlPartition},
+		{"ordered-owner-kill", "ORDERED shard owners (lease 1 s; gapless and cached businesses, hot keys in one shard and cold keys, callers on every node): the hot shard's owner SIGKILLed under load, restarted 4 s later; the cached gap across the crash against one reservation", false, orderedOwnerKill},
+		{"ordered-owner-pause", "ORDERED: the hot shard's owner SIGSTOPped for 3 leases (the others take its shards over and serve), SIGCONT under load", false, orderedOwnerPause},
+		{"ordered-owner-zk-partition", "ORDERED: the hot shard's owner (also owning 3 shards with one cached-only hot key each) silently partitioned from ZooKeeper by a proxy for 3 leases while its clients still reach it, then healed", false, orderedZKPartition(false)},
+		{"ordered-handoff", "ORDERED: the hot shard's owner SIGTERMed under load (planned hand-off), restarted (hand-off back); the gapless business must show no hole failed calls do not explain", false, orderedHandoff},
+		{"ordered-mysql-kill", "ORDERED: MariaDB SIGKILLed under ORDERED load (gapless and cached), restarted 3 s later", false, orderedMySQLKill},
+		{"ordered-stale-handoff", "ORDERED epoch: owner A SIGTERMed, its hand-off stalled before the write-back and A SIGSTOPped until B owns the shard; SIGCONT: A's write-back of its old counters must be refused; B SIGKILLed, C loads the rows", false, orderedStaleHandoff(false)},
 		{"neg-mysql-unsafe", "CONTROL: MariaDB with innodb_flush_log_at_trx_commit=0, sync_binlog=0, step 10, SIGKILLed with all nodes under load", true, negMySQLUnsafe},
 		{"neg-ignore-not-before", "CONTROL: IDGEN_FAULT_IGNORE_NOT_BEFORE=1, clock +6 s, clean restart (clock back 6 s): no wait past the mark", true, negIgnoreNotBefore},
 		{"neg-failover-guard", "CONTROL: failover-async with IDGEN_FAULT_NO_REPLICATION_GUARD=1 on every node (cross-node guard off)", true, failover(false, false, true)},
 		{"neg-restore", "CONTROL: zk-restore with IDGEN_FAULT_IGNORE_RESTORE=1 (the restored cluster's wait switched off)", true, zkRestore(true)},
+		{"neg-ordered-lease", "CONTROL: ordered-owner-zk-partition with IDGEN_FAULT_ORDERED_NO_LEASE_WAIT=1 on every node, lease 3 s, window 10 s: in the cached-only shards (no persist to fence it) the partitioned owner keeps answering from its reservations for 0.35-1.35 s after the new owner took over and answers above them: real-time order violations", true, orderedZKPartition(true)},
+		{"neg-ordered-epoch", "CONTROL: ordered-stale-handoff with IDGEN_FAULT_ORDERED_NO_EPOCH=1 on every node: A's stale write-back lowers the quiet cached keys' rows below numbers B answered, and C, loading them, repeats those numbers", true, orderedStaleHandoff(true)},
 	}
 }
 

@@ -644,55 +644,73 @@ func (s *suite) testConcurrentClaims(t *testing.T, st ordered.Store) {
 // (odd ones write back) under epoch e while another Claims e+1. A write
 // that starts after the Claim returned must be fenced, a fenced one must
 // have written nothing, and the next owner, loading right after its
-// claim, reads exactly the last successful write of each key.
+// claim, reads exactly the last successful write of each key. A store
+// whose fence does not hold the shard across a write (a check, then the
+// write) loses this race only now and then, so the rounds repeat it.
 func (s *suite) testConcurrentFence(t *testing.T, st ordered.Store) {
 	sh := s.shard(t)
 	biz := s.biz("fence")
-	const (
-		writers     = 8
-		beforeClaim = 5 // writes of each writer before the claim
-		fencedStop  = 3 // fenced writes of each writer before it stops
-	)
-	keys := Keys(biz, SubKeys(sh, "k", writers))
+	const rounds = 10
+	keys := Keys(biz, SubKeys(sh, "k", fenceWriters))
+	shadow := Keys(biz+"x", SubKeys(sh, "k", fenceWriters))
 	claim(t, st, sh, 1)
+	last := make([]int64, fenceWriters)
+	for e := int64(1); e <= rounds; e++ {
+		fenceRound(t, st, sh, e, biz, keys, shadow, last)
+	}
+}
 
+const fenceWriters = 8
+
+// fenceRound runs one round of testConcurrentFence: writers under epoch e
+// (claimed), a Claim of e+1 in the middle. last holds each writer's last
+// successful number, carried across rounds.
+func fenceRound(t *testing.T, st ordered.Store, sh int, e int64, biz string, keys, shadow []ordered.Key, last []int64) {
+	t.Helper()
+	const (
+		beforeClaim = 5 // writes of each writer before the claim
+		afterClaim  = 3 // writes of each writer started after the claim returned
+	)
 	type result struct {
-		lastOK            int64
 		okIDs, fencedIDs  []string
 		lateSuccess, errs []string
 	}
-	results := make([]result, writers)
+	results := make([]result, fenceWriters)
 	var (
 		ready   sync.WaitGroup
 		wg      sync.WaitGroup
-		claimed atomic.Bool // set once Claim(2) returned
+		claimed atomic.Bool // set once Claim(e+1) returned
 	)
-	ready.Add(writers)
-	for g := range writers {
+	ready.Add(fenceWriters)
+	for g := range fenceWriters {
 		wg.Go(func() {
 			var once sync.Once
 			defer once.Do(ready.Done)
 			res := &results[g]
-			fenced := 0
-			for v := int64(1); fenced < fencedStop && len(res.errs) == 0; v++ {
+			late := 0
+			for n := 1; late < afterClaim && len(res.errs) == 0; n++ {
 				after := claimed.Load()
+				if after {
+					late++
+				}
+				v := last[g] + 1 + int64(n) // above everything of earlier rounds
 				id := fmt.Sprintf("w%d-%d", g, v)
 				// Every write also carries a second row only this writer
 				// writes: a fenced write must write neither row.
-				rows := []ordered.Row{{Key: keys[g], Num: v}, {Key: ordered.Key{Biz: biz + "x", SubKey: keys[g].SubKey}, Num: v}}
+				rows := []ordered.Row{{Key: keys[g], Num: v}, {Key: shadow[g], Num: v}}
 				var (
 					err  error
 					reqs []ordered.Request
 				)
 				if g%2 == 1 {
-					err = st.WriteBack(ctx(t), sh, 1, rows)
+					err = st.WriteBack(ctx(t), sh, e, rows)
 				} else {
 					reqs = []ordered.Request{Req(biz, id, keys[g].SubKey, v, 1)}
-					err = st.Persist(ctx(t), sh, 1, rows, reqs)
+					err = st.Persist(ctx(t), sh, e, rows, reqs)
 				}
 				switch {
 				case err == nil:
-					res.lastOK = v
+					last[g] = v
 					if reqs != nil {
 						res.okIDs = append(res.okIDs, id)
 					}
@@ -700,62 +718,58 @@ func (s *suite) testConcurrentFence(t *testing.T, st ordered.Store) {
 						res.lateSuccess = append(res.lateSuccess, id)
 					}
 				case errors.Is(err, ordered.ErrFenced):
-					fenced++
 					if reqs != nil {
 						res.fencedIDs = append(res.fencedIDs, id)
 					}
 				default:
 					res.errs = append(res.errs, err.Error())
 				}
-				if v >= beforeClaim {
+				if n >= beforeClaim {
 					once.Do(ready.Done)
 				}
 			}
 		})
 	}
 	ready.Wait()
-	claim(t, st, sh, 2)
+	claim(t, st, sh, e+1)
 	claimed.Store(true)
 	// The new owner loads at once, while the old one's writes still run
 	// (and must all be fenced from now on).
-	shadowKeys := Keys(biz+"x", SubKeys(sh, "k", writers))
-	early := load(t, st, sh, 2, slices.Concat(keys, shadowKeys))
+	all := slices.Concat(keys, shadow)
+	early := load(t, st, sh, e+1, all)
 	wg.Wait()
 
 	want := map[ordered.Key]int64{}
 	var okIDs, fencedIDs []string
 	for g, res := range results {
 		if len(res.errs) > 0 {
-			t.Fatalf("writer %d: a write failed other than fenced: %v", g, res.errs)
+			t.Fatalf("round %d, writer %d: a write failed other than fenced: %v", e, g, res.errs)
 		}
 		if len(res.lateSuccess) > 0 {
-			t.Fatalf("writer %d: writes %v under epoch 1 succeeded though they started after Claim(2) returned", g, res.lateSuccess)
+			t.Fatalf("round %d, writer %d: writes %v under epoch %d succeeded though they started after Claim(%d) returned",
+				e, g, res.lateSuccess, e, e+1)
 		}
-		if res.lastOK < beforeClaim-1 {
-			t.Fatalf("writer %d: only %d successful writes before the claim", g, res.lastOK)
-		}
-		want[keys[g]] = res.lastOK
+		want[keys[g]] = last[g]
+		want[shadow[g]] = last[g]
 		okIDs = append(okIDs, res.okIDs...)
 		fencedIDs = append(fencedIDs, res.fencedIDs...)
 	}
-	for g := range writers {
-		want[ordered.Key{Biz: biz + "x", SubKey: keys[g].SubKey}] = results[g].lastOK
-	}
 	if !maps.Equal(early, want) {
-		t.Fatalf("the new owner loaded %v right after its claim, but the last successful writes of the old owner were %v", early, want)
+		t.Fatalf("round %d: the new owner loaded %v right after Claim(%d), but the last successful writes under epoch %d were %v",
+			e, early, e+1, e, want)
 	}
-	wantRows(t, "the new owner's load after the old owner stopped", st, sh, 2, slices.Concat(keys, shadowKeys), want)
+	wantRows(t, fmt.Sprintf("round %d: the new owner's load after the old owner stopped", e), st, sh, e+1, all, want)
 	stored := lookup(t, st, biz, slices.Concat(okIDs, fencedIDs))
 	for _, id := range okIDs {
 		if _, ok := stored[id]; !ok {
-			t.Fatalf("request %s of a successful persist is not stored", id)
+			t.Fatalf("round %d: request %s of a successful persist is not stored", e, id)
 		}
 	}
 	for _, id := range fencedIDs {
 		if _, ok := stored[id]; ok {
-			t.Fatalf("request %s of a fenced persist is stored", id)
+			t.Fatalf("round %d: request %s of a fenced persist is stored", e, id)
 		}
 	}
-	_, err := st.Load(ctx(t), sh, 1, keys)
-	wantFenced(t, "Load under the deposed epoch", err)
+	_, err := st.Load(ctx(t), sh, e, keys)
+	wantFenced(t, fmt.Sprintf("round %d: Load under the deposed epoch", e), err)
 }

@@ -17,6 +17,7 @@ import (
 // peer is another coordinator's id as this node observed it.
 type peer struct {
 	id, addr string
+	closing  bool  // its record says it is leaving: never a desired owner
 	present  bool  // its znode was in the last listing
 	mzxid    int64 // the znode's last write observed
 	version  int32
@@ -333,7 +334,7 @@ func (c *Coordinator) pollNodes(ctx context.Context) bool {
 			p.present, p.mzxid, p.version, p.lastChange = true, st.Mzxid, st.Version, seen
 			var rec nodeRecord
 			if err := json.Unmarshal(data, &rec); err == nil {
-				p.addr = rec.Addr
+				p.addr, p.closing = rec.Addr, rec.Closing
 			} else {
 				c.log.Warn("ORDERED coordinator: a node's znode is not a node record", zap.String("id", k), zap.Error(err))
 			}
@@ -383,7 +384,7 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler) {
 		if p.liveSince.IsZero() {
 			p.liveSince = p.lastChange
 		}
-		if p.addr == "" {
+		if p.addr == "" || p.closing {
 			continue
 		}
 		if p.addr == c.cfg.Self && !c.warned[p.id] {

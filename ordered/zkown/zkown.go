@@ -180,6 +180,9 @@ type nodeRecord struct {
 	Version     string `json:"version"`
 	StartedAtMs int64  `json:"started_at_ms"`
 	RenewedAtMs int64  `json:"renewed_at_ms"`
+	// Closing: the node is handing its shards off to leave; no shard is
+	// handed to it meanwhile.
+	Closing bool `json:"closing,omitempty"`
 }
 
 // shardRecord is the JSON of shards/NN.
@@ -277,6 +280,7 @@ type Coordinator struct {
 	peers   map[string]*peer
 	warned  map[string]bool // ids warned about (same address as this node)
 	backoff [Shards]backoff
+	closing atomic.Bool // Close has begun (published in nodes/<id>)
 	// epochFloor is the highest epoch a store claim reported per shard
 	// (FencedError.Stored): releases carry it, so a coordinator whose
 	// ZooKeeper record restarted below the store catches up. Guarded by mu.
@@ -481,7 +485,19 @@ func (c *Coordinator) Close(ctx context.Context) error {
 	}
 	c.closed = true
 	running, renewing, h := c.running, c.renewing, c.h
+	id, nodeOK := c.id, c.nodeOK
 	c.mu.Unlock()
+	// Say so first: the peers stop counting this node as a desired owner,
+	// so they take the shards it releases instead of handing theirs to it.
+	c.closing.Store(true)
+	if nodeOK {
+		if err := c.call(ctx, c.cfg.Timeout, func() error {
+			_, err := c.conn.Set(path.Join(c.nodesDir, id), c.nodeData(id), -1)
+			return err
+		}); err != nil {
+			c.log.Info("ORDERED coordinator: marking this node closing failed", zap.Error(err))
+		}
+	}
 
 	close(c.stopRound)
 	if running {
@@ -497,7 +513,7 @@ func (c *Coordinator) Close(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	c.validUn = time.Time{}
-	id, nodeOK := c.id, c.nodeOK
+	id, nodeOK = c.id, c.nodeOK
 	c.nodeOK = false
 	c.mu.Unlock()
 	if nodeOK {

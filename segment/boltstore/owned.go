@@ -174,7 +174,7 @@ func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []orde
 	var opErr error
 	err := s.batch(ctx, func(tx *bolt.Tx) error {
 		opErr = nil
-		if err := checkEpoch(tx, shard, epoch); false && err != nil {
+		if err := checkEpoch(tx, shard, epoch); err != nil {
 			opErr = fmt.Errorf("%s: %w", op, err)
 			return nil
 		}

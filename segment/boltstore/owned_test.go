@@ -145,14 +145,16 @@ func BenchmarkOwnedPersist(b *testing.B) {
 		b.Fatal(err)
 	}
 	subs := storetest.SubKeys(11, "k", 16)
+	runs := 0
 	for _, n := range []int{1, 16} {
 		b.Run(fmt.Sprintf("rows=%d", n), func(b *testing.B) {
+			runs++ // -count runs it again: fresh request ids
 			rows := make([]ordered.Row, n)
 			reqs := make([]ordered.Request, n)
 			for i := 0; b.Loop(); i++ {
 				for j := range rows {
 					rows[j] = ordered.Row{Key: ordered.Key{Biz: "bench", SubKey: subs[j]}, Num: int64(i + 1)}
-					reqs[j] = storetest.Req("bench", fmt.Sprintf("r%d-%d-%d", n, i, j), subs[j], int64(i+1), 1)
+					reqs[j] = storetest.Req("bench", fmt.Sprintf("r%d-%d-%d", runs, i, j), subs[j], int64(i+1), 1)
 				}
 				if err := s.Persist(ctx, 11, 1, rows, reqs); err != nil {
 					b.Fatal(err)

@@ -315,7 +315,8 @@ func (s *Store) persistOnce(ctx context.Context, shard int, epoch int64, reqs []
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	res, err := tx.ExecContext(ctx, `UPDATE ordered_shard SET persists = persists + 1 WHERE shard = ? AND epoch = ?`, shard, epoch)
+	res, err := tx.ExecContext(ctx, `UPDATE ordered_shard SET persists = persists + 1 WHERE shard = ? AND (epoch = ? OR ?)`,
+		shard, epoch, s.ignoreEpoch.Load())
 	if err != nil {
 		return err
 	}

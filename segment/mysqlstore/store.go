@@ -63,6 +63,9 @@ type Store struct {
 	dur    Durability // read by Open
 
 	conflicts atomic.Uint64 // retryConflicts' retries
+	// ignoreEpoch switches the ORDERED owners' epoch condition off (fault
+	// injection's negative control only: UnsafeIgnoreEpoch).
+	ignoreEpoch atomic.Bool
 	servers   serverWatch   // identity of the server behind the connections
 
 	stop      chan struct{}
@@ -75,6 +78,13 @@ var (
 	_ segment.Store          = (*Store)(nil)
 	_ segment.ReplayReporter = (*Store)(nil)
 )
+
+// UnsafeIgnoreEpoch makes ORDERED persists and write-backs ignore the
+// shard's epoch, so a deposed owner's stale write-back lands. It exists
+// for fault injection's negative control (IDGEN_FAULT_ORDERED_NO_EPOCH in
+// faultinject builds) and must never be called otherwise: it is the
+// mechanism that keeps a stale counter from being written back.
+func (s *Store) UnsafeIgnoreEpoch() { s.ignoreEpoch.Store(true) }
 
 // Open connects to the database, checks that the server is crash-safe
 // (see Durability and Config.AcceptUnsafeDurability), checks the schema

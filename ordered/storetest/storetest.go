@@ -1,6 +1,7 @@
 // Package storetest is the conformance suite of ordered.Store: the rules
-// the shard owners of package ordered rely on (fencing by epoch, absolute
-// rows, atomic request ids), checked the same way against every store:
+// the shard owners of package ordered rely on (fencing by epoch, rows that
+// a persist only raises and a write-back sets, atomic request ids),
+// checked the same way against every store:
 //
 //	func TestOwnedConformance(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T) ordered.Store {
@@ -248,6 +249,15 @@ func (s *suite) testClaimLower(t *testing.T, st ordered.Store) {
 	persist(t, st, sh, 5, []ordered.Row{{Key: k, Num: 1}}, nil)
 	wantFenced(t, "Claim of a lower epoch", st.Claim(ctx(t), sh, 4, "late-node:8888"))
 	wantFenced(t, "Claim of epoch 0", st.Claim(ctx(t), sh, 0, "late-node:8888"))
+	// The same epoch by another owner (two coordinators handing out
+	// epochs for one store): each epoch has one claimer. The refusal
+	// names the stored epoch, so a coordinator can move above it.
+	err := st.Claim(ctx(t), sh, 5, "other-cluster:8888")
+	wantFenced(t, "Claim of the stored epoch by another owner", err)
+	var fe *ordered.FencedError
+	if !errors.As(err, &fe) || fe.Stored != 5 {
+		t.Fatalf("refused claim: %v, want a *ordered.FencedError with Stored 5", err)
+	}
 	// Nothing changed: 5 still persists, 4 never does.
 	persist(t, st, sh, 5, []ordered.Row{{Key: k, Num: 2}}, nil)
 	wantFenced(t, "Persist under the refused epoch", st.Persist(ctx(t), sh, 4, []ordered.Row{{Key: k, Num: 50}}, nil))

@@ -79,9 +79,10 @@ func (s *Store) Claim(ctx context.Context, shard int, epoch int64, owner string)
 			if err != nil {
 				return err
 			}
-			if cur.epoch > epoch {
-				opErr = fmt.Errorf("%s: %w: shard %d is at epoch %d (owner %q), above %d: a newer owner claimed it; give the shard up",
-					op, ordered.ErrFenced, shard, cur.epoch, cur.owner, epoch)
+			if cur.epoch > epoch || (cur.epoch == epoch && cur.owner != owner) {
+				// Each epoch has one claimer (see mysqlstore's Claim).
+				opErr = fmt.Errorf("%s: %w: shard %d is at epoch %d (owner %q), not below %d: a newer owner claimed it; give the shard up",
+					op, &ordered.FencedError{Shard: shard, Epoch: epoch, Stored: cur.epoch}, shard, cur.epoch, cur.owner, epoch)
 				return nil
 			}
 		}

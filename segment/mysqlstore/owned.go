@@ -19,8 +19,8 @@ import (
 // ReserveOrdered continues above the rows an owner persisted.
 //
 // Fencing lives in ordered_shard (schema 6): Claim raises a shard's epoch
-// under the row's exclusive lock, and every Persist and WriteBack starts
-// with
+// under the row's exclusive lock, and every Persist, WriteBack and Load
+// is a transaction that starts with
 //
 //	UPDATE ordered_shard SET persists = persists + 1 WHERE shard = ? AND epoch = ?
 //
@@ -94,9 +94,12 @@ func (s *Store) claimOnce(ctx context.Context, shard int, epoch int64, owner str
 		Scan(&stored, &storedOwner); err != nil {
 		return err
 	}
-	if stored > epoch {
-		return fmt.Errorf("%w: shard %d is at epoch %d (owner %q), above %d: a newer owner claimed it; give the shard up",
-			ordered.ErrFenced, shard, stored, storedOwner, epoch)
+	if stored > epoch || (stored == epoch && storedOwner != owner) {
+		// Equal epochs of two owners: two coordinators hand out epochs
+		// for one database (two clusters on it, or a ZooKeeper that lost
+		// its records); each epoch may have one claimer only.
+		return fmt.Errorf("%w: shard %d is at epoch %d (owner %q), not below %d: a newer owner claimed it; give the shard up",
+			&ordered.FencedError{Shard: shard, Epoch: epoch, Stored: stored}, shard, stored, storedOwner, epoch)
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE ordered_shard SET epoch = ?, owner = ?, updated_at = ? WHERE shard = ?`,
 		epoch, owner, at, shard); err != nil {
@@ -107,11 +110,20 @@ func (s *Store) claimOnce(ctx context.Context, shard int, epoch int64, owner str
 
 // Load returns the stored number of each key that has a row
 // (ordered.Store), after checking that the shard's stored epoch is epoch.
-// The check is a plain read: Load writes nothing, so a stale owner that
-// passes it cannot do harm (its persists are fenced), and the owner that
-// just claimed reads every row the previous owners committed (their
-// persists committed before the Claim got the shard's lock). Keys are read
-// by primary key, ownedBatch per statement.
+// Keys are read by primary key, ownedBatch per statement.
+//
+// The check is the persists' fencing write, in one transaction with the
+// reads, not a plain read. On one server a plain read would do: the
+// previous owners' persists committed before the Claim got the shard's
+// lock, so a read after the Claim sees them. But on Galera a node's pool
+// may hold connections to two members, and a member's reads do not wait
+// for writesets it has not applied yet: a plain read there could miss the
+// previous owner's last persist, and the new owner would start below a
+// number already answered. A transaction that wrote the shard row commits
+// only if no writeset to that row was unapplied when it ran (else the
+// applier aborts it, or certification does), and every persist writes that
+// row, so the reads of a committed Load saw every earlier persist. The
+// price is a commit per Load: one per batch of keys new to a term.
 func (s *Store) Load(ctx context.Context, shard int, epoch int64, keys []ordered.Key) (map[ordered.Key]int64, error) {
 	op := fmt.Sprintf("load %d ORDERED keys of shard %d at epoch %d", len(keys), shard, epoch)
 	if err := validShard(shard); err != nil {
@@ -125,16 +137,33 @@ func (s *Store) Load(ctx context.Context, shard int, epoch int64, keys []ordered
 	cctx, cancel := s.opContext(ctx)
 	defer cancel()
 	out := make(map[ordered.Key]int64, len(keys))
-	err := s.checkEpoch(cctx, s.db, shard, epoch)
-	for rest := keys; err == nil && len(rest) > 0; {
-		n := min(len(rest), ownedBatch)
-		err = s.loadBatch(cctx, shard, rest[:n], out)
-		rest = rest[n:]
-	}
+	err := s.retryConflicts(cctx, op, func() error {
+		clear(out)
+		return s.loadOnce(cctx, shard, epoch, keys, out)
+	})
 	if err != nil {
 		return nil, s.ownedErr(ctx, op, err)
 	}
 	return out, nil
+}
+
+func (s *Store) loadOnce(ctx context.Context, shard int, epoch int64, keys []ordered.Key, out map[ordered.Key]int64) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after Commit
+	if err := s.fence(ctx, tx, shard, epoch, false); err != nil {
+		return err
+	}
+	for rest := keys; len(rest) > 0; {
+		n := min(len(rest), ownedBatch)
+		if err := loadBatch(ctx, tx, shard, rest[:n], out); err != nil {
+			return err
+		}
+		rest = rest[n:]
+	}
+	return tx.Commit()
 }
 
 type querier interface {
@@ -173,7 +202,7 @@ func fencedUnless(shard int, epoch, stored int64, owner string) error {
 	return nil
 }
 
-func (s *Store) loadBatch(ctx context.Context, shard int, keys []ordered.Key, out map[ordered.Key]int64) error {
+func loadBatch(ctx context.Context, q querier, shard int, keys []ordered.Key, out map[ordered.Key]int64) error {
 	var b strings.Builder
 	b.WriteString(`SELECT biz, sub_key, num FROM ` + orderedTable(shard) + ` WHERE (biz, sub_key) IN (`)
 	args := make([]any, 0, 2*len(keys))
@@ -185,7 +214,7 @@ func (s *Store) loadBatch(ctx context.Context, shard int, keys []ordered.Key, ou
 		args = append(args, k.Biz, []byte(k.SubKey))
 	}
 	b.WriteString(")")
-	rows, err := s.db.QueryContext(ctx, b.String(), args...)
+	rows, err := q.QueryContext(ctx, b.String(), args...)
 	if err != nil {
 		return err
 	}
@@ -315,19 +344,8 @@ func (s *Store) persistOnce(ctx context.Context, shard int, epoch int64, reqs []
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	res, err := tx.ExecContext(ctx, `UPDATE ordered_shard SET persists = persists + 1 WHERE shard = ? AND (epoch = ? OR ?)`,
-		shard, epoch, s.ignoreEpoch.Load())
-	if err != nil {
+	if err := s.fence(ctx, tx, shard, epoch, s.ignoreEpoch.Load()); err != nil {
 		return err
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return err
-	} else if n == 0 {
-		// Fenced. Read whose the shard is for the message (rare path).
-		if err := s.checkEpoch(ctx, tx, shard, epoch); err != nil {
-			return err
-		}
-		return fmt.Errorf("%w: shard %d left epoch %d while persisting; claim it again", ordered.ErrFenced, shard, epoch)
 	}
 	for _, st := range reqStmts {
 		_, err := tx.ExecContext(ctx, st.sql, st.args...)
@@ -347,6 +365,29 @@ func (s *Store) persistOnce(ctx context.Context, shard int, epoch int64, reqs []
 		}
 	}
 	return tx.Commit()
+}
+
+// fence is the first statement of every owner transaction: it counts the
+// write in ordered_shard.persists on the condition that the shard's stored
+// epoch is epoch, which both checks the epoch and holds the shard row's
+// lock until the transaction ends. unsafeAnyEpoch drops the condition
+// (Store.UnsafeIgnoreEpoch, fault injection's negative control only).
+func (s *Store) fence(ctx context.Context, tx *sql.Tx, shard int, epoch int64, unsafeAnyEpoch bool) error {
+	res, err := tx.ExecContext(ctx, `UPDATE ordered_shard SET persists = persists + 1 WHERE shard = ? AND (epoch = ? OR ?)`,
+		shard, epoch, unsafeAnyEpoch)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 1 {
+		return nil
+	}
+	// Fenced. Read whose the shard is for the message (rare path).
+	if err := s.checkEpoch(ctx, tx, shard, epoch); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: shard %d left epoch %d meanwhile; claim it again", ordered.ErrFenced, shard, epoch)
 }
 
 // duplicateRequests names the request ids of reqs that are stored, after

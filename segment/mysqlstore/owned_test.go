@@ -74,9 +74,10 @@ func TestOwned_PerRequestPathCompatible(t *testing.T) {
 	}
 }
 
-// TestOwned_PersistIsAWrite: every persist, even an empty one, increments
-// ordered_shard.persists (the write Galera certifies against a claim); a
-// fenced one changes nothing. Claim records the owner.
+// TestOwned_PersistIsAWrite: every persist, even an empty one, and every
+// load increments ordered_shard.persists (the write Galera certifies
+// against a claim and against unapplied persists); a fenced one changes
+// nothing. Claim records the owner.
 func TestOwned_PersistIsAWrite(t *testing.T) {
 	s := openStore(t, newTestDatabase(t, testServer(t), true), nil)
 	ctx := testCtx(t)
@@ -84,10 +85,16 @@ func TestOwned_PersistIsAWrite(t *testing.T) {
 	if err := s.Claim(ctx, 3, 5, long); err != nil {
 		t.Fatalf("Claim with an owner longer than the column: %v", err)
 	}
-	for range 3 {
+	for range 2 {
 		if err := s.Persist(ctx, 3, 5, nil, nil); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if _, err := s.Load(ctx, 3, 5, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Load(ctx, 3, 4, nil); !errors.Is(err, ordered.ErrFenced) {
+		t.Fatalf("Load under a lower epoch: %v", err)
 	}
 	if err := s.Persist(ctx, 3, 4, nil, nil); !errors.Is(err, ordered.ErrFenced) || !strings.Contains(err.Error(), "another node took it over") {
 		t.Fatalf("Persist under a lower epoch: %v", err)
@@ -251,6 +258,32 @@ func BenchmarkOwnedPersist(b *testing.B) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// BenchmarkOwnedLoad: one Load of 16 stored keys (a transaction with the
+// fencing write and a commit, see Load).
+//
+//	source .testenv && go test -run '^$' -bench BenchmarkOwnedLoad -benchtime 2000x ./segment/mysqlstore/
+func BenchmarkOwnedLoad(b *testing.B) {
+	s := openStore(b, newTestDatabase(b, testServer(b), true), nil)
+	ctx := testCtx(b)
+	const shard = 12
+	if err := s.Claim(ctx, shard, 1, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	keys := storetest.Keys("bench", storetest.SubKeys(shard, "k", 16))
+	rows := make([]ordered.Row, len(keys))
+	for i, k := range keys {
+		rows[i] = ordered.Row{Key: k, Num: int64(i + 1)}
+	}
+	if err := s.Persist(ctx, shard, 1, rows, nil); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if m, err := s.Load(ctx, shard, 1, keys); err != nil || len(m) != len(keys) {
+			b.Fatal(m, err)
 		}
 	}
 }

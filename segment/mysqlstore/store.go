@@ -66,7 +66,7 @@ type Store struct {
 	// ignoreEpoch switches the ORDERED owners' epoch condition off (fault
 	// injection's negative control only: UnsafeIgnoreEpoch).
 	ignoreEpoch atomic.Bool
-	servers   serverWatch   // identity of the server behind the connections
+	servers     serverWatch // identity of the server behind the connections
 
 	stop      chan struct{}
 	done      chan struct{}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -525,5 +526,49 @@ func TestLocalClaimsAboveAStoredEpoch(t *testing.T) {
 	}
 	if _, err := a.Take(context.Background(), bizMode("chat", segment.OrderedGapless), "k", 1, ""); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestRequestMemoryBounded(t *testing.T) {
+	rm := newRequestMemory(100, time.Minute)
+	now := time.Unix(0, 0)
+	for i := range 10_000 {
+		e, first := rm.begin(RequestKey{"b", fmt.Sprint(i)}, "k", 1, now)
+		if !first {
+			t.Fatal("a new id was not first")
+		}
+		rm.finish(e, segment.Range{First: int64(i) + 1, Last: int64(i) + 1}, nil)
+	}
+	if len(rm.m) > 101 || len(rm.queue)-rm.head > 101 || cap(rm.queue) > 1000 {
+		t.Fatalf("memory holds %d ids, queue %d (head %d, cap %d): not bounded", len(rm.m), len(rm.queue), rm.head, cap(rm.queue))
+	}
+	if _, first := rm.begin(RequestKey{"b", "9999"}, "k", 1, now); first {
+		t.Fatal("the most recent id was forgotten")
+	}
+	now = now.Add(2 * time.Minute)
+	if _, first := rm.begin(RequestKey{"b", "9998"}, "k", 1, now); !first {
+		t.Fatal("an id past the TTL was remembered")
+	}
+}
+
+func BenchmarkTakeWithRequestIDs(b *testing.B) {
+	// Every Go client call carries a request id: the memory of ids must
+	// not cost more per request as it fills (it once copied its queue).
+	store := newFakeStore()
+	clk := newFakeClock()
+	coord := newFakeCoord("a:1", clk.Now().Add(time.Hour))
+	a, _ := New(Config{Store: store, Coordinator: coord, Clock: clk, Self: "a:1", MaxRequests: 10_000})
+	for s := range segment.OrderedShards {
+		_ = a.Acquire(context.Background(), Grant{Shard: s, Epoch: 1})
+	}
+	biz := bizMode("chat", segment.OrderedCached)
+	b.ResetTimer()
+	for i := range b.N {
+		if i%1000 == 0 {
+			clk.Advance(10 * time.Millisecond)
+		}
+		if _, err := a.Take(context.Background(), biz, "hot", 1, strconv.Itoa(i)); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -16,7 +16,8 @@ import (
 type requestMemory struct {
 	mu    sync.Mutex
 	m     map[RequestKey]*requestEntry
-	queue []*requestEntry // insertion order, for expiry
+	queue []*requestEntry // insertion order, for expiry; live from head
+	head  int
 	max   int
 	ttl   time.Duration
 }
@@ -52,20 +53,25 @@ func (rm *requestMemory) begin(k RequestKey, subKey string, n int64, now time.Ti
 	return e, true
 }
 
-// expire drops entries past the TTL or over the bound, oldest first.
+// expire drops entries past the TTL or over the bound, oldest first. The
+// queue is consumed from head and compacted once half of it is consumed,
+// so each request costs O(1) amortised.
 func (rm *requestMemory) expire(now time.Time) {
-	i := 0
-	for ; i < len(rm.queue); i++ {
-		e := rm.queue[i]
-		if len(rm.queue)-i <= rm.max && now.Sub(e.at) < rm.ttl {
+	for rm.head < len(rm.queue) {
+		e := rm.queue[rm.head]
+		if len(rm.queue)-rm.head <= rm.max && now.Sub(e.at) < rm.ttl {
 			break
 		}
 		if rm.m[e.key] == e {
 			delete(rm.m, e.key)
 		}
+		rm.queue[rm.head] = nil
+		rm.head++
 	}
-	if i > 0 {
-		rm.queue = append(rm.queue[:0:0], rm.queue[i:]...)
+	if rm.head > 0 && rm.head >= len(rm.queue)/2 {
+		rm.queue = append(rm.queue[:0], rm.queue[rm.head:]...)
+		clear(rm.queue[len(rm.queue):cap(rm.queue)])
+		rm.head = 0
 	}
 }
 

@@ -99,7 +99,11 @@ start_noop() {
   log "noop on ${ADDR[noop]} (pid ${PID[noop]})"
 }
 biz() { # SERVER NAME CHANNEL STEP
-  "$IDCTL" biz create --addr "${ADDR[$1]}" --biz "$2" --channel "$3" --step "$4" >/dev/null
+  "$IDCTL" biz create --addr "${ADDR[$1]}" --token-file "$WORK/$1/data/admin.token" --biz "$2" --channel "$3" --step "$4" >/dev/null
+}
+# ordbiz SERVER NAME MODE: an ORDERED business in ordered_mode MODE
+ordbiz() {
+  "$IDCTL" biz create --addr "${ADDR[$1]}" --token-file "$WORK/$1/data/admin.token" --biz "$2" --channel ordered --ordered-mode "$3" >/dev/null
 }
 
 start_idgen idgen
@@ -153,10 +157,10 @@ if [ "$WITH_MYSQL" = 1 ] && [ -n "${IDGEN_TEST_ZK:-}" ]; then
   "$IDCTL" db migrate --mysql "$DSN2" >/dev/null
   start_idgen own2a --zk "$IDGEN_TEST_ZK" --cluster "bench-own2-$$" --mysql "$DSN2" --advertise-host 127.0.0.1 --properties-dir "$WORK/own2a"
   start_idgen own2b --zk "$IDGEN_TEST_ZK" --cluster "bench-own2-$$" --mysql "$DSN2" --advertise-host 127.0.0.1 --properties-dir "$WORK/own2b"
-  "$IDCTL" biz create --addr "${ADDR[own1]}" --biz own-cached --channel ordered --ordered-mode cached >/dev/null
-  "$IDCTL" biz create --addr "${ADDR[own1]}" --biz own-gapless --channel ordered --ordered-mode gapless >/dev/null
-  "$IDCTL" biz create --addr "${ADDR[own2a]}" --biz own2-cached --channel ordered --ordered-mode cached >/dev/null
-  "$IDCTL" biz create --addr "${ADDR[own2a]}" --biz own2-gapless --channel ordered --ordered-mode gapless >/dev/null
+  ordbiz own1 own-cached cached
+  ordbiz own1 own-gapless gapless
+  ordbiz own2a own2-cached cached
+  ordbiz own2a own2-gapless gapless
   sleep 4 # the two-node cluster settles: shards handed to own2b by rendezvous
   WITH_OWNERS=1
 else

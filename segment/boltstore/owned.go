@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -58,7 +57,7 @@ func decodeShard(v []byte) (shardRecord, error) {
 // Persists of the shard in flight finish first: bbolt has one writer.
 func (s *Store) Claim(ctx context.Context, shard int, epoch int64, owner string) error {
 	op := fmt.Sprintf("boltstore: claim ORDERED shard %d at epoch %d", shard, epoch)
-	if err := validShard(shard); err != nil {
+	if err := ordered.ValidateShard(shard); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if epoch < 0 {
@@ -122,11 +121,11 @@ func checkEpoch(tx *bolt.Tx, shard int, epoch int64) error {
 // (ordered.Store), read in one read transaction after checking the epoch.
 func (s *Store) Load(ctx context.Context, shard int, epoch int64, keys []ordered.Key) (map[ordered.Key]int64, error) {
 	op := fmt.Sprintf("boltstore: load %d ORDERED keys of shard %d at epoch %d", len(keys), shard, epoch)
-	if err := validShard(shard); err != nil {
+	if err := ordered.ValidateShard(shard); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	for _, k := range keys {
-		if err := validOwnedKey(shard, k); err != nil {
+		if err := ordered.ValidateKey(shard, k); err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
 	}
@@ -167,7 +166,7 @@ func (s *Store) Load(ctx context.Context, shard int, epoch int64, keys []ordered
 // replaced.
 func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []ordered.Row, reqs []ordered.Request) error {
 	op := fmt.Sprintf("boltstore: persist %d ORDERED rows and %d request ids of shard %d at epoch %d", len(rows), len(reqs), shard, epoch)
-	if err := validPersist(shard, rows, reqs); err != nil {
+	if err := ordered.ValidatePersist(shard, rows, reqs); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	now := s.opts.Clock.Now().UnixNano()
@@ -236,7 +235,7 @@ func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []orde
 // transaction conditional on the shard's epoch (ordered.Store).
 func (s *Store) WriteBack(ctx context.Context, shard int, epoch int64, rows []ordered.Row) error {
 	op := fmt.Sprintf("boltstore: write back %d ORDERED rows of shard %d at epoch %d", len(rows), shard, epoch)
-	if err := validPersist(shard, rows, nil); err != nil {
+	if err := ordered.ValidatePersist(shard, rows, nil); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	var opErr error
@@ -286,7 +285,7 @@ func (s *Store) LookupRequests(ctx context.Context, biz string, ids []string) (m
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	for _, id := range ids {
-		if err := validRequestID(id); err != nil {
+		if err := ordered.ValidateRequestID(id); err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
 	}
@@ -317,92 +316,4 @@ func (s *Store) LookupRequests(ctx context.Context, biz string, ids []string) (m
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	return out, nil
-}
-
-// validShard refuses shard indexes outside 0..63.
-func validShard(shard int) error {
-	if shard < 0 || shard >= segment.OrderedShards {
-		return fmt.Errorf("%w: shard %d out of range 0..%d", segment.ErrInvalid, shard, segment.OrderedShards-1)
-	}
-	return nil
-}
-
-// validOwnedKey checks a key as the ORDERED path does (business name, a
-// UTF-8 sub key within segment.MaxSubKeyLen: Java's hash of invalid UTF-8
-// is not reliable) and that it belongs to the shard, whose epoch guards it.
-func validOwnedKey(shard int, k ordered.Key) error {
-	if err := segment.ValidateBizName(k.Biz); err != nil {
-		return err
-	}
-	switch {
-	case !utf8.ValidString(k.SubKey):
-		return fmt.Errorf("%w: sub_key %q is not valid UTF-8 (its shard would differ from the Java service's)", segment.ErrInvalid, k.SubKey)
-	case len(k.SubKey) > segment.MaxSubKeyLen:
-		return fmt.Errorf("%w: sub_key is %d bytes, at most %d allowed", segment.ErrInvalid, len(k.SubKey), segment.MaxSubKeyLen)
-	case segment.Shard(k.SubKey) != shard:
-		return fmt.Errorf("%w: sub_key %q of %q belongs to shard %d, not %d: persist and load each shard's keys under its own epoch",
-			segment.ErrInvalid, k.SubKey, k.Biz, segment.Shard(k.SubKey), shard)
-	}
-	return nil
-}
-
-func validRequestID(id string) error {
-	switch {
-	case id == "":
-		return fmt.Errorf("%w: empty request id (requests without an id are not stored)", segment.ErrInvalid)
-	case len(id) > segment.MaxRequestIDLen:
-		return fmt.Errorf("%w: request_id is %d bytes, at most %d allowed", segment.ErrInvalid, len(id), segment.MaxRequestIDLen)
-	}
-	return nil
-}
-
-// validPersist checks a Persist's input before the transaction: every row
-// and request of the shard and well formed, no key or request id twice
-// (the later value would silently win).
-func validPersist(shard int, rows []ordered.Row, reqs []ordered.Request) error {
-	if err := validShard(shard); err != nil {
-		return err
-	}
-	var seen map[ordered.Key]struct{}
-	if len(rows) > 1 {
-		seen = make(map[ordered.Key]struct{}, len(rows))
-	}
-	for _, r := range rows {
-		if err := validOwnedKey(shard, r.Key); err != nil {
-			return err
-		}
-		if r.Num < 0 {
-			return fmt.Errorf("%w: row %q/%q: negative number %d", segment.ErrInvalid, r.Biz, r.SubKey, r.Num)
-		}
-		if seen != nil {
-			if _, dup := seen[r.Key]; dup {
-				return fmt.Errorf("%w: row %q/%q appears twice in one persist: send one number per key", segment.ErrInvalid, r.Biz, r.SubKey)
-			}
-			seen[r.Key] = struct{}{}
-		}
-	}
-	var seenReq map[ordered.RequestKey]struct{}
-	if len(reqs) > 1 {
-		seenReq = make(map[ordered.RequestKey]struct{}, len(reqs))
-	}
-	for _, q := range reqs {
-		if err := validOwnedKey(shard, ordered.Key{Biz: q.Biz, SubKey: q.SubKey}); err != nil {
-			return fmt.Errorf("request %q: %w", q.ID, err)
-		}
-		if err := validRequestID(q.ID); err != nil {
-			return err
-		}
-		if q.Count < 1 || q.Count > segment.MaxStep || q.Range.First < 1 || q.Range.Last < q.Range.First || q.Range.Len() != q.Count {
-			return fmt.Errorf("%w: request %q of %q: range %d..%d does not hold its count %d (count 1..%d, first >= 1)",
-				segment.ErrInvalid, q.ID, q.Biz, q.Range.First, q.Range.Last, q.Count, segment.MaxStep)
-		}
-		if seenReq != nil {
-			rk := ordered.RequestKey{Biz: q.Biz, ID: q.ID}
-			if _, dup := seenReq[rk]; dup {
-				return fmt.Errorf("%w: request id %q of %q appears twice in one persist", segment.ErrInvalid, q.ID, q.Biz)
-			}
-			seenReq[rk] = struct{}{}
-		}
-	}
-	return nil
 }

@@ -50,7 +50,7 @@ const ownerColumnChars = 255
 // in flight: they hold it from their first statement to their commit.
 func (s *Store) Claim(ctx context.Context, shard int, epoch int64, owner string) error {
 	op := fmt.Sprintf("claim ORDERED shard %d at epoch %d", shard, epoch)
-	if err := validShard(shard); err != nil {
+	if err := ordered.ValidateShard(shard); err != nil {
 		return fmt.Errorf("mysqlstore: %s: %w", op, err)
 	}
 	if epoch < 0 {
@@ -126,11 +126,11 @@ func (s *Store) claimOnce(ctx context.Context, shard int, epoch int64, owner str
 // price is a commit per Load: one per batch of keys new to a term.
 func (s *Store) Load(ctx context.Context, shard int, epoch int64, keys []ordered.Key) (map[ordered.Key]int64, error) {
 	op := fmt.Sprintf("load %d ORDERED keys of shard %d at epoch %d", len(keys), shard, epoch)
-	if err := validShard(shard); err != nil {
+	if err := ordered.ValidateShard(shard); err != nil {
 		return nil, fmt.Errorf("mysqlstore: %s: %w", op, err)
 	}
 	for _, k := range keys {
-		if err := validOwnedKey(shard, k); err != nil {
+		if err := ordered.ValidateKey(shard, k); err != nil {
 			return nil, fmt.Errorf("mysqlstore: %s: %w", op, err)
 		}
 	}
@@ -252,7 +252,7 @@ func loadBatch(ctx context.Context, q querier, shard int, keys []ordered.Key, ou
 // back and it is run again (retryConflicts).
 func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []ordered.Row, reqs []ordered.Request) error {
 	op := fmt.Sprintf("persist %d ORDERED rows and %d request ids of shard %d at epoch %d", len(rows), len(reqs), shard, epoch)
-	if err := validPersist(shard, rows, reqs); err != nil {
+	if err := ordered.ValidatePersist(shard, rows, reqs); err != nil {
 		return fmt.Errorf("mysqlstore: %s: %w", op, err)
 	}
 	return s.fencedWrite(ctx, op, shard, epoch, reqs, rowUpserts(shard, rows, false))
@@ -267,7 +267,7 @@ func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []orde
 // are done by then.
 func (s *Store) WriteBack(ctx context.Context, shard int, epoch int64, rows []ordered.Row) error {
 	op := fmt.Sprintf("write back %d ORDERED rows of shard %d at epoch %d", len(rows), shard, epoch)
-	if err := validPersist(shard, rows, nil); err != nil {
+	if err := ordered.ValidatePersist(shard, rows, nil); err != nil {
 		return fmt.Errorf("mysqlstore: %s: %w", op, err)
 	}
 	return s.fencedWrite(ctx, op, shard, epoch, nil, rowUpserts(shard, rows, true))
@@ -430,7 +430,7 @@ func (s *Store) LookupRequests(ctx context.Context, biz string, ids []string) (m
 		return nil, fmt.Errorf("mysqlstore: %s: %w", op, err)
 	}
 	for _, id := range ids {
-		if err := validRequestID(id); err != nil {
+		if err := ordered.ValidateRequestID(id); err != nil {
 			return nil, fmt.Errorf("mysqlstore: %s: %w", op, err)
 		}
 	}
@@ -502,96 +502,6 @@ func (s *Store) ownedErr(parent context.Context, op string, err error) error {
 		return fmt.Errorf("mysqlstore: %s: %w", op, err)
 	}
 	return s.classify(parent, op, err)
-}
-
-// validShard refuses shard indexes outside 0..63.
-func validShard(shard int) error {
-	if shard < 0 || shard >= segment.OrderedShards {
-		return fmt.Errorf("%w: shard %d out of range 0..%d", segment.ErrInvalid, shard, segment.OrderedShards-1)
-	}
-	return nil
-}
-
-// validOwnedKey checks a key as the per-request path does (business name,
-// a UTF-8 sub key within segment.MaxSubKeyLen) and that it belongs to the
-// shard: its row lives in that shard's table and under that shard's
-// fence, nowhere else.
-func validOwnedKey(shard int, k ordered.Key) error {
-	if err := segment.ValidateBizName(k.Biz); err != nil {
-		return err
-	}
-	switch {
-	case !validSubKey(k.SubKey):
-		return fmt.Errorf("%w: sub_key %q is not valid UTF-8 (its shard would differ from the Java service's)", segment.ErrInvalid, k.SubKey)
-	case len(k.SubKey) > segment.MaxSubKeyLen || len(k.SubKey) > subKeyColumnBytes:
-		return fmt.Errorf("%w: sub_key is %d bytes, at most %d allowed", segment.ErrInvalid, len(k.SubKey), segment.MaxSubKeyLen)
-	case Shard(k.SubKey) != shard:
-		return fmt.Errorf("%w: sub_key %q of %q belongs to shard %d, not %d: persist and load each shard's keys under its own epoch",
-			segment.ErrInvalid, k.SubKey, k.Biz, Shard(k.SubKey), shard)
-	}
-	return nil
-}
-
-func validRequestID(id string) error {
-	switch {
-	case id == "":
-		return fmt.Errorf("%w: empty request id (requests without an id are not stored)", segment.ErrInvalid)
-	case len(id) > segment.MaxRequestIDLen || len(id) > requestIDColumnBytes:
-		return fmt.Errorf("%w: request_id is %d bytes, at most %d allowed", segment.ErrInvalid, len(id), segment.MaxRequestIDLen)
-	}
-	return nil
-}
-
-// validPersist checks a Persist's input before anything is sent: every
-// row and request of the shard and well formed, no key or request id
-// twice (in one multi-row statement the later value would silently win,
-// and a request id twice would look like a stored duplicate).
-func validPersist(shard int, rows []ordered.Row, reqs []ordered.Request) error {
-	if err := validShard(shard); err != nil {
-		return err
-	}
-	var seen map[ordered.Key]struct{}
-	if len(rows) > 1 {
-		seen = make(map[ordered.Key]struct{}, len(rows))
-	}
-	for _, r := range rows {
-		if err := validOwnedKey(shard, r.Key); err != nil {
-			return err
-		}
-		if r.Num < 0 {
-			return fmt.Errorf("%w: row %q/%q: negative number %d", segment.ErrInvalid, r.Biz, r.SubKey, r.Num)
-		}
-		if seen != nil {
-			if _, dup := seen[r.Key]; dup {
-				return fmt.Errorf("%w: row %q/%q appears twice in one persist: send one number per key", segment.ErrInvalid, r.Biz, r.SubKey)
-			}
-			seen[r.Key] = struct{}{}
-		}
-	}
-	var seenReq map[ordered.RequestKey]struct{}
-	if len(reqs) > 1 {
-		seenReq = make(map[ordered.RequestKey]struct{}, len(reqs))
-	}
-	for _, q := range reqs {
-		if err := validOwnedKey(shard, ordered.Key{Biz: q.Biz, SubKey: q.SubKey}); err != nil {
-			return fmt.Errorf("request %q: %w", q.ID, err)
-		}
-		if err := validRequestID(q.ID); err != nil {
-			return err
-		}
-		if q.Count < 1 || q.Count > segment.MaxStep || q.Range.First < 1 || q.Range.Last < q.Range.First || q.Range.Len() != q.Count {
-			return fmt.Errorf("%w: request %q of %q: range %d..%d does not hold its count %d (count 1..%d, first >= 1)",
-				segment.ErrInvalid, q.ID, q.Biz, q.Range.First, q.Range.Last, q.Count, segment.MaxStep)
-		}
-		if seenReq != nil {
-			rk := ordered.RequestKey{Biz: q.Biz, ID: q.ID}
-			if _, dup := seenReq[rk]; dup {
-				return fmt.Errorf("%w: request id %q of %q appears twice in one persist", segment.ErrInvalid, q.ID, q.Biz)
-			}
-			seenReq[rk] = struct{}{}
-		}
-	}
-	return nil
 }
 
 // ownerColumn fits owner (an RPC address, for operators only) into

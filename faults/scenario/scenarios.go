@@ -512,7 +512,10 @@ func negMySQLUnsafe(r *Run) error {
 	if err := parallel(c.Active(), func(n *harness.Node) error { return n.Start(60 * time.Second) }); err != nil {
 		return err
 	}
-	r.Sleep(6 * time.Second)
+	// ORDERED shards come back after their owners' lease wait (new
+	// processes wait one lease for owners they never saw renew): keep the
+	// load on long enough for the keys to be served again.
+	r.Sleep(12 * time.Second)
 	r.StopLoad()
 	return nil
 }

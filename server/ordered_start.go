@@ -85,10 +85,13 @@ func startOwners(ctx context.Context, cfg Config, store ordered.Store, gate segm
 		_ = o.coord.Close(ctx)
 		return nil, fmt.Errorf("ORDERED shard owners: %w", err)
 	}
-	// Serve once every shard has an owner this node knows of (the first
-	// round of the coordinator), waiting a second at most: a shard between
-	// owners (a hand-off in progress) is ridden out per request.
-	deadline := time.Now().Add(min(cfg.OrderedLease, time.Second))
+	// Serve once every shard has an owner this node knows of: the first
+	// rounds of the coordinator (the first node of a cluster creates and
+	// claims all 64 shards, a few hundred ZooKeeper and MySQL writes that
+	// take seconds on a loaded machine). Bounded: a shard that stays
+	// without an owner is refused per request (retryable), and a shard
+	// between owners (a hand-off) is ridden out per request.
+	deadline := time.Now().Add(max(cfg.OrderedLease, 5*time.Second))
 	for !allOwned(o.coord.Owners()) && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(20 * time.Millisecond)
 	}

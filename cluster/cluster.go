@@ -33,6 +33,7 @@
 package cluster
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -421,4 +422,48 @@ func ACL(auth string) ([]zk.ACL, error) {
 		return nil, ErrBadAuth
 	}
 	return zk.DigestACL(zk.PermAll, user, pass), nil
+}
+
+// Errors of Call.
+var (
+	// ErrNoSession: the client had no ZooKeeper session for the whole
+	// timeout (ZooKeeper unreachable, or the client reconnecting).
+	ErrNoSession = errors.New("no ZooKeeper session")
+	// ErrNoAnswer: the operation did not finish within the timeout; its
+	// outcome is unknown.
+	ErrNoAnswer = errors.New("ZooKeeper did not answer in time")
+)
+
+// Session is what Call needs of a client: *zk.Conn, or a test fake.
+type Session interface {
+	State() zk.State
+}
+
+// Call runs one ZooKeeper operation bounded by timeout. It does not queue
+// behind a reconnect: without a session it waits at most the timeout for
+// one (ErrNoSession), and an operation that cannot finish in time is
+// abandoned (ErrNoAnswer). The coordinator of ORDERED shard owners and
+// the replication guard share it.
+func Call(ctx context.Context, c Session, timeout time.Duration, f func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if c.State() != zk.StateHasSession {
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for c.State() != zk.StateHasSession {
+			select {
+			case <-ctx.Done():
+				return ErrNoSession
+			case <-t.C:
+			}
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%w (within %v)", ErrNoAnswer, timeout)
+	}
 }

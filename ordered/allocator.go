@@ -276,7 +276,7 @@ func (a *Allocator) Acquire(ctx context.Context, g Grant) error {
 	if err != nil {
 		return fmt.Errorf("ordered: claiming shard %d epoch %d: %w", g.Shard, g.Epoch, err)
 	}
-	sh := newShard(a, g)
+	sh := newShard(g)
 	a.shards[g.Shard].Store(sh)
 	go sh.run(a)
 	a.st.acquired.Add(1)

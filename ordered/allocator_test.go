@@ -104,7 +104,7 @@ func TestCachedReservesAheadAndCrashGapIsOneReservation(t *testing.T) {
 	var last int64
 	for i := range 2000 {
 		if i%100 == 0 {
-			clk.Advance(10 * time.Millisecond) // 10,000 numbers per second
+			clk.Add(10 * time.Millisecond) // 10,000 numbers per second
 		}
 		r, err := n.a.Take(context.Background(), biz, "room-1", 1, "")
 		if err != nil {
@@ -145,7 +145,7 @@ func TestFencedOwnerStopsAndNeverWritesBack(t *testing.T) {
 	old.acquireAll(t, 1, time.Time{})
 	biz := bizMode("chat", segment.OrderedCached)
 	for range 50 {
-		clk.Advance(time.Millisecond)
+		clk.Add(time.Millisecond)
 		if _, err := old.a.Take(context.Background(), biz, "k", 1, ""); err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +184,7 @@ func TestWithoutEpochAStaleWriteBackRepeatsNumbers(t *testing.T) {
 	old := newNode(t, store, clk, "a:1")
 	old.acquireAll(t, 1, time.Time{})
 	for range 50 {
-		clk.Advance(time.Millisecond)
+		clk.Add(time.Millisecond)
 		if _, err := old.a.Take(context.Background(), bizMode("chat", segment.OrderedCached), "k", 1, ""); err != nil {
 			t.Fatal(err)
 		}
@@ -219,7 +219,7 @@ func TestLeaseWaitAndExpiry(t *testing.T) {
 	if !errors.As(err, &ue) || ue.NotOwner || ue.RetryAfter != 3*time.Second {
 		t.Fatalf("during the lease wait: %v, want a retryable refusal with a 3s hint", err)
 	}
-	clk.Advance(3 * time.Second)
+	clk.Add(3 * time.Second)
 	if _, err := n.a.Take(context.Background(), biz, "k", 1, ""); err != nil {
 		t.Fatalf("after the lease wait: %v", err)
 	}
@@ -230,7 +230,7 @@ func TestLeaseWaitAndExpiry(t *testing.T) {
 	if _, err := n.a.Take(context.Background(), cached, "k2", 1, ""); err != nil {
 		t.Fatal(err)
 	}
-	clk.Advance(time.Second)
+	clk.Add(time.Second)
 	if _, err := n.a.Take(context.Background(), cached, "k2", 1, ""); !errors.As(err, &ue) {
 		t.Fatalf("after the lease ran out: %v, want a refusal", err)
 	}
@@ -257,7 +257,7 @@ func TestPlannedHandOffLeavesNoGap(t *testing.T) {
 	var last int64
 	for i := range 500 {
 		if i%50 == 0 {
-			clk.Advance(10 * time.Millisecond)
+			clk.Add(10 * time.Millisecond)
 		}
 		r, err := a.a.Take(context.Background(), biz, "k", 1, "")
 		if err != nil {
@@ -565,7 +565,7 @@ func BenchmarkTakeWithRequestIDs(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		if i%1000 == 0 {
-			clk.Advance(10 * time.Millisecond)
+			clk.Add(10 * time.Millisecond)
 		}
 		if _, err := a.Take(context.Background(), biz, "hot", 1, strconv.Itoa(i)); err != nil {
 			b.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idgen/idgen/clock/clocktest"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -122,25 +123,10 @@ func (s *fakeStore) row(k Key) int64 {
 	return s.rows[k]
 }
 
-// fakeClock is a settable monotonic clock.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// fakeClock is the project's settable clock.
+type fakeClock = clocktest.Fake
 
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func newFakeClock() *fakeClock { return clocktest.New(time.Unix(1_000_000, 0)) }
 
 // fakeCoord is a Coordinator driven by the test.
 type fakeCoord struct {

@@ -75,7 +75,7 @@ type waitResult struct {
 	err      error
 }
 
-func newShard(a *Allocator, g Grant) *shard {
+func newShard(g Grant) *shard {
 	return &shard{idx: g.Shard, grant: g, keys: map[Key]*keyState{}, dirty: map[*keyState]struct{}{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
@@ -260,54 +260,55 @@ type round struct{}
 // they may commit in any order.
 func (sh *shard) run(a *Allocator) {
 	defer close(sh.done)
+	stopping := false
 	for {
-		stopped := false
-		select {
-		case <-sh.wake:
-		case <-sh.stop:
-			stopped = true
-		}
-		sh.mu.Lock()
-		loads := sh.loadQ
-		sh.loadQ = nil
-		aborted := sh.abortErr != nil
-		sh.mu.Unlock()
-		if len(loads) > 0 && !aborted {
-			sh.loadKeys(a, loads)
-		}
-		for sh.launch(a) {
-		}
-		if !stopped {
+		sh.step(a)
+		if !stopping {
 			select {
 			case <-sh.stop:
-				stopped = true
+				stopping = true
 			default:
 			}
 		}
-		if stopped {
+		if stopping {
 			// Exit once nothing is in flight or queued (an aborted term
-			// only waits for its persists in flight).
-			for {
-				sh.mu.Lock()
-				busy := sh.rounds > 0 || (sh.abortErr == nil && (len(sh.loadQ) > 0 || len(sh.dirty) > 0))
-				sh.mu.Unlock()
-				if !busy {
-					return
-				}
-				<-sh.wake
-				sh.mu.Lock()
-				loads := sh.loadQ
-				sh.loadQ = nil
-				aborted := sh.abortErr != nil
-				sh.mu.Unlock()
-				if len(loads) > 0 && !aborted {
-					sh.loadKeys(a, loads)
-				}
-				for sh.launch(a) {
-				}
+			// only waits for its persists in flight); each finishing
+			// persist wakes the loop.
+			if !sh.busy() {
+				return
 			}
+			<-sh.wake
+			continue
+		}
+		select {
+		case <-sh.wake:
+		case <-sh.stop:
+			stopping = true
 		}
 	}
+}
+
+// step loads the keys first used since the last step and launches what
+// persists it can.
+func (sh *shard) step(a *Allocator) {
+	sh.mu.Lock()
+	loads := sh.loadQ
+	sh.loadQ = nil
+	aborted := sh.abortErr != nil
+	sh.mu.Unlock()
+	if len(loads) > 0 && !aborted {
+		sh.loadKeys(a, loads)
+	}
+	for sh.launch(a) {
+	}
+}
+
+// busy reports persists in flight, or (unless the term was aborted) work
+// queued.
+func (sh *shard) busy() bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.rounds > 0 || (sh.abortErr == nil && (len(sh.loadQ) > 0 || len(sh.dirty) > 0))
 }
 
 // launch starts one persist of the pending changes, if there are any and

@@ -3,10 +3,8 @@ package server
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
@@ -35,12 +33,9 @@ type owners struct {
 	fwd  *forwarder
 	log  *zap.Logger
 
-	forwarded, forwardFailures prometheusCounter
+	forwarded, forwardFailures prometheus.Counter
 	closeOnce                  sync.Once
 }
-
-// prometheusCounter is the one method of a prometheus.Counter used here.
-type prometheusCounter interface{ Inc() }
 
 var _ issuer.OrderedTaker = (*owners)(nil)
 
@@ -118,22 +113,11 @@ func newForwarder(cfg Config) (*forwarder, error) {
 	// certificate (mutual TLS clusters accept it when one CA issues the
 	// nodes' certificates) and trusting the client CA when one is set, the
 	// system roots otherwise.
-	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+	sc, err := serverTLSConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("tls_cert/tls_key for forwarding ORDERED requests: %w", err)
+		return nil, err
 	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
-	if cfg.TLSClientCA != "" {
-		pem, err := os.ReadFile(cfg.TLSClientCA)
-		if err != nil {
-			return nil, fmt.Errorf("tls_client_ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls_client_ca %s: no PEM certificate in it", cfg.TLSClientCA)
-		}
-		tc.RootCAs = pool
-	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: sc.Certificates, RootCAs: sc.ClientCAs}
 	f.tls = tc
 	return f, nil
 }

@@ -689,13 +689,20 @@ func orderedOwnerKill(r *Run) error {
 		return err
 	}
 	r.Note("%s restarted %v after the kill", a.Name, time.Since(crash).Round(100*time.Millisecond))
-	s.watchOwner(r, b, 6*time.Second)
+	s.finish(r, b, 6*time.Second, off)
+	s.crashGaps(r, crash)
+	return nil
+}
+
+// finish ends a scenario: it watches who owns the hot shard for a while
+// under load (b asks), stops the load, and reports the shard acquisitions
+// the node logs show since off and the checks.
+func (s *ordSetup) finish(r *Run, b *harness.Node, watch time.Duration, off map[*harness.Node]int64) {
+	s.watchOwner(r, b, watch)
 	r.Note("shard %d owner at the end: %s", s.shard, s.ownerName(b))
 	r.StopLoad()
 	s.acquisitions(r, off)
 	s.report(r)
-	s.crashGaps(r, crash)
-	return nil
 }
 
 // orderedOwnerPause: the owner SIGSTOPped for 3 leases (the others take
@@ -722,11 +729,7 @@ func orderedOwnerPause(r *Run) error {
 	if werr != nil {
 		return fmt.Errorf("while %s was stopped: %w", a.Name, werr)
 	}
-	s.watchOwner(r, b, 7*time.Second)
-	r.Note("shard %d owner at the end: %s", s.shard, s.ownerName(b))
-	r.StopLoad()
-	s.acquisitions(r, off)
-	s.report(r)
+	s.finish(r, b, 7*time.Second, off)
 	return nil
 }
 
@@ -785,11 +788,7 @@ func orderedZKPartition(neg bool) func(*Run) error {
 		if werr != nil {
 			return werr
 		}
-		s.watchOwner(r, b, 7*time.Second)
-		r.Note("shard %d owner at the end: %s", s.shard, s.ownerName(b))
-		r.StopLoad()
-		s.acquisitions(r, off)
-		s.report(r)
+		s.finish(r, b, 7*time.Second, off)
 		return nil
 	}
 }
@@ -844,13 +843,9 @@ func orderedMySQLKill(r *Run) error {
 	}
 	s.startLoad(r)
 	r.Sleep(4 * time.Second)
-	t := time.Now()
-	r.Env.Servers.MySQLKill()
-	r.Sleep(3 * time.Second)
-	if err := r.Env.Servers.MySQLStart(false); err != nil {
+	if err := r.killMySQL(3 * time.Second); err != nil {
 		return err
 	}
-	r.Note("MariaDB down %v", time.Since(t).Round(100*time.Millisecond))
 	r.Sleep(8 * time.Second)
 	r.StopLoad()
 	s.report(r)

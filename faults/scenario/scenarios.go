@@ -329,6 +329,19 @@ func zkLostReply(r *Run) error {
 	return nil
 }
 
+// killMySQL SIGKILLs the suite's MariaDB under load and starts it again
+// (crash-safe) after down.
+func (r *Run) killMySQL(down time.Duration) error {
+	t := time.Now()
+	r.Env.Servers.MySQLKill()
+	r.Sleep(down)
+	if err := r.Env.Servers.MySQLStart(false); err != nil {
+		return err
+	}
+	r.Note("MariaDB down %v", time.Since(t).Round(100*time.Millisecond))
+	return nil
+}
+
 func mysqlKill(r *Run) error {
 	c, err := std(r, ClusterOpts{})
 	if err != nil {
@@ -336,13 +349,9 @@ func mysqlKill(r *Run) error {
 	}
 	r.StartLoad(c.Active())
 	r.Sleep(4 * time.Second)
-	t := time.Now()
-	r.Env.Servers.MySQLKill()
-	r.Sleep(3 * time.Second)
-	if err := r.Env.Servers.MySQLStart(false); err != nil {
+	if err := r.killMySQL(3 * time.Second); err != nil {
 		return err
 	}
-	r.Note("MariaDB down %v", time.Since(t).Round(100*time.Millisecond))
 	r.Sleep(6 * time.Second)
 	r.StopLoad()
 	return nil

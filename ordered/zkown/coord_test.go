@@ -90,7 +90,7 @@ func TestStaleOwnerTakeoverWaitsLease(t *testing.T) {
 	// A pauses.
 	var took time.Time
 	for i := 0; i < 20 && took.IsZero(); i++ {
-		w.clk.Advance(testTick)
+		w.clk.Add(testTick)
 		b.step()
 		if len(filter(w.j.since(mark), addrB, "acquire")) > 0 {
 			took = w.clk.Now()
@@ -123,7 +123,7 @@ func TestStaleOwnerTakeoverWaitsLease(t *testing.T) {
 
 	// A resumes: its renewal is answered after its lease ran out.
 	mark = w.j.len()
-	w.clk.Advance(testTick)
+	w.clk.Add(testTick)
 	a.step()
 	if !a.c.ValidUntil().Equal(aUntil) {
 		t.Fatalf("A's late renewal moved its ValidUntil from %v to %v", aUntil, a.c.ValidUntil())
@@ -149,12 +149,12 @@ func TestNeverSeenOwnerWaitsLeaseFromFirstSight(t *testing.T) {
 	a := w.node(addrA, nil)
 	a.step()
 	// A pauses; C starts a second later.
-	w.clk.Advance(time.Second)
+	w.clk.Add(time.Second)
 	c := w.node(addrC, nil)
 	c.step()
 	first := w.clk.Now()
 	for i := 0; i < 20 && len(filter(w.j.all(), addrC, "acquire")) == 0; i++ {
-		w.clk.Advance(testTick)
+		w.clk.Add(testTick)
 		c.step()
 	}
 	acq := filter(w.j.all(), addrC, "acquire")
@@ -180,11 +180,11 @@ func TestGoneOwnerWaitsLeaseFromAbsence(t *testing.T) {
 	b := w.node(addrB, nil)
 	w.stepAll(testTick, a, b)
 	lastSeen := w.clk.Now() // B's last observation of A's renewal
-	w.clk.Advance(testTick)
+	w.clk.Add(testTick)
 	a.step() // renewed; B does not see it
 	aUntil := a.c.ValidUntil()
 	w.fz.expire(a.conn) // A's session ends: its znode goes
-	w.clk.Advance(testTick)
+	w.clk.Add(testTick)
 	mark := w.j.len()
 	b.step()
 	gone := w.clk.Now()
@@ -287,7 +287,7 @@ func TestStaleTakeoverChecksOwnerVersion(t *testing.T) {
 		}
 	})
 	mark := w.j.len()
-	w.clk.Advance(testLease)
+	w.clk.Add(testLease)
 	b.step()
 	w.fz.setHook(nil)
 	if !hooked.Load() {
@@ -326,7 +326,7 @@ func TestFailingRenewalsRunOutTheLease(t *testing.T) {
 	})
 	mark := w.j.len()
 	for w.clk.Now().Before(until) {
-		w.clk.Advance(testTick)
+		w.clk.Add(testTick)
 		a.step()
 		if !a.c.ValidUntil().Equal(until) {
 			t.Fatalf("ValidUntil moved to %v without a renewal", a.c.ValidUntil())
@@ -360,10 +360,10 @@ func TestValidUntilFromSendTime(t *testing.T) {
 	if want := created.Add(testLease - testMargin); !a.c.ValidUntil().Equal(want) {
 		t.Fatalf("ValidUntil after creation %v, want %v", a.c.ValidUntil(), want)
 	}
-	w.clk.Advance(time.Second)
+	w.clk.Add(time.Second)
 	w.fz.setHook(func(c *fakeConn, op, p string) {
 		if c == a.conn && op == "set" && isNodePath(p) {
-			w.clk.Advance(400 * time.Millisecond) // in flight
+			w.clk.Add(400 * time.Millisecond) // in flight
 		}
 	})
 	sent := w.clk.Now()
@@ -380,10 +380,10 @@ func TestLateRenewalAnswerBreaksLease(t *testing.T) {
 	a := w.node(addrA, nil)
 	a.step()
 	until := a.c.ValidUntil()
-	w.clk.Advance(2 * time.Second)
+	w.clk.Add(2 * time.Second)
 	w.fz.setHook(func(c *fakeConn, op, p string) {
 		if c == a.conn && op == "set" && isNodePath(p) {
-			w.clk.Advance(time.Second) // answered after until
+			w.clk.Add(time.Second) // answered after until
 		}
 	})
 	mark := w.j.len()
@@ -592,7 +592,7 @@ func TestUnsafeNoLeaseWait(t *testing.T) {
 	tObs := w.clk.Now()
 	mark := w.j.len()
 	for i := 0; i < 20 && len(filter(w.j.since(mark), addrB, "acquire")) == 0; i++ {
-		w.clk.Advance(testTick)
+		w.clk.Add(testTick)
 		b.step()
 	}
 	acq := filter(w.j.since(mark), addrB, "acquire")
@@ -867,7 +867,7 @@ func TestLeaseWaitSurvivesAcquireFailure(t *testing.T) {
 		return nil
 	}
 	w.fz.expire(a.conn) // A's znode goes: B waits a Lease from now
-	w.clk.Advance(testTick)
+	w.clk.Add(testTick)
 	b.step()
 	wait := w.clk.Now().Add(testLease + testMargin)
 	c := w.node(addrC, nil)

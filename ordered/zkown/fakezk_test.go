@@ -2,6 +2,7 @@ package zkown
 
 import (
 	"errors"
+	"github.com/idgen/idgen/clock/clocktest"
 	"path"
 	"sort"
 	"strings"
@@ -410,22 +411,7 @@ func (c *fakeConn) Close() {
 	}
 }
 
-// fakeClock is a manual monotonic clock.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// fakeClock is the project's settable clock (clocktest.Fake).
+type fakeClock = clocktest.Fake
 
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newFakeClock() *fakeClock { return clocktest.New(time.Unix(1_000_000, 0)) }

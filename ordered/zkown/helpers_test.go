@@ -226,7 +226,7 @@ func (w *world) shard(s int) shardRecord {
 
 // stepAll advances the clock by d, then steps the nodes in order.
 func (w *world) stepAll(d time.Duration, nodes ...*tnode) {
-	w.clk.Advance(d)
+	w.clk.Add(d)
 	for _, n := range nodes {
 		n.step()
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
+
+	"github.com/idgen/idgen/cluster"
 )
 
 // ZK is the part of the ZooKeeper client the coordinator uses; *zk.Conn
@@ -81,35 +83,14 @@ func (c *Coordinator) drain(events <-chan zk.Event) {
 	}
 }
 
-// errNoSession: the client has no session (ZooKeeper unreachable).
-var errNoSession = errors.New("zkown: no ZooKeeper session")
-
-// call runs one ZooKeeper operation bounded by timeout. It fails fast
-// while the client has no session (waiting at most timeout for one),
-// rather than queue behind a reconnect; a call that cannot finish in time
-// is abandoned (its outcome unknown).
+// call runs one ZooKeeper operation bounded by timeout (cluster.Call: no
+// queueing behind a reconnect, an operation that cannot finish in time is
+// abandoned, its outcome unknown).
 func (c *Coordinator) call(ctx context.Context, timeout time.Duration, f func() error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if c.conn.State() != zk.StateHasSession {
-		t := time.NewTicker(10 * time.Millisecond)
-		defer t.Stop()
-		for c.conn.State() != zk.StateHasSession {
-			select {
-			case <-ctx.Done():
-				return errNoSession
-			case <-t.C:
-			}
-		}
+	if err := cluster.Call(ctx, c.conn, timeout, f); err != nil {
+		return fmt.Errorf("zkown: %w", err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- f() }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("zkown: ZooKeeper did not answer within %v", timeout)
-	}
+	return nil
 }
 
 // conflict reports whether err is a lost compare-and-set (the znode

@@ -189,32 +189,16 @@ func (g *Guard) Close() {
 	}
 }
 
-// call runs a ZooKeeper operation bounded by Config.Timeout (the client
-// retries inside while it reconnects; a call that cannot finish in time
-// is abandoned and reported unavailable).
+// call runs a ZooKeeper operation bounded by Config.Timeout (cluster.Call:
+// it fails fast without a session rather than queue behind a reconnect;
+// an operation that cannot finish in time is abandoned). Errors from
+// cluster.Call are reported unavailable.
 func (g *Guard) call(ctx context.Context, f func() error) error {
-	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
-	defer cancel()
-	if g.conn.State() != zk.StateHasSession {
-		// Do not queue behind a reconnect: fail fast, the caller retries.
-		t := time.NewTicker(20 * time.Millisecond)
-		defer t.Stop()
-		for g.conn.State() != zk.StateHasSession {
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("%w: zkguard: no ZooKeeper session", segment.ErrUnavailable)
-			case <-t.C:
-			}
-		}
+	err := cluster.Call(ctx, g.conn, g.cfg.Timeout, f)
+	if errors.Is(err, cluster.ErrNoSession) || errors.Is(err, cluster.ErrNoAnswer) {
+		return fmt.Errorf("%w: zkguard: %w", segment.ErrUnavailable, err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- f() }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("%w: zkguard: ZooKeeper did not answer within %v", segment.ErrUnavailable, g.cfg.Timeout)
-	}
+	return err
 }
 
 // ensure creates p and its missing parents (persistent, empty).

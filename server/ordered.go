@@ -18,6 +18,7 @@ import (
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 	"github.com/idgen/idgen/ordered"
+	"github.com/idgen/idgen/ordered/zkown"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -269,6 +270,10 @@ func newOwnersCollector(o *owners) *ownersCollector {
 		"serving":    d("idgen_ordered_shards_serving", "owned shards past their lease wait"),
 		"keys":       d("idgen_ordered_owner_keys", "keys held in memory by this node's owned shards"),
 		"lease_left": d("idgen_ordered_lease_remaining_seconds", "time until this node's ownership lease runs out unless renewed (negative: expired)"),
+		"live":       d("idgen_ordered_live_nodes", "nodes taking part in ORDERED shard ownership as this node sees them, itself included (ZooKeeper clusters)"),
+		"renew_fail": d("idgen_ordered_lease_renew_failures_total", "ownership lease renewals that failed or came back too late (ZooKeeper clusters)"),
+		"lapses":     d("idgen_ordered_lease_lapses_total", "times this node's ownership lease ran out while it owned shards (ZooKeeper clusters)"),
+		"acq_fail":   d("idgen_ordered_acquire_failures_total", "shard takeovers whose claim in the store failed; the shard is given up and retried (ZooKeeper clusters)"),
 	}}
 }
 
@@ -305,4 +310,11 @@ func (c *ownersCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge("keys", float64(s.Keys))
 	left := time.Until(c.o.coord.ValidUntil()).Seconds()
 	gauge("lease_left", min(left, 1e9))
+	if zc, ok := c.o.coord.(*zkown.Coordinator); ok {
+		zs := zc.Stats()
+		gauge("live", float64(zs.LiveNodes))
+		counter("renew_fail", zs.LeaseRenewFailures)
+		counter("lapses", zs.LeaseLapses)
+		counter("acq_fail", zs.AcquireFailures)
+	}
 }

@@ -161,6 +161,14 @@ func TestE2E_OrderedOwnersCluster(t *testing.T) {
 		take(i%3, "og", true)
 		take(i%3, "oc", true)
 	}
+	testnode.WaitFor(t, 10*time.Second, "every node to see 3 live owners", func() bool {
+		for _, nd := range nodes {
+			if _, body, _ := nd.Get(ctx, "/metrics"); !strings.Contains(body, "idgen_ordered_live_nodes 3\n") {
+				return false
+			}
+		}
+		return true
+	})
 	forwarded := 0
 	for _, nd := range nodes {
 		_, body, _ := nd.Get(ctx, "/metrics")

@@ -6,7 +6,8 @@
 #   ./build.sh test [--quick] [PKG...]
 #                                 lint, promtool, provision ZooKeeper + MariaDB, go test -race;
 #                                 --quick: no staticcheck, no race detector. Ends with one line
-#                                 "TIME: N passed, N failed, N skipped"; full log in output/test/test.log
+#                                 "TIME: N passed, N failed, N skipped"; full log in output/test/test.log,
+#                                 go test's events in output/test/go-test.json, JUnit in output/test/junit.xml
 #   ./build.sh lint               gofmt, go vet (also -tags faultinject), staticcheck, large files
 #   ./build.sh gen                regenerate kitex_gen/ from idl/idgen.thrift
 #   ./build.sh servers start      start ZooKeeper + MariaDB for development; writes .testenv
@@ -141,6 +142,21 @@ ensure_servers() {
   [ -x "$ZKSERVER" ] || die "no $ZKSERVER after installing zookeeper"
   MARIADBD=$(find_bin mariadbd mysqld) || die "no mariadbd after installing mariadb-server"
   INSTALL_DB=$(find_bin mariadb-install-db mysql_install_db) || die "no mariadb-install-db after installing mariadb-server"
+}
+
+# ensure_test_tools: what ./build.sh test needs besides Go, installed in one
+# apt-get run when missing: the servers, Chromium for the status page's
+# browser test (sets CHROMIUM) and systemd-analyze for the unit check.
+CHROMIUM=''
+ensure_test_tools() {
+  local need=()
+  [ -x "$ZKSERVER" ] || need+=(zookeeper)
+  { find_bin mariadbd mysqld && find_bin mariadb-install-db mysql_install_db; } >/dev/null || need+=(mariadb-server)
+  find_bin chromium chromium-browser >/dev/null || need+=(chromium)
+  find_bin systemd-analyze >/dev/null || need+=(systemd)
+  [ ${#need[@]} = 0 ] || apt_install "${need[@]}"
+  CHROMIUM=$(find_bin chromium chromium-browser) || die "no chromium after installing Debian's chromium package"
+  find_bin systemd-analyze >/dev/null || die "no systemd-analyze after installing Debian's systemd package"
 }
 
 # ensure_promtool sets PROMTOOL: promtool on PATH, else the one unpacked from
@@ -369,7 +385,7 @@ cmd_lint() {
 
 TEST_T0=0 TEST_TMP='' TEST_DONE=0
 cmd_test() {
-  local quick=0 pkgs=() flags st res p f s
+  local quick=0 pkgs=() flags st res p f s e
   while [ $# -gt 0 ]; do
     case $1 in
       --quick) quick=1 ;;
@@ -396,32 +412,40 @@ cmd_test() {
     run_check "promtool test rules" "$PROMTOOL" test rules deploy/prometheus/alerts_test.yml
   fi
 
-  STEP="test summary tool"
-  build_testsummary "$TEST_TMP/testsummary"
+  STEP="gotestsum"
+  build_gotestsum "$TEST_TMP/gotestsum"
+  STEP="test tools"
+  ensure_test_tools
   STEP="servers"
   servers_start "$TEST_TMP/testenv"
   # shellcheck disable=SC1091
   . "$TEST_TMP/testenv"
   export IDGEN_TEST_JAVA=${IDGEN_TEST_JAVA:-$(command -v java || true)}
+  export IDGEN_TEST_CHROMIUM=${IDGEN_TEST_CHROMIUM:-$CHROMIUM}
 
   STEP="go test"
   flags=(-count=1 -timeout 12m -ldflags "$(ldflags)")
   [ "$quick" = 1 ] || flags=(-race "${flags[@]}")
   log "go test ${flags[*]} ${pkgs[*]}"
   set +e
-  go test -json "${flags[@]}" "${pkgs[@]}" 2>&1 |
-    "$TEST_TMP/testsummary" -log "$LOG" -result "$TEST_TMP/result"
+  "$TEST_TMP/gotestsum" --format pkgname-and-test-fails --format-icons text --hide-summary skipped \
+    --jsonfile output/test/go-test.json --junitfile output/test/junit.xml \
+    --junitfile-project-name idgen --junitfile-testcase-classname relative \
+    --post-run-command "$TEST_TMP/counts" -- "${flags[@]}" "${pkgs[@]}" 2>&1 | tee -a "$LOG"
   st=("${PIPESTATUS[@]}")
   set -e
   if [ -s "$TEST_TMP/result" ]; then
-    mapfile -t res <"$TEST_TMP/result"
-    read -r p f s <<<"${res[0]}"
-    NPASS=$((NPASS + p)) NFAIL=$((NFAIL + f)) NSKIP=$((NSKIP + s))
-    FAILED+=("${res[@]:1}")
+    # gotestsum's counts: TOTAL includes subtests; ERRORS are packages that
+    # did not build (also counted in FAILED).
+    read -r p f s e <"$TEST_TMP/result"
+    [ "$e" -le "$f" ] || f=$e
+    NPASS=$((NPASS + p - f - s)) NFAIL=$((NFAIL + f)) NSKIP=$((NSKIP + s))
+    mapfile -t res < <(failed_tests output/test/go-test.json)
+    FAILED+=("${res[@]}")
   else
     f=0
     NFAIL=$((NFAIL + 1))
-    FAILED+=("test summary tool (exit ${st[1]})")
+    FAILED+=("gotestsum (exit ${st[0]})")
   fi
   if [ "${st[0]}" != 0 ] && [ "$f" = 0 ]; then
     NFAIL=$((NFAIL + 1))
@@ -450,12 +474,31 @@ finish_test() { # exit status
   exit 0
 }
 
-# build_testsummary OUT: scripts/testsummary, a small filter for `go test
-# -json`: it keeps every line in the log, prints one line per package and the
-# output of failing tests, and writes "PASSED FAILED SKIPPED" then the
-# failing names to -result.
-build_testsummary() {
-  go build -o "$1" ./scripts/testsummary
+# build_gotestsum OUT: gotestsum (pinned in tools/go.mod, built once per
+# run) filters `go test -json`: one line per package and the output of the
+# failing tests on the terminal, every event in output/test/go-test.json,
+# JUnit XML in output/test/junit.xml for CI systems. Its post-run command
+# (OUT's sibling "counts") writes "TOTAL FAILED SKIPPED ERRORS" to "result".
+build_gotestsum() {
+  local dir
+  dir=$(dirname "$1")
+  go build -modfile=tools/go.mod -o "$1" gotest.tools/gotestsum
+  cat >"$dir/counts" <<SH
+#!/bin/sh
+echo "\$TESTS_TOTAL \$TESTS_FAILED \$TESTS_SKIPPED \$TESTS_ERRORS" >"$dir/result"
+SH
+  chmod +x "$dir/counts"
+}
+
+# failed_tests JSONFILE: "package Test" for each failing test, and the
+# package alone when it failed outside any test (a build failure, a panic
+# in TestMain), from go test's JSON events.
+failed_tests() {
+  grep '"Action":"fail"' "$1" 2>/dev/null |
+    sed -n 's/.*"Package":"\([^"]*\)"\(,"Test":"\([^"]*\)"\)\{0,1\}.*/\1 \3/p' |
+    sed "s|^$MODULE/||; s|^$MODULE\$|.|" |
+    awk '$2 != "" { t[$1] = 1; print; next } { p[$1] = 1 }
+      END { for (k in p) if (!(k in t)) print k " (outside any test: build failure, panic or timeout)" }' | sort -u
 }
 
 # ---- faults -------------------------------------------------------------------

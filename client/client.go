@@ -223,7 +223,9 @@ func (c *Client) Next(ctx context.Context, biz string, opts ...CallOption) (int6
 
 // NextN returns n IDs of biz as ranges (from the prefetch buffer when one
 // is configured for biz and the call's channel). n is at most the server's
-// max_batch (10000 by default) without prefetch.
+// max_batch (10000 by default) without prefetch. A business answering
+// obfuscated IDs gets them as ranges of one ID; one answering codes is an
+// error (use Fetch and Result.Codes).
 func (c *Client) NextN(ctx context.Context, biz string, n int, opts ...CallOption) ([]Range, error) {
 	var o callOpts
 	for _, f := range opts {
@@ -238,6 +240,18 @@ func (c *Client) NextN(ctx context.Context, biz string, n int, opts ...CallOptio
 	res, err := c.fetch(ctx, biz, n, o)
 	if err != nil {
 		return nil, err
+	}
+	switch {
+	case len(res.Codes) > 0:
+		return nil, fmt.Errorf("idgen: business %q hands out codes, not integers: use Fetch and Result.Codes", biz)
+	case len(res.IDs) > 0:
+		// Obfuscated IDs are not consecutive: each is a range of one (two
+		// that happen to follow each other are merged).
+		out := make([]Range, 0, len(res.IDs))
+		for _, v := range res.IDs {
+			out = appendRange(out, Range{v, v})
+		}
+		return out, nil
 	}
 	return res.Ranges, nil
 }

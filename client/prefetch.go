@@ -2,10 +2,26 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 )
+
+// ErrNotPrefetchable: a business in Config.Prefetch.Bizs answers in a form
+// the prefetch buffer cannot hand out through Next and NextN, which return
+// integers: codes (its format is code). The error names the business; the
+// fix is to remove it from Prefetch.Bizs and call Fetch (Result.Codes).
+// The buffer finds out on its first refill (the client cannot know a
+// business's format before it answers); from then on every prefetched call
+// of that business and channel fails with it at once, without asking the
+// cluster again. Not retryable.
+//
+// A business with obfuscated integer IDs is prefetched: each ID is kept as
+// a value (obfuscated IDs are distinct but not contiguous), NextN returns
+// them as ranges of one ID, and MaxAge applies as to plain SNOWFLAKE IDs,
+// by the time the request that fetched them was sent.
+var ErrNotPrefetchable = errors.New("idgen client: business cannot be prefetched")
 
 // bizPools are the prefetch buffers of one business: def serves calls that
 // name no channel.
@@ -31,14 +47,25 @@ type pool struct {
 	cur     *refill
 	arrived chan struct{} // closed and replaced each time a refill adds IDs
 	closed  bool
+	refused error     // ErrNotPrefetchable, for good: calls fail with it at once
 	taken   int64     // IDs handed out since the last refill started
 	takenAt time.Time // when that refill started
 }
 
-// span is a range of prefetched IDs still to hand out.
+// span is a range of prefetched IDs still to hand out: the IDs next..last,
+// or, with vals (the obfuscated IDs of one answer), vals[next..last].
 type span struct {
 	next, last int64
+	vals       []int64
 	at         time.Time // when the request that fetched it was sent
+}
+
+// id returns the ID at position i of s.
+func (s *span) id(i int64) int64 {
+	if s.vals != nil {
+		return s.vals[i]
+	}
+	return i
 }
 
 // refill is one background refill; done is closed when it ends.
@@ -101,6 +128,10 @@ func (p *pool) next(ctx context.Context) (int64, error) {
 			p.mu.Unlock()
 			return 0, ErrClosed
 		}
+		if p.refused != nil {
+			p.mu.Unlock()
+			return 0, p.refused
+		}
 		if id, ok := p.take1(); ok {
 			p.mu.Unlock()
 			return id, nil
@@ -111,9 +142,10 @@ func (p *pool) next(ctx context.Context) (int64, error) {
 	}
 }
 
-// take hands out n IDs as ranges. If the buffer runs dry before n and the
-// refill fails, the IDs taken so far are dropped (gaps) and the error
-// returned.
+// take hands out n IDs as ranges (obfuscated IDs as ranges of one, or of
+// more where values happen to follow each other). If the buffer runs dry
+// before n and the refill fails, the IDs taken so far are dropped (gaps)
+// and the error returned.
 func (p *pool) take(ctx context.Context, n int64) ([]Range, error) {
 	var out []Range
 	for n > 0 {
@@ -122,14 +154,19 @@ func (p *pool) take(ctx context.Context, n int64) ([]Range, error) {
 			p.mu.Unlock()
 			return nil, ErrClosed
 		}
+		if p.refused != nil {
+			p.mu.Unlock()
+			return nil, p.refused
+		}
 		for n > 0 && p.skipStale() {
 			s := &p.spans[p.head]
 			k := min(n, s.last-s.next+1)
-			r := Range{s.next, s.next + k - 1}
-			if len(out) > 0 && out[len(out)-1].Last+1 == r.First {
-				out[len(out)-1].Last = r.Last
+			if s.vals == nil {
+				out = appendRange(out, Range{s.next, s.next + k - 1})
 			} else {
-				out = append(out, r)
+				for _, v := range s.vals[s.next : s.next+k] {
+					out = appendRange(out, Range{v, v})
+				}
 			}
 			s.next += k
 			p.avail -= k
@@ -151,6 +188,16 @@ func (p *pool) take(ctx context.Context, n int64) ([]Range, error) {
 	return out, nil
 }
 
+// appendRange appends r to out, merged into the last range when it follows
+// it.
+func appendRange(out []Range, r Range) []Range {
+	if len(out) > 0 && out[len(out)-1].Last+1 == r.First {
+		out[len(out)-1].Last = r.Last
+		return out
+	}
+	return append(out, r)
+}
+
 // take1 takes one ID (p.mu held) and starts a refill at the low-water
 // mark.
 func (p *pool) take1() (int64, bool) {
@@ -159,7 +206,7 @@ func (p *pool) take1() (int64, bool) {
 		return 0, false
 	}
 	s := &p.spans[p.head]
-	id := s.next
+	id := s.id(s.next)
 	s.next++
 	p.avail--
 	p.taken++
@@ -181,6 +228,7 @@ func (p *pool) skipStale() bool {
 		p.avail -= s.last - s.next + 1
 		p.head++
 	}
+	clear(p.spans) // drop the spent answers' values
 	p.spans = p.spans[:0]
 	p.head = 0
 	return false
@@ -256,8 +304,14 @@ func (p *pool) refill(r *refill) {
 		sent := time.Now()
 		res, err := p.c.fetch(ctx, p.biz, n, callOpts{channel: &ch})
 		cancel()
+		if err == nil {
+			err = p.usable(res)
+		}
 		p.mu.Lock()
 		if err != nil {
+			if errors.Is(err, ErrNotPrefetchable) {
+				p.refused = err
+			}
 			r.err = err
 			p.cur = nil
 			p.mu.Unlock()
@@ -265,12 +319,18 @@ func (p *pool) refill(r *refill) {
 		}
 		if !p.closed {
 			if p.head > 0 && p.head*2 >= len(p.spans) {
-				p.spans = append(p.spans[:0], p.spans[p.head:]...)
+				k := copy(p.spans, p.spans[p.head:])
+				clear(p.spans[k:])
+				p.spans = p.spans[:k]
 				p.head = 0
 			}
 			for _, rg := range res.Ranges {
 				p.spans = append(p.spans, span{next: rg.First, last: rg.Last, at: sent})
 				p.avail += rg.Len()
+			}
+			if len(res.IDs) > 0 {
+				p.spans = append(p.spans, span{next: 0, last: int64(len(res.IDs)) - 1, vals: res.IDs, at: sent})
+				p.avail += int64(len(res.IDs))
 			}
 			close(p.arrived)
 			p.arrived = make(chan struct{})
@@ -280,6 +340,22 @@ func (p *pool) refill(r *refill) {
 	p.mu.Lock()
 	p.cur = nil
 	p.mu.Unlock()
+}
+
+// usable checks that a refill's answer is one the buffer can hand out:
+// plain ranges, or obfuscated IDs, with at least one ID. Anything else ends
+// the refill with an error; asking again would get the same answer.
+func (p *pool) usable(res Result) error {
+	switch {
+	case len(res.Codes) > 0:
+		return fmt.Errorf("%w: business %q answers codes (its format is code) and Next and NextN hand out integers: "+
+			"remove %s %v from Config.Prefetch.Bizs and use Fetch (Result.Codes)", ErrNotPrefetchable, p.biz, p.biz, p.ch)
+	case len(res.Ranges) > 0 && len(res.IDs) > 0:
+		return fmt.Errorf("idgen %s: the answer for business %q holds both ranges and ids: the prefetch buffer cannot use it", res.Addr, p.biz)
+	case len(res.Ranges) == 0 && len(res.IDs) == 0:
+		return fmt.Errorf("idgen %s: the answer for business %q holds no IDs", res.Addr, p.biz)
+	}
+	return nil
 }
 
 // close drops the buffer: the IDs in it are never handed out.

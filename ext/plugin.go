@@ -18,7 +18,11 @@ var ErrRejected = errors.New("rejected by plugin")
 // Call is one request as the plugins see it. The issuer fills it; plugins
 // must treat it as read-only.
 type Call struct {
-	Biz       segment.Biz     // the business's settings (Key included: never log it)
+	// Biz is a copy of the business's settings without its secrets: Key
+	// (the obfuscation key) and Tokens (the client token hashes) are nil.
+	// It is not the issuer's cached record: what a plugin does to it
+	// cannot change the IDs, the tokens accepted or the plugins run.
+	Biz       segment.Biz
 	Channel   segment.Channel // the channel asked for (the business's default when unset)
 	Count     int
 	SubKey    string

@@ -327,10 +327,10 @@ func (is *Issuer) Next(ctx context.Context, req Request) (Response, error) {
 	if err := is.allow(biz, req.Count); err != nil {
 		return Response{}, err
 	}
-	ps := is.pluginsOf(biz)
+	ps, set := is.pluginsOf(biz)
 	var call *ext.Call
 	if ps != nil {
-		call = &ext.Call{Biz: biz, Channel: ch, Count: req.Count, SubKey: req.SubKey, RequestID: req.RequestID,
+		call = &ext.Call{Biz: pluginView(biz, set), Channel: ch, Count: req.Count, SubKey: req.SubKey, RequestID: req.RequestID,
 			Caller: req.Caller, Worker: is.Worker(), Start: time.Now()}
 		if err := is.runBefore(ctx, ps, call); err != nil {
 			is.runOnError(ctx, ps, call, err)

@@ -35,14 +35,15 @@ func newPluginState() pluginState {
 }
 
 // pluginsOf returns the plugins b enables, in run order (nil for most
-// businesses: then the hot path pays one length check).
-func (is *Issuer) pluginsOf(b segment.Biz) []ext.Plugin {
+// businesses: then the hot path pays one length check), and the set they
+// were resolved from.
+func (is *Issuer) pluginsOf(b segment.Biz) ([]ext.Plugin, *pluginSet) {
 	if len(b.Plugins) == 0 {
-		return nil
+		return nil, nil
 	}
 	if v, ok := is.plugins.sets.Load(b.Name); ok {
 		if s := v.(*pluginSet); slices.Equal(s.names, b.Plugins) {
-			return s.ps
+			return s.ps, s
 		}
 	}
 	ps, unknown := is.ext.Plugins(b.Plugins)
@@ -53,8 +54,22 @@ func (is *Issuer) pluginsOf(b segment.Biz) []ext.Plugin {
 				zap.String("fix", "register the plugin on every node, or remove it with 'idctl biz update --plugins'"))
 		}
 	}
-	is.plugins.sets.Store(b.Name, &pluginSet{names: slices.Clone(b.Plugins), ps: ps})
-	return ps
+	s := &pluginSet{names: slices.Clone(b.Plugins), ps: ps}
+	is.plugins.sets.Store(b.Name, s)
+	return ps, s
+}
+
+// pluginView is the business as a plugin sees it (ext.Call.Biz): a copy
+// without its secrets (the obfuscation key, the token hashes) and with a
+// plugins list of its own. The cached record shares its slices with every
+// request: a plugin that scrubbed the key it was handed would change this
+// node's cipher, and one that wrote to a shared list would race with the
+// other requests reading it. The list's copy is the only allocation, paid
+// only by businesses that run plugins.
+func pluginView(b segment.Biz, s *pluginSet) segment.Biz {
+	b.Key, b.Tokens = nil, nil
+	b.Plugins = slices.Clone(s.names)
+	return b
 }
 
 // runBefore runs the Before hooks in order. It returns the first typed

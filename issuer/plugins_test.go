@@ -1,16 +1,21 @@
 package issuer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idgen/idgen/ext"
+	"github.com/idgen/idgen/issuer/keywrap"
+	"github.com/idgen/idgen/issuer/obfuscate"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -160,4 +165,145 @@ func counterValue(c prometheus.Counter) float64 {
 		}
 	}
 	return v
+}
+
+// scrubPlugin reads the secrets of the business it is handed, then
+// scribbles over everything it can reach of it.
+type scrubPlugin struct {
+	mu        sync.Mutex
+	sawKey    int // calls whose Call carried key bytes
+	sawTokens int // calls whose Call carried token hashes
+	calls     int
+}
+
+func (p *scrubPlugin) Name() string { return "scrub" }
+func (p *scrubPlugin) Order() int   { return 0 }
+func (p *scrubPlugin) scrub(c *ext.Call) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls++
+	if len(c.Biz.Key) > 0 {
+		p.sawKey++
+	}
+	for _, tk := range c.Biz.Tokens {
+		if len(tk.Hash) > 0 {
+			p.sawTokens++
+			break
+		}
+	}
+	clear(c.Biz.Key)
+	for i := range c.Biz.Tokens {
+		clear(c.Biz.Tokens[i].Hash)
+	}
+	for i := range c.Biz.Plugins {
+		c.Biz.Plugins[i] = "nope"
+	}
+	c.Biz.Obfuscate, c.Biz.Format = false, segment.FormatCode
+}
+func (p *scrubPlugin) Before(_ context.Context, c *ext.Call) error         { p.scrub(c); return nil }
+func (p *scrubPlugin) After(_ context.Context, c *ext.Call, _ *ext.Result) { p.scrub(c) }
+func (p *scrubPlugin) OnError(_ context.Context, c *ext.Call, _ error)     { p.scrub(c) }
+
+// TestPluginsGetNoSecrets: a plugin is handed the business without its
+// obfuscation key and token hashes, and nothing it does to the business it
+// is handed reaches the issuer: the outputs stay those of the stored key,
+// the token still opens the business, the plugin still runs. Before the
+// fix the plugin saw the key (and the token hashes) of the cached business,
+// and zeroing them changed this node's cipher (plain key) or made it refuse
+// the business (wrapped key), and locked the caller out.
+func TestPluginsGetNoSecrets(t *testing.T) {
+	for _, wrapped := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain key", true: "wrapped key"}[wrapped], func(t *testing.T) {
+			p := &scrubPlugin{}
+			reg := ext.NewRegistry()
+			if err := reg.RegisterPlugin(p); err != nil {
+				t.Fatal(err)
+			}
+			var mk *keywrap.Key
+			if wrapped {
+				mk = masterKey(t, "cluster")
+			}
+			f := newIssuer(t, func(c *Config) {
+				c.Extensions, c.MasterKey = reg, mk
+				c.Bizs = segment.NewBizCache(c.Store, time.Hour) // one cached record for the whole test
+			})
+			ctx := context.Background()
+			if _, err := f.is.CreateBiz(ctx, segment.Biz{Name: "obf", Channel: segment.ChannelUnordered, Obfuscate: true,
+				Plugins: []string{"scrub"}}); err != nil {
+				t.Fatal(err)
+			}
+			_, secret, err := f.is.CreateBizToken(ctx, "obf", "caller")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The business has issued before (on another node, or before
+			// a restart): this node builds its cipher from the cached
+			// record, not from the store's answer to the first mark.
+			yes := true
+			stored, err := f.store.UpdateBiz(ctx, "obf", segment.BizUpdate{Issued: &yes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.is.cfg.Bizs.Invalidate("obf")
+			key, err := f.is.businessKey(stored)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cipher, err := obfuscate.New(slices.Clone(key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := int64(1) // UNORDERED numbers from start_num 1
+			for call := 1; call <= 3; call++ {
+				resp, err := f.is.Next(ctx, Request{Biz: "obf", Count: 4, Token: secret})
+				if err != nil {
+					t.Fatalf("call %d after a plugin scrubbed its business: %v", call, err)
+				}
+				if len(resp.IDs) != 4 {
+					t.Fatalf("call %d: %+v, want 4 obfuscated IDs", call, resp)
+				}
+				for _, id := range resp.IDs {
+					if got, err := cipher.DecodeID(id); err != nil || got != next {
+						t.Fatalf("call %d: ID %d decodes to %d (%v) under the stored key, want %d: the plugin changed the cipher", call, id, got, err, next)
+					}
+					next++
+				}
+			}
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if p.calls != 6 {
+				t.Fatalf("plugin hooks ran %d times, want 6 (Before and After of 3 calls)", p.calls)
+			}
+			if p.sawKey != 0 || p.sawTokens != 0 {
+				t.Fatalf("plugin saw the key in %d calls and token hashes in %d, want none", p.sawKey, p.sawTokens)
+			}
+			if b, _ := f.is.cfg.Bizs.Get(ctx, "obf"); !bytes.Equal(b.Key, stored.Key) || !b.Obfuscate || !slices.Equal(b.Plugins, []string{"scrub"}) {
+				t.Fatalf("the cached business was changed by the plugin")
+			}
+		})
+	}
+}
+
+// BenchmarkNextWithPlugin: one UNORDERED ID per call for a business with a
+// plugin enabled (the cost of building the plugins' view of the call).
+func BenchmarkNextWithPlugin(b *testing.B) {
+	reg := ext.NewRegistry()
+	if err := reg.RegisterPlugin(&recPlugin{name: "rec", log: new([]string), mu: &sync.Mutex{}}); err != nil {
+		b.Fatal(err)
+	}
+	f := newIssuer(b, func(c *Config) {
+		c.Extensions = reg
+		c.Bizs = segment.NewBizCache(c.Store, time.Hour) // no store reads in the loop
+	})
+	ctx := context.Background()
+	if _, err := f.is.CreateBiz(ctx, segment.Biz{Name: "plug", Channel: segment.ChannelUnordered, Step: 1_000_000, Obfuscate: true,
+		Plugins: []string{"rec"}}); err != nil {
+		b.Fatal(err)
+	}
+	req := Request{Biz: "plug", Count: 1}
+	for b.Loop() {
+		if _, err := f.is.Next(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -3,6 +3,8 @@
 #
 #   scripts/bench.sh              the full run (3 repetitions, 5 s per load run)
 #   RUNS=1 DURATION=2s GOBENCH=0 scripts/bench.sh   a quick look
+#   BASELINE=old-go.txt GOCOUNT=6 scripts/bench.sh
+#                                 also compare the Go benchmarks with an earlier run
 #
 # Builds idgen, idctl and noop, starts on loopback (temp data dirs):
 #   idgen      standalone, default settings          (snowflake, unordered, ordered, batches, RSS)
@@ -16,16 +18,28 @@
 # then runs every scenario RUNS times, interleaved (rep 1 of all, rep 2 of all, ...),
 # and the Go benchmarks of bench/ (and BenchmarkOrdered* of segment/mysqlstore
 # with IDGEN_TEST_MYSQL). Results: bench/results/<stamp>.jsonl (one `idctl bench
-# --json` object per line, with scenario, rep and server RSS) and <stamp>-go.txt;
-# copied to latest.jsonl / latest-go.txt. Prints the markdown tables and writes
-# docs/bench-latency.svg.
+# --json` object per line, with scenario, rep and server RSS) and <stamp>-go.txt
+# (`go test -bench` output as it is: the Go benchmark format benchstat reads);
+# copied to latest.jsonl / latest-go.txt. Prints the markdown tables of the load
+# runs (scripts/chart), benchstat's summary of the Go benchmarks and, with
+# BASELINE, benchstat's comparison of BASELINE (old) with this run (new); writes
+# docs/bench-latency.svg. benchstat is pinned in tools/go.mod.
 #
 # Environment: RUNS (3), DURATION (5s), WARMUP (1s), GOBENCH (1), BENCHTIME (500ms), ORDERED_BENCHTIME (3000x),
+# GOCOUNT (-count of the Go benchmarks, default RUNS; benchstat wants 6 or more for
+# confidence intervals, 4 or more to call a difference), BASELINE (an earlier
+# <stamp>-go.txt, or any `go test -bench` output, to compare with; needs GOBENCH=1),
+# BENCHSTAT_FLAGS (extra benchstat flags, e.g. '-ignore cpu' to compare a BASELINE
+# from another machine, which benchstat otherwise keeps in a table of its own),
 # OUT_DIR (bench/results), SVG (docs/bench-latency.svg), IDGEN_TEST_MYSQL (optional;
 # .testenv is read when present), ONLY (an extended regexp: run only the load
 # scenarios it matches, e.g. ONLY='^(noop|idgen)-c(16|64)$'; latest.* and the
 # chart are then left alone).
 set -euo pipefail
+case ${BASELINE:-} in
+'' | /*) ;;
+*) BASELINE=$PWD/$BASELINE ;; # relative to where the script was started
+esac
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
@@ -34,11 +48,23 @@ DURATION=${DURATION:-5s}
 WARMUP=${WARMUP:-1s}
 GOBENCH=${GOBENCH:-1}
 BENCHTIME=${BENCHTIME:-500ms}
+GOCOUNT=${GOCOUNT:-$RUNS}
+BASELINE=${BASELINE:-}
 OUT_DIR=${OUT_DIR:-$ROOT/bench/results}
 SVG=${SVG:-$ROOT/docs/bench-latency.svg}
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'bench.sh: %s\n' "$*" >&2; exit 1; }
+
+read -r -a BENCHSTAT_ARGS <<<"${BENCHSTAT_FLAGS:-}"
+benchstat() { go tool -modfile="$ROOT/tools/go.mod" benchstat ${BENCHSTAT_ARGS[@]+"${BENCHSTAT_ARGS[@]}"} "$@"; }
+
+# Check BASELINE before the long runs, not after them.
+if [ -n "$BASELINE" ]; then
+  [ "$GOBENCH" = 1 ] || die "BASELINE=$BASELINE compares Go benchmarks: it needs GOBENCH=1"
+  [ -r "$BASELINE" ] || die "BASELINE=$BASELINE: no such file"
+  grep -qs '^Benchmark' "$BASELINE" || die "BASELINE=$BASELINE: no benchmark results in it (want \`go test -bench\` output, e.g. bench/results/latest-go.txt)"
+fi
 
 free_port() {
   python3 - <<'PY' 2>/dev/null || echo $((20000 + RANDOM % 20000))
@@ -69,6 +95,10 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+if [ -n "$BASELINE" ]; then
+  # A snapshot: BASELINE may be latest-go.txt, which this run replaces.
+  cp "$BASELINE" "$WORK/baseline-go.txt"
+fi
 
 log "building idgen, idctl, noop into $WORK/bin"
 mkdir -p "$WORK/bin" "$OUT_DIR"
@@ -288,11 +318,11 @@ done
 
 GORESULTS=$OUT_DIR/$STAMP-go.txt
 if [ "$GOBENCH" = 1 ]; then
-  log "Go benchmarks in bench/ (-count $RUNS -benchtime $BENCHTIME)"
-  (cd bench && go test -run '^$' -bench . -count "$RUNS" -benchtime "$BENCHTIME" .) | tee "$GORESULTS" >&2
+  log "Go benchmarks in bench/ (-count $GOCOUNT -benchtime $BENCHTIME)"
+  (cd bench && go test -run '^$' -bench . -count "$GOCOUNT" -benchtime "$BENCHTIME" .) | tee "$GORESULTS" >&2
   if [ "$WITH_MYSQL" = 1 ] && grep -qs 'func BenchmarkOrdered' segment/mysqlstore/*_test.go; then
     log "BenchmarkOrdered* in segment/mysqlstore (MariaDB)"
-    go test -run '^$' -bench '^BenchmarkOrdered' -benchtime "${ORDERED_BENCHTIME:-3000x}" -count "$RUNS" \
+    go test -run '^$' -bench '^BenchmarkOrdered' -benchtime "${ORDERED_BENCHTIME:-3000x}" -count "$GOCOUNT" \
       ./segment/mysqlstore | tee -a "$GORESULTS" >&2
   fi
   [ -n "${ONLY:-}" ] || cp "$GORESULTS" "$OUT_DIR/latest-go.txt"
@@ -324,9 +354,21 @@ echo
 go run ./scripts/chart table -in "$RESULTS" "${RATIOS[@]}"
 if [ -f "$GORESULTS" ]; then
   echo
-  echo "## Go benchmarks ($GORESULTS)"
+  echo "## Go benchmarks ($GORESULTS, benchstat)"
   echo
-  go run ./scripts/chart gobench "$GORESULTS"
+  benchstat "$GORESULTS"
+  if [ -n "$BASELINE" ]; then
+    echo
+    echo "## Go benchmarks: $BASELINE (old) against this run (new), benchstat"
+    echo
+    old_cpu=$(grep -m1 '^cpu:' "$WORK/baseline-go.txt" || true)
+    new_cpu=$(grep -m1 '^cpu:' "$GORESULTS" || true)
+    if [ "$old_cpu" != "$new_cpu" ] && [[ " ${BENCHSTAT_FLAGS:-} " != *" -ignore "* ]]; then
+      log "BASELINE ran on another CPU (${old_cpu:-none} / ${new_cpu:-none}): benchstat tables old and new apart," \
+        "without a comparison; BENCHSTAT_FLAGS='-ignore cpu' compares them anyway (a cross-machine difference)"
+    fi
+    benchstat old="$WORK/baseline-go.txt" new="$GORESULTS"
+  fi
 fi
 if [ -z "${ONLY:-}" ]; then
   mkdir -p "$(dirname "$SVG")"

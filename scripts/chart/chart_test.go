@@ -101,26 +101,14 @@ func TestSVG(t *testing.T) {
 	}
 }
 
-func TestGoBench(t *testing.T) {
-	out := `goos: linux
-BenchmarkGenerator/idgen/single-2         	 1000000	       408.8 ns/op	   2445925 ids/s	       408.8 ns/id
-BenchmarkGenerator/idgen/single-2         	 1000000	       300.0 ns/op	   3000000 ids/s	       300.0 ns/id
-BenchmarkGenerator/idgen/single-2         	 1000000	       350.0 ns/op	   2800000 ids/s	       350.0 ns/id
-BenchmarkOrderedCAS-2    	     500	   2000000 ns/op
-PASS
-`
-	bs, err := parseGoBench(strings.NewReader(out))
-	if err != nil {
-		t.Fatal(err)
+// TestGoBenchIsBenchstat: Go benchmark output is benchstat's job; the
+// subcommand that summarised it is gone and the usage says where to go.
+func TestGoBenchIsBenchstat(t *testing.T) {
+	var stderr strings.Builder
+	if err := run([]string{"gobench", "x.txt"}, io.Discard, &stderr); err == nil || !strings.Contains(err.Error(), "unknown subcommand") {
+		t.Fatalf("chart gobench: %v", err)
 	}
-	if len(bs) != 4 || bs[0].Name != "BenchmarkGenerator/idgen/single" || bs[0].Metrics["ids/s"] != 2445925 {
-		t.Fatalf("parsed %+v", bs)
-	}
-	var sb strings.Builder
-	if err := writeGoBenchTable(&sb, bs); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(sb.String(), "| BenchmarkGenerator/idgen/single | 3 | 350 (300-409) | 2.80M (2.45M-3.00M) |") {
-		t.Errorf("table:\n%s", sb.String())
+	if !strings.Contains(stderr.String(), "benchstat") {
+		t.Fatalf("usage does not point to benchstat:\n%s", stderr.String())
 	}
 }

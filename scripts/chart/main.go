@@ -1,15 +1,15 @@
-// Command chart turns the results of scripts/bench.sh into the tables and
-// the chart of BENCHMARKS.md. Standard library only.
+// Command chart turns the load-run results of scripts/bench.sh (idctl
+// bench over RPC) into the tables and the chart of BENCHMARKS.md. Standard
+// library only. The Go benchmarks are summarised and compared by benchstat
+// (bench.sh runs `go tool -modfile=tools/go.mod benchstat`), not here.
 //
-//	go run ./scripts/chart table   -in bench/results/latest.jsonl [-ratio NAME=A/B:FIELD]...
-//	go run ./scripts/chart svg     -in bench/results/latest.jsonl -out docs/bench-latency.svg [-groups S=LABEL,...]
-//	go run ./scripts/chart gobench FILE...
+//	go run ./scripts/chart table -in bench/results/latest.jsonl [-ratio NAME=A/B:FIELD]...
+//	go run ./scripts/chart svg   -in bench/results/latest.jsonl -out docs/bench-latency.svg [-groups S=LABEL,...]
 //
 // table prints a markdown table of every scenario (median and min-max over
 // its runs), the ratios asked for (computed per run, paired by run number,
 // then summarised the same way) and the server RSS where it was recorded.
 // svg draws latency percentiles (p50, p99, p99.9) per group of scenarios.
-// gobench summarises `go test -bench` output the same way.
 package main
 
 import (
@@ -32,9 +32,9 @@ func main() {
 }
 
 const usage = `usage:
-  chart table   -in FILE [-ratio NAME=A/B:FIELD]...
-  chart svg     -in FILE -out FILE.svg [-groups SCENARIO=LABEL,...] [-title T]
-  chart gobench FILE...
+  chart table -in FILE [-ratio NAME=A/B:FIELD]...
+  chart svg   -in FILE -out FILE.svg [-groups SCENARIO=LABEL,...] [-title T]
+(Go benchmark output: go tool -modfile=tools/go.mod benchstat FILE...)
 `
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -77,27 +77,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return os.WriteFile(*out, []byte(svg), 0o644)
-	case "gobench":
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			return errors.New("gobench: want one or more files of `go test -bench` output")
-		}
-		var all []goBench
-		for _, name := range fs.Args() {
-			f, err := os.Open(name)
-			if err != nil {
-				return err
-			}
-			bs, err := parseGoBench(f)
-			f.Close()
-			if err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			all = append(all, bs...)
-		}
-		return writeGoBenchTable(stdout, all)
 	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown subcommand %q", args[0])

@@ -180,10 +180,13 @@ func (c *Client) Close() error {
 	}
 	c.ords.close()
 	c.stop()
-	c.wg.Wait()
+	// The connection first: a watcher blocked in a ZooKeeper call while
+	// the ensemble is unreachable returns once it is closed (waiting for
+	// the watcher first would hang Close until ZooKeeper came back).
 	if c.zk != nil {
 		c.zk.Close()
 	}
+	c.wg.Wait()
 	c.closeNodes()
 	return nil
 }

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/internal/zkproxy"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	"github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 	"github.com/idgen/idgen/resolver"
@@ -144,72 +144,6 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) time.
 	return time.Since(start)
 }
 
-// zkProxy forwards TCP to ZooKeeper until block cuts every connection and
-// refuses new ones (silently for the ZooKeeper server: the sessions behind
-// it live on until they time out, as a crashed or partitioned process's).
-type zkProxy struct {
-	ln      net.Listener
-	target  string
-	mu      sync.Mutex
-	blocked bool
-	conns   []net.Conn
-}
-
-func newZKProxy(t *testing.T, target string) *zkProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &zkProxy{ln: ln, target: strings.Split(target, ",")[0]}
-	t.Cleanup(func() { ln.Close(); p.block() })
-	go p.serve()
-	return p
-}
-
-func (p *zkProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *zkProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.blocked {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		s, err := net.DialTimeout("tcp", p.target, 5*time.Second)
-		if err != nil {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		go func() { _, _ = io.Copy(s, c); s.Close() }()
-		go func() { _, _ = io.Copy(c, s); c.Close() }()
-	}
-}
-
-func (p *zkProxy) block() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.blocked = true
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *zkProxy) unblock() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.blocked = false
-}
-
 // TestResolveMembersAndLeave: Resolve lists the members that registered
 // as nodes do, with their tags; a member whose process is cut off (its
 // session left to expire) is gone from Resolve within its session
@@ -221,8 +155,8 @@ func TestResolveMembersAndLeave(t *testing.T) {
 	initCluster(t, zkAddr, name)
 
 	register(t, zkAddr, name, 0, 7101)
-	proxy := newZKProxy(t, zkAddr)
-	register(t, proxy.addr(), name, 1, 7102)
+	proxy := zkproxy.New(t, zkAddr)
+	register(t, proxy.Addr(), name, 1, 7102)
 
 	r := newResolver(t, resolver.Config{ZK: []string{zkAddr}, ZKRoot: testRoot, Cluster: name})
 	want := "[127.0.0.1:7101 127.0.0.1:7102]"
@@ -276,7 +210,7 @@ func TestResolveMembersAndLeave(t *testing.T) {
 
 	// The second member's process is cut off from ZooKeeper: no close of
 	// its session, which ZooKeeper expires after nodeSession.
-	proxy.block()
+	proxy.Block()
 	bound := 3 * nodeSession // expiry (nodeSession + a tick) and slack for a loaded machine
 	took := waitFor(t, "cut-off member gone from Resolve", bound, func() bool {
 		got, err := resolved(t, r)
@@ -323,9 +257,9 @@ func TestResolveKeepsMembersWithoutZooKeeper(t *testing.T) {
 	register(t, zkAddr, name, 0, 7301)
 	b := register(t, zkAddr, name, 0, 7302)
 
-	proxy := newZKProxy(t, zkAddr)
+	proxy := zkproxy.New(t, zkAddr)
 	const session = 2 * time.Second
-	r := newResolver(t, resolver.Config{ZK: []string{proxy.addr()}, ZKRoot: testRoot, Cluster: name,
+	r := newResolver(t, resolver.Config{ZK: []string{proxy.Addr()}, ZKRoot: testRoot, Cluster: name,
 		ZKSessionTimeout: session})
 	want := "[127.0.0.1:7301 127.0.0.1:7302]"
 	waitFor(t, "both members resolved", 10*time.Second, func() bool {
@@ -333,7 +267,7 @@ func TestResolveKeepsMembersWithoutZooKeeper(t *testing.T) {
 		return err == nil && fmt.Sprint(got) == want
 	})
 
-	proxy.block()
+	proxy.Block()
 	waitFor(t, "stale after the session timeout", 3*session, r.Stale)
 	if got, err := resolved(t, r); err != nil || fmt.Sprint(got) != want {
 		t.Fatalf("stale Resolve: %v, %v; want the last known %s", got, err, want)
@@ -344,7 +278,7 @@ func TestResolveKeepsMembersWithoutZooKeeper(t *testing.T) {
 	if err := b.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	proxy.unblock()
+	proxy.Unblock()
 	waitFor(t, "current again, without the member that left", 10*session, func() bool {
 		got, err := resolved(t, r)
 		return !r.Stale() && err == nil && fmt.Sprint(got) == "[127.0.0.1:7301]"

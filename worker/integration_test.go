@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/internal/zkproxy"
 )
 
 // These tests run against the real ZooKeeper that ./build.sh test starts.
@@ -145,13 +146,13 @@ func TestIntegration_ThreeLeasesDistinctSlots(t *testing.T) {
 func TestIntegration_DeadNodeSlotFreesAfterSessionTimeout(t *testing.T) {
 	addr := testZK(t)
 	cluster := uniqueCluster(t)
-	proxy := newZKProxy(t, addr)
+	proxy := zkproxy.New(t, addr)
 	log := newIssuedLog()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
 	ha := newTestHolder("a", nil, log)
-	cfgA := itConfig(t, proxy.addr(), cluster, ha, 7000)
+	cfgA := itConfig(t, proxy.Addr(), cluster, ha, 7000)
 	a := register(t, cfgA)
 	go ha.issueLoop(ctx)
 	sa, _ := a.Slot()
@@ -161,7 +162,7 @@ func TestIntegration_DeadNodeSlotFreesAfterSessionTimeout(t *testing.T) {
 	// until the session times out.
 	c := dialTest(t, addr)
 	slotPath := a.l.slot(0, sa.Node)
-	proxy.block()
+	proxy.Block()
 	if ok, _, _ := c.Exists(slotPath); !ok {
 		t.Fatal("slot freed at once; it must live until the session times out")
 	}
@@ -203,14 +204,14 @@ func TestIntegration_DeadNodeSlotFreesAfterSessionTimeout(t *testing.T) {
 func TestIntegration_NextTakerWaitsPastDeadNodesMark(t *testing.T) {
 	addr := testZK(t)
 	cluster := uniqueCluster(t)
-	proxy := newZKProxy(t, addr)
+	proxy := zkproxy.New(t, addr)
 	// A long look-ahead makes the wait visible: the taker must wait ~3s.
 	ha := newTestHolder("a", nil, nil)
-	cfgA := itConfig(t, proxy.addr(), cluster, ha, 7000)
+	cfgA := itConfig(t, proxy.Addr(), cluster, ha, 7000)
 	cfgA.HighWaterMargin = 3 * time.Second
 	a := register(t, cfgA)
 	sa, _ := a.Slot()
-	proxy.block()
+	proxy.Block()
 	c := dialTest(t, addr)
 	waitFor(t, "slot freed by session expiry", 30*time.Second, func() bool {
 		ok, _, err := c.Exists(a.l.slot(0, sa.Node))
@@ -240,10 +241,10 @@ func TestIntegration_NextTakerWaitsPastDeadNodesMark(t *testing.T) {
 func TestIntegration_ForcedSessionExpiry(t *testing.T) {
 	addr := testZK(t)
 	cluster := uniqueCluster(t)
-	proxy := newZKProxy(t, addr)
+	proxy := zkproxy.New(t, addr)
 	log := newIssuedLog()
 	h := newTestHolder("a", nil, log)
-	l := register(t, itConfig(t, proxy.addr(), cluster, h, 7000))
+	l := register(t, itConfig(t, proxy.Addr(), cluster, h, 7000))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go h.issueLoop(ctx)
@@ -251,11 +252,11 @@ func TestIntegration_ForcedSessionExpiry(t *testing.T) {
 	waitFor(t, "issuing", 10*time.Second, func() bool { return h.snap().issued > 20 })
 
 	sid := l.Status().SessionID
-	pw := proxy.password(sid)
+	pw := proxy.Password(sid)
 	if pw == nil {
 		t.Fatalf("no password seen for session %s", sessionHex(sid))
 	}
-	if err := expireSession(addr, sid, pw, 2*time.Second); err != nil {
+	if err := zkproxy.ExpireSession(addr, sid, pw, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "fence", 20*time.Second, func() bool { return len(h.snap().fenced) > 0 })
@@ -411,8 +412,8 @@ func TestIntegration_MetaMismatch(t *testing.T) {
 func TestIntegration_DegradedStartThenZooKeeperReturns(t *testing.T) {
 	addr := testZK(t)
 	cluster := uniqueCluster(t)
-	proxy := newZKProxy(t, addr)
-	cfg := itConfig(t, proxy.addr(), cluster, newTestHolder("a", nil, nil), 7000)
+	proxy := zkproxy.New(t, addr)
+	cfg := itConfig(t, proxy.Addr(), cluster, newTestHolder("a", nil, nil), 7000)
 	cfg.SessionTimeout = 4 * time.Second // room for the degraded window
 	a := register(t, cfg)
 	sa, _ := a.Slot()
@@ -422,7 +423,7 @@ func TestIntegration_DegradedStartThenZooKeeperReturns(t *testing.T) {
 	<-a.done
 	a.conn.Close()
 
-	proxy.block()
+	proxy.Block()
 	h := newTestHolder("b", nil, nil)
 	cfg.Holder = h
 	cfg.ConnectTimeout = time.Second
@@ -431,7 +432,7 @@ func TestIntegration_DegradedStartThenZooKeeperReturns(t *testing.T) {
 	if l.State() != StateDegraded {
 		t.Fatalf("state %s, want degraded", l.State())
 	}
-	proxy.unblock()
+	proxy.Unblock()
 	waitFor(t, "registered", 30*time.Second, func() bool { return l.State() == StateRegistered })
 	if snap := h.snap(); len(snap.fenced) != 0 {
 		t.Fatalf("fenced on ZooKeeper's return: %v", snap.fenced)

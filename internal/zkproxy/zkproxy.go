@@ -1,4 +1,9 @@
-package worker
+// Package zkproxy is a TCP proxy in front of a real ZooKeeper for tests:
+// block it to cut clients off (their sessions then expire on the server
+// after their timeout, as when a process dies or is partitioned), unblock
+// it to let them back, and expire a session on purpose with the password
+// the proxy read from the server's connect response.
+package zkproxy
 
 import (
 	"encoding/binary"
@@ -6,17 +11,17 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 )
 
-// zkProxy is a TCP proxy in front of a real ZooKeeper. Tests block it to
-// cut a client off (the session then expires on the server after its
-// timeout, as when a node dies or is partitioned) and unblock it to let
-// the client back. It also reads each session's password from the
-// server's connect responses, so a test can force a session's expiry.
-type zkProxy struct {
+// Proxy is a TCP proxy in front of a real ZooKeeper. Tests block it to
+// cut a client off and unblock it to let the client back. It also reads
+// each session's password from the server's connect responses, so a test
+// can force a session's expiry (ExpireSession).
+type Proxy struct {
 	ln     net.Listener
 	target string
 
@@ -26,24 +31,27 @@ type zkProxy struct {
 	passwords map[int64][]byte
 }
 
-func newZKProxy(t *testing.T, target string) *zkProxy {
+// New starts a proxy to target (the first server of a connect string) on
+// a free loopback port; it stops when the test ends.
+func New(t testing.TB, target string) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &zkProxy{ln: ln, target: target, passwords: map[int64][]byte{}}
+	p := &Proxy{ln: ln, target: strings.Split(target, ",")[0], passwords: map[int64][]byte{}}
 	go p.serve()
 	t.Cleanup(func() {
 		ln.Close()
-		p.block()
+		p.Block()
 	})
 	return p
 }
 
-func (p *zkProxy) addr() string { return p.ln.Addr().String() }
+// Addr is the proxy's address, to give clients instead of ZooKeeper's.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-func (p *zkProxy) serve() {
+func (p *Proxy) serve() {
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
@@ -80,7 +88,7 @@ func (p *zkProxy) serve() {
 
 // sniff forwards the server's first packet, the connect response, and
 // records the session's password.
-func (p *zkProxy) sniff(s, c net.Conn) {
+func (p *Proxy) sniff(s, c net.Conn) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(s, hdr[:]); err != nil {
 		return
@@ -102,8 +110,10 @@ func (p *zkProxy) sniff(s, c net.Conn) {
 	_, _ = c.Write(append(hdr[:], body...))
 }
 
-// block cuts every proxied connection and refuses new ones.
-func (p *zkProxy) block() {
+// Block cuts every proxied connection and refuses new ones, silently
+// for the ZooKeeper server: the sessions behind it live on until they
+// time out.
+func (p *Proxy) Block() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.blocked = true
@@ -113,23 +123,26 @@ func (p *zkProxy) block() {
 	p.conns = nil
 }
 
-func (p *zkProxy) unblock() {
+// Unblock lets new connections through again.
+func (p *Proxy) Unblock() {
 	p.mu.Lock()
 	p.blocked = false
 	p.mu.Unlock()
 }
 
-func (p *zkProxy) password(sid int64) []byte {
+// Password is session sid's password as the server sent it (nil when
+// the session was not opened through this proxy).
+func (p *Proxy) Password(sid int64) []byte {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.passwords[sid]
 }
 
-// expireSession ends session sid on the server the way Curator's
+// ExpireSession ends session sid on the server the way Curator's
 // KillSession does: a second connection attaches to the session with its
 // id and password and closes it. The session's ephemeral znodes go at once
 // and its original client learns it expired when it next reconnects.
-func expireSession(addr string, sid int64, passwd []byte, timeout time.Duration) error {
+func ExpireSession(addr string, sid int64, passwd []byte, timeout time.Duration) error {
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		return err

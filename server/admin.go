@@ -118,6 +118,10 @@ var _ promhttp.Logger = promLogger{}
 // strict: 503 whenever that channel itself refuses. The body is JSON with
 // each channel's state and reason, and while starting the wait remaining.
 //
+// /status is the same picture for a person: one HTML page with the node's
+// state, channels, worker slot, the cluster's members, the businesses and
+// the last refused RPCs (status.go).
+//
 // lim bounds /metrics (MetricsInFlight, MetricsTimeout); lg receives its
 // gathering errors.
 func adminMux(nd *node, m *metrics, debug func(*http.ServeMux), lim adminLimits, lg *zap.Logger) *http.ServeMux {
@@ -145,6 +149,7 @@ func adminMux(nd *node, m *metrics, debug func(*http.ServeMux), lim adminLimits,
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{MaxRequestsInFlight: lim.MetricsInFlight,
 		Timeout: lim.MetricsTimeout, ErrorLog: promLogger{lg.Named("metrics")}}))
+	mux.Handle("/status", newStatusPage(nd, lg.Named("status")))
 	debug(mux)
 	return mux
 }

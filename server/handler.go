@@ -52,7 +52,7 @@ var _ idl.IDGenService = (*handler)(nil)
 
 // NextIDs issues IDs.
 func (h *handler) NextIDs(ctx context.Context, req *idl.NextIDsRequest) (resp *idl.NextIDsResponse, err error) {
-	defer h.done("NextIDs", channelLabel(req), time.Now(), &err)
+	defer h.doneBiz("NextIDs", channelLabel(req), reqBiz(req), time.Now(), &err)
 	if req == nil {
 		return nil, invalid("missing request: send a NextIDsRequest with biz and count")
 	}
@@ -171,7 +171,7 @@ func (h *handler) ListWorkers(ctx context.Context, req *idl.ListWorkersRequest) 
 
 // CreateBiz creates a business (admin).
 func (h *handler) CreateBiz(ctx context.Context, req *idl.CreateBizRequest) (resp *idl.Biz, err error) {
-	defer h.done("CreateBiz", "", time.Now(), &err)
+	defer h.doneBiz("CreateBiz", "", reqBiz(req), time.Now(), &err)
 	if req == nil {
 		return nil, invalid("missing request")
 	}
@@ -215,7 +215,7 @@ func (h *handler) CreateBiz(ctx context.Context, req *idl.CreateBizRequest) (res
 
 // UpdateBiz changes a business's set fields (admin).
 func (h *handler) UpdateBiz(ctx context.Context, req *idl.UpdateBizRequest) (resp *idl.Biz, err error) {
-	defer h.done("UpdateBiz", "", time.Now(), &err)
+	defer h.doneBiz("UpdateBiz", "", reqBiz(req), time.Now(), &err)
 	if req == nil {
 		return nil, invalid("missing request")
 	}
@@ -279,7 +279,7 @@ func (h *handler) UpdateBiz(ctx context.Context, req *idl.UpdateBizRequest) (res
 
 // GetBiz reads a business (admin).
 func (h *handler) GetBiz(ctx context.Context, req *idl.GetBizRequest) (resp *idl.Biz, err error) {
-	defer h.done("GetBiz", "", time.Now(), &err)
+	defer h.doneBiz("GetBiz", "", reqBiz(req), time.Now(), &err)
 	if req == nil {
 		return nil, invalid("missing request")
 	}
@@ -362,13 +362,68 @@ func callerAddr(ctx context.Context) string {
 }
 
 // done runs deferred in every method: it turns a panic into INTERNAL for
-// that call only, and records the call's metrics.
+// that call only, and records the call's metrics and, when it was refused,
+// the refusal for the status page.
 func (h *handler) done(method, channel string, start time.Time, err *error) {
-	if p := recover(); p != nil {
-		h.log.Error("panic in handler: answering INTERNAL", zap.String("method", method), zap.Any("panic", p), zap.StackSkip("stack", 1))
-		*err = &idl.IdgenError{Code: idl.ErrorCode_INTERNAL, Message: "internal error (a bug: the server logged the details)"}
+	if p := recover(); p != nil { // recover works only called here, in the deferred function itself
+		*err = h.panicked(method, p)
 	}
-	h.m.rpcDone(method, channel, start, *err)
+	h.record(method, channel, "", start, *err)
+}
+
+// doneBiz is done for the methods that name a business, so that the status
+// page says which business a refusal was about.
+func (h *handler) doneBiz(method, channel, biz string, start time.Time, err *error) {
+	if p := recover(); p != nil {
+		*err = h.panicked(method, p)
+	}
+	h.record(method, channel, biz, start, *err)
+}
+
+// panicked logs a handler's panic (with the stack of the panicking call:
+// the deferred function's caller) and returns the INTERNAL answer.
+func (h *handler) panicked(method string, p any) error {
+	h.log.Error("panic in handler: answering INTERNAL", zap.String("method", method), zap.Any("panic", p), zap.StackSkip("stack", 2))
+	return &idl.IdgenError{Code: idl.ErrorCode_INTERNAL, Message: "internal error (a bug: the server logged the details)"}
+}
+
+// record counts a finished call in the metrics and keeps a refused one in
+// the node's refusal log, under the same code as the metrics (an error
+// that is not an IdgenError is answered, and counted, as INTERNAL).
+func (h *handler) record(method, channel, biz string, start time.Time, err error) {
+	h.m.rpcDone(method, channel, start, err)
+	if err == nil || h.node == nil {
+		return
+	}
+	code, msg := idl.ErrorCode_INTERNAL.String(), err.Error()
+	var ie *idl.IdgenError
+	if errors.As(err, &ie) {
+		code, msg = ie.Code.String(), ie.Message
+	}
+	h.node.refusals.add(time.Now(), method, biz, code, msg)
+}
+
+// reqBiz is the business a request names ("" for a nil request).
+func reqBiz(req any) string {
+	switch r := req.(type) {
+	case *idl.NextIDsRequest:
+		if r != nil {
+			return r.Biz
+		}
+	case *idl.CreateBizRequest:
+		if r != nil {
+			return r.Name
+		}
+	case *idl.UpdateBizRequest:
+		if r != nil {
+			return r.Name
+		}
+	case *idl.GetBizRequest:
+		if r != nil {
+			return r.Name
+		}
+	}
+	return ""
 }
 
 // channelLabel is the metrics label of the requested channel.

@@ -23,7 +23,9 @@ type node struct {
 	register  func(*ext.Registry) error // Options.Register (nil: none)
 	clk       clock.Clock
 	mode      string
+	cluster   string // --cluster, shown by /status
 	startedAt time.Time
+	refusals  *refusals // the last refused RPCs, kept by the handler for /status
 
 	mu          sync.Mutex
 	startReason string
@@ -54,7 +56,7 @@ type serving struct {
 }
 
 func newNode(clk clock.Clock, cfg Config) *node {
-	return &node{clk: clk, mode: cfg.Mode(), startedAt: time.Now()}
+	return &node{clk: clk, mode: cfg.Mode(), cluster: cfg.Cluster, startedAt: time.Now(), refusals: newRefusals(refusalRingSize)}
 }
 
 // setStarting records what start-up is doing now (shown by /readyz and in

@@ -41,9 +41,16 @@ type GuardConfig struct {
 	// MaxBackwardWait is the largest backward step that is waited out.
 	// Zero: DefaultMaxBackwardWait; negative: never wait, refuse any step back.
 	MaxBackwardWait time.Duration
-	// OnReject is called for every refused reading (count it in a metric).
+	// OnReject is called for every reading refused because the clock
+	// stepped back (count it in a metric). Forward jumps go to OnJump.
 	OnReject func(behind time.Duration)
-	Logger   *zap.Logger // nil: no logs
+	// OnJump is called for every reading its user refused because it is
+	// ahead of the durable high-water mark it may issue up to (a forward
+	// clock jump, or a mark not extended in time), as reported through
+	// RejectJump; ahead is how far past the mark. Count it in a metric. It
+	// must not block: the snowflake generator calls it under its lock.
+	OnJump func(ahead time.Duration)
+	Logger *zap.Logger // nil: no logs
 }
 
 // Guard hands out millisecond readings that never go below a reading
@@ -63,6 +70,7 @@ type Guard struct {
 	clock    Clock
 	maxWait  time.Duration
 	onReject func(time.Duration)
+	onJump   func(time.Duration)
 	log      *zap.Logger
 
 	last atomic.Int64 // highest Unix ms handed out
@@ -80,7 +88,7 @@ type Guard struct {
 // ms, may be 0) is treated as already used, so the first reading is at least
 // floorMs.
 func NewGuard(cfg GuardConfig, floorMs int64) *Guard {
-	g := &Guard{clock: cfg.Clock, maxWait: cfg.MaxBackwardWait, onReject: cfg.OnReject, log: cfg.Logger}
+	g := &Guard{clock: cfg.Clock, maxWait: cfg.MaxBackwardWait, onReject: cfg.OnReject, onJump: cfg.OnJump, log: cfg.Logger}
 	if g.clock == nil {
 		g.clock = System{}
 	}
@@ -164,6 +172,20 @@ func (g *Guard) Behind() time.Duration {
 		return 0
 	}
 	return time.Duration(d) * time.Millisecond
+}
+
+// RejectJump reports a reading its user refused because nowMs (the
+// reading, Unix ms) is past ceilingMs, the durable high-water mark it may
+// issue up to: a forward clock jump, or a mark the worker registry did not
+// extend in time. The guard refuses only backward steps itself (Peek); the
+// snowflake generator, which holds the ceiling, refuses forward ones and
+// reports each here so that both kinds of refusal are counted in one
+// place (GuardConfig.OnJump beside OnReject). It records nothing: the
+// reading was not used. A reading not past the ceiling is ignored.
+func (g *Guard) RejectJump(nowMs, ceilingMs int64) {
+	if g.onJump != nil && nowMs > ceilingMs {
+		g.onJump(time.Duration(nowMs-ceilingMs) * time.Millisecond)
+	}
 }
 
 // MaxBackwardWait returns the effective tolerance.

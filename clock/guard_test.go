@@ -112,3 +112,34 @@ func TestPeekRecordsNothing(t *testing.T) {
 		t.Fatalf("Commit lowered the guard to %d", g.Last())
 	}
 }
+
+// TestGuardRejectJumpCountsApart: a forward jump reported by the guard's
+// user goes to OnJump with how far past the mark, never to OnReject (the
+// rollback counter keeps its meaning), records nothing, and readings not
+// past the mark are ignored.
+func TestGuardRejectJumpCountsApart(t *testing.T) {
+	fc := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	var rollbacks int
+	var jumps []time.Duration
+	g := clock.NewGuard(clock.GuardConfig{Clock: fc,
+		OnReject: func(time.Duration) { rollbacks++ },
+		OnJump:   func(ahead time.Duration) { jumps = append(jumps, ahead) }}, 0)
+	ms, err := g.Millis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.RejectJump(ms+3_600_000, ms+5000)
+	g.RejectJump(ms+6000, ms+5000)
+	g.RejectJump(ms+5000, ms+5000) // at the mark: not a refusal
+	if len(jumps) != 2 || jumps[0] != time.Hour-5*time.Second || jumps[1] != time.Second {
+		t.Fatalf("OnJump got %v, want [%v 1s]", jumps, time.Hour-5*time.Second)
+	}
+	if rollbacks != 0 {
+		t.Fatalf("OnReject called %d times for forward jumps", rollbacks)
+	}
+	if g.Last() != ms || g.Behind() != 0 {
+		t.Fatalf("a refused jump recorded something: Last %d (want %d), Behind %v", g.Last(), ms, g.Behind())
+	}
+	// Without a hook nothing happens.
+	clock.NewGuard(clock.GuardConfig{Clock: fc}, 0).RejectJump(ms+10, ms)
+}

@@ -132,6 +132,7 @@ type stats struct {
 	loads, fenced, leaseRefusals, notOwner, replays, regressions          atomic.Uint64
 	acquired, released, lost, writeBacks                                  atomic.Uint64
 	persistNanos                                                          atomic.Uint64
+	persistDurations                                                      durations // the same, by bucket
 }
 
 // Stats is a snapshot of the allocator's counters, for metrics.
@@ -143,6 +144,11 @@ type Stats struct {
 	Replays, Regressions                     uint64
 	Acquired, Released, Lost, WriteBacks     uint64
 	ShardsOwned, ShardsServing, Keys         int
+
+	// PersistDurations is the latency of every persist (group commit)
+	// attempt, as PersistSeconds sums it: its Count is Persists +
+	// PersistFailures, its Sum PersistSeconds.
+	PersistDurations Histogram
 }
 
 // New returns an allocator owning nothing; the Coordinator hands it shards.
@@ -359,6 +365,7 @@ func (a *Allocator) Stats() Stats {
 		Loads:          a.st.loads.Load(), Fenced: a.st.fenced.Load(), LeaseRefusals: a.st.leaseRefusals.Load(),
 		NotOwner: a.st.notOwner.Load(), Replays: a.st.replays.Load(), Regressions: a.st.regressions.Load(),
 		Acquired: a.st.acquired.Load(), Released: a.st.released.Load(), Lost: a.st.lost.Load(), WriteBacks: a.st.writeBacks.Load(),
+		PersistDurations: a.st.persistDurations.snapshot(),
 	}
 	now := a.cfg.Clock.Now()
 	for i := range a.shards {
@@ -393,7 +400,9 @@ func (a *Allocator) persist(ctx context.Context, sh *shard, rows []Row, reqs []R
 			err = a.cfg.Store.Persist(ctx, sh.idx, sh.grant.Epoch, rows, reqs)
 		}
 	}
-	a.st.persistNanos.Add(uint64(time.Since(start)))
+	took := time.Since(start)
+	a.st.persistNanos.Add(uint64(took))
+	a.st.persistDurations.observe(took)
 	if err == nil && a.cfg.Gate != nil {
 		err = a.cfg.Gate.Check(token)
 	}

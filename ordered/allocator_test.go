@@ -572,3 +572,69 @@ func BenchmarkTakeWithRequestIDs(b *testing.B) {
 		}
 	}
 }
+
+// TestPersistDurationsHistogram: every persist attempt, good or failed, is
+// observed in Stats.PersistDurations, in the bucket of its duration, and
+// the histogram agrees with the persist counters.
+func TestPersistDurationsHistogram(t *testing.T) {
+	store := newFakeStore()
+	clk := newFakeClock()
+	n := newNode(t, store, clk, "a:1")
+	n.acquireAll(t, 1, time.Time{})
+	if h := n.a.Stats().PersistDurations; h.Count != 0 || h.Sum != 0 || len(h.Counts) != len(PersistBuckets) || len(h.Bounds) != len(PersistBuckets) {
+		t.Fatalf("before any persist: %+v, want an empty histogram over PersistBuckets", h)
+	}
+	biz := bizMode("chat", segment.OrderedGapless)
+	if _, err := n.a.Take(context.Background(), biz, "k", 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	store.mu.Lock()
+	store.delay = 20 * time.Millisecond
+	store.mu.Unlock()
+	if _, err := n.a.Take(context.Background(), biz, "k", 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	store.mu.Lock()
+	store.failNext = errors.New("connection reset")
+	store.mu.Unlock()
+	if _, err := n.a.Take(context.Background(), biz, "k", 1, ""); !errors.Is(err, segment.ErrUnavailable) {
+		t.Fatalf("failed persist: %v", err)
+	}
+	st := n.a.Stats()
+	h := st.PersistDurations
+	if h.Count != 3 || h.Count != st.Persists+st.PersistFailures {
+		t.Fatalf("histogram count %d, persists %d + failures %d: want 3, every attempt", h.Count, st.Persists, st.PersistFailures)
+	}
+	if d := h.Sum - st.PersistSeconds; d > 1e-9 || d < -1e-9 || h.Sum < 0.04 {
+		t.Fatalf("histogram sum %v, PersistSeconds %v: want equal, and at least the two 20ms persists", h.Sum, st.PersistSeconds)
+	}
+	for i := range h.Counts {
+		if i > 0 && h.Counts[i] < h.Counts[i-1] || h.Counts[i] > h.Count {
+			t.Fatalf("bucket counts %v (count %d) not cumulative", h.Counts, h.Count)
+		}
+		if i == 5 && h.Counts[i] > 1 { // le=0.016
+			t.Fatalf("bucket le=%v holds %d of %v: the two 20ms persists are not above it", h.Bounds[i], h.Counts[i], h.Counts)
+		}
+	}
+}
+
+// TestDurationsBuckets: an observation counts in the first bucket whose
+// bound it does not exceed, and in every later one; above the last bound
+// only in Count.
+func TestDurationsBuckets(t *testing.T) {
+	var h durations
+	for _, d := range []time.Duration{0, 500 * time.Microsecond, 600 * time.Microsecond, 3 * time.Millisecond, time.Hour} {
+		h.observe(d)
+	}
+	s := h.snapshot()
+	want := []uint64{2, 3, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}
+	if s.Count != 5 || fmt.Sprint(s.Counts) != fmt.Sprint(want) {
+		t.Fatalf("counts %v count %d, want %v count 5", s.Counts, s.Count, want)
+	}
+	if wantSum := (time.Hour + 4100*time.Microsecond).Seconds(); s.Sum < wantSum-1e-9 || s.Sum > wantSum+1e-9 {
+		t.Fatalf("sum %v, want %v", s.Sum, wantSum)
+	}
+	if PersistBuckets[0] != 0.0005 || PersistBuckets[len(PersistBuckets)-1] != 0.0005*(1<<13) {
+		t.Fatalf("PersistBuckets %v", PersistBuckets)
+	}
+}

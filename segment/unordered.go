@@ -55,6 +55,14 @@ type UnorderedConfig struct {
 	// on success), e.g. to feed a latency histogram. It runs on the
 	// loader's goroutine and must not block.
 	OnLoad func(biz string, d time.Duration, err error)
+	// OnWait is called for every request that found both buffers of its
+	// business empty and waited for a load, when the wait ends: d is how
+	// long it waited, err what it got (nil: served; a failed load, or
+	// its context done). Not called for requests served from memory, nor
+	// for those refused at once because no load could start (the last
+	// load failed and its backoff runs, the floor was reached). It runs
+	// on the request's goroutine and must not block.
+	OnWait func(biz string, d time.Duration, err error)
 	// Ledger, when set, is the cluster's shared record of the segments
 	// handed out (package zkguard): a segment is served only after the
 	// ledger accepted it, and one that overlaps a recorded segment (the
@@ -197,6 +205,7 @@ func (u *Unordered) Take(ctx context.Context, biz Biz, n int64) ([]Range, error)
 	// Wait in line for a load. The load asks for what every waiter needs,
 	// so one finished load serves the whole queue in arrival order.
 	w := &waiter{need: need, out: out, done: make(chan struct{})}
+	waitStart := u.clock.Now()
 	b.queue = append(b.queue, w)
 	b.waits++
 	if !b.loading && b.exhausted == nil && !u.clock.Now().Before(b.retryAt) {
@@ -210,6 +219,15 @@ func (u *Unordered) Take(ctx context.Context, biz Biz, n int64) ([]Range, error)
 	}
 	b.mu.Unlock()
 
+	out, err := u.wait(ctx, b, w)
+	if u.cfg.OnWait != nil {
+		u.cfg.OnWait(biz.Name, u.clock.Now().Sub(waitStart), err)
+	}
+	return out, err
+}
+
+// wait blocks until the load serves or fails w, or ctx is done first.
+func (u *Unordered) wait(ctx context.Context, b *bizBuffer, w *waiter) ([]Range, error) {
 	select {
 	case <-w.done:
 	case <-ctx.Done():
@@ -219,7 +237,7 @@ func (u *Unordered) Take(ctx context.Context, biz Biz, n int64) ([]Range, error)
 		if left {
 			// Numbers already taken for this request are dropped: a gap,
 			// never a duplicate.
-			return nil, fmt.Errorf("segment: biz %q: waiting for a segment: %w: %w", biz.Name, ErrUnavailable, ctx.Err())
+			return nil, fmt.Errorf("segment: biz %q: waiting for a segment: %w: %w", b.name, ErrUnavailable, ctx.Err())
 		}
 		<-w.done // served or failed meanwhile: answer with that
 	}

@@ -588,3 +588,82 @@ func testWaitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestUnorderedOnWait: OnWait reports every request that waited for a
+// load, with how long (on the processor's clock) and what it got, and only
+// those: requests served from memory and requests refused at once during
+// a failed load's backoff are not waits.
+func TestUnorderedOnWait(t *testing.T) {
+	ms := memstore.New()
+	clk := clocktest.New(t0)
+	biz := mustCreate(t, ms, segment.Biz{Name: "waits", Step: 100})
+	hung := mustCreate(t, ms, segment.Biz{Name: "hung", Step: 100})
+	down := mustCreate(t, ms, segment.Biz{Name: "down", Step: 100})
+	type wait struct {
+		biz string
+		d   time.Duration
+		err error
+	}
+	var mu sync.Mutex
+	var waits []wait
+	got := func() []wait {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(waits)
+	}
+	u := newUnordered(t, segment.UnorderedConfig{Store: ms, Clock: clk, MaxStep: 100, RetryBackoff: time.Second,
+		OnWait: func(biz string, d time.Duration, err error) {
+			mu.Lock()
+			waits = append(waits, wait{biz, d, err})
+			mu.Unlock()
+		}})
+
+	// Both buffers empty: the first request waits for the load, 40 ms.
+	release := ms.Block()
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := u.Take(ctx, biz, 1)
+		done <- err
+	}()
+	waitFor(t, "the request to wait for the load", func() bool { return ms.Blocked() == 1 && statsOf(u, biz.Name).Waits == 1 })
+	clk.Add(40 * time.Millisecond)
+	release()
+	if err := <-done; err != nil {
+		t.Fatalf("Take waiting for the first load: %v", err)
+	}
+	if w := got(); len(w) != 1 || w[0] != (wait{biz.Name, 40 * time.Millisecond, nil}) {
+		t.Fatalf("OnWait calls %+v, want one for %q of 40ms without error", w, biz.Name)
+	}
+	// Served from memory: no wait.
+	waitIdle(t, u, biz.Name)
+	take(t, u, biz, 10)
+	if w := got(); len(w) != 1 {
+		t.Fatalf("requests served from memory reported as waits: %+v", w)
+	}
+
+	// A hanging store: the request waits until its deadline.
+	release = ms.Block()
+	if _, err := u.Take(shortCtx(t), hung, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Take with a hanging store: %v, want the deadline", err)
+	}
+	if w := got(); len(w) != 2 || w[1].biz != hung.Name || !errors.Is(w[1].err, segment.ErrUnavailable) || !errors.Is(w[1].err, context.DeadlineExceeded) {
+		t.Fatalf("OnWait calls %+v, want a second one for %q ending at the deadline", w, hung.Name)
+	}
+	release()
+	waitIdle(t, u, hung.Name)
+
+	// A failed load: its waiter is reported with the error; the next
+	// request, refused at once during the backoff, is not a wait.
+	ms.FailNext(1, nil)
+	if _, err := u.Take(context.Background(), down, 1); !errors.Is(err, memstore.ErrInjected) {
+		t.Fatalf("Take with the load failing: %v", err)
+	}
+	if _, err := u.Take(context.Background(), down, 1); !errors.Is(err, segment.ErrUnavailable) {
+		t.Fatalf("Take during the backoff: %v", err)
+	}
+	if w := got(); len(w) != 3 || w[2].biz != down.Name || !errors.Is(w[2].err, memstore.ErrInjected) {
+		t.Fatalf("OnWait calls %+v, want a third (and last) one for %q with the load's error", w, down.Name)
+	}
+}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cloudwego/kitex/pkg/klog"
+	"github.com/cloudwego/netpoll"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -20,6 +23,11 @@ import (
 // Kitex logs at Info about routine events (connections, retries); below
 // Warn it is noise for an operator unless the node runs at debug level, so
 // the zap logger's own level decides, with Warn as the floor otherwise.
+//
+// netpoll's own lines ("NETPOLL: accept conn failed: ...", written by a
+// log.Logger of its own to stderr) go the same way: see setNetpollLogger.
+// The logger for them is named "netpoll" beside "kitex" (log's core with a
+// fresh name: the node's root logger has no name and no options).
 func setKitexLogger(log *zap.Logger) {
 	l := newKitexLogger(log)
 	if log.Core().Enabled(zapcore.DebugLevel) {
@@ -28,6 +36,70 @@ func setKitexLogger(log *zap.Logger) {
 		l.min = klog.LevelWarn
 	}
 	klog.SetLogger(l)
+	setNetpollLogger(zap.New(log.Core()).Named("netpoll"))
+}
+
+// netpollOut is the writer netpoll's logger writes to once
+// setNetpollLogger has run; later calls (another embedded node in the same
+// process) only swap the zap logger behind it.
+var (
+	netpollOnce sync.Once
+	netpollOut  = &netpollWriter{}
+)
+
+// setNetpollLogger routes netpoll's log lines through log: one warn entry
+// per line, without log.LstdFlags' date and time and without the
+// "NETPOLL: " prefix, rate-limited per message prefix as Kitex's lines
+// are. netpoll logs only trouble (an accept or a close that failed), hence
+// warn.
+//
+// netpoll.SetLoggerOutput replaces a package variable that netpoll's
+// pollers read without a lock, so it is called once per process, and the
+// zap logger is swapped under it atomically. (netpoll.Configure would set
+// the output too, but also resets its poller load balance and
+// AlwaysNoCopyRead feature to the values in the Config passed, undoing an
+// embedding program's netpoll.Configure.)
+func setNetpollLogger(log *zap.Logger) {
+	netpollOut.cur.Store(&netpollSink{log: log,
+		limit: newLineLimiter(kitexBurst, kitexWindow, log, time.AfterFunc).named("netpoll")})
+	netpollOnce.Do(func() {
+		netpoll.SetLoggerOutput(netpollOut)
+	})
+}
+
+// netpollWriter is the io.Writer under netpoll's log.Logger.
+type netpollWriter struct{ cur atomic.Pointer[netpollSink] }
+
+type netpollSink struct {
+	log   *zap.Logger
+	limit *lineLimiter
+}
+
+// Write logs each line of p (one log.Logger output: a date, a time and
+// the message, which may span lines) as one zap entry.
+func (w *netpollWriter) Write(p []byte) (int, error) {
+	s := w.cur.Load()
+	if s == nil {
+		return os.Stderr.Write(p)
+	}
+	for _, line := range strings.Split(string(p), "\n") {
+		msg := netpollMessage(line)
+		if msg == "" || !s.limit.allow(msg) {
+			continue
+		}
+		s.log.Warn(msg)
+	}
+	return len(p), nil
+}
+
+// netpollMessage strips log.LstdFlags' "2006/01/02 15:04:05 " and the
+// "NETPOLL: " prefix from one line netpoll wrote.
+func netpollMessage(line string) string {
+	if len(line) >= 20 && line[4] == '/' && line[7] == '/' && line[10] == ' ' && line[13] == ':' && line[16] == ':' && line[19] == ' ' {
+		line = line[20:]
+	}
+	line = strings.TrimPrefix(line, "NETPOLL: ")
+	return strings.TrimSpace(line)
 }
 
 func newKitexLogger(log *zap.Logger) *kitexLogger {
@@ -125,6 +197,7 @@ type lineLimiter struct {
 	window time.Duration
 	log    *zap.Logger
 	after  func(time.Duration, func()) *time.Timer
+	what   string // whose lines, for the summary: "Kitex" unless named
 
 	mu   sync.Mutex
 	keys map[string]*lineWindow
@@ -133,7 +206,13 @@ type lineLimiter struct {
 type lineWindow struct{ n, dropped int }
 
 func newLineLimiter(burst int, window time.Duration, log *zap.Logger, after func(time.Duration, func()) *time.Timer) *lineLimiter {
-	return &lineLimiter{burst: burst, window: window, log: log, after: after, keys: map[string]*lineWindow{}}
+	return &lineLimiter{burst: burst, window: window, log: log, after: after, what: "Kitex", keys: map[string]*lineWindow{}}
+}
+
+// named sets whose lines r limits, as its summary line says.
+func (r *lineLimiter) named(what string) *lineLimiter {
+	r.what = what
+	return r
 }
 
 // linePrefix is the part of a Kitex line that names what happened, before
@@ -184,7 +263,7 @@ func (r *lineLimiter) end(key string, w *lineWindow) {
 	dropped, logged := w.dropped, w.n
 	r.mu.Unlock()
 	if dropped > 0 {
-		r.log.Warn("Kitex log lines dropped by the rate limit", zap.String("prefix", key), zap.Int("dropped", dropped),
+		r.log.Warn(r.what+" log lines dropped by the rate limit", zap.String("prefix", key), zap.Int("dropped", dropped),
 			zap.Int("logged", logged), zap.Duration("window", r.window))
 	}
 }

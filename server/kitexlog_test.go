@@ -1,6 +1,8 @@
 package server
 
 import (
+	"fmt"
+	"log"
 	"net"
 	"strings"
 	"sync"
@@ -8,6 +10,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/idgen/idgen/internal/testnode"
@@ -96,4 +99,59 @@ func TestE2E_GarbageFramesLogFew(t *testing.T) {
 		t.Errorf("%d Kitex lines for 100 garbage connections, want between 1 and %d:\n%s", kitex, 2*kitexBurst, strings.Join(lines, "\n"))
 	}
 	t.Logf("%d log lines for 100 garbage frames", len(lines))
+}
+
+// TestNetpollLinesToZap: a line written to the writer netpoll is given, in
+// the format of netpoll's logger (log.LstdFlags, "NETPOLL: " prefix), comes
+// out as one warn entry of the "netpoll" logger with both prefixes
+// stripped; a message spanning lines makes one entry per line; repeated
+// lines are rate-limited like Kitex's.
+func TestNetpollLinesToZap(t *testing.T) {
+	core, logs := observer.New(zap.DebugLevel)
+	setNetpollLogger(zap.New(core).Named("netpoll"))
+	t.Cleanup(func() { netpollOut.cur.Store(nil) }) // back to stderr for the rest of the tests
+	// netpoll's logger: log.New(w, "", log.LstdFlags), Printf per line.
+	np := log.New(netpollOut, "", log.LstdFlags)
+
+	np.Printf("NETPOLL: accept conn failed: %v", "accept4: too many open files")
+	all := logs.TakeAll()
+	if len(all) != 1 {
+		t.Fatalf("entries %v, want one", all)
+	}
+	e := all[0]
+	if e.Message != "accept conn failed: accept4: too many open files" || e.Level != zapcore.WarnLevel || e.LoggerName != "netpoll" {
+		t.Errorf("entry %q level %v logger %q; want the message without prefixes, warn, netpoll", e.Message, e.Level, e.LoggerName)
+	}
+
+	np.Printf("NETPOLL: poller close failed: %v\n", "first\nsecond")
+	var msgs []string
+	for _, e := range logs.TakeAll() {
+		msgs = append(msgs, e.Message)
+	}
+	if fmt.Sprint(msgs) != "[poller close failed: first second]" {
+		t.Errorf("a two-line message logged as %q, want one entry per line", msgs)
+	}
+
+	for i := range 3 * kitexBurst {
+		np.Printf("NETPOLL: readall(fd=%d)=0 before close: connection reset", i)
+	}
+	if n := logs.Len(); n != kitexBurst {
+		t.Errorf("%d entries for %d repeated lines, want the burst of %d", n, 3*kitexBurst, kitexBurst)
+	}
+}
+
+// TestNetpollMessage: what is stripped from a line and what is kept.
+func TestNetpollMessage(t *testing.T) {
+	for in, want := range map[string]string{
+		"2026/11/24 06:30:00 NETPOLL: netFD close failed: bad fd": "netFD close failed: bad fd",
+		"NETPOLL: re-accept conn success: 127.0.0.1:1":            "re-accept conn success: 127.0.0.1:1",
+		"2026/11/24 06:30:00 something else":                      "something else",
+		"continuation of a message":                               "continuation of a message",
+		"2026/11/24 06:30:00 ":                                    "",
+		"":                                                        "",
+	} {
+		if got := netpollMessage(in); got != want {
+			t.Errorf("netpollMessage(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

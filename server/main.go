@@ -70,8 +70,31 @@ type Options struct {
 	// KitexLogsToZap routes Kitex's own log lines through the node's zap
 	// logger. Kitex's logger is one per process and may only be replaced
 	// before anything in the process uses Kitex, so Main sets it and an
-	// embedding program decides for itself.
+	// embedding program decides for itself. netpoll's own log lines
+	// ("NETPOLL: ...", process-wide too) go the same way, named "netpoll".
 	KitexLogsToZap bool
+	// KitexOptions are extra Kitex server options for the RPC server,
+	// applied after idgen's own: tracing (server.WithTracer with a
+	// stats.Tracer, or server.WithSuite with a suite such as
+	// kitex-contrib/obs-opentelemetry's tracing.NewServerSuite()),
+	// middlewares (server.WithMiddleware), QPS limits
+	// (server.WithQPSLimiter), a service registry (server.WithRegistry) and
+	// the like. examples/embed shows a middleware and a tracer.
+	//
+	// The listener, the transport and the codec are idgen's (rpc_addr, TLS,
+	// the max_connections cap, the max_frame_bytes limit and the peer
+	// address rule are built into them), and so is the exit signal (the
+	// graceful shutdown): Run refuses to start with an option that sets
+	// WithListener, WithServiceAddr, WithProxy, WithTransServerFactory,
+	// WithTransHandlerFactory, WithMuxTransport, WithCodec or
+	// WithExitSignal, and, with TLS, a connection limit (WithLimit's
+	// MaxConnections, WithConnectionLimiter: Kitex's Go net transport never
+	// releases it). Any other option applies on top of idgen's, a later
+	// value replacing an earlier one: WithExitWaitTime replaces
+	// shutdown_timeout, WithServerBasicInfo the service name "idgen" that
+	// tracers report, WithMaxConnIdleTime the keep-alive interval;
+	// WithBoundHandler adds a handler after idgen's connection cap.
+	KitexOptions []server.Option
 }
 
 // started is when this process started (reported by ListWorkers standalone).
@@ -168,11 +191,16 @@ func Run(ctx context.Context, opts Options, args []string, getenv func(string) s
 		clientToken: cfg.ClientToken, m: m, auth: newAuthFailures(log.Named("auth"), m)}
 	exit := make(chan error, 1)
 	// The listener, codec, transport and connection limits: transport.go.
-	svr := idgensvc.NewServer(h, append(rpcTr.options(),
+	// Options.KitexOptions come last; those that would replace idgen's
+	// own are refused (kitexopts.go).
+	if err := checkKitexOptions(opts.KitexOptions, cfg.TLSCert != ""); err != nil {
+		return err
+	}
+	svr := idgensvc.NewServer(h, append(append(rpcTr.options(),
 		server.WithServerBasicInfo(&rpcinfo.EndpointBasicInfo{ServiceName: "idgen"}),
 		server.WithExitWaitTime(cfg.ShutdownTimeout),
 		server.WithExitSignal(func() <-chan error { return exit }),
-	)...)
+	), opts.KitexOptions...)...)
 	runErr := make(chan error, 1)
 	go func() { runErr <- svr.Run() }()
 	stopRPC := func() error {
@@ -245,7 +273,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	}
 
 	guard := clock.NewGuard(clock.GuardConfig{Clock: clk, MaxBackwardWait: cfg.MaxBackwardWait,
-		Logger: log.Named("clock"), OnReject: m.clockRejected}, 0)
+		Logger: log.Named("clock"), OnReject: m.clockRejected, OnJump: m.clockJumped}, 0)
 	layout := cfg.Layout()
 	holder := &lateHolder{}
 	nd.setStarting("claiming a worker slot")
@@ -283,7 +311,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	}
 
 	unordered, err := segment.NewUnordered(segment.UnorderedConfig{Store: store, Logger: log.Named("unordered"),
-		Floor: floor, MaxStep: cfg.MaxStep, SegmentDuration: cfg.SegmentTTL, OnLoad: m.segmentLoaded, Ledger: ledger})
+		Floor: floor, MaxStep: cfg.MaxStep, SegmentDuration: cfg.SegmentTTL, OnLoad: m.segmentLoaded, OnWait: m.segmentWaited, Ledger: ledger})
 	if err != nil {
 		return fail(err)
 	}

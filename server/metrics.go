@@ -11,6 +11,7 @@ import (
 	"github.com/idgen/idgen/internal/bizlabel"
 	"github.com/idgen/idgen/issuer"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
+	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/mysqlstore"
 	"github.com/idgen/idgen/worker"
@@ -30,8 +31,11 @@ type metrics struct {
 	issued    *prometheus.CounterVec   // channel
 	fallbacks prometheus.Counter
 	rollbacks prometheus.Counter
+	jumps     prometheus.Counter
 	loadDur   prometheus.Histogram
 	loadFail  prometheus.Counter
+	waits     prometheus.Counter
+	waitDur   prometheus.Histogram
 	unsafeDB  prometheus.Gauge
 	replLossy prometheus.Gauge
 	replState *prometheus.GaugeVec // verdict
@@ -60,11 +64,18 @@ func newMetrics() *metrics {
 			Help: "SNOWFLAKE requests served from the business's segment because snowflake refused."}),
 		rollbacks: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_clock_rollback_rejections_total",
 			Help: "Snowflake requests refused because the clock stepped back further than max_backward_wait."}),
+		jumps: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_clock_jump_rejections_total",
+			Help: "Snowflake requests refused because the clock read past the worker slot's durable high-water mark (a forward clock jump, or a mark not extended in time; answered CLOCK_JUMP unless the business falls back)."}),
 		loadDur: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "idgen_segment_load_duration_seconds",
 			Help:    "Time to reserve one UNORDERED segment from the store (background refills and waits).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		loadFail: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_segment_load_failures_total",
 			Help: "UNORDERED segment reservations that failed (store down, regressed, floor)."}),
+		waits: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_segment_waits_total",
+			Help: "UNORDERED requests that found both buffers of their business empty and waited for a segment load (the double buffer makes this rare)."}),
+		waitDur: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "idgen_segment_wait_seconds",
+			Help:    "How long UNORDERED requests waited for a segment load (served, failed or given up at their deadline); _count equals idgen_segment_waits_total.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		unsafeDB: prometheus.NewGauge(prometheus.GaugeOpts{Name: "idgen_mysql_durability_unsafe",
 			Help: "1 when the MySQL server is not crash-safe (innodb_flush_log_at_trx_commit or sync_binlog not 1) and the node was told to accept it: a MySQL crash may repeat IDs."}),
 		replLossy: prometheus.NewGauge(prometheus.GaugeOpts{Name: "idgen_mysql_replication_lossy",
@@ -81,13 +92,55 @@ func newMetrics() *metrics {
 			Help: "Forwarded ORDERED requests that failed: the owner unreachable, refusing (lease wait, hand-off) or the map stale."}),
 	}
 	reg.MustRegister(m.orderedForwards, m.orderedForwardFailures)
-	reg.MustRegister(m.requests, m.latency, m.issued, m.fallbacks, m.rollbacks, m.loadDur, m.loadFail, m.unsafeDB,
+	reg.MustRegister(m.requests, m.latency, m.issued, m.fallbacks, m.rollbacks, m.jumps, m.loadDur, m.loadFail, m.waits, m.waitDur, m.unsafeDB,
 		m.replLossy, m.replState, m.authFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.preinit()
 	return m
 }
 
+// nextIDsChannels are the channel label values of NextIDs (channelLabel)
+// that are pre-initialised; "invalid" appears only when a caller sends one.
+var nextIDsChannels = []string{"default", segment.ChannelUnordered.String(), segment.ChannelOrdered.String(), segment.ChannelSnowflake.String()}
+
+// resultCodes returns the code label values of idgen_rpc_requests_total:
+// OK and every ErrorCode of the IDL.
+func resultCodes() []string {
+	codes := []string{"OK"}
+	for c := idl.ErrorCode(1); c.String() != "<UNSET>"; c++ {
+		codes = append(codes, c.String())
+	}
+	return codes
+}
+
+// preinit creates the series of the fixed label sets at 0, so that a
+// refusal code, an auth failure or a channel not used yet is a 0 on
+// /metrics rather than absent: rate(), increase() and absent() (the
+// dashboard, the alerts) then see the first event as a change. Only fixed
+// sets: NextIDs' channels and result codes, the issuing channels, the IDL's
+// methods; per-business series stay created on use.
+func (m *metrics) preinit() {
+	for _, channel := range nextIDsChannels {
+		for _, code := range resultCodes() {
+			m.requests.WithLabelValues("NextIDs", channel, code)
+		}
+		m.latency.WithLabelValues("NextIDs", channel)
+	}
+	for _, c := range []segment.Channel{segment.ChannelUnordered, segment.ChannelOrdered, segment.ChannelSnowflake} {
+		m.issued.WithLabelValues(issuedLabel(c))
+	}
+	for method := range idgensvc.NewServiceInfo().Methods {
+		m.authFailures.WithLabelValues(method)
+	}
+}
+
+// clockRejected counts a snowflake reading the clock guard refused
+// because the clock stepped back (GuardConfig.OnReject).
 func (m *metrics) clockRejected(time.Duration) { m.rollbacks.Inc() }
+
+// clockJumped counts a snowflake reading the generator refused because it
+// is past the slot's durable high-water mark (GuardConfig.OnJump).
+func (m *metrics) clockJumped(time.Duration) { m.jumps.Inc() }
 
 // setDurability exports the MySQL durability check done at start.
 func (m *metrics) setDurability(d mysqlstore.Durability) { m.unsafeDB.Set(b2f(!d.Safe())) }
@@ -111,6 +164,13 @@ func (m *metrics) segmentLoaded(_ string, d time.Duration, err error) {
 	if err != nil {
 		m.loadFail.Inc()
 	}
+}
+
+// segmentWaited records an UNORDERED request that waited for a segment
+// load (UnorderedConfig.OnWait), whatever the wait ended with.
+func (m *metrics) segmentWaited(_ string, d time.Duration, _ error) {
+	m.waits.Inc()
+	m.waitDur.Observe(d.Seconds())
 }
 
 // rpcDone records one RPC; channel is "" for methods other than NextIDs.
@@ -151,9 +211,44 @@ func issuedLabel(ch segment.Channel) string {
 	return strconv.Itoa(int(ch))
 }
 
-// register adds the scrape-time collector of node state.
+// register adds the scrape-time collectors of node state.
 func (m *metrics) register(nd *node) {
-	m.reg.MustRegister(&stateCollector{nd: nd})
+	m.reg.MustRegister(&stateCollector{nd: nd}, &heartbeatCollector{nd: nd})
+}
+
+var descBeatAge = prometheus.NewDesc("idgen_worker_heartbeat_age_seconds",
+	"Seconds since the worker lease last wrote its slot's high-water mark successfully (ZooKeeper and the properties file; the properties file alone while degraded or standalone; the MySQL worker table). Grows while heartbeats fail; SNOWFLAKE serves up to the last mark written (about heartbeat_interval + outage_tolerance ahead with ZooKeeper or MySQL), then refuses with CLOCK_JUMP.",
+	nil, nil)
+
+// heartbeatCollector exports the age of the worker lease's last successful
+// mark write, computed at scrape time from its timestamp, so the age keeps
+// growing while heartbeats fail (a gauge set by the heartbeat would freeze
+// at its last value exactly then). Absent while starting or before the
+// lease's first write.
+type heartbeatCollector struct {
+	nd *node
+}
+
+// leaseStatus is what the worker leases (ZooKeeper, MySQL, standalone)
+// report beyond worker.Lease.
+type leaseStatus interface{ Status() worker.Status }
+
+func (c *heartbeatCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descBeatAge }
+
+func (c *heartbeatCollector) Collect(ch chan<- prometheus.Metric) {
+	sv := c.nd.serving.Load()
+	if sv == nil || sv.lease == nil {
+		return
+	}
+	ls, ok := sv.lease.(leaseStatus)
+	if !ok {
+		return
+	}
+	last := ls.Status().LastHeartbeat
+	if last.IsZero() {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descBeatAge, prometheus.GaugeValue, max(time.Since(last).Seconds(), 0))
 }
 
 var (

@@ -258,6 +258,7 @@ func newOwnersCollector(o *owners) *ownersCollector {
 		"rows":       d("idgen_ordered_owner_persisted_rows_total", "key rows written by those persists"),
 		"pfail":      d("idgen_ordered_owner_persist_failures_total", "persists that failed (store down, fenced)"),
 		"pseconds":   d("idgen_ordered_owner_persist_seconds_total", "time spent in persists; divided by persists: the mean group-commit latency"),
+		"pduration":  d("idgen_ordered_persist_duration_seconds", "latency of the owned shards' persists (group commits, failed ones included), the store time gapless ORDERED callers wait for; _sum equals idgen_ordered_owner_persist_seconds_total"),
 		"fenced":     d("idgen_ordered_owner_fenced_total", "loads or persists refused by a newer owner's epoch (this node had lost the shard)"),
 		"lease":      d("idgen_ordered_owner_lease_refusals_total", "answers withheld by the lease: during the wait after a takeover, or after the lease could not be renewed"),
 		"notowner":   d("idgen_ordered_not_owner_total", "ORDERED requests for shards this node does not own"),
@@ -297,6 +298,7 @@ func (c *ownersCollector) Collect(ch chan<- prometheus.Metric) {
 	counter("rows", s.PersistedRows)
 	counter("pfail", s.PersistFailures)
 	ch <- prometheus.MustNewConstMetric(c.descs["pseconds"], prometheus.CounterValue, s.PersistSeconds)
+	ch <- persistHistogram(c.descs["pduration"], s.PersistDurations)
 	counter("fenced", s.Fenced)
 	counter("lease", s.LeaseRefusals)
 	counter("notowner", s.NotOwner)
@@ -317,4 +319,13 @@ func (c *ownersCollector) Collect(ch chan<- prometheus.Metric) {
 		counter("lapses", zs.LeaseLapses)
 		counter("acq_fail", zs.AcquireFailures)
 	}
+}
+
+// persistHistogram exports the allocator's persist-duration histogram.
+func persistHistogram(desc *prometheus.Desc, h ordered.Histogram) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(h.Bounds))
+	for i, le := range h.Bounds {
+		buckets[le] = h.Counts[i]
+	}
+	return prometheus.MustNewConstHistogram(desc, h.Count, h.Sum, buckets)
 }

@@ -299,6 +299,7 @@ func (g *Generator) tick() (int64, error) {
 		c := g.ceiling.Load()
 		if c != 0 && ms > c {
 			g.askExtend(c)
+			g.guard.RejectJump(ms, c) // counted beside the guard's rollback refusals
 			return 0, &JumpError{NowMs: ms, HighWaterMs: c}
 		}
 		if c != 0 && ms >= c-g.extendAhead {

@@ -12,6 +12,7 @@
 #   ./build.sh gen                regenerate kitex_gen/ from idl/idgen.thrift
 #   ./build.sh servers start      start ZooKeeper + MariaDB for development; writes .testenv
 #   ./build.sh servers stop       stop them
+#   ./build.sh image [--smoke] [TAG]  container image FROM scratch (deploy/container); --smoke runs and checks it
 #   ./build.sh faults [--seed N] [--soak DUR] [SCENARIO...]
 #                                 fault-injection suite (faults/): own ZooKeeper + MariaDB, 3+ real
 #                                 nodes under load, independent checker, negative controls; not part
@@ -416,6 +417,9 @@ cmd_test() {
   build_gotestsum "$TEST_TMP/gotestsum"
   STEP="test tools"
   ensure_test_tools
+  run_check "systemd unit" check_systemd_unit
+  run_check "Dockerfile" check_dockerfile
+  run_check "kubernetes manifests" check_kube_manifests
   STEP="servers"
   servers_start "$TEST_TMP/testenv"
   # shellcheck disable=SC1091
@@ -501,6 +505,226 @@ failed_tests() {
       END { for (k in p) if (!(k in t)) print k " (outside any test: build failure, panic or timeout)" }' | sort -u
 }
 
+# ---- deploy ---------------------------------------------------------------------
+# deploy/systemd, deploy/container and deploy/kubernetes: the checks that
+# ./build.sh test runs on them, and ./build.sh image.
+
+# check_systemd_unit: systemd-analyze verify on deploy/systemd/idgen.service.
+# verify refuses a unit whose ExecStart binary is missing, so it checks a
+# copy in a temp dir whose ExecStart is idgen built there; verify only warns
+# (exit 0) on an unknown key or a bad value, so any line it prints about the
+# unit fails the check. Also checked: the flags of ExecStart and the IDGEN_*
+# names of idgen.env are idgen's (its --help); every %d/FILE has its
+# LoadCredential=FILE and the reverse; no secret in its plain form (flag or
+# variable); TimeoutStopSec= above the ORDERED hand-off (10 s), the drain
+# (IDGEN_SHUTDOWN_TIMEOUT of idgen.env, default 10 s), the mark's write (5 s)
+# and the admin port's close (2 s); the hardening (systemd-analyze security
+# --offline) at an exposure of 2.0 or less.
+check_systemd_unit() {
+  local unit=$ROOT/deploy/systemd/idgen.service envfile=$ROOT/deploy/systemd/idgen.env
+  local tmp out line bad=0 f n stop drain
+  if ! command -v systemd-analyze >/dev/null 2>&1; then apt_install systemd; fi
+  tmp=$(mktemp -d)
+  if ! go build -o "$tmp/idgen" ./cmd/idgen; then
+    rm -rf "$tmp"
+    echo "go build ./cmd/idgen failed"
+    return 1
+  fi
+  sed "s#^ExecStart=/usr/local/bin/idgen\([[:space:]]\)#ExecStart=$tmp/idgen\1#" "$unit" >"$tmp/idgen.service"
+  if ! grep -q "^ExecStart=$tmp/idgen[[:space:]]" "$tmp/idgen.service"; then
+    echo "$unit: no 'ExecStart=/usr/local/bin/idgen ...' line to point at the built binary"
+    bad=1
+  fi
+  out=$(cd "$tmp" && systemd-analyze verify "$tmp/idgen.service" 2>&1) || bad=1
+  while IFS= read -r line; do
+    [ -n "$line" ] || continue
+    case $line in
+      *idgen.service*) printf 'systemd-analyze verify: %s\n' "${line//$tmp\//}"; bad=1 ;;
+      *) printf 'systemd-analyze verify (another unit, ignored): %s\n' "$line" ;;
+    esac
+  done <<<"$out"
+
+  # ExecStart's flags (the continuation lines up to the first line without
+  # a trailing backslash) and idgen.env's variables must be idgen's.
+  "$tmp/idgen" --help >"$tmp/help" 2>&1 || true
+  for f in $(awk '/^ExecStart=/ { on = 1 } on { print } on && !/\\$/ { exit }' "$unit" | grep -o -- '--[a-z][a-z0-9-]*'); do
+    grep -qE -- "^  -${f#--}([[:space:]]|\$)" "$tmp/help" || { echo "$unit: ExecStart flag $f is not an idgen flag"; bad=1; }
+  done
+  for n in $(sed -n 's/^\(IDGEN_[A-Z0-9_]*\)=.*/\1/p' "$envfile"); do
+    [ "$n" = IDGEN_CONFIG ] || grep -q "(env $n," "$tmp/help" || { echo "$envfile: $n names no idgen setting"; bad=1; }
+  done
+
+  # Secrets: files from credentials only.
+  if grep -v '^[[:space:]]*#' "$unit" | grep -E -- '--(mysql|admin-token|client-token|zk-auth)([[:space:]=]|$)'; then
+    echo "$unit: a secret's plain flag (use its -file twin with %d/ and LoadCredential=)"
+    bad=1
+  fi
+  if cat "$unit" "$envfile" | grep -v '^[[:space:]]*#' | grep -E '(^|[[:space:]=])IDGEN_(MYSQL|ADMIN_TOKEN|CLIENT_TOKEN|ZK_AUTH)='; then
+    echo "a secret in the environment: use the *_FILE twin with %d/ and LoadCredential="
+    bad=1
+  fi
+  for f in $(grep -v '^[[:space:]]*#' "$unit" | grep -o '%d/[A-Za-z0-9._-]*' | sort -u); do
+    grep -q "^LoadCredential=${f#%d/}:" "$unit" || { echo "$unit: $f is used but no LoadCredential=${f#%d/}: loads it"; bad=1; }
+  done
+  for f in $(sed -n 's/^LoadCredential=\([^:]*\):.*/\1/p' "$unit"); do
+    grep -v '^[[:space:]]*#' "$unit" | grep -q "%d/$f\\b" || { echo "$unit: LoadCredential=$f: is never passed to idgen (%d/$f)"; bad=1; }
+  done
+
+  # Stop: SIGKILL must not cut the hand-off, the drain or the mark's write.
+  stop=$(sed -n 's/^TimeoutStopSec=//p' "$unit" | tail -1)
+  case $stop in
+    *min) stop=$((${stop%min} * 60)) ;;
+    *s) stop=${stop%s} ;;
+  esac
+  drain=$(sed -n 's/^IDGEN_SHUTDOWN_TIMEOUT=\([0-9]*\)s$/\1/p' "$envfile" | tail -1)
+  drain=${drain:-10}
+  if ! [[ $stop =~ ^[0-9]+$ ]] || [ "$stop" -le $((10 + drain + 5 + 2)) ]; then
+    echo "$unit: TimeoutStopSec=$stop must exceed 10 s (hand-off) + ${drain} s (IDGEN_SHUTDOWN_TIMEOUT) + 5 s (mark) + 2 s (admin port)"
+    bad=1
+  fi
+  if ! grep -q '^KillSignal=SIGTERM$' "$unit"; then echo "$unit: KillSignal= is not SIGTERM"; bad=1; fi
+
+  if ! out=$(cd "$tmp" && systemd-analyze security --offline=yes --threshold=20 "$tmp/idgen.service" 2>&1); then
+    echo "$unit: exposure above 2.0 in systemd-analyze security (the hardening got weaker):"
+    printf '%s\n' "$out"
+    bad=1
+  else
+    printf '%s\n' "$out" | grep -o 'Overall exposure level.*' || true
+  fi
+  rm -rf "$tmp"
+  return "$bad"
+}
+
+# check_dockerfile: what ./build.sh test can check of deploy/container/
+# Dockerfile without building it (no image tool is assumed in CI; ./build.sh
+# image --smoke builds and runs it): the final stage is FROM scratch and
+# copies only the files cmd_image puts in the context, the user is numeric
+# and not root, and the HEALTHCHECK runs `idctl health`, a command idctl has.
+check_dockerfile() {
+  local df=$ROOT/deploy/container/Dockerfile bad=0 last user f tmp
+  last=$(grep -iE '^FROM[[:space:]]' "$df" | tail -1 | awk '{ print $2 }')
+  [ "$last" = scratch ] || { echo "$df: the final stage is FROM $last, want scratch"; bad=1; }
+  user=$(grep -iE '^USER[[:space:]]' "$df" | tail -1 | awk '{ print $2 }')
+  if ! [[ $user =~ ^[1-9][0-9]*(:[1-9][0-9]*)?$ ]]; then
+    echo "$df: USER '$user': want a numeric non-root uid[:gid] (a scratch image has no /etc/passwd)"
+    bad=1
+  fi
+  for f in $(awk 'toupper($1) == "COPY" { for (i = 2; i < NF; i++) if ($i !~ /^--/) print $i }' "$df"); do
+    case $f in idgen | idctl | data/) ;; *) echo "$df: COPY $f: the context has only idgen, idctl and data/"; bad=1 ;; esac
+  done
+  grep -qE '^HEALTHCHECK .*CMD \["/usr/local/bin/idctl", "health"' "$df" ||
+    grep -A1 -E '^HEALTHCHECK' "$df" | grep -q '"/usr/local/bin/idctl", "health"' ||
+    { echo "$df: no HEALTHCHECK running idctl health"; bad=1; }
+  grep -qE '^ENTRYPOINT \["/usr/local/bin/idgen"\]' "$df" || { echo "$df: ENTRYPOINT is not /usr/local/bin/idgen"; bad=1; }
+  tmp=$(mktemp -d)
+  go build -o "$tmp/idctl" ./cmd/idctl && "$tmp/idctl" health --help >/dev/null 2>&1 ||
+    { echo "idctl has no working 'health' command for the HEALTHCHECK"; bad=1; }
+  rm -rf "$tmp"
+  return "$bad"
+}
+
+# check_kube_manifests: deploy/kubernetes/check, a Go module of its own (the
+# service's module takes no Kubernetes dependency), decodes every document
+# of deploy/kubernetes/*.yaml strictly into its Kubernetes type and checks
+# probes, grace period, storage, security context, secrets and the PDB.
+check_kube_manifests() {
+  GOWORK=off go -C "$ROOT/deploy/kubernetes/check" vet ./... &&
+    GOWORK=off go -C "$ROOT/deploy/kubernetes/check" test -count=1 ./...
+}
+
+# cmd_image [--smoke] [TAG]: the container image of deploy/container/Dockerfile
+# (FROM scratch: the two static binaries, an empty data dir owned by 65532).
+# The binaries are built here (CGO_ENABLED=0 go build -trimpath: no Go image
+# is pulled) into output/image, the build context; podman build, else buildah
+# bud, builds it in docker format (the OCI format drops HEALTHCHECK). TAG
+# defaults to localhost/idgen:VERSION. --smoke then runs it with podman
+# (extra `podman run` options in IDGEN_IMAGE_RUN_OPTS), waits for /healthz
+# from the host, checks it runs as uid 65532, that its HEALTHCHECK is there
+# and passes, that it hands out IDs, and that SIGTERM stops it cleanly.
+cmd_image() {
+  local smoke=0 tag='' v ctx tool=() name rport aport pid uid i ok=1 opts=()
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --smoke) smoke=1 ;;
+      -*) die "unknown flag $1: ./build.sh image [--smoke] [TAG]" ;;
+      *) [ -z "$tag" ] || die "one TAG only: ./build.sh image [--smoke] [TAG]"; tag=$1 ;;
+    esac
+    shift
+  done
+  v=$(version)
+  [ -n "$tag" ] || tag=localhost/idgen:$(printf '%s' "$v" | tr -c 'A-Za-z0-9_.-' '-')
+  ctx=$ROOT/output/image
+  rm -rf "$ctx"
+  mkdir -p "$ctx/data"
+  log "building static idgen and idctl $v into $ctx"
+  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X=main.version=$v" -o "$ctx/idgen" ./cmd/idgen
+  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X=main.version=$v" -o "$ctx/idctl" ./cmd/idctl
+  if command -v podman >/dev/null 2>&1 && podman info >/dev/null 2>&1; then
+    tool=(podman build)
+  elif command -v buildah >/dev/null 2>&1 && buildah info >/dev/null 2>&1; then
+    tool=(buildah bud)
+  else
+    die "neither podman nor buildah works here: install one (apt-get install podman)"
+  fi
+  log "${tool[*]} --format docker -t $tag (FROM scratch)"
+  "${tool[@]}" --format docker --build-arg "VERSION=$v" -f "$ROOT/deploy/container/Dockerfile" -t "$tag" "$ctx"
+  cat <<RUN
+image $tag built with ${tool[0]} (docker format: HEALTHCHECK kept). Run it:
+  podman run -d --name idgen -p 8888:8888 -p 127.0.0.1:8889:8889 -v idgen-data:/var/lib/idgen $tag
+  podman healthcheck run idgen                                  # idctl health in the container: /healthz
+  podman exec idgen /usr/local/bin/idctl health --ready         # /readyz
+  podman stop -t 60 idgen                                       # SIGTERM: hand-off, drain, exact mark
+Secrets as files: add -v /etc/idgen:/run/secrets/idgen:ro and, after the image,
+  --admin-token-file /run/secrets/idgen/admin.token (flags after the image are idgen's).
+Kubernetes: push it and set image: in deploy/kubernetes/statefulset.yaml.
+RUN
+  [ "$smoke" = 1 ] || return 0
+
+  command -v podman >/dev/null 2>&1 || die "--smoke runs the image with podman, which is not installed"
+  read -r -a opts <<<"${IDGEN_IMAGE_RUN_OPTS:-}"
+  name=idgen-smoke-$$
+  rport=$(free_port)
+  aport=$(free_port)
+  while [ "$aport" = "$rport" ]; do aport=$(free_port); done
+  log "smoke: podman run ${opts[*]} $tag (RPC 127.0.0.1:$rport, admin 127.0.0.1:$aport)"
+  if ! podman run -d --name "$name" -p "127.0.0.1:$rport:8888" -p "127.0.0.1:$aport:8889" "${opts[@]}" "$tag" >/dev/null; then
+    podman rm -f -v "$name" >/dev/null 2>&1 || true
+    die "smoke: podman run failed (the error is above; in a sandbox without CAP_SYS_RESOURCE or with hybrid cgroups, try IDGEN_IMAGE_RUN_OPTS='--runtime runc --ulimit nofile=20000:20000 --ulimit nproc=4096:4096')"
+  fi
+  for ((i = 0; i < 60; i++)); do # /healthz from the host, through the published port
+    if "$ctx/idctl" health --addr "127.0.0.1:$aport" --timeout 1s >/dev/null 2>&1; then break; fi
+    sleep 0.5
+  done
+  "$ctx/idctl" health --addr "127.0.0.1:$aport" || ok=0
+  for ((i = 0; i < 60; i++)); do # /readyz: the store opened, the slot claimed
+    if "$ctx/idctl" health --addr "127.0.0.1:$aport" --ready --timeout 1s >/dev/null 2>&1; then break; fi
+    sleep 0.5
+  done
+  "$ctx/idctl" health --addr "127.0.0.1:$aport" --ready || ok=0
+  pid=$(podman inspect -f '{{.State.Pid}}' "$name")
+  uid=$(awk '/^Uid:/ { print $2 }' "/proc/$pid/status" 2>/dev/null || true)
+  if [ "$uid" = 65532 ]; then log "smoke: idgen runs as uid $uid"; else log "smoke: idgen runs as uid '$uid', want 65532"; ok=0; fi
+  if podman inspect -f '{{json .Config.Healthcheck}}' "$name" | grep -q 'idctl'; then
+    log "smoke: healthcheck $(podman inspect -f '{{json .Config.Healthcheck.Test}}' "$name")"
+  else
+    log "smoke: the container has no HEALTHCHECK"
+    ok=0
+  fi
+  if podman healthcheck run "$name"; then log "smoke: podman healthcheck run: healthy"; else log "smoke: podman healthcheck run failed"; ok=0; fi
+  if ! "$ctx/idctl" get --addr "127.0.0.1:$rport" --biz smoke --count 2; then ok=0; fi
+  podman stop -t 60 "$name" >/dev/null || ok=0
+  if [ "$(podman inspect -f '{{.State.ExitCode}}' "$name")" = 0 ] && podman logs "$name" 2>&1 | grep -q '"idgen stopped"'; then
+    log "smoke: SIGTERM: exit 0 after \"idgen stopped\""
+  else
+    podman logs "$name" 2>&1 | tail -20 >&2
+    log "smoke: idgen did not stop cleanly"
+    ok=0
+  fi
+  podman rm -f -v "$name" >/dev/null 2>&1 || true
+  [ "$ok" = 1 ] || die "smoke: the image failed a check (above)"
+  log "smoke: passed"
+}
+
 # ---- faults -------------------------------------------------------------------
 
 # cmd_faults: the fault-injection suite (docs/reliability.md). Builds idgen
@@ -555,6 +779,7 @@ case "${1:-}" in
   servers) shift; cmd_servers "$@" ;;
   lint) shift; cmd_lint "$@" ;;
   faults) shift; cmd_faults "$@" ;;
+  image) shift; cmd_image "$@" ;;
   -h | --help | help) usage ;;
   *) usage >&2; exit 2 ;;
 esac

@@ -252,7 +252,7 @@ func TestUsageMatchesFlags(t *testing.T) {
 	mentioned := regexp.MustCompile(`--([a-z][a-z0-9-]*)`)
 	cmds := [][]string{{"get"}, {"parse"}, {"decode"}, {"workers"}, {"bench"}, {"biz", "create"}, {"biz", "update"},
 		{"biz", "get"}, {"biz", "list"}, {"biz", "token", "create"}, {"biz", "token", "revoke"}, {"biz", "token", "list"}, {"db", "migrate"}, {"db", "version"}, {"db", "check"}, {"audit"},
-		{"cluster", "init"}, {"cluster", "show"}, {"cluster", "restore"}, {"cluster", "migrate"}}
+		{"cluster", "init"}, {"cluster", "show"}, {"cluster", "restore"}, {"cluster", "migrate"}, {"health"}}
 	listed := map[string][]string{}
 	for _, c := range cmds {
 		flags, out := helpFlags(t, c...)

@@ -40,6 +40,7 @@ usage:
   idctl audit   [--file F] [--biz NAME] [--since 10m|RFC3339] [--json]
   idctl bench   --addr HOST:PORT --biz NAME [--channel C] [--count N]
                 [--concurrency N] [--duration D | --requests N] [--check] [--json]
+  idctl health  [--addr HOST:PORT] [--ready] [--channel C] [--timeout D]
   idctl version
 
 Admin commands (biz, decode) need the node's admin token: --token-file F
@@ -62,6 +63,7 @@ var commands = map[string]command{
 	"bench":   cmdBench,
 	"audit":   cmdAudit,
 	"cluster": cmdCluster,
+	"health":  cmdHealth,
 }
 
 func main() {

@@ -1,0 +1,196 @@
+package check
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// manifestDir is deploy/kubernetes, the parent of this module.
+const manifestDir = ".."
+
+func load(t *testing.T) *Manifests {
+	t.Helper()
+	m, err := LoadDir(manifestDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestManifests: every document of deploy/kubernetes/*.yaml decodes
+// strictly into its kind and the manifests pass every check.
+func TestManifests(t *testing.T) {
+	m := load(t)
+	if len(m.StatefulSets) != 1 || len(m.Services) == 0 || len(m.ConfigMaps) == 0 || len(m.PDBs) == 0 {
+		t.Fatalf("want a StatefulSet, a Service, a ConfigMap and a PodDisruptionBudget; got %d, %d, %d, %d",
+			len(m.StatefulSets), len(m.Services), len(m.ConfigMaps), len(m.PDBs))
+	}
+	for _, p := range Check(m) {
+		t.Error(p)
+	}
+}
+
+// TestDecodeIsStrict: a misspelt or misplaced field, a duplicate key, a
+// wrong type and an unknown kind all fail.
+func TestDecodeIsStrict(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(manifestDir, "statefulset.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pdb, err := os.ReadFile(filepath.Join(manifestDir, "pdb.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := string(raw)
+	for _, c := range []struct {
+		name, old, new, want string
+		doc                  string
+	}{
+		{"misspelt field", "terminationGracePeriodSeconds: 60", "terminationGracePeriod: 60", `unknown field "spec.template.spec.terminationGracePeriod"`, good},
+		{"field at the wrong level", "      enableServiceLinks: false", "      enableServiceLinks: false\n      readOnlyRootFilesystem: true", `unknown field "spec.template.spec.readOnlyRootFilesystem"`, good},
+		{"duplicate key", "  replicas: 3", "  replicas: 3\n  replicas: 5", `"replicas" already set`, good},
+		{"wrong type", "  replicas: 3", "  replicas: three", "replicas", good},
+		{"wrong case", "  replicas: 3", "  Replicas: 3", `unknown field "spec.Replicas"`, good},
+		{"unknown kind", "kind: StatefulSet", "kind: Deployment", `unknown kind "Deployment"`, good},
+		{"unknown apiVersion", "apiVersion: policy/v1", "apiVersion: policy/v1beta1", `unknown kind "PodDisruptionBudget" of apiVersion "policy/v1beta1"`, string(pdb)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if !strings.Contains(c.doc, c.old) {
+				t.Fatalf("the manifest no longer contains %q: update the test", c.old)
+			}
+			broken := strings.Replace(c.doc, c.old, c.new, 1)
+			m := &Manifests{}
+			err := m.add("test.yaml", []byte(broken))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got error %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestSplitDocuments(t *testing.T) {
+	docs := SplitDocuments([]byte("# only a comment\n---\na: 1\n--- # next\nb: 2\n...\n---\n\n# nothing\n"))
+	if len(docs) != 2 || string(docs[0]) != "a: 1\n" || string(docs[1]) != "b: 2\n" {
+		t.Fatalf("got %q", docs)
+	}
+}
+
+// TestChecksCatchBreakage breaks one property at a time (on a fresh copy
+// of the manifests) and wants the check that guards it to say so: a check
+// that cannot fail proves nothing.
+func TestChecksCatchBreakage(t *testing.T) {
+	sts := func(m *Manifests) *appsv1.StatefulSet { return m.StatefulSets[0] }
+	ctr := func(m *Manifests) *corev1.Container { return &sts(m).Spec.Template.Spec.Containers[0] }
+	setArg := func(m *Manifests, prefix, arg string) {
+		c := ctr(m)
+		for i, a := range c.Args {
+			if strings.HasPrefix(a, prefix) {
+				c.Args[i] = arg
+				return
+			}
+		}
+		c.Args = append(c.Args, arg)
+	}
+	cm := func(m *Manifests) map[string]string { return m.ConfigMaps[0].Data }
+	i64 := func(v int64) *int64 { return &v }
+	i32 := func(v int32) *int32 { return &v }
+	bp := func(v bool) *bool { return &v }
+
+	for _, c := range []struct {
+		name   string
+		break_ func(m *Manifests)
+		want   string
+	}{
+		{"readiness path", func(m *Manifests) { ctr(m).ReadinessProbe.HTTPGet.Path = "/ready" }, "readinessProbe path"},
+		{"liveness on /readyz", func(m *Manifests) { ctr(m).LivenessProbe.HTTPGet.Path = "/readyz" }, "livenessProbe path"},
+		{"probe on the RPC port", func(m *Manifests) { ctr(m).ReadinessProbe.HTTPGet.Port = intstr.FromString("rpc") }, "readinessProbe port rpc is 8888, not the admin port 8889"},
+		{"probe on a missing port", func(m *Manifests) { ctr(m).LivenessProbe.HTTPGet.Port = intstr.FromInt32(9999) }, "livenessProbe port 9999"},
+		{"admin port moved", func(m *Manifests) { setArg(m, "--admin-addr", "--admin-addr=:9889") }, "--admin-addr port 9889 is not among the container's ports"},
+		{"no startup probe", func(m *Manifests) { ctr(m).StartupProbe = nil }, "no startupProbe"},
+		{"short startup probe", func(m *Manifests) { ctr(m).StartupProbe.FailureThreshold = 10 }, "startupProbe gives the node 20s"},
+		{"short grace", func(m *Manifests) { sts(m).Spec.Template.Spec.TerminationGracePeriodSeconds = i64(20) }, "terminationGracePeriodSeconds 20"},
+		{"default grace", func(m *Manifests) {
+			sts(m).Spec.Template.Spec.TerminationGracePeriodSeconds = nil
+			cm(m)["IDGEN_SHUTDOWN_TIMEOUT"] = "15s"
+		}, "terminationGracePeriodSeconds 30"},
+		{"longer drain", func(m *Manifests) { cm(m)["IDGEN_SHUTDOWN_TIMEOUT"] = "45s" }, "drain (shutdown_timeout) 45s"},
+		{"longer drain by flag", func(m *Manifests) { setArg(m, "--shutdown-timeout", "--shutdown-timeout=1m") }, "drain (shutdown_timeout) 1m0s"},
+		{"data dir off the claim", func(m *Manifests) { setArg(m, "--data-dir", "--data-dir=/data") }, `--data-dir "/data" is on no volume mount`},
+		{"properties on the secret volume", func(m *Manifests) { setArg(m, "--properties-dir", "--properties-dir=/etc/idgen/secrets/w") }, `is on volume "secrets", which is no volumeClaimTemplate`},
+		{"relative data dir", func(m *Manifests) { setArg(m, "--data-dir", "--data-dir=./data") }, "is relative"},
+		{"claim renamed", func(m *Manifests) { sts(m).Spec.VolumeClaimTemplates[0].Name = "state" }, `volume "data", which is no volumeClaimTemplate`},
+		{"claims deleted on scale-down", func(m *Manifests) {
+			sts(m).Spec.PersistentVolumeClaimRetentionPolicy.WhenScaled = appsv1.DeletePersistentVolumeClaimRetentionPolicyType
+		}, "persistentVolumeClaimRetentionPolicy"},
+		{"root", func(m *Manifests) { ctr(m).SecurityContext.RunAsNonRoot = bp(false) }, "runAsNonRoot is not true"},
+		{"uid 0", func(m *Manifests) { ctr(m).SecurityContext.RunAsUser = i64(0) }, "runAsUser"},
+		{"writable root", func(m *Manifests) { ctr(m).SecurityContext.ReadOnlyRootFilesystem = bp(false) }, "readOnlyRootFilesystem"},
+		{"escalation", func(m *Manifests) { ctr(m).SecurityContext.AllowPrivilegeEscalation = nil }, "allowPrivilegeEscalation"},
+		{"capabilities kept", func(m *Manifests) { ctr(m).SecurityContext.Capabilities.Drop = nil }, "do not drop ALL"},
+		{"capability added", func(m *Manifests) { ctr(m).SecurityContext.Capabilities.Add = []corev1.Capability{"NET_ADMIN"} }, "capabilities add"},
+		{"no seccomp", func(m *Manifests) {
+			ctr(m).SecurityContext.SeccompProfile = nil
+			sts(m).Spec.Template.Spec.SecurityContext.SeccompProfile = nil
+		}, "seccompProfile"},
+		{"no memory limit", func(m *Manifests) { delete(ctr(m).Resources.Limits, corev1.ResourceMemory) }, "no memory limit"},
+		{"PDB selects other pods", func(m *Manifests) {
+			m.PDBs[0].Spec.Selector.MatchLabels["app.kubernetes.io/instance"] = "other"
+		}, "PodDisruptionBudget idgen: selector does not match"},
+		{"PDB allows two", func(m *Manifests) { v := intstr.FromInt32(2); m.PDBs[0].Spec.MaxUnavailable = &v }, "maxUnavailable must be 1"},
+		{"PDB in percent", func(m *Manifests) { v := intstr.FromString("34%"); m.PDBs[0].Spec.MaxUnavailable = &v }, "maxUnavailable must be 1"},
+		{"DSN on the command line", func(m *Manifests) { setArg(m, "--mysql-file", "--mysql=idgen:pw@tcp(db:3306)/idgen") }, "--mysql puts a secret on the command line"},
+		{"admin token on the command line", func(m *Manifests) { ctr(m).Args = append(ctr(m).Args, "--admin-token", "0123456789abcdef0123") }, "--admin-token puts a secret on the command line"},
+		{"token in the environment", func(m *Manifests) {
+			ctr(m).Env = append(ctr(m).Env, corev1.EnvVar{Name: "IDGEN_CLIENT_TOKEN", ValueFrom: &corev1.EnvVarSource{
+				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "idgen-secrets"}, Key: "client.token"}}})
+		}, "IDGEN_CLIENT_TOKEN (env IDGEN_CLIENT_TOKEN) puts a secret in the environment"},
+		{"secret in the ConfigMap", func(m *Manifests) { cm(m)["IDGEN_ZK_AUTH"] = "idgen:pw" }, "ConfigMap idgen-config: key IDGEN_ZK_AUTH holds a secret"},
+		{"secret file off the Secret", func(m *Manifests) {
+			setArg(m, "--admin-token-file", "--admin-token-file=/var/lib/idgen/admin.token")
+		}, "--admin-token-file=/var/lib/idgen/admin.token is not in a Secret volume"},
+		{"no admin token file", func(m *Manifests) { setArg(m, "--admin-token-file", "--log-level=info") }, "no --admin-token-file"},
+		{"world-readable secrets", func(m *Manifests) {
+			sts(m).Spec.Template.Spec.Volumes[0].Secret.DefaultMode = i32(0o444)
+		}, "readable by every user of the pod"},
+		{"group-readable without fsGroup", func(m *Manifests) { sts(m).Spec.Template.Spec.SecurityContext.FSGroup = nil }, "sets no fsGroup"},
+		{"service links", func(m *Manifests) { sts(m).Spec.Template.Spec.EnableServiceLinks = nil }, "enableServiceLinks is not false"},
+		{"no advertised pod IP", func(m *Manifests) { ctr(m).Env = nil }, "IDGEN_ADVERTISE_HOST must come from the downward API"},
+		{"one advertised host for all", func(m *Manifests) { ctr(m).Env[0] = corev1.EnvVar{Name: "IDGEN_ADVERTISE_HOST", Value: "10.0.0.1"} }, "IDGEN_ADVERTISE_HOST must come"},
+		{"loopback admin", func(m *Manifests) { setArg(m, "--admin-addr", "--admin-addr=127.0.0.1:8889") }, "listens on one address only"},
+		{"standalone replicas", func(m *Manifests) {
+			delete(cm(m), "IDGEN_ZK")
+			setArg(m, "--mysql-file", "--log-level=info")
+		}, "separate standalone ID spaces"},
+		{"no IDC", func(m *Manifests) { delete(cm(m), "IDGEN_IDC") }, "the IDC must be set explicitly"},
+		{"IDC out of range", func(m *Manifests) { cm(m)["IDGEN_IDC"] = "4" }, "to 0..3"},
+		{"pinned node", func(m *Manifests) { cm(m)["IDGEN_NODE"] = "3" }, "pins a node number"},
+		{"no anti-affinity", func(m *Manifests) { sts(m).Spec.Template.Spec.Affinity = nil }, "no podAntiAffinity"},
+		{"anti-affinity on zones only", func(m *Manifests) {
+			sts(m).Spec.Template.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].TopologyKey = "topology.kubernetes.io/zone"
+		}, "no podAntiAffinity"},
+		{"service not headless", func(m *Manifests) { m.Services[0].Spec.ClusterIP = "" }, "is not headless"},
+		{"service selects nothing", func(m *Manifests) { m.Services[0].Spec.Selector = map[string]string{"app": "x"} }, "Service idgen: selector"},
+		{"service port name", func(m *Manifests) { m.Services[0].Spec.Ports[0].TargetPort = intstr.FromString("grpc") }, `targets "grpc"`},
+		{"selector mismatch", func(m *Manifests) { sts(m).Spec.Template.Labels = map[string]string{"app": "x"} }, "does not select its own pod template"},
+		{"service account token", func(m *Manifests) { sts(m).Spec.Template.Spec.AutomountServiceAccountToken = nil }, "automountServiceAccountToken"},
+		{"unknown ConfigMap", func(m *Manifests) { ctr(m).EnvFrom[0].ConfigMapRef.Name = "idgen-cfg" }, `envFrom ConfigMap "idgen-cfg" is not in the manifests`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := load(t)
+			c.break_(m)
+			problems := Check(m)
+			for _, p := range problems {
+				if strings.Contains(p, c.want) {
+					return
+				}
+			}
+			t.Fatalf("no problem mentions %q; got %q", c.want, problems)
+		})
+	}
+}

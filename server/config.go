@@ -220,7 +220,7 @@ func boolOpt(name, usage string, f func(*Config) *bool) option {
 // options lists every setting. The README's configuration table is this list.
 var options = []option{
 	strOpt("rpc-addr", "Thrift RPC listen address", func(c *Config) *string { return &c.RPCAddr }),
-	strOpt("admin-addr", "admin HTTP listen address (/metrics, /healthz, /readyz)", func(c *Config) *string { return &c.AdminAddr }),
+	strOpt("admin-addr", "admin HTTP listen address (/metrics, /healthz, /readyz, /status)", func(c *Config) *string { return &c.AdminAddr }),
 	strOpt("data-dir", "standalone data directory (embedded segment store, properties file)", func(c *Config) *string { return &c.DataDir }),
 	strOpt("zk", "ZooKeeper servers HOST:PORT,...; switches on cluster worker registration and cluster-wide businesses", func(c *Config) *string { return &c.ZK }),
 	strOpt("zk-root", "ZooKeeper root znode", func(c *Config) *string { return &c.ZKRoot }),

@@ -146,6 +146,11 @@ func Run(ctx context.Context, opts Options, args []string, getenv func(string) s
 		log.Warn("environment variable names no idgen setting: ignored (misspelt?)", zap.String("variable", k),
 			zap.String("fix", "see idgen --help for the IDGEN_* names"))
 	}
+	// Before any listener: Options.KitexOptions that would replace idgen's
+	// own server options are refused (kitexopts.go).
+	if err := checkKitexOptions(opts.KitexOptions, cfg.TLSCert != ""); err != nil {
+		return err
+	}
 	// Before any listener: a node never serves admin RPCs without a token.
 	adminToken, err := adminTokenFor(cfg, log)
 	if err != nil {
@@ -191,11 +196,7 @@ func Run(ctx context.Context, opts Options, args []string, getenv func(string) s
 		clientToken: cfg.ClientToken, m: m, auth: newAuthFailures(log.Named("auth"), m)}
 	exit := make(chan error, 1)
 	// The listener, codec, transport and connection limits: transport.go.
-	// Options.KitexOptions come last; those that would replace idgen's
-	// own are refused (kitexopts.go).
-	if err := checkKitexOptions(opts.KitexOptions, cfg.TLSCert != ""); err != nil {
-		return err
-	}
+	// Options.KitexOptions come last (checked at the top of Run).
 	svr := idgensvc.NewServer(h, append(append(rpcTr.options(),
 		server.WithServerBasicInfo(&rpcinfo.EndpointBasicInfo{ServiceName: "idgen"}),
 		server.WithExitWaitTime(cfg.ShutdownTimeout),

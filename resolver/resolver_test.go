@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,15 +16,14 @@ import (
 	"github.com/cloudwego/kitex/pkg/loadbalance"
 	"github.com/cloudwego/kitex/pkg/loadbalance/lbcache"
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
-	"github.com/cloudwego/kitex/transport"
 	"github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/internal/inproc"
 	"github.com/idgen/idgen/internal/zkproxy"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
-	"github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 	"github.com/idgen/idgen/resolver"
 	"github.com/idgen/idgen/server"
 	"github.com/idgen/idgen/worker"
@@ -299,61 +296,28 @@ func TestKitexClientCallsNodeThroughResolver(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rpc := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- server.Run(ctx, server.Options{Version: "resolver-test"}, []string{
-			"--zk", zkAddr, "--zk-root", testRoot, "--cluster", name,
-			"--data-dir", filepath.Join(dir, "data"), "--rpc-addr", rpc, "--admin-addr", freeAddr(t),
-			"--client-token-file", tokenFile, "--log-level", "error"},
-			func(string) string { return "" }, io.Discard, io.Discard)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server.Run: %v", err)
-		}
-	})
+	n := inproc.Start(t, server.Options{Version: "resolver-test"}, "--zk", zkAddr, "--zk-root", testRoot,
+		"--cluster", name, "--data-dir", filepath.Join(dir, "data"), "--client-token-file", tokenFile)
 
 	r := newResolver(t, resolver.Config{ZK: []string{zkAddr}, ZKRoot: testRoot, Cluster: name})
-	cli, err := idgenservice.NewClient("idgen",
-		client.WithResolver(r),
-		client.WithLoadBalancer(loadbalance.NewWeightedBalancer(), r.CacheOptions()),
-		client.WithTransportProtocol(transport.TTHeaderFramed),
-		client.WithRPCTimeout(3*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli := inproc.NewClient(t, client.WithResolver(r),
+		client.WithLoadBalancer(loadbalance.NewWeightedBalancer(), r.CacheOptions()))
 	var resp *idl.ClockResponse
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		// Fails while the node has not registered (Resolve: no member
-		// yet) or is still starting.
+	// Fails while the node has not registered (Resolve: no member yet) or
+	// is still starting.
+	inproc.Eventually(t, 60*time.Second, "Clock through the resolver", func() error {
+		var err error
 		resp, err = cli.Clock(context.Background(), &idl.ClockRequest{Token: &token})
-		if err == nil && resp.Worker >= 0 {
-			break
+		if err == nil && resp.Worker < 0 {
+			err = fmt.Errorf("answered %v: no worker yet", resp)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Clock through the resolver: %v (response %v)", err, resp)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 	if resp.Cluster != name {
 		t.Errorf("answered by cluster %q, want %q", resp.Cluster, name)
 	}
 	ms := r.Members()
-	if len(ms) != 1 || ms[0].Addr() != rpc || ms[0].Worker != int(resp.Worker) {
-		t.Errorf("members %+v; want the node at %s with worker %d", ms, rpc, resp.Worker)
+	if len(ms) != 1 || ms[0].Addr() != n.RPC || ms[0].Worker != int(resp.Worker) {
+		t.Errorf("members %+v; want the node at %s with worker %d", ms, n.RPC, resp.Worker)
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

@@ -4,20 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/cloudwego/kitex/client"
-	"github.com/cloudwego/kitex/transport"
-
 	"github.com/idgen/idgen/ext"
+	"github.com/idgen/idgen/internal/inproc"
 	"github.com/idgen/idgen/issuer"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
-	"github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/boltstore"
 	"github.com/idgen/idgen/server"
@@ -85,7 +80,6 @@ func TestDateOrderServesEndToEnd(t *testing.T) {
 // server.Run and the strategy registered through Options.Register, serves
 // channel 16 over Kitex beside the built-in channels.
 func TestEmbeddedServerServesChannel16(t *testing.T) {
-	rpc, admin := freeAddr(t), freeAddr(t)
 	// Admin RPCs (CreateBiz below) always need the admin token: given
 	// here by file, as an operator would.
 	adminToken := "dateorder-example-admin-token"
@@ -93,38 +87,15 @@ func TestEmbeddedServerServesChannel16(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(adminToken), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- server.Run(ctx, server.Options{Version: "test", Register: func(r *ext.Registry) error {
-			return r.RegisterStrategy(Channel, &Strategy{Registry: r})
-		}}, []string{"--data-dir", t.TempDir(), "--rpc-addr", rpc, "--admin-addr", admin, "--log-level", "error",
-			"--admin-token-file", tokenFile},
-			func(string) string { return "" }, io.Discard, io.Discard)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server.Run: %v", err)
-		}
-	})
-	c, err := idgenservice.NewClient("idgen", client.WithHostPorts(rpc), client.WithRPCTimeout(3*time.Second),
-		client.WithTransportProtocol(transport.TTHeaderFramed))
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := inproc.Start(t, server.Options{Version: "test", Register: func(r *ext.Registry) error {
+		return r.RegisterStrategy(Channel, &Strategy{Registry: r})
+	}}, "--data-dir", t.TempDir(), "--admin-token-file", tokenFile)
+	c := n.Client(t)
 	biz := "order"
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	inproc.Eventually(t, 30*time.Second, "the server serving CreateBiz", func() error {
 		_, err := c.CreateBiz(context.Background(), &idl.CreateBizRequest{Name: biz, Token: &adminToken})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server not serving CreateBiz: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 	ch := idl.Channel(Channel)
 	today := time.Now().UTC().Format("20060102")
 	var last int64
@@ -147,14 +118,4 @@ func TestEmbeddedServerServesChannel16(t *testing.T) {
 	if _, err := c.NextIDs(context.Background(), &idl.NextIDsRequest{Biz: biz, Channel: &snow, Count: 1}); err != nil {
 		t.Errorf("built-in SNOWFLAKE beside channel 16: %v", err)
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

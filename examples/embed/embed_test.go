@@ -3,18 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/cloudwego/kitex/client"
-	"github.com/cloudwego/kitex/transport"
-
+	"github.com/idgen/idgen/internal/inproc"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
-	"github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 	"github.com/idgen/idgen/server"
 )
 
@@ -23,7 +18,6 @@ import (
 // the RPCs it served; the middleware sees every call (a zero threshold
 // logs them all).
 func TestEmbeddedServerRunsKitexOptions(t *testing.T) {
-	rpc, admin := freeAddr(t), freeAddr(t)
 	var (
 		mu     sync.Mutex
 		logged []string
@@ -37,56 +31,23 @@ func TestEmbeddedServerRunsKitexOptions(t *testing.T) {
 	// A zero threshold makes every call "slow": the middleware's line
 	// shows it ran.
 	opts := KitexOptions(counter, logf, 0)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- server.Run(ctx, server.Options{Version: "test", KitexOptions: opts},
-			[]string{"--data-dir", t.TempDir(), "--rpc-addr", rpc, "--admin-addr", admin, "--log-level", "error"},
-			func(string) string { return "" }, io.Discard, io.Discard)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server.Run: %v", err)
-		}
-	})
-	c, err := idgenservice.NewClient("idgen", client.WithHostPorts(rpc), client.WithRPCTimeout(3*time.Second),
-		client.WithTransportProtocol(transport.TTHeaderFramed))
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		// Standalone: the business is created on first use.
+	n := inproc.Start(t, server.Options{Version: "test", KitexOptions: opts}, "--data-dir", t.TempDir())
+	c := n.Client(t)
+	// Standalone: the business is created on first use.
+	inproc.Eventually(t, 30*time.Second, "NextIDs", func() error {
 		_, err := c.NextIDs(context.Background(), &idl.NextIDsRequest{Biz: "order", Count: 3})
-		if err == nil {
-			break
+		return err
+	})
+	// The tracer's Finish runs after the reply is sent.
+	inproc.Eventually(t, 10*time.Second, "the tracer counting NextIDs", func() error {
+		if counter.Calls("NextIDs") == 0 {
+			return fmt.Errorf("counted %s", counter)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("NextIDs: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	deadline = time.Now().Add(10 * time.Second)
-	for counter.Calls("NextIDs") == 0 { // Finish runs after the reply is sent
-		if time.Now().After(deadline) {
-			t.Fatalf("tracer counted no NextIDs: %s", counter)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	if !strings.Contains(strings.Join(logged, "\n"), "slow RPC: NextIDs") {
 		t.Errorf("middleware logged %q, want a line for NextIDs", logged)
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

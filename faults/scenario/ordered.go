@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -205,7 +206,7 @@ func waitSettled(nodes []*harness.Node, stable, d time.Duration) ([]string, erro
 		switch {
 		case err != nil:
 			why, last = err.Error(), nil
-		case last == nil || !equalStrings(cur, last):
+		case last == nil || !slices.Equal(cur, last):
 			why, last, since = "changing", cur, time.Now()
 		case time.Since(since) >= stable:
 			return cur, nil
@@ -224,7 +225,7 @@ func agreedOwners(nodes []*harness.Node) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if ref != nil && !equalStrings(o, ref) {
+		if ref != nil && !slices.Equal(o, ref) {
 			return nil, fmt.Errorf("%s sees other owners than %s", n.Name, nodes[0].Name)
 		}
 		ref = o
@@ -242,18 +243,6 @@ func agreedOwners(nodes []*harness.Node) ([]string, error) {
 		}
 	}
 	return ref, nil
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // others returns the started nodes but the victim.

@@ -68,6 +68,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -597,7 +598,7 @@ func (c *Coordinator) drop(h ordered.Handler, s int) {
 // last call.
 func (c *Coordinator) publish() {
 	now := c.Owners()
-	if ownersEqual(now, c.published) {
+	if slices.Equal(now, c.published) {
 		return
 	}
 	c.published = now
@@ -607,18 +608,6 @@ func (c *Coordinator) publish() {
 	for _, f := range fs {
 		f()
 	}
-}
-
-func ownersEqual(a, b []ordered.Owner) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func shardPath(dir string, s int) string { return path.Join(dir, fmt.Sprintf("%02d", s)) }

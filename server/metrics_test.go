@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 
 	"github.com/idgen/idgen/clock"
@@ -24,28 +25,45 @@ import (
 	"github.com/idgen/idgen/worker"
 )
 
-// gauges returns the values of the gauge family name in m's registry, by
-// the value of label (the empty key for an unlabelled gauge).
-func gauges(t *testing.T, m *metrics, name, label string) map[string]float64 {
+// family returns the series of family name in m's registry (none when
+// it has no series).
+func family(t *testing.T, m *metrics, name string) []*dto.Metric {
 	t.Helper()
 	fams, err := m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]float64{}
 	for _, f := range fams {
-		if f.GetName() != name {
-			continue
+		if f.GetName() == name {
+			return f.GetMetric()
 		}
-		for _, s := range f.GetMetric() {
-			key := ""
-			for _, l := range s.GetLabel() {
-				if l.GetName() == label {
-					key = l.GetValue()
-				}
+	}
+	return nil
+}
+
+// labelKey is a series' labels as "label=value,..." in the registry's
+// (sorted) label order.
+func labelKey(s *dto.Metric) string {
+	var kv []string
+	for _, l := range s.GetLabel() {
+		kv = append(kv, l.GetName()+"="+l.GetValue())
+	}
+	return strings.Join(kv, ",")
+}
+
+// gauges returns the values of the gauge family name in m's registry, by
+// the value of label (the empty key for an unlabelled gauge).
+func gauges(t *testing.T, m *metrics, name, label string) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, s := range family(t, m, name) {
+		key := ""
+		for _, l := range s.GetLabel() {
+			if l.GetName() == label {
+				key = l.GetValue()
 			}
-			out[key] = s.GetGauge().GetValue()
 		}
+		out[key] = s.GetGauge().GetValue()
 	}
 	return out
 }
@@ -93,25 +111,12 @@ func TestMetricsReplication(t *testing.T) {
 }
 
 // series returns the label sets of family name in m's registry, each as
-// "label=value,..." in the registry's (sorted) label order.
+// labelKey formats them.
 func series(t *testing.T, m *metrics, name string) map[string]bool {
 	t.Helper()
-	fams, err := m.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]bool{}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, s := range f.GetMetric() {
-			var kv []string
-			for _, l := range s.GetLabel() {
-				kv = append(kv, l.GetName()+"="+l.GetValue())
-			}
-			out[strings.Join(kv, ",")] = true
-		}
+	for _, s := range family(t, m, name) {
+		out[labelKey(s)] = true
 	}
 	return out
 }
@@ -175,25 +180,12 @@ func TestMetricsPreinitialised(t *testing.T) {
 }
 
 // counterValue returns the counter value of the series of name whose
-// labels are key (as series formats them).
+// labels are key (as labelKey formats them), -1 when there is none.
 func counterValue(t *testing.T, m *metrics, name, key string) float64 {
 	t.Helper()
-	fams, err := m.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, s := range f.GetMetric() {
-			var kv []string
-			for _, l := range s.GetLabel() {
-				kv = append(kv, l.GetName()+"="+l.GetValue())
-			}
-			if strings.Join(kv, ",") == key {
-				return s.GetCounter().GetValue()
-			}
+	for _, s := range family(t, m, name) {
+		if labelKey(s) == key {
+			return s.GetCounter().GetValue()
 		}
 	}
 	return -1
@@ -203,18 +195,12 @@ func counterValue(t *testing.T, m *metrics, name, key string) float64 {
 // histogram name in m's registry (count -1 when absent).
 func histogramOf(t *testing.T, m *metrics, name string) (count int64, sum float64) {
 	t.Helper()
-	fams, err := m.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	ms := family(t, m, name)
+	if len(ms) != 1 || ms[0].GetHistogram() == nil {
+		return -1, 0
 	}
-	for _, f := range fams {
-		if f.GetName() != name || len(f.GetMetric()) != 1 || f.GetMetric()[0].GetHistogram() == nil {
-			continue
-		}
-		h := f.GetMetric()[0].GetHistogram()
-		return int64(h.GetSampleCount()), h.GetSampleSum()
-	}
-	return -1, 0
+	h := ms[0].GetHistogram()
+	return int64(h.GetSampleCount()), h.GetSampleSum()
 }
 
 // TestMetricsClockJumpRejections: a snowflake reading past the slot's

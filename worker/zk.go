@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -38,11 +37,7 @@ var _ ZK = (*zk.Conn)(nil)
 // attempt; the lease logs the transitions that matter).
 func connectZK(log *zap.Logger) ConnectFunc {
 	return func(servers []string, sessionTimeout time.Duration) (ZK, <-chan zk.Event, error) {
-		if log == nil {
-			log = zap.NewNop()
-		}
-		c, ev, err := zk.Connect(servers, sessionTimeout,
-			zk.WithLogger(zkLogger{log.Named("zk").Sugar()}), zk.WithLogInfo(false))
+		c, ev, err := zk.Connect(servers, sessionTimeout, zk.WithLogger(cluster.ZKLogger(log)), zk.WithLogInfo(false))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -50,50 +45,28 @@ func connectZK(log *zap.Logger) ConnectFunc {
 	}
 }
 
-type zkLogger struct{ s *zap.SugaredLogger }
-
-func (l zkLogger) Printf(format string, args ...any) { l.s.Debugf(format, args...) }
-
 // DialZK connects to ZooKeeper and waits until the client has a session
 // (zk.StateHasSession; StateConnected is only a TCP connection). auth is an
 // optional digest credential "user:password". The client's event channel is
 // drained in the background so that no event is left unread; watches are
 // delivered on their own channels. Used by idctl and by the server's
-// ListWorkers RPC; the lease itself connects through Config.Connect.
+// ListWorkers RPC (through cluster.Dial); the lease itself connects
+// through Config.Connect.
 func DialZK(ctx context.Context, servers []string, sessionTimeout time.Duration, auth string, log *zap.Logger) (*zk.Conn, error) {
-	if log == nil {
-		log = zap.NewNop()
-	}
 	if sessionTimeout <= 0 {
 		sessionTimeout = DefaultSessionTimeout
 	}
-	c, events, err := zk.Connect(servers, sessionTimeout,
-		zk.WithLogger(zkLogger{log.Named("zk").Sugar()}), zk.WithLogInfo(false))
-	if err != nil {
+	c, events, err := cluster.Dial(ctx, servers, sessionTimeout, auth, log)
+	if errors.Is(err, cluster.ErrNoSession) {
 		return nil, fmt.Errorf("%w: %v", ErrZKUnavailable, err)
 	}
-	session := make(chan struct{})
+	if err != nil {
+		return nil, err
+	}
 	go func() {
-		once := false
-		for ev := range events {
-			if ev.Type == zk.EventSession && ev.State == zk.StateHasSession && !once {
-				once = true
-				close(session)
-			}
+		for range events {
 		}
 	}()
-	select {
-	case <-session:
-	case <-ctx.Done():
-		c.Close()
-		return nil, fmt.Errorf("%w: no session with %s: %v", ErrZKUnavailable, strings.Join(servers, ","), ctx.Err())
-	}
-	if auth != "" {
-		if err := c.AddAuth("digest", []byte(auth)); err != nil {
-			c.Close()
-			return nil, fmt.Errorf("ZooKeeper digest authentication: %w", err)
-		}
-	}
 	return c, nil
 }
 

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/go-zookeeper/zk"
-	"go.uber.org/zap"
 
 	"github.com/idgen/idgen/cluster"
 )
@@ -34,32 +32,12 @@ type ZK interface {
 
 var _ ZK = (*zk.Conn)(nil)
 
-type zkLogger struct{ s *zap.SugaredLogger }
-
-func (l zkLogger) Printf(format string, args ...any) { l.s.Debugf(format, args...) }
-
-// dial connects and waits for a session (bounded by ctx), then adds the
-// digest credential.
+// dial connects and waits for a session (bounded by ctx), with the digest
+// credential; the coordinator reads the session events (drain).
 func dial(ctx context.Context, cfg Config) (*zk.Conn, <-chan zk.Event, error) {
-	c, events, err := zk.Connect(cfg.Servers, cfg.SessionTimeout,
-		zk.WithLogger(zkLogger{cfg.Logger.Named("zk").Sugar()}), zk.WithLogInfo(false))
+	c, events, err := cluster.Dial(ctx, cfg.Servers, cfg.SessionTimeout, cfg.Auth, cfg.Logger)
 	if err != nil {
 		return nil, nil, fmt.Errorf("zkown: %w", err)
-	}
-	for c.State() != zk.StateHasSession {
-		select {
-		case <-ctx.Done():
-			c.Close()
-			return nil, nil, fmt.Errorf("zkown: no ZooKeeper session with %s: %w", strings.Join(cfg.Servers, ","), ctx.Err())
-		case <-events:
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	if cfg.Auth != "" {
-		if err := c.AddAuth("digest", []byte(cfg.Auth)); err != nil {
-			c.Close()
-			return nil, nil, fmt.Errorf("zkown: ZooKeeper digest authentication: %w", err)
-		}
 	}
 	return c, events, nil
 }

@@ -120,10 +120,6 @@ var (
 	_ segment.Gate   = (*Guard)(nil)
 )
 
-type quiet struct{ log *zap.Logger }
-
-func (q quiet) Printf(format string, args ...any) { q.log.Sugar().Debugf(format, args...) }
-
 // Open connects to ZooKeeper (without waiting for a session).
 func Open(cfg Config) (*Guard, error) {
 	if len(cfg.Servers) == 0 {
@@ -156,7 +152,7 @@ func Open(cfg Config) (*Guard, error) {
 		close(g.done)
 		return g, nil
 	}
-	c, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout, zk.WithLogger(quiet{g.log}), zk.WithLogInfo(false))
+	c, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout, zk.WithLogger(cluster.ZKLogger(g.log)), zk.WithLogInfo(false))
 	if err != nil {
 		return nil, fmt.Errorf("zkguard: %w", err)
 	}

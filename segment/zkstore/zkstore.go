@@ -106,13 +106,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-type quiet struct{ log *zap.Logger }
-
-func (q quiet) Printf(format string, args ...any) { q.log.Sugar().Debugf(format, args...) }
-
 // dial (re)creates the client. Called with s.mu held or before use.
 func (s *Store) dial() error {
-	c, events, err := zk.Connect(s.cfg.Servers, s.cfg.SessionTimeout, zk.WithLogger(quiet{s.log}), zk.WithLogInfo(false))
+	c, events, err := zk.Connect(s.cfg.Servers, s.cfg.SessionTimeout, zk.WithLogger(cluster.ZKLogger(s.log)), zk.WithLogInfo(false))
 	if err != nil {
 		return fmt.Errorf("zkstore: %w: %v", segment.ErrUnavailable, err)
 	}

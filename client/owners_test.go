@@ -17,6 +17,7 @@ import (
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"github.com/cloudwego/kitex/server"
 
+	"github.com/idgen/idgen/internal/wait"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	"github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 	"github.com/idgen/idgen/segment"
@@ -117,17 +118,6 @@ func connClient(t *testing.T, clk *fakeClock, cfg Config, conns map[string]Conn)
 	}
 }
 
-// waitFor polls cond until it holds, failing the test after 10s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func resetReqs(nodes ...*ownersNode) {
 	for _, n := range nodes {
 		n.mu.Lock()
@@ -176,7 +166,7 @@ func TestOrderedOwnerFirst(t *testing.T) {
 		t.Fatalf("stats %+v after the first call, want 0 to the owner, 1 elsewhere", st)
 	}
 	close(release)
-	waitFor(t, "the owner map", func() bool { return c.ords.m.Load() != nil })
+	wait.For(t, 10*time.Second, "the owner map", func() bool { return c.ords.m.Load() != nil })
 	for _, n := range []*ownersNode{a, b, cn} {
 		n.omu.Lock()
 		for _, r := range n.oreqs {
@@ -261,7 +251,7 @@ func TestOrderedOwnerRefusalFallsBack(t *testing.T) {
 	if _, err := c.Ordered(ctx, "inv", key, 1); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the owner map", func() bool { return c.ords.m.Load() != nil })
+	wait.For(t, 10*time.Second, "the owner map", func() bool { return c.ords.m.Load() != nil })
 	fetches := ownersCalls(a, b)
 	resetReqs(a, b)
 	refuse.Store(true)
@@ -279,7 +269,7 @@ func TestOrderedOwnerRefusalFallsBack(t *testing.T) {
 	if st := c.Stats(); st.OrderedToOwner-st0.OrderedToOwner != 1 || st.OrderedOwnerFallbacks != 1 || st.OrderedElsewhere != st0.OrderedElsewhere {
 		t.Fatalf("stats %+v (before %+v), want 1 more to the owner, 1 fallback", st, st0)
 	}
-	waitFor(t, "a refresh after the refusal", func() bool { return ownersCalls(a, b) > fetches })
+	wait.For(t, 10*time.Second, "a refresh after the refusal", func() bool { return ownersCalls(a, b) > fetches })
 
 	// The owner is backed off for its retry_after (the fake clock does not
 	// move): the next call goes elsewhere.
@@ -328,7 +318,7 @@ func TestOrderedNoOwnerMap(t *testing.T) {
 				t.Fatalf("calls a %d b %d, want the refused node asked once", a.calls(), b.calls())
 			}
 			if on, ok := conns["b:1"].(*ownersNode); ok {
-				waitFor(t, "a map request", func() bool { return on.ownersCalls()+conns["a:1"].(*ownersNode).ownersCalls() > 0 })
+				wait.For(t, 10*time.Second, "a map request", func() bool { return on.ownersCalls()+conns["a:1"].(*ownersNode).ownersCalls() > 0 })
 			}
 			if c.ords.m.Load() != nil {
 				t.Fatal("a map without a server that serves one")
@@ -380,7 +370,7 @@ func TestOwnersRefresherIdlesAndStops(t *testing.T) {
 	if _, err := c.Ordered(ctx, "inv", "k", 1); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the owner map", func() bool { return c.ords.m.Load() != nil })
+	wait.For(t, 10*time.Second, "the owner map", func() bool { return c.ords.m.Load() != nil })
 	// Idle: no ORDERED call, no refresh.
 	time.Sleep(50 * time.Millisecond)
 	if n := a.ownersCalls(); n != 1 {
@@ -390,7 +380,7 @@ func TestOwnersRefresherIdlesAndStops(t *testing.T) {
 	if _, err := c.Ordered(ctx, "inv", "k", 1); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a refresh after the idle period", func() bool { return a.ownersCalls() >= 2 })
+	wait.For(t, 10*time.Second, "a refresh after the idle period", func() bool { return a.ownersCalls() >= 2 })
 	// Busy: refreshed every period.
 	for deadline := time.Now().Add(10 * time.Second); a.ownersCalls() < 5; {
 		if time.Now().After(deadline) {
@@ -408,13 +398,13 @@ func TestOwnersRefresherIdlesAndStops(t *testing.T) {
 	if _, err := c.Ordered(ctx, "inv", "k", 1); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a hanging map request", func() bool { return a.ownersCalls() > n })
+	wait.For(t, 10*time.Second, "a hanging map request", func() bool { return a.ownersCalls() > n })
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
 	// Close waited for it (wg); the goroutine itself is gone a moment later
 	// (as goleak, allow for the return after its deferred wg.Done).
-	waitFor(t, "the refresher to exit", func() bool { return !refresherRunning() })
+	wait.For(t, 10*time.Second, "the refresher to exit", func() bool { return !refresherRunning() })
 	n = a.ownersCalls()
 	time.Sleep(20 * time.Millisecond)
 	if a.ownersCalls() != n {
@@ -493,7 +483,7 @@ func TestOrderedOwnerKitex(t *testing.T) {
 		if _, err := c.Ordered(ctx, "inv", key, 1); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the owner map", func() bool { return c.ords.m.Load() != nil })
+		wait.For(t, 10*time.Second, "the owner map", func() bool { return c.ords.m.Load() != nil })
 		a.hits.Store(0)
 		b.hits.Store(0)
 		st0 := c.Stats()

@@ -22,6 +22,7 @@ import (
 
 	"github.com/idgen/idgen/cluster"
 	"github.com/idgen/idgen/internal/inproc"
+	"github.com/idgen/idgen/internal/wait"
 	"github.com/idgen/idgen/internal/zkproxy"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	"github.com/idgen/idgen/resolver"
@@ -305,7 +306,7 @@ func TestKitexClientCallsNodeThroughResolver(t *testing.T) {
 	var resp *idl.ClockResponse
 	// Fails while the node has not registered (Resolve: no member yet) or
 	// is still starting.
-	inproc.Eventually(t, 60*time.Second, "Clock through the resolver", func() error {
+	wait.OK(t, 60*time.Second, "Clock through the resolver", func() error {
 		var err error
 		resp, err = cli.Clock(context.Background(), &idl.ClockRequest{Token: &token})
 		if err == nil && resp.Worker < 0 {

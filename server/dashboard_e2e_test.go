@@ -21,7 +21,6 @@ import (
 
 	"github.com/idgen/idgen/internal/testnode"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
-	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 )
 
 // The files checked here, relative to this package.
@@ -752,14 +751,14 @@ func dashboardTraffic(t *testing.T, n *testnode.Node) {
 			if channel != nil && *channel == idl.Channel_ORDERED {
 				req.SubKey = str("k")
 			}
-			dashboardTake(t, c, req)
+			nextIDsRetrying(t, c, req)
 		}
 	}
 	quota, burst := int64(100), int64(1000)
 	if _, err := c.CreateBiz(ctx, &idl.CreateBizRequest{Name: "dashq", IdQuota: &quota, IdBurst: &burst}); err != nil {
 		t.Fatal(err)
 	}
-	dashboardTake(t, c, &idl.NextIDsRequest{Biz: "dashq", Count: 1000})
+	nextIDsRetrying(t, c, &idl.NextIDsRequest{Biz: "dashq", Count: 1000})
 	var ie *idl.IdgenError
 	if _, err := c.NextIDs(ctx, &idl.NextIDsRequest{Biz: "dashq", Count: 1000}); !errors.As(err, &ie) || ie.Code != idl.ErrorCode_RATE_LIMITED {
 		t.Fatalf("over the ID quota: %v, want RATE_LIMITED", err)
@@ -775,25 +774,5 @@ func dashboardTraffic(t *testing.T, n *testnode.Node) {
 	}
 	if _, err := n.BareClient(t).ListBiz(ctx, &idl.ListBizRequest{}); err == nil {
 		t.Fatal("ListBiz without the admin token was answered")
-	}
-}
-
-// dashboardTake calls NextIDs, retrying retryable refusals (ORDERED shards
-// still being claimed after the start) for up to 20 s.
-func dashboardTake(t *testing.T, c idgensvc.Client, req *idl.NextIDsRequest) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		_, err := c.NextIDs(ctx, req)
-		cancel()
-		if err == nil {
-			return
-		}
-		var ie *idl.IdgenError
-		if (errors.As(err, &ie) && !ie.Retryable) || time.Now().After(deadline) {
-			t.Fatalf("NextIDs(%+v): %v", req, err)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

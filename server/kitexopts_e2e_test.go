@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -20,6 +21,8 @@ import (
 	"github.com/cloudwego/kitex/server"
 	"github.com/cloudwego/kitex/transport"
 
+	"github.com/idgen/idgen/internal/testnode"
+	"github.com/idgen/idgen/internal/wait"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 )
@@ -50,16 +53,6 @@ func (tr *kitexOptsTracer) count(method string) int {
 
 var _ stats.Tracer = (*kitexOptsTracer)(nil)
 
-func kitexOptsFreeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // TestE2E_KitexOptionsTakeEffect: a middleware and a stats tracer passed
 // in Options.KitexOptions run on the RPCs of an embedded node (Run
 // in-process), beside idgen's own options (its listener on rpc_addr).
@@ -76,13 +69,13 @@ func TestE2E_KitexOptionsTakeEffect(t *testing.T) {
 		}
 	}
 	tr := &kitexOptsTracer{finished: map[string]int{}}
-	rpc := kitexOptsFreeAddr(t)
+	rpc := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Options{Version: "test", KitexOptions: []server.Option{
 			server.WithMiddleware(mw), server.WithTracer(tr),
-		}}, []string{"--data-dir", t.TempDir(), "--rpc-addr", rpc, "--admin-addr", kitexOptsFreeAddr(t), "--log-level", "error"},
+		}}, []string{"--data-dir", t.TempDir(), "--rpc-addr", rpc, "--admin-addr", freeAddr(t), "--log-level", "error"},
 			func(string) string { return "" }, io.Discard, io.Discard)
 	}()
 	t.Cleanup(func() {
@@ -98,28 +91,15 @@ func TestE2E_KitexOptionsTakeEffect(t *testing.T) {
 	}
 	// NextIDs succeeds once the node has started (standalone: the
 	// business is created on first use).
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	wait.OK(t, 30*time.Second, "NextIDs", func() error {
 		_, err := c.NextIDs(context.Background(), &idl.NextIDsRequest{Biz: "order", Count: 1})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("NextIDs: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 	if mwCalls.Load() == 0 || mwMethod.Load() != "NextIDs" {
 		t.Errorf("middleware calls %d, last method %v; want NextIDs seen", mwCalls.Load(), mwMethod.Load())
 	}
 	// The tracer's Finish runs after the reply is written: poll.
-	deadline = time.Now().Add(10 * time.Second)
-	for tr.count("NextIDs") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("tracer never saw a NextIDs RPC finish")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, 10*time.Second, "the tracer seeing a NextIDs RPC finish", func() bool { return tr.count("NextIDs") > 0 })
 }
 
 // TestE2E_KitexOptionsConflictRefused: an extra option that would replace
@@ -134,7 +114,7 @@ func TestE2E_KitexOptionsConflictRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err = Run(ctx, Options{Version: "test", KitexOptions: []server.Option{server.WithTracer(&kitexOptsTracer{}), server.WithListener(ln)}},
-		[]string{"--data-dir", t.TempDir(), "--rpc-addr", kitexOptsFreeAddr(t), "--admin-addr", kitexOptsFreeAddr(t), "--log-level", "error"},
+		[]string{"--data-dir", t.TempDir(), "--rpc-addr", freeAddr(t), "--admin-addr", freeAddr(t), "--log-level", "error"},
 		func(string) string { return "" }, io.Discard, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "KitexOptions[1]") || !strings.Contains(err.Error(), "listener") {
 		t.Fatalf("Run with WithListener in KitexOptions: %v; want a refusal naming KitexOptions[1] and the listener", err)
@@ -177,3 +157,5 @@ func TestCheckKitexOptions(t *testing.T) {
 		}
 	}
 }
+
+func freeAddr(t *testing.T) string { return fmt.Sprintf("127.0.0.1:%d", testnode.FreePort(t)) }

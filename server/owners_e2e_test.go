@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"syscall"
@@ -18,29 +19,29 @@ import (
 // refusals (a lease wait, a hand-off) for up to 20 s.
 func orderedTake(t *testing.T, c idgensvc.Client, biz, sub string, n int32) *idl.IDRange {
 	t.Helper()
+	return nextIDsRetrying(t, c, &idl.NextIDsRequest{Biz: biz, Channel: ch(idl.Channel_ORDERED), Count: n, SubKey: &sub}).Ranges[0]
+}
+
+// nextIDsRetrying calls NextIDs, retrying for up to 20 s what a caller
+// retries (a retryable refusal: ORDERED shards still being claimed after
+// a start, a lease wait, a hand-off; a transport error); a non-retryable
+// refusal fails the test at once.
+func nextIDsRetrying(t *testing.T, c idgensvc.Client, req *idl.NextIDsRequest) *idl.NextIDsResponse {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		resp, err := c.NextIDs(ctx, &idl.NextIDsRequest{Biz: biz, Channel: ch(idl.Channel_ORDERED), Count: n, SubKey: &sub})
+		resp, err := c.NextIDs(ctx, req)
 		cancel()
 		if err == nil {
-			return resp.Ranges[0]
+			return resp
 		}
 		var ie *idl.IdgenError
-		retry := !strings.Contains(err.Error(), "INVALID") && (!asIdgen(err, &ie) || ie.Retryable)
-		if !retry || time.Now().After(deadline) {
-			t.Fatalf("NextIDs %s/%s: %v", biz, sub, err)
+		if (errors.As(err, &ie) && !ie.Retryable) || time.Now().After(deadline) {
+			t.Fatalf("NextIDs(%+v): %v", req, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func asIdgen(err error, ie **idl.IdgenError) bool {
-	e, ok := err.(*idl.IdgenError)
-	if ok {
-		*ie = e
-	}
-	return ok
 }
 
 // TestE2E_OrderedOwnersStandalone: a standalone node owns all 64 shards; a

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idgen/idgen/ext"
 	"github.com/idgen/idgen/internal/inproc"
+	"github.com/idgen/idgen/internal/wait"
 	"github.com/idgen/idgen/issuer"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	"github.com/idgen/idgen/segment"
@@ -92,7 +93,7 @@ func TestEmbeddedServerServesChannel16(t *testing.T) {
 	}}, "--data-dir", t.TempDir(), "--admin-token-file", tokenFile)
 	c := n.Client(t)
 	biz := "order"
-	inproc.Eventually(t, 30*time.Second, "the server serving CreateBiz", func() error {
+	wait.OK(t, 30*time.Second, "the server serving CreateBiz", func() error {
 		_, err := c.CreateBiz(context.Background(), &idl.CreateBizRequest{Name: biz, Token: &adminToken})
 		return err
 	})

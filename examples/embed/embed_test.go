@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idgen/idgen/internal/inproc"
+	"github.com/idgen/idgen/internal/wait"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	"github.com/idgen/idgen/server"
 )
@@ -34,12 +35,12 @@ func TestEmbeddedServerRunsKitexOptions(t *testing.T) {
 	n := inproc.Start(t, server.Options{Version: "test", KitexOptions: opts}, "--data-dir", t.TempDir())
 	c := n.Client(t)
 	// Standalone: the business is created on first use.
-	inproc.Eventually(t, 30*time.Second, "NextIDs", func() error {
+	wait.OK(t, 30*time.Second, "NextIDs", func() error {
 		_, err := c.NextIDs(context.Background(), &idl.NextIDsRequest{Biz: "order", Count: 3})
 		return err
 	})
 	// The tracer's Finish runs after the reply is sent.
-	inproc.Eventually(t, 10*time.Second, "the tracer counting NextIDs", func() error {
+	wait.OK(t, 10*time.Second, "the tracer counting NextIDs", func() error {
 		if counter.Calls("NextIDs") == 0 {
 			return fmt.Errorf("counted %s", counter)
 		}

@@ -6,14 +6,15 @@ package inproc
 
 import (
 	"context"
+	"fmt"
 	"io"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/cloudwego/kitex/client"
 	"github.com/cloudwego/kitex/transport"
 
+	"github.com/idgen/idgen/internal/testnode"
 	"github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 	"github.com/idgen/idgen/server"
 )
@@ -27,11 +28,11 @@ type Node struct {
 // Start runs server.Run with opts and args (the node's flags: --data-dir
 // and the mode's flags), adding free loopback --rpc-addr and --admin-addr
 // and --log-level error, and no environment. It returns at once: the node
-// answers "starting" until it serves (wait with Eventually). When the test
+// answers "starting" until it serves (poll with internal/wait). When the test
 // ends the node is stopped, and an error from Run fails the test.
 func Start(t testing.TB, opts server.Options, args ...string) *Node {
 	t.Helper()
-	n := &Node{RPC: FreeAddr(t), Admin: FreeAddr(t)}
+	n := &Node{RPC: freeAddr(t), Admin: freeAddr(t)}
 	args = append([]string{"--rpc-addr", n.RPC, "--admin-addr", n.Admin, "--log-level", "error"}, args...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -66,30 +67,4 @@ func NewClient(t testing.TB, opts ...client.Option) idgenservice.Client {
 	return c
 }
 
-// Eventually calls f every 50 ms until it returns nil, failing the test
-// with f's last error after d (a node starting, a member registering).
-func Eventually(t testing.TB, d time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, d, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// FreeAddr is a loopback address with a port free at the time of the call.
-func FreeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(t testing.TB) string { return fmt.Sprintf("127.0.0.1:%d", testnode.FreePort(t)) }

@@ -25,6 +25,7 @@ import (
 	"github.com/cloudwego/kitex/transport"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/internal/wait"
 	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 	"github.com/idgen/idgen/worker"
 )
@@ -398,17 +399,10 @@ func (n *Node) do(ctx context.Context, method, path string) (int, string, error)
 	return resp.StatusCode, b.String(), nil
 }
 
-// WaitFor polls cond until it is true or d passes.
+// WaitFor polls cond until it is true or d passes (wait.For).
 func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %v waiting for %s", d, what)
+	wait.For(t, d, what, cond)
 }
 
 type syncBuffer struct {

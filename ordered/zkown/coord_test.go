@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/idgen/idgen/internal/wait"
 	"github.com/idgen/idgen/ordered"
 )
 
@@ -783,13 +784,7 @@ func TestStartCloseLoops(t *testing.T) {
 	if err := c.Start(context.Background(), h); err == nil {
 		t.Fatal("second Start accepted")
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for len(h.heldShards()) < Shards {
-		if time.Now().After(deadline) {
-			t.Fatalf("holds %d shards", len(h.heldShards()))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, 20*time.Second, "every shard held", func() bool { return len(h.heldShards()) == Shards })
 	if err := c.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/idgen/idgen/internal/wait"
 	"github.com/idgen/idgen/ordered"
 )
 
@@ -126,23 +127,6 @@ func (n *itNode) freeze() {
 	<-n.c.renewDone
 }
 
-// waitFor polls cond every 20ms until it holds or the (generous) limit
-// passes.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v: %v", what, limit, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // converged reports nil when the nodes' handlers hold every shard,
 // disjointly, each by its rendezvous owner among them, and every node's
 // Owners agree.
@@ -180,7 +164,7 @@ func converged(nodes ...*itNode) error {
 func TestIntegrationConverge(t *testing.T) {
 	cl := newITCluster(t)
 	nodes := []*itNode{cl.open("127.0.0.1:17001"), cl.open("127.0.0.1:17002"), cl.open("127.0.0.1:17003")}
-	waitFor(t, 60*time.Second, "convergence", func() error { return converged(nodes...) })
+	wait.OK(t, 60*time.Second, "convergence", func() error { return converged(nodes...) })
 	checkITEpochs(t, cl)
 
 	// The znodes say the same, in JSON a person can read.
@@ -239,7 +223,7 @@ func checkITEpochs(t *testing.T, cl *itCluster) {
 func TestIntegrationCloseHandsOff(t *testing.T) {
 	cl := newITCluster(t)
 	a, b, c := cl.open("127.0.0.1:17001"), cl.open("127.0.0.1:17002"), cl.open("127.0.0.1:17003")
-	waitFor(t, 60*time.Second, "convergence", func() error { return converged(a, b, c) })
+	wait.OK(t, 60*time.Second, "convergence", func() error { return converged(a, b, c) })
 	cShards := c.h.heldShards()
 	mark := cl.j.len()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -247,7 +231,7 @@ func TestIntegrationCloseHandsOff(t *testing.T) {
 	if err := c.c.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, "hand-off", func() error { return converged(a, b) })
+	wait.OK(t, 60*time.Second, "hand-off", func() error { return converged(a, b) })
 	evs := cl.j.since(mark)
 	released := map[int]time.Time{}
 	for _, e := range filter(evs, c.self, "release") {
@@ -285,21 +269,21 @@ func TestIntegrationCloseHandsOff(t *testing.T) {
 func TestIntegrationCrashWaitsLease(t *testing.T) {
 	cl := newITCluster(t)
 	a, b, c := cl.open("127.0.0.1:17001"), cl.open("127.0.0.1:17002"), cl.open("127.0.0.1:17003")
-	waitFor(t, 60*time.Second, "convergence", func() error { return converged(a, b, c) })
+	wait.OK(t, 60*time.Second, "convergence", func() error { return converged(a, b, c) })
 	cShards := c.h.heldShards()
 	mark := cl.j.len()
 	fails := c.c.Stats().LeaseRenewFailures
 	c.c.conn.Close() // the session ends; the znode goes at once
 	// Once a renewal failed, the lease no longer moves.
-	waitFor(t, 30*time.Second, "a failed renewal", func() error {
+	wait.OK(t, 30*time.Second, "a failed renewal", func() error {
 		if c.c.Stats().LeaseRenewFailures == fails {
 			return errors.New("no failure yet")
 		}
 		return nil
 	})
 	cUntil := c.c.ValidUntil()
-	waitFor(t, 60*time.Second, "takeover", func() error { return converged(a, b) })
-	waitFor(t, 30*time.Second, "C dropping its shards", func() error {
+	wait.OK(t, 60*time.Second, "takeover", func() error { return converged(a, b) })
+	wait.OK(t, 30*time.Second, "C dropping its shards", func() error {
 		if n := len(c.h.heldShards()); n > 0 {
 			return fmt.Errorf("C holds %d", n)
 		}
@@ -338,12 +322,12 @@ func TestIntegrationCrashWaitsLease(t *testing.T) {
 func TestIntegrationPausedOwnerWaitsLease(t *testing.T) {
 	cl := newITCluster(t)
 	a, b, c := cl.open("127.0.0.1:17001"), cl.open("127.0.0.1:17002"), cl.open("127.0.0.1:17003")
-	waitFor(t, 60*time.Second, "convergence", func() error { return converged(a, b, c) })
+	wait.OK(t, 60*time.Second, "convergence", func() error { return converged(a, b, c) })
 	cShards := c.h.heldShards()
 	mark := cl.j.len()
 	c.freeze()
 	cUntil := c.c.ValidUntil()
-	waitFor(t, 60*time.Second, "takeover", func() error { return converged(a, b) })
+	wait.OK(t, 60*time.Second, "takeover", func() error { return converged(a, b) })
 	taken := 0
 	for _, e := range cl.j.since(mark) {
 		if e.kind != "acquire" {

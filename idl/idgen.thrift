@@ -47,6 +47,11 @@ struct NextIDsRequest {
     4: optional string sub_key,     // required for ORDERED
     5: optional string request_id,  // ORDERED only: a retry with the same id returns the same range
     6: optional string token,       // the business's own token if it has any, else the shared client token (if set)
+    // Set by a node that forwards an ORDERED request to the shard's owner:
+    // answer it here or refuse it, never forward it again. A client that
+    // sets it gets a retryable SEGMENT_UNAVAILABLE from any node that does
+    // not own the sub key's shard, nothing else.
+    7: optional bool no_forward,
 }
 
 struct NextIDsResponse {
@@ -240,11 +245,13 @@ struct DecodeResponse {
     4: optional ParseIDResponse snowflake, // set when number is a snowflake ID of this cluster
 }
 
-// OrderedTake is the internal hop of the ORDERED channel: a node that does
-// not own a sub key's shard forwards the request to the shard's owner,
-// which answers from its memory. The owner checks the token again (the
-// caller's own, passed through) and never forwards further: a node that is
-// not the owner (any more) answers SEGMENT_UNAVAILABLE, retryable.
+// OrderedTake is the ORDERED hop of older nodes (before issue 30), kept for
+// rolling upgrades: nodes now forward the caller's whole NextIDs request
+// (no_forward set) to the shard's owner. It is served as NextIDs on channel
+// ORDERED with no_forward: the same validation, max_batch, token, rate
+// limit, ID quota, plugins and audit. A business whose output is not plain
+// integers (obfuscated IDs, codes) is refused with INVALID_ARGUMENT: a range
+// cannot carry it; send NextIDs.
 struct OrderedTakeRequest {
     1: required string biz,
     2: required string sub_key,

@@ -193,6 +193,7 @@ type NextIDsRequest struct {
 	SubKey    *string  `thrift:"sub_key,4,optional" frugal:"4,optional,string" json:"sub_key,omitempty"`
 	RequestId *string  `thrift:"request_id,5,optional" frugal:"5,optional,string" json:"request_id,omitempty"`
 	Token     *string  `thrift:"token,6,optional" frugal:"6,optional,string" json:"token,omitempty"`
+	NoForward *bool    `thrift:"no_forward,7,optional" frugal:"7,optional,bool" json:"no_forward,omitempty"`
 }
 
 func NewNextIDsRequest() *NextIDsRequest {
@@ -253,6 +254,15 @@ func (p *NextIDsRequest) GetToken() (v string) {
 	}
 	return *p.Token
 }
+
+var NextIDsRequest_NoForward_DEFAULT bool
+
+func (p *NextIDsRequest) GetNoForward() (v bool) {
+	if !p.IsSetNoForward() {
+		return NextIDsRequest_NoForward_DEFAULT
+	}
+	return *p.NoForward
+}
 func (p *NextIDsRequest) SetBiz(val string) {
 	p.Biz = val
 }
@@ -270,6 +280,9 @@ func (p *NextIDsRequest) SetRequestId(val *string) {
 }
 func (p *NextIDsRequest) SetToken(val *string) {
 	p.Token = val
+}
+func (p *NextIDsRequest) SetNoForward(val *bool) {
+	p.NoForward = val
 }
 
 func (p *NextIDsRequest) IsSetChannel() bool {
@@ -292,6 +305,10 @@ func (p *NextIDsRequest) IsSetToken() bool {
 	return p.Token != nil
 }
 
+func (p *NextIDsRequest) IsSetNoForward() bool {
+	return p.NoForward != nil
+}
+
 func (p *NextIDsRequest) String() string {
 	if p == nil {
 		return "<nil>"
@@ -306,6 +323,7 @@ var fieldIDToName_NextIDsRequest = map[int16]string{
 	4: "sub_key",
 	5: "request_id",
 	6: "token",
+	7: "no_forward",
 }
 
 type NextIDsResponse struct {

@@ -233,6 +233,12 @@ type Request struct {
 	// Token is the client's credential: one of the business's own tokens,
 	// or the shared client token (Config.ClientToken).
 	Token string
+	// PlainOnly refuses, before anything is allocated or counted, a
+	// business whose output is not plain integers (obfuscated IDs, codes):
+	// set by the callers whose answer can carry only a range (the
+	// OrderedTake hop of older nodes), so that such a business's raw
+	// counters never leave the node.
+	PlainOnly bool
 }
 
 // Response carries the IDs as inclusive ranges or, for a business whose
@@ -266,53 +272,24 @@ type OrderedTaker interface {
 	Take(ctx context.Context, biz segment.Biz, subKey string, n int64, requestID string) (segment.Range, error)
 }
 
-type callerTokenKey struct{}
-
-// CallerToken returns the credential the caller of the request in ctx
-// presented (set by Next): what an ORDERED request forwarded to the shard's
-// owner carries, so the owner checks the caller itself and no node-to-node
-// secret is needed.
-func CallerToken(ctx context.Context) string {
-	s, _ := ctx.Value(callerTokenKey{}).(string)
-	return s
-}
-
-// OwnerBiz is the business an ORDERED request forwarded to this node (the
-// shard's owner) is served for, after checking the caller's token as Next
-// does. A business unknown to this node's cache is read again from the
-// store (the forwarding node may have just created it); it is never
-// created here.
-func (is *Issuer) OwnerBiz(ctx context.Context, name, token string) (segment.Biz, error) {
-	if err := segment.ValidateBizName(name); err != nil {
-		return segment.Biz{}, err
-	}
-	b, err := is.cfg.Bizs.Get(ctx, name)
-	if errors.Is(err, segment.ErrUnknownBiz) {
-		is.cfg.Bizs.Invalidate(name)
-		b, err = is.cfg.Bizs.Get(ctx, name)
-	}
-	if err != nil {
-		if errors.Is(err, segment.ErrUnknownBiz) {
-			if aerr := is.authorize(nil, token); aerr != nil {
-				return segment.Biz{}, aerr
-			}
-		}
-		return segment.Biz{}, err
-	}
-	return b, is.authorize(&b, token)
-}
-
-// Next issues IDs for req.
+// Next issues IDs for req. It is the one policy path (issue 30): every
+// request that hands out numbers, whatever RPC or node it arrived by, is
+// validated (max_batch, sub key), authorized, counted by the business's rate
+// limit and ID quota, seen by its plugins and mapped to its output format
+// here, exactly once, on the node that answers it. A node that forwards an
+// ORDERED request to the shard's owner forwards the whole request and
+// relays the answer; it does not call Next for it.
 func (is *Issuer) Next(ctx context.Context, req Request) (Response, error) {
 	if err := is.validate(req); err != nil {
 		return Response{}, err
 	}
-	if req.Token != "" {
-		ctx = context.WithValue(ctx, callerTokenKey{}, req.Token)
-	}
 	biz, err := is.biz(ctx, req.Biz, req.Token)
 	if err != nil {
 		return Response{}, err
+	}
+	if req.PlainOnly && !biz.PlainOutput() {
+		return Response{}, fmt.Errorf("%w: business %q hands out %s, which a plain range cannot carry: send NextIDs (OrderedTake is the hop of nodes older than issue 30; upgrade them)",
+			ErrInvalid, biz.Name, outputName(biz))
 	}
 	ch := biz.Channel
 	if req.Channel != nil {

@@ -157,3 +157,11 @@ func (is *Issuer) Decode(ctx context.Context, name, value string) (Decoded, erro
 	}
 	return d, nil
 }
+
+// outputName says in a message what a business that is not plain hands out.
+func outputName(b segment.Biz) string {
+	if b.Format == segment.FormatCode {
+		return "codes"
+	}
+	return "obfuscated IDs"
+}

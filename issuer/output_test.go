@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/idgen/idgen/segment"
@@ -103,6 +104,61 @@ func TestOutputLockedAfterIssuing(t *testing.T) {
 			t.Fatalf("after the refused switch: %+v, %v", resp, err)
 		}
 	}
+}
+
+// TestPlainOnlyRefusesBeforeIssuing: a request that can carry only a range
+// (the OrderedTake hop of older nodes) is refused for a business whose
+// output is obfuscated IDs or codes, before any number is allocated or the
+// business is marked issued; a plain business is served.
+func TestPlainOnlyRefusesBeforeIssuing(t *testing.T) {
+	f := newIssuer(t, nil)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		obf    bool
+		format segment.Format
+	}{{"po-obf", true, segment.FormatInt}, {"po-code", false, segment.FormatCode}} {
+		if _, err := f.is.CreateBiz(ctx, segment.Biz{Name: tc.name, Channel: segment.ChannelOrdered, Obfuscate: tc.obf, Format: tc.format}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := f.is.Next(ctx, Request{Biz: tc.name, Count: 5, SubKey: "k", PlainOnly: true})
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "send NextIDs") {
+			t.Fatalf("%s: PlainOnly: %v, want ErrInvalid saying to send NextIDs", tc.name, err)
+		}
+		b, err := f.is.GetBiz(ctx, tc.name)
+		if err != nil || b.Issued {
+			t.Fatalf("%s: after the refusal: issued %v, %v (want nothing issued)", tc.name, b.Issued, err)
+		}
+		// The refusal allocated nothing: the first answer is start_num.
+		resp, err := f.is.Next(ctx, Request{Biz: tc.name, Count: 1, SubKey: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := f.is.Decode(ctx, tc.name, firstValue(resp))
+		if err != nil || d.Number != 1 {
+			t.Fatalf("%s: first number after the refusal: %d, %v; want 1", tc.name, d.Number, err)
+		}
+	}
+	if _, err := f.is.CreateBiz(ctx, segment.Biz{Name: "po-plain", Channel: segment.ChannelOrdered}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := f.is.Next(ctx, Request{Biz: "po-plain", Count: 5, SubKey: "k", PlainOnly: true})
+	if err != nil || len(resp.Ranges) != 1 || resp.Ranges[0] != (segment.Range{First: 1, Last: 5}) {
+		t.Fatalf("plain business, PlainOnly: %+v, %v; want 1..5", resp, err)
+	}
+}
+
+// firstValue is the first output of resp as a caller would pass it to Decode.
+func firstValue(resp Response) string {
+	switch {
+	case len(resp.Codes) > 0:
+		return resp.Codes[0]
+	case len(resp.IDs) > 0:
+		return strconv.FormatInt(resp.IDs[0], 10)
+	case len(resp.Ranges) > 0:
+		return strconv.FormatInt(resp.Ranges[0].First, 10)
+	}
+	return ""
 }
 
 func benchNext(b *testing.B, biz segment.Biz, count int) {

@@ -22,8 +22,6 @@ type UnavailableError struct {
 	// RetryAfter hints how long until the refusal may pass (0: soon).
 	RetryAfter time.Duration
 	Err        error // the store's error, if any
-	// Forwarded: the refusal came from the owner this node forwarded to.
-	Forwarded bool
 }
 
 func (e *UnavailableError) Error() string {

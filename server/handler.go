@@ -84,7 +84,17 @@ func (h *handler) NextIDs(ctx context.Context, req *idl.NextIDsRequest) (resp *i
 	if err != nil {
 		return nil, err
 	}
+	if s := h.node.serving.Load(); s != nil && s.owners != nil && routedOrdered(req) {
+		// Answered by the shard's owner: forwarded whole, or served here
+		// when this node owns the shard (one policy path, issue 30).
+		return h.nextOrdered(ctx, is, s.owners, req, r)
+	}
 	out, err := is.Next(ctx, r)
+	return h.nextIDsAnswer(ctx, req, out, err)
+}
+
+// nextIDsAnswer turns the issuer's answer to req into NextIDs' answer.
+func (h *handler) nextIDsAnswer(ctx context.Context, req *idl.NextIDsRequest, out issuer.Response, err error) (*idl.NextIDsResponse, error) {
 	h.m.observe(out, err)
 	if err != nil {
 		if errors.Is(err, issuer.ErrUnauthenticated) {
@@ -92,7 +102,7 @@ func (h *handler) NextIDs(ctx context.Context, req *idl.NextIDsRequest) (resp *i
 		}
 		return nil, h.toIDLError(req.Biz, err)
 	}
-	resp = &idl.NextIDsResponse{Ranges: make([]*idl.IDRange, len(out.Ranges)), Channel: idl.Channel(out.Channel),
+	resp := &idl.NextIDsResponse{Ranges: make([]*idl.IDRange, len(out.Ranges)), Channel: idl.Channel(out.Channel),
 		Fallback: out.Fallback, Count: out.Count()}
 	for i, rg := range out.Ranges {
 		resp.Ranges[i] = &idl.IDRange{First: rg.First, Last: rg.Last}

@@ -24,6 +24,16 @@ import (
 
 // owners is the ORDERED channel served by shard owners: this node's
 // allocator, its coordinator, and the forwarding to other owners.
+//
+// One policy path (issue 30): a request is checked (token, max_batch, rate
+// limit, ID quota, plugins and audit, output format) once, by the node that
+// answers it. A node that does not own the sub key's shard therefore
+// forwards the caller's whole NextIDs request, with the caller's own token
+// and no_forward set, before checking anything, and relays the owner's
+// final answer (ranges, IDs or codes) unchanged. The owner sees the
+// forwarding node's socket address as the caller (what the audit records):
+// no header is trusted, and no node-to-node secret is needed, because the
+// hop grants nothing the caller could not get by asking the owner itself.
 type owners struct {
 	alloc *ordered.Allocator
 	coord interface {
@@ -40,10 +50,12 @@ type owners struct {
 
 var _ issuer.OrderedTaker = (*owners)(nil)
 
-// Take serves the request from this node's allocator when it owns the
-// shard, and otherwise forwards it to the owner (one internal hop). The
-// owner never forwards further (OrderedTake answers from its allocator
-// only), so a stale map costs a retryable refusal, never a loop.
+// Take serves the request from this node's allocator. It never forwards:
+// by the time the issuer calls it, the request's policy was applied here,
+// and a raw hop to another node would let that node allocate unchecked
+// (the side door of issue 30). A shard another node owns is refused at
+// once (NotOwner, with the owner), and the handler forwards the whole
+// request instead (nextOrdered).
 func (o *owners) Take(ctx context.Context, biz segment.Biz, subKey string, n int64, requestID string) (segment.Range, error) {
 	// A shard changing hands (a hand-off, a node joining, the first
 	// moments of a node) is refused for tens of milliseconds: ride it out
@@ -55,8 +67,8 @@ func (o *owners) Take(ctx context.Context, biz segment.Biz, subKey string, n int
 	}
 	pause := 5 * time.Millisecond
 	for {
-		r, err := o.takeOnce(ctx, biz, subKey, n, requestID)
-		if err == nil || !inTransition(err) || time.Now().Add(pause).After(deadline) {
+		r, err := o.alloc.Take(ctx, biz, subKey, n, requestID)
+		if err == nil || !inTransition(err) || o.ownedElsewhere(err) != "" || time.Now().Add(pause).After(deadline) {
 			return r, err
 		}
 		select {
@@ -79,22 +91,98 @@ func inTransition(err error) bool {
 	if !errors.As(err, &ue) {
 		return false
 	}
-	return (ue.NotOwner && ue.Err == nil) || (ue.RetryAfter > 0 && ue.RetryAfter <= 100*time.Millisecond && ue.Err == nil) ||
-		(ue.Forwarded && ue.RetryAfter <= 100*time.Millisecond)
+	return (ue.NotOwner && ue.Err == nil) || (ue.RetryAfter > 0 && ue.RetryAfter <= 100*time.Millisecond && ue.Err == nil)
 }
 
-func (o *owners) takeOnce(ctx context.Context, biz segment.Biz, subKey string, n int64, requestID string) (segment.Range, error) {
-	r, err := o.alloc.Take(ctx, biz, subKey, n, requestID)
+// ownedElsewhere returns the address of the shard's owner when err is the
+// allocator's refusal of a shard another node owns ("" otherwise).
+func (o *owners) ownedElsewhere(err error) string {
 	var ue *ordered.UnavailableError
-	if err == nil || !errors.As(err, &ue) || !ue.NotOwner || ue.Owner.Addr == "" || ue.Owner.Self || ue.Owner.Addr == o.self {
-		return r, err
+	if !errors.As(err, &ue) || !ue.NotOwner || ue.Owner.Addr == "" || ue.Owner.Self || ue.Owner.Addr == o.self {
+		return ""
 	}
+	return ue.Owner.Addr
+}
+
+// ownerOf returns the address of subKey's shard owner when it is another
+// node ("" when it is this node or no node this node knows of: then the
+// request is served, or refused, here).
+func (o *owners) ownerOf(subKey string) string {
+	ow := o.coord.Owner(segment.Shard(subKey))
+	if ow.Addr == "" || ow.Self || ow.Addr == o.self {
+		return ""
+	}
+	return ow.Addr
+}
+
+// routedOrdered reports whether req is answered by the owner of its sub
+// key's shard: it names a sub key and channel ORDERED, SLOW_ORDERED or
+// none (a sub key is only accepted on the ORDERED channels, so with no
+// channel it is an ORDERED request or a mistake the owner refuses as this
+// node would), and was not forwarded here already.
+func routedOrdered(req *idl.NextIDsRequest) bool {
+	if req.GetSubKey() == "" || req.GetNoForward() {
+		return false
+	}
+	return req.Channel == nil || *req.Channel == idl.Channel_ORDERED || *req.Channel == idl.Channel_SLOW_ORDERED
+}
+
+// nextOrdered answers an ORDERED NextIDs request on a node with shard
+// owners: forwarded whole to the shard's owner when that is another node,
+// served here (the full policy path, issuer.Next) otherwise. A shard that
+// moves between the check and the answer, or an owner that is between
+// owners itself, is ridden out for transitionBudget, the owner map read
+// again each time; a refused attempt was counted by the node that refused
+// it (its limits and plugins ran), which errs on the side of the limits.
+func (h *handler) nextOrdered(ctx context.Context, is *issuer.Issuer, o *owners, req *idl.NextIDsRequest, r issuer.Request) (*idl.NextIDsResponse, error) {
+	deadline := time.Now().Add(transitionBudget)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	pause := 5 * time.Millisecond
+	for {
+		var resp *idl.NextIDsResponse
+		var err error
+		again := false
+		if addr := o.ownerOf(r.SubKey); addr != "" {
+			resp, err = o.forward(ctx, addr, req, r.Count)
+			again = forwardedTransition(err)
+		} else {
+			out, nerr := is.Next(ctx, r)
+			again = o.ownedElsewhere(nerr) != ""
+			resp, err = h.nextIDsAnswer(ctx, req, out, nerr)
+		}
+		if err == nil || !again || time.Now().Add(pause).After(deadline) {
+			return resp, err
+		}
+		select {
+		case <-ctx.Done():
+			return resp, err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 80*time.Millisecond)
+	}
+}
+
+// forwardedTransition reports an owner's refusal that passes within
+// milliseconds (it no longer owns the shard, or is taking it over): worth
+// another look at the owner map.
+func forwardedTransition(err error) bool {
+	var ie *idl.IdgenError
+	return errors.As(err, &ie) && ie.Code == idl.ErrorCode_SEGMENT_UNAVAILABLE && ie.Retryable &&
+		ie.RetryAfterMs > 0 && ie.RetryAfterMs <= 100
+}
+
+// forward sends the caller's whole request to the owner at addr, marked
+// no_forward, and returns the owner's answer as the caller's: its numbers
+// in their final form, or its refusal (the message naming the owner).
+func (o *owners) forward(ctx context.Context, addr string, req *idl.NextIDsRequest, count int) (*idl.NextIDsResponse, error) {
 	o.forwarded.Inc()
-	r, ferr := o.fwd.take(ctx, ue.Owner.Addr, biz.Name, subKey, n, requestID, issuer.CallerToken(ctx))
-	if ferr != nil {
+	resp, err := o.fwd.nextIDs(ctx, addr, req, count)
+	if err != nil {
 		o.forwardFailures.Inc()
 	}
-	return r, ferr
+	return resp, err
 }
 
 // forwarder keeps one Kitex client per owner address.
@@ -141,61 +229,68 @@ func (f *forwarder) client(addr string) (idgensvc.Client, error) {
 	return c, nil
 }
 
-// take asks the owner at addr. Its refusals come back as the errors the
-// issuer maps to the same codes; a transport failure is retryable.
-func (f *forwarder) take(ctx context.Context, addr, biz, subKey string, n int64, requestID, token string) (segment.Range, error) {
+// nextIDs asks the owner at addr for req (count numbers, as this node
+// read the request). The owner's refusal comes back as it answered it,
+// the message prefixed with its address; a transport failure or a
+// malformed answer is a retryable SEGMENT_UNAVAILABLE.
+func (f *forwarder) nextIDs(ctx context.Context, addr string, req *idl.NextIDsRequest, count int) (*idl.NextIDsResponse, error) {
+	unavailable := func(why string) error {
+		return &idl.IdgenError{Code: idl.ErrorCode_SEGMENT_UNAVAILABLE, Retryable: true, RetryAfterMs: 200,
+			Message: fmt.Sprintf("ordered shard %d: forwarding to the owner %s: %s: retry, or send the request to the owner (the Go client does)",
+				segment.Shard(req.GetSubKey()), addr, why)}
+	}
 	c, err := f.client(addr)
 	if err != nil {
-		return segment.Range{}, &ordered.UnavailableError{Shard: segment.Shard(subKey), Reason: "forwarding to the owner " + addr, Err: err}
+		return nil, unavailable(err.Error())
 	}
-	req := &idl.OrderedTakeRequest{Biz: biz, SubKey: subKey, Count: int32(n)}
-	if requestID != "" {
-		req.RequestId = &requestID
-	}
-	if token != "" {
-		req.Token = &token
-	}
+	fwd := *req
+	yes := true
+	fwd.NoForward = &yes
 	timeout := f.timeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
 	}
-	resp, err := c.OrderedTake(ctx, req, callopt.WithRPCTimeout(max(timeout, time.Millisecond)))
-	if err != nil {
-		return segment.Range{}, fromOwnerError(addr, subKey, err)
-	}
-	if resp.Range == nil || resp.Range.Last-resp.Range.First+1 != n || resp.Range.First < 1 {
-		return segment.Range{}, &ordered.UnavailableError{Shard: segment.Shard(subKey),
-			Reason: fmt.Sprintf("owner %s answered a malformed range %v for %d numbers", addr, resp.Range, n)}
-	}
-	return segment.Range{First: resp.Range.First, Last: resp.Range.Last}, nil
-}
-
-// fromOwnerError turns the owner's answer back into this node's errors.
-func fromOwnerError(addr, subKey string, err error) error {
+	resp, err := c.NextIDs(ctx, &fwd, callopt.WithRPCTimeout(max(timeout, time.Millisecond)))
 	var ie *idl.IdgenError
-	if !errors.As(err, &ie) {
-		return &ordered.UnavailableError{Shard: segment.Shard(subKey), Reason: "forwarding to the owner " + addr, Err: err}
+	switch {
+	case errors.As(err, &ie):
+		out := *ie
+		out.Message = "owner " + addr + ": " + ie.Message
+		return nil, &out
+	case err != nil:
+		return nil, unavailable(err.Error())
+	case resp == nil || resp.Count != int64(count) || !wellFormed(resp, count):
+		return nil, unavailable(fmt.Sprintf("the owner answered a malformed response for %d numbers", count))
 	}
-	msg := fmt.Errorf("owner %s: %s", addr, ie.Message)
-	switch ie.Code {
-	case idl.ErrorCode_INVALID_ARGUMENT:
-		if errors.Is(err, segment.ErrRequestMismatch) {
-			return fmt.Errorf("%w: %w", segment.ErrRequestMismatch, msg)
-		}
-		return fmt.Errorf("%w: %w", segment.ErrInvalid, msg)
-	case idl.ErrorCode_UNKNOWN_BIZ:
-		return fmt.Errorf("%w: %w", segment.ErrUnknownBiz, msg)
-	case idl.ErrorCode_EXHAUSTED:
-		return fmt.Errorf("%w: %w", segment.ErrExhausted, msg)
-	case idl.ErrorCode_UNAUTHENTICATED:
-		return fmt.Errorf("%w: %w", issuer.ErrUnauthenticated, msg)
-	}
-	return &ordered.UnavailableError{Shard: segment.Shard(subKey), Reason: "the owner " + addr + " refused",
-		RetryAfter: time.Duration(ie.RetryAfterMs) * time.Millisecond, Err: msg, Forwarded: true}
+	return resp, nil
 }
 
-// OrderedTake is the internal hop: this node answers as the shard's owner,
-// from its allocator only (never forwarding further).
+// wellFormed checks that resp carries count numbers in exactly one form:
+// ranges of positive numbers, IDs or codes.
+func wellFormed(resp *idl.NextIDsResponse, count int) bool {
+	switch {
+	case len(resp.Ids) > 0:
+		return len(resp.Ids) == count && len(resp.Ranges) == 0 && len(resp.Codes) == 0
+	case len(resp.Codes) > 0:
+		return len(resp.Codes) == count && len(resp.Ranges) == 0
+	}
+	var n int64
+	for _, r := range resp.Ranges {
+		if r == nil || r.First < 1 || r.Last < r.First {
+			return false
+		}
+		n += r.Last - r.First + 1
+	}
+	return n == int64(count)
+}
+
+// OrderedTake is the ORDERED hop of nodes older than issue 30, kept for
+// rolling upgrades (this version forwards NextIDs). It is served as
+// NextIDs on channel ORDERED with no_forward, through the same policy path
+// (issuer.Next): validation, max_batch, token, rate limit, ID quota,
+// plugins and audit. Its answer is a single range, so a business whose
+// output is not plain integers is refused (issuer.Request.PlainOnly)
+// before anything is allocated: its raw counters never leave the node.
 func (h *handler) OrderedTake(ctx context.Context, req *idl.OrderedTakeRequest) (resp *idl.OrderedTakeResponse, err error) {
 	defer h.done("OrderedTake", segment.ChannelOrdered.String(), time.Now(), &err)
 	if req == nil {
@@ -210,17 +305,21 @@ func (h *handler) OrderedTake(ctx context.Context, req *idl.OrderedTakeRequest) 
 		return nil, &idl.IdgenError{Code: idl.ErrorCode_SEGMENT_UNAVAILABLE, Retryable: true, RetryAfterMs: 200,
 			Message: "this node serves ORDERED without shard owners (--mysql without --zk, or no segment store): send NextIDs instead"}
 	}
-	biz, err := s.is.OwnerBiz(ctx, req.Biz, req.GetToken())
-	if err == nil {
-		var r segment.Range
-		if r, err = s.owners.alloc.Take(ctx, biz, req.SubKey, int64(req.Count), req.GetRequestId()); err == nil {
-			return &idl.OrderedTakeResponse{Range: &idl.IDRange{First: r.First, Last: r.Last}}, nil
+	ch := segment.ChannelOrdered
+	r := issuer.Request{Biz: req.Biz, Channel: &ch, Count: int(req.Count), SubKey: req.SubKey, RequestID: req.GetRequestId(),
+		Caller: callerAddr(ctx), Token: req.GetToken(), PlainOnly: true}
+	out, err := s.is.Next(ctx, r)
+	h.m.observe(out, err)
+	if err != nil {
+		if errors.Is(err, issuer.ErrUnauthenticated) {
+			h.authFailed(ctx, "OrderedTake", authClient, req.GetToken() != "")
 		}
+		return nil, h.toIDLError(req.Biz, err)
 	}
-	if errors.Is(err, issuer.ErrUnauthenticated) {
-		h.authFailed(ctx, "OrderedTake", authClient, req.GetToken() != "")
+	if len(out.Ranges) != 1 {
+		return nil, h.toIDLError(req.Biz, fmt.Errorf("OrderedTake served %d ranges, want 1", len(out.Ranges)))
 	}
-	return nil, h.toIDLError(req.Biz, err)
+	return &idl.OrderedTakeResponse{Range: &idl.IDRange{First: out.Ranges[0].First, Last: out.Ranges[0].Last}}, nil
 }
 
 // OrderedOwners answers the shard-to-owner map (the Go client routes

@@ -51,7 +51,7 @@ func TestE2E_OrderedTakeOnePolicy(t *testing.T) {
 	c := n.Client(t)
 	ctx := context.Background()
 	for _, b := range []*idl.CreateBizRequest{
-		{Name: "rl", Channel: ch(idl.Channel_ORDERED), RateLimit: ptr(int32(1)), Plugins: []string{"audit"}},
+		{Name: "rl", Channel: ch(idl.Channel_ORDERED), RateLimit: ptr(int32(2)), IdQuota: ptr(int64(100)), Plugins: []string{"audit"}},
 		{Name: "quota", Channel: ch(idl.Channel_ORDERED), IdQuota: ptr(int64(1)), IdBurst: ptr(int64(100))},
 		{Name: "obf", Channel: ch(idl.Channel_ORDERED), Obfuscate: ptr(true)},
 		{Name: "code", Channel: ch(idl.Channel_ORDERED), Format: ptr("code")},
@@ -82,11 +82,18 @@ func TestE2E_OrderedTakeOnePolicy(t *testing.T) {
 	_, err = take("quota", 101)
 	mustCode(t, "OrderedTake above id_burst", err, idl.ErrorCode_INVALID_ARGUMENT)
 
-	// The request rate (1 per second): of 10 quick calls, at most what the
-	// bucket holds and earns pass; the others are RATE_LIMITED.
+	// The business of the measurement: 2 requests/s, 100 IDs/s.
+	// 200 calls for 10,000 IDs each (2,000,000 IDs with 0 refusals before
+	// the fix) are all refused: above the quota's burst, they never pass.
+	for i := range 200 {
+		_, err := take("rl", 10_000)
+		mustCode(t, fmt.Sprintf("OrderedTake %d of 10,000 IDs on a quota of 100/s", i), err, idl.ErrorCode_INVALID_ARGUMENT)
+	}
+	// 200 calls for 1 ID: at most what the 2 requests/s bucket holds and
+	// earns pass (NextIDs: 2 ok, 198 refused); the others are RATE_LIMITED.
 	start := time.Now()
 	ok := 0
-	for i := range 10 {
+	for i := range 200 {
 		_, err := take("rl", 1)
 		if err == nil {
 			ok++
@@ -94,9 +101,12 @@ func TestE2E_OrderedTakeOnePolicy(t *testing.T) {
 		}
 		mustCode(t, fmt.Sprintf("OrderedTake %d over the rate limit", i), err, idl.ErrorCode_RATE_LIMITED)
 	}
-	if limit := maxPassed(1, 1, time.Since(start)); ok > limit || ok == 0 {
-		t.Fatalf("%d of 10 OrderedTake calls passed a limit of 1 request/s (at most %d in %v)", ok, limit, time.Since(start))
+	elapsed := time.Since(start)
+	if limit := maxPassed(2, 2, elapsed); ok > limit || ok == 0 {
+		t.Fatalf("%d of 200 OrderedTake calls passed a limit of 2 requests/s (at most %d in %v)", ok, limit, elapsed)
 	}
+	t.Logf("OrderedTake on a business of 2 requests/s and 100 IDs/s: 200 calls of 10,000 IDs all refused; of 200 calls of 1 ID, %d ok and %d refused in %v",
+		ok, 200-ok, elapsed.Round(time.Millisecond))
 	// Every answered call has its audit record.
 	testnode.WaitFor(t, 15*time.Second, fmt.Sprintf("%d audit records of rl", ok), func() bool {
 		return len(auditRecords(t, dir, "rl")) >= ok

@@ -240,6 +240,14 @@ func (a *Allocator) Take(ctx context.Context, biz segment.Biz, subKey string, n 
 	return r, nil
 }
 
+// Holds reports whether this node holds subKey's shard now (it may still
+// be in its lease wait or handing it off): a lock-free look, so that the
+// server can route a request to the shard's owner before applying its
+// policy without taking the coordinator's lock on every request.
+func (a *Allocator) Holds(subKey string) bool {
+	return a.shards[segment.Shard(subKey)].Load() != nil
+}
+
 // mayAnswer is checked after the numbers are allocated and before they
 // are answered: the shard is still this node's term, the lease wait is
 // over and the lease has not run out. A pause between allocation and this

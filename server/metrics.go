@@ -42,8 +42,9 @@ type metrics struct {
 	// authFailures counts refused admin and client tokens by method
 	// (written by authFailures, whose log lines are rate-limited).
 	authFailures *prometheus.CounterVec // method
-	// ORDERED requests this node forwarded to a shard's owner, and those
-	// that failed (owner unreachable or refusing).
+	// ORDERED requests this node forwarded whole to a shard's owner (which
+	// applies the policy and answers), and those that failed (owner
+	// unreachable or refusing, limits included).
 	orderedForwards, orderedForwardFailures prometheus.Counter
 }
 
@@ -87,7 +88,7 @@ func newMetrics() *metrics {
 			Help: "RPCs refused for a missing or wrong admin or client token, by method (the log has one line per method per 10 s)."},
 			[]string{"method"}),
 		orderedForwards: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_ordered_forwarded_total",
-			Help: "ORDERED requests this node forwarded to the shard's owner (one internal hop; the Go client sends to the owner directly)."}),
+			Help: "ORDERED NextIDs requests this node forwarded whole to the shard's owner, which checks and answers them (one internal hop; the Go client sends to the owner directly)."}),
 		orderedForwardFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_ordered_forward_failures_total",
 			Help: "Forwarded ORDERED requests that failed: the owner unreachable, refusing (lease wait, hand-off) or the map stale."}),
 	}

@@ -108,6 +108,9 @@ func (o *owners) ownedElsewhere(err error) string {
 // node ("" when it is this node or no node this node knows of: then the
 // request is served, or refused, here).
 func (o *owners) ownerOf(subKey string) string {
+	if o.alloc.Holds(subKey) {
+		return ""
+	}
 	ow := o.coord.Owner(segment.Shard(subKey))
 	if ow.Addr == "" || ow.Self || ow.Addr == o.self {
 		return ""

@@ -293,7 +293,9 @@ func wellFormed(resp *idl.NextIDsResponse, count int) bool {
 // (issuer.Next): validation, max_batch, token, rate limit, ID quota,
 // plugins and audit. Its answer is a single range, so a business whose
 // output is not plain integers is refused (issuer.Request.PlainOnly)
-// before anything is allocated: its raw counters never leave the node.
+// before anything is allocated: its raw counters never leave the node. A
+// node that does not own the shard (the old node's map was stale) refuses
+// it, retryable, before the policy: it never forwards.
 func (h *handler) OrderedTake(ctx context.Context, req *idl.OrderedTakeRequest) (resp *idl.OrderedTakeResponse, err error) {
 	defer h.done("OrderedTake", segment.ChannelOrdered.String(), time.Now(), &err)
 	if req == nil {
@@ -307,6 +309,12 @@ func (h *handler) OrderedTake(ctx context.Context, req *idl.OrderedTakeRequest) 
 	if s.owners == nil {
 		return nil, &idl.IdgenError{Code: idl.ErrorCode_SEGMENT_UNAVAILABLE, Retryable: true, RetryAfterMs: 200,
 			Message: "this node serves ORDERED without shard owners (--mysql without --zk, or no segment store): send NextIDs instead"}
+	}
+	if addr := s.owners.ownerOf(req.SubKey); addr != "" {
+		// Refused before the policy: a stale hop costs no quota and leaves
+		// no audit record here; the old node retries with its new map.
+		return nil, &idl.IdgenError{Code: idl.ErrorCode_SEGMENT_UNAVAILABLE, Retryable: true, RetryAfterMs: 50,
+			Message: fmt.Sprintf("ordered shard %d: this node does not own the shard (owner %s): send NextIDs to any node", segment.Shard(req.SubKey), addr)}
 	}
 	ch := segment.ChannelOrdered
 	r := issuer.Request{Biz: req.Biz, Channel: &ch, Count: int(req.Count), SubKey: req.SubKey, RequestID: req.GetRequestId(),

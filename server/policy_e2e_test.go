@@ -245,6 +245,8 @@ func TestE2E_ForwardedOrderedOnePolicy(t *testing.T) {
 	if limit := maxPassed(10, 1, elapsed); ok > limit || ok < 10 {
 		t.Fatalf("%d of 20 requests passed an ID quota of burst 10 and 1 ID/s through two nodes (want 10 to %d in %v)", ok, limit, elapsed)
 	}
+	t.Logf("ID quota of burst 10 and 1 ID/s: %d of 20 requests (10 through the non-owner, 10 to the owner) passed in %v",
+		ok, elapsed.Round(time.Millisecond))
 	m0, m1 := scrape(t, nodes[0]), scrape(t, nodes[1])
 	if v := m0["idgen_rate_limited_total|biz=fq|limit=ids"]; v != 0 {
 		t.Errorf("the forwarding node refused %v requests itself; the owner alone applies the quota", v)
@@ -254,6 +256,16 @@ func TestE2E_ForwardedOrderedOnePolicy(t *testing.T) {
 	}
 	if m0["idgen_ordered_forwarded_total"] < 10 {
 		t.Errorf("node 0 forwarded %v requests, want at least 10", m0["idgen_ordered_forwarded_total"])
+	}
+
+	// OrderedTake (the hop of older nodes) draws on the same quota at the
+	// owner, and a non-owner refuses it (retryable) before its policy:
+	// never a further hop, no quota, no audit record.
+	_, err = clients[1].OrderedTake(ctx, &idl.OrderedTakeRequest{Biz: "fq", SubKey: sub, Count: 1})
+	mustCode(t, "OrderedTake at the owner after NextIDs drained the quota", err, idl.ErrorCode_RATE_LIMITED)
+	_, err = clients[0].OrderedTake(ctx, &idl.OrderedTakeRequest{Biz: "fq", SubKey: sub, Count: 1})
+	if ie := mustCode(t, "OrderedTake at the non-owner", err, idl.ErrorCode_SEGMENT_UNAVAILABLE); !ie.Retryable {
+		t.Fatalf("OrderedTake at the non-owner: %v, want retryable", ie)
 	}
 
 	// Audited once, by the owner, with the connecting socket's address.

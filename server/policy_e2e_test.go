@@ -181,10 +181,9 @@ func TestE2E_ForwardedOrderedOnePolicy(t *testing.T) {
 		}
 	}
 	// Both nodes own shards; pick a sub key that node 1 owns, as both
-	// nodes see it. Node 0 held all 64 shards before node 1 started, so
-	// node 1 holds only shards handed to it as their rendezvous-hash owner:
-	// they stay there while both nodes live, and the test's key does not
-	// move under it.
+	// nodes see it. While both nodes live, a node takes only shards whose
+	// rendezvous-hash owner it is (zkown), so the shards node 1 holds stay
+	// with it and the test's key does not move under it.
 	var owner map[int32]string
 	testnode.WaitFor(t, 30*time.Second, "64 shards owned by 2 nodes, the same map on both", func() bool {
 		var maps [2]map[int32]string

@@ -42,6 +42,9 @@ type metrics struct {
 	// authFailures counts refused admin and client tokens by method
 	// (written by authFailures, whose log lines are rate-limited).
 	authFailures *prometheus.CounterVec // method
+	// panics counts the RPC handlers' panics by method (bugs: each is
+	// answered INTERNAL; the log shows a few stack traces per minute).
+	panics *prometheus.CounterVec // method
 	// ORDERED requests this node forwarded to a shard's owner, and those
 	// that failed (owner unreachable or refusing).
 	orderedForwards, orderedForwardFailures prometheus.Counter
@@ -86,6 +89,9 @@ func newMetrics() *metrics {
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idgen_auth_failures_total",
 			Help: "RPCs refused for a missing or wrong admin or client token, by method (the log has one line per method per 10 s)."},
 			[]string{"method"}),
+		panics: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idgen_rpc_panics_total",
+			Help: "RPC handler panics by method, each answered INTERNAL: a bug to report (the log has at most one stack trace per 20 s)."},
+			[]string{"method"}),
 		orderedForwards: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_ordered_forwarded_total",
 			Help: "ORDERED requests this node forwarded to the shard's owner (one internal hop; the Go client sends to the owner directly)."}),
 		orderedForwardFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_ordered_forward_failures_total",
@@ -93,7 +99,7 @@ func newMetrics() *metrics {
 	}
 	reg.MustRegister(m.orderedForwards, m.orderedForwardFailures)
 	reg.MustRegister(m.requests, m.latency, m.issued, m.fallbacks, m.rollbacks, m.jumps, m.loadDur, m.loadFail, m.waits, m.waitDur, m.unsafeDB,
-		m.replLossy, m.replState, m.authFailures,
+		m.replLossy, m.replState, m.authFailures, m.panics,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.preinit()
 	return m
@@ -131,6 +137,7 @@ func (m *metrics) preinit() {
 	}
 	for method := range idgensvc.NewServiceInfo().Methods {
 		m.authFailures.WithLabelValues(method)
+		m.panics.WithLabelValues(method)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/internal/secretfile"
 	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/zkguard"
@@ -352,13 +353,21 @@ func loadConfig(args []string, getenv func(string) string, stdout, stderr io.Wri
 			}
 		}
 	}
-	if err := cfg.readSecretFiles(os.ReadFile); err != nil {
+	if err := cfg.readSecretFiles(secretfile.Read); err != nil {
 		return cfg, err
+	}
+	if cfg.TLSKey != "" {
+		// Read again by the transport; checked here like every secret file.
+		if _, err := secretfile.Read(cfg.TLSKey); err != nil {
+			return cfg, fmt.Errorf("tls_key: %w", err)
+		}
 	}
 	return cfg, cfg.Validate()
 }
 
-// readSecretFiles fills each secret from its *_file twin. Giving both is
+// readSecretFiles fills each secret from its *_file twin, read with read
+// (secretfile.Read: a file other users can read or change is refused with
+// the chmod that fixes it, as the master key is). Giving both forms is
 // refused: which one wins would be a guess.
 func (c *Config) readSecretFiles(read func(string) ([]byte, error)) error {
 	for _, s := range []struct {

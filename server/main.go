@@ -173,6 +173,7 @@ func Run(ctx context.Context, opts Options, args []string, getenv func(string) s
 	m := newMetrics()
 	nd := newNode(clk, cfg)
 	nd.register = opts.Register
+	nd.access.admin = adminToken // configured or generated: /status needs it too (status.go)
 	nd.setStarting("opening the segment store and claiming a worker slot")
 
 	rpcTr, err := newRPCTransport(cfg, rpcLn, m.reg, log.Named("transport"))

@@ -87,7 +87,7 @@ func newMetrics() *metrics {
 			Help: "1 for the MySQL replication verdict read at start (galera, group-replication, semisync-lossless, no-replica, semisync-degraded, semisync-after-commit, async, replica, unknown), 0 for the others; absent without MySQL."},
 			[]string{"verdict"}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idgen_auth_failures_total",
-			Help: "RPCs refused for a missing or wrong admin or client token, by method (the log has one line per method per 10 s)."},
+			Help: "RPCs refused for a missing or wrong admin or client token, by method, and /status pages refused (method=\"/status\"); the log has one line per method per 10 s."},
 			[]string{"method"}),
 		panics: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idgen_rpc_panics_total",
 			Help: "RPC handler panics by method, each answered INTERNAL: a bug to report (the log has at most one stack trace per 20 s)."},
@@ -139,6 +139,7 @@ func (m *metrics) preinit() {
 		m.authFailures.WithLabelValues(method)
 		m.panics.WithLabelValues(method)
 	}
+	m.authFailures.WithLabelValues(statusAuthMethod) // refused /status readers (status.go)
 }
 
 // clockRejected counts a snowflake reading the clock guard refused

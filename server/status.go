@@ -128,7 +128,8 @@ func (p *statusPage) levelOf(r *http.Request) (lvl statusLevel, given bool) {
 	}
 	var tok *string
 	if h := r.Header.Get("Authorization"); h != "" {
-		if t, ok := strings.CutPrefix(h, "Bearer "); ok {
+		scheme, t, _ := strings.Cut(h, " ")
+		if strings.EqualFold(scheme, "Bearer") { // the scheme is case-insensitive (RFC 9110)
 			t = strings.TrimSpace(t)
 			tok = &t
 		} else if _, pw, ok := r.BasicAuth(); ok {

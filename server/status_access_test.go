@@ -91,7 +91,7 @@ func TestStatusAccess(t *testing.T) {
 	if n := counterValue(t, m, "idgen_auth_failures_total", "method=/status"); n != 4 {
 		t.Errorf("idgen_auth_failures_total{method=/status} = %v, want 4", n)
 	}
-	for _, auth := range []string{"Bearer " + adminTok, basicAuth("anyone", adminTok)} {
+	for _, auth := range []string{"Bearer " + adminTok, "bearer " + adminTok, basicAuth("anyone", adminTok)} {
 		resp, body := statusGet(t, srv.URL, auth)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("admin token (%.6s...): %d", auth, resp.StatusCode)

@@ -226,14 +226,23 @@ func (p *statusPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (p *statusPage) page(lvl statusLevel) ([]byte, error) {
 	c0, _ := p.rendered.LoadOrStore(lvl, &renderCache{})
 	c := c0.(*renderCache)
-	c.mu.Lock()
-	if c.body != nil && p.now().Sub(c.at) < p.ttl {
-		b := c.body
-		c.mu.Unlock()
+	fresh := func() []byte {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.body != nil && p.now().Sub(c.at) < p.ttl {
+			return c.body
+		}
+		return nil
+	}
+	if b := fresh(); b != nil {
 		return b, nil
 	}
-	c.mu.Unlock()
 	b, err, _ := c.group.Do("render", func() (any, error) {
+		// Again: a render may have finished between the check above and
+		// this call, and its page is the one to serve.
+		if b := fresh(); b != nil {
+			return b, nil
+		}
 		now := p.now()
 		v := p.build(context.Background(), now, lvl)
 		// Rendered whole before anything is sent: a template error is a

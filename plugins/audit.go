@@ -79,7 +79,8 @@ var _ ext.Plugin = (*Audit)(nil)
 
 // OpenAudit appends to the file at path (created with its directory).
 func OpenAudit(path string, cfg AuditConfig) (*Audit, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+	// 0700: by default this is the node's data directory.
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("audit file: %w", err)
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)

@@ -149,7 +149,7 @@ func adminMux(nd *node, m *metrics, debug func(*http.ServeMux), lim adminLimits,
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{MaxRequestsInFlight: lim.MetricsInFlight,
 		Timeout: lim.MetricsTimeout, ErrorLog: promLogger{lg.Named("metrics")}}))
-	mux.Handle("/status", newStatusPage(nd, lg.Named("status")))
+	mux.Handle("/status", newStatusPage(nd, m, lg.Named("status")))
 	debug(mux)
 	return mux
 }

@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/internal/secretfile"
 	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/zkguard"
@@ -83,6 +84,10 @@ type Config struct {
 	// MasterKeyFile holds the key that wraps every business's obfuscation
 	// key: the stores then hold no usable key.
 	MasterKeyFile string `yaml:"master_key_file"`
+	// StatusPublic serves /status's public summary (the node's state and
+	// its channels' readiness, what /readyz answers) to callers without a
+	// token, for dashboards; the rest of the page still needs a token.
+	StatusPublic bool `yaml:"status_public"`
 	// AutoCreateMax bounds auto-creation: a business is created on first
 	// use only while the store holds fewer businesses than this.
 	AutoCreateMax int `yaml:"auto_create_max"`
@@ -260,6 +265,7 @@ var options = []option{
 	strOpt("client-token", "shared token required by NextIDs, ParseID, Clock and ListWorkers (at least 16 bytes; a business with its own tokens needs one of those instead); prefer --client-token-file; empty: none", func(c *Config) *string { return &c.ClientToken }),
 	strOpt("client-token-file", "file holding the shared client token", func(c *Config) *string { return &c.ClientTokenFile }),
 	strOpt("master-key-file", "file holding the master key (at least 32 bytes) that wraps every business's obfuscation key, so MySQL and ZooKeeper hold no usable key", func(c *Config) *string { return &c.MasterKeyFile }),
+	boolOpt("status-public", "serve /status's public summary (state and channel readiness only) without a token, for dashboards; the full page needs the admin token (the client token: node, channels, slot, members)", func(c *Config) *bool { return &c.StatusPublic }),
 	intOpt("max-connections", "most RPC connections held at once; more are closed at accept and counted", func(c *Config) *int { return &c.MaxConns }),
 	durOpt("conn-idle-timeout", "an RPC connection idle this long is closed", func(c *Config) *time.Duration { return &c.ConnIdleTimeout }),
 	strOpt("tls-cert", "PEM certificate: serve RPC over TLS (with --tls-key)", func(c *Config) *string { return &c.TLSCert }),
@@ -352,13 +358,21 @@ func loadConfig(args []string, getenv func(string) string, stdout, stderr io.Wri
 			}
 		}
 	}
-	if err := cfg.readSecretFiles(os.ReadFile); err != nil {
+	if err := cfg.readSecretFiles(secretfile.Read); err != nil {
 		return cfg, err
+	}
+	if cfg.TLSKey != "" {
+		// Read again by the transport; checked here like every secret file.
+		if _, err := secretfile.Read(cfg.TLSKey); err != nil {
+			return cfg, fmt.Errorf("tls_key: %w", err)
+		}
 	}
 	return cfg, cfg.Validate()
 }
 
-// readSecretFiles fills each secret from its *_file twin. Giving both is
+// readSecretFiles fills each secret from its *_file twin, read with read
+// (secretfile.Read: a file other users can read or change is refused with
+// the chmod that fixes it, as the master key is). Giving both forms is
 // refused: which one wins would be a guess.
 func (c *Config) readSecretFiles(read func(string) ([]byte, error)) error {
 	for _, s := range []struct {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/idgen/idgen/clock"
 	"github.com/idgen/idgen/ext"
+	"github.com/idgen/idgen/internal/logevery"
 	"github.com/idgen/idgen/issuer"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	"github.com/idgen/idgen/ordered"
@@ -36,6 +38,11 @@ type handler struct {
 	workers     func(ctx context.Context, idc int) ([]*idl.Worker, error) // ListWorkers
 	m           *metrics
 	auth        *authFailures // refused tokens: counted, and logged rate-limited
+
+	// panicLog bounds the stack traces panicked logs (made at the first
+	// panic, on clk's time).
+	panicOnce sync.Once
+	panicLog  *logevery.Limiter
 }
 
 // issuer returns the node's issuer, or the retryable error a caller gets
@@ -143,11 +150,10 @@ func (h *handler) ParseID(ctx context.Context, req *idl.ParseIDRequest) (resp *i
 // Clock answers peers' start checks with this node's wall clock.
 func (h *handler) Clock(ctx context.Context, req *idl.ClockRequest) (resp *idl.ClockResponse, err error) {
 	defer h.done("Clock", "", time.Now(), &err)
-	var tok *string
-	if req != nil {
-		tok = req.Token
+	if req == nil {
+		req = &idl.ClockRequest{} // every field is optional: an empty request
 	}
-	if err := h.clientAuth(ctx, "Clock", tok); err != nil {
+	if err := h.clientAuth(ctx, "Clock", req.Token); err != nil {
 		return nil, err
 	}
 	w := -1
@@ -161,15 +167,14 @@ func (h *handler) Clock(ctx context.Context, req *idl.ClockRequest) (resp *idl.C
 // ListWorkers returns the worker assignments.
 func (h *handler) ListWorkers(ctx context.Context, req *idl.ListWorkersRequest) (resp *idl.ListWorkersResponse, err error) {
 	defer h.done("ListWorkers", "", time.Now(), &err)
-	var tok *string
-	if req != nil {
-		tok = req.Token
+	if req == nil {
+		req = &idl.ListWorkersRequest{} // every field is optional: an empty request
 	}
-	if err := h.clientAuth(ctx, "ListWorkers", tok); err != nil {
+	if err := h.clientAuth(ctx, "ListWorkers", req.Token); err != nil {
 		return nil, err
 	}
 	idc := -1
-	if req != nil && req.Idc != nil {
+	if req.Idc != nil {
 		idc = int(*req.Idc)
 	}
 	ws, err := h.node.workers(ctx, idc)
@@ -310,11 +315,10 @@ func (h *handler) GetBiz(ctx context.Context, req *idl.GetBizRequest) (resp *idl
 // ListBiz lists businesses (admin).
 func (h *handler) ListBiz(ctx context.Context, req *idl.ListBizRequest) (resp *idl.ListBizResponse, err error) {
 	defer h.done("ListBiz", "", time.Now(), &err)
-	var tok *string
-	if req != nil {
-		tok = req.Token
+	if req == nil {
+		req = &idl.ListBizRequest{} // every field is optional: an empty request
 	}
-	if err := h.admin(ctx, tok); err != nil {
+	if err := h.admin(ctx, req.Token); err != nil {
 		return nil, err
 	}
 	is, err := h.issuer(idl.ErrorCode_SEGMENT_UNAVAILABLE)
@@ -390,10 +394,32 @@ func (h *handler) doneBiz(method, channel, biz string, start time.Time, err *err
 	h.record(method, channel, biz, start, *err)
 }
 
-// panicked logs a handler's panic (with the stack of the panicking call:
-// the deferred function's caller) and returns the INTERNAL answer.
+// panicLogWindow is how often at most a panic's stack trace is logged (one
+// for all methods): a caller who found a request that panics could
+// otherwise write about 3 KB of log per call (2,000 calls: 6 MB in 0.4 s).
+// Every panic is counted in idgen_rpc_panics_total{method}; the next line
+// logged says how many were held back.
+const panicLogWindow = 20 * time.Second
+
+// panicked counts a handler's panic, logs it with the stack of the
+// panicking call (the deferred function's caller) at most once per
+// panicLogWindow, and returns the INTERNAL answer.
 func (h *handler) panicked(method string, p any) error {
-	h.log.Error("panic in handler: answering INTERNAL", zap.String("method", method), zap.Any("panic", p), zap.StackSkip("stack", 2))
+	if h.m != nil {
+		h.m.panics.WithLabelValues(method).Inc()
+	}
+	h.panicOnce.Do(func() {
+		now := time.Now
+		if h.clk != nil {
+			now = h.clk.Now
+		}
+		h.panicLog = logevery.New(panicLogWindow, now)
+	})
+	if ok, suppressed := h.panicLog.Allow("panic"); ok {
+		h.log.Error("panic in handler: answering INTERNAL (a bug: please report it with this line)", zap.String("method", method),
+			zap.Any("panic", p), zap.Int("suppressed", suppressed),
+			zap.Duration("window", panicLogWindow), zap.StackSkip("stack", 2))
+	}
 	return &idl.IdgenError{Code: idl.ErrorCode_INTERNAL, Message: "internal error (a bug: the server logged the details)"}
 }
 

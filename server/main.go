@@ -146,6 +146,7 @@ func Run(ctx context.Context, opts Options, args []string, getenv func(string) s
 		log.Warn("environment variable names no idgen setting: ignored (misspelt?)", zap.String("variable", k),
 			zap.String("fix", "see idgen --help for the IDGEN_* names"))
 	}
+	warnOpenDirs(cfg, log) // datadir.go
 	// Before any listener: Options.KitexOptions that would replace idgen's
 	// own server options are refused (kitexopts.go).
 	if err := checkKitexOptions(opts.KitexOptions, cfg.TLSCert != ""); err != nil {
@@ -172,6 +173,7 @@ func Run(ctx context.Context, opts Options, args []string, getenv func(string) s
 	m := newMetrics()
 	nd := newNode(clk, cfg)
 	nd.register = opts.Register
+	nd.access.admin = adminToken // configured or generated: /status needs it too (status.go)
 	nd.setStarting("opening the segment store and claiming a worker slot")
 
 	rpcTr, err := newRPCTransport(cfg, rpcLn, m.reg, log.Named("transport"))

@@ -42,6 +42,9 @@ type metrics struct {
 	// authFailures counts refused admin and client tokens by method
 	// (written by authFailures, whose log lines are rate-limited).
 	authFailures *prometheus.CounterVec // method
+	// panics counts the RPC handlers' panics by method (bugs: each is
+	// answered INTERNAL; the log shows a few stack traces per minute).
+	panics *prometheus.CounterVec // method
 	// ORDERED requests this node forwarded whole to a shard's owner (which
 	// applies the policy and answers), and those that failed (owner
 	// unreachable or refusing, limits included).
@@ -85,7 +88,10 @@ func newMetrics() *metrics {
 			Help: "1 for the MySQL replication verdict read at start (galera, group-replication, semisync-lossless, no-replica, semisync-degraded, semisync-after-commit, async, replica, unknown), 0 for the others; absent without MySQL."},
 			[]string{"verdict"}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idgen_auth_failures_total",
-			Help: "RPCs refused for a missing or wrong admin or client token, by method (the log has one line per method per 10 s)."},
+			Help: "RPCs refused for a missing or wrong admin or client token, by method, and /status pages refused (method=\"/status\"); the log has one line per method per 10 s."},
+			[]string{"method"}),
+		panics: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idgen_rpc_panics_total",
+			Help: "RPC handler panics by method, each answered INTERNAL: a bug to report (the log has at most one stack trace per 20 s)."},
 			[]string{"method"}),
 		orderedForwards: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_ordered_forwarded_total",
 			Help: "ORDERED NextIDs requests this node forwarded whole to the shard's owner, which checks and answers them (one internal hop; the Go client sends to the owner directly)."}),
@@ -94,7 +100,7 @@ func newMetrics() *metrics {
 	}
 	reg.MustRegister(m.orderedForwards, m.orderedForwardFailures)
 	reg.MustRegister(m.requests, m.latency, m.issued, m.fallbacks, m.rollbacks, m.jumps, m.loadDur, m.loadFail, m.waits, m.waitDur, m.unsafeDB,
-		m.replLossy, m.replState, m.authFailures,
+		m.replLossy, m.replState, m.authFailures, m.panics,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.preinit()
 	return m
@@ -132,7 +138,9 @@ func (m *metrics) preinit() {
 	}
 	for method := range idgensvc.NewServiceInfo().Methods {
 		m.authFailures.WithLabelValues(method)
+		m.panics.WithLabelValues(method)
 	}
+	m.authFailures.WithLabelValues(statusAuthMethod) // refused /status readers (status.go)
 }
 
 // clockRejected counts a snowflake reading the clock guard refused

@@ -132,8 +132,11 @@ func TestMetricsPreinitialised(t *testing.T) {
 			t.Errorf("idgen_auth_failures_total{method=%q} not pre-initialised (have %v)", method, auth)
 		}
 	}
-	if len(auth) != len(idgensvc.NewServiceInfo().Methods) {
-		t.Errorf("idgen_auth_failures_total: %d series, want one per IDL method: %v", len(auth), auth)
+	if len(auth) != len(idgensvc.NewServiceInfo().Methods)+1 || !auth["method=/status"] {
+		t.Errorf("idgen_auth_failures_total: %d series, want one per IDL method and /status: %v", len(auth), auth)
+	}
+	if panics := series(t, m, "idgen_rpc_panics_total"); len(panics) != len(idgensvc.NewServiceInfo().Methods) {
+		t.Errorf("idgen_rpc_panics_total: %d series, want one per IDL method: %v", len(panics), panics)
 	}
 	reqs := series(t, m, "idgen_rpc_requests_total")
 	for _, channel := range []string{"default", "unordered", "ordered", "snowflake"} {

@@ -25,7 +25,8 @@ type node struct {
 	mode      string
 	cluster   string // --cluster, shown by /status
 	startedAt time.Time
-	refusals  *refusals // the last refused RPCs, kept by the handler for /status
+	refusals  *refusals    // the last refused RPCs, kept by the handler for /status
+	access    statusAccess // who may read /status; set before the admin port serves
 
 	mu          sync.Mutex
 	startReason string
@@ -56,7 +57,8 @@ type serving struct {
 }
 
 func newNode(clk clock.Clock, cfg Config) *node {
-	return &node{clk: clk, mode: cfg.Mode(), cluster: cfg.Cluster, startedAt: time.Now(), refusals: newRefusals(refusalRingSize)}
+	return &node{clk: clk, mode: cfg.Mode(), cluster: cfg.Cluster, startedAt: time.Now(), refusals: newRefusals(refusalRingSize),
+		access: statusAccess{admin: cfg.AdminToken, client: cfg.ClientToken, public: cfg.StatusPublic}}
 }
 
 // setStarting records what start-up is doing now (shown by /readyz and in

@@ -338,6 +338,9 @@ func (h *handler) OrderedTake(ctx context.Context, req *idl.OrderedTakeRequest) 
 // token, like ListWorkers.
 func (h *handler) OrderedOwners(ctx context.Context, req *idl.OrderedOwnersRequest) (resp *idl.OrderedOwnersResponse, err error) {
 	defer h.done("OrderedOwners", "", time.Now(), &err)
+	if req == nil {
+		req = &idl.OrderedOwnersRequest{} // every field is optional: an empty request (was a nil dereference)
+	}
 	if err := h.clientAuth(ctx, "OrderedOwners", req.Token); err != nil {
 		return nil, err
 	}

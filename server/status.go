@@ -12,11 +12,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/idgen/idgen/internal/logevery"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/worker"
@@ -37,6 +40,7 @@ const (
 	statusRefreshMin  = 2                // ?refresh=N, seconds: at least
 	statusRefreshMax  = 3600             // and at most
 	statusAgeWarn     = 10 * time.Second // a member's heartbeat older than this is flagged
+	statusRenderTTL   = time.Second      // a rendered page is served again for this long (per view)
 	statusCSP         = "default-src 'none'; style-src 'unsafe-inline'"
 	statusTimeLayout  = "2006-01-02 15:04:05Z07:00"
 	statusMilliLayout = "2006-01-02 15:04:05.000Z07:00"
@@ -53,18 +57,132 @@ const (
 // resource from anywhere (inline CSS only), no framing, no caching, no
 // secret (business keys and token hashes are dropped when the list is
 // read, before anything is kept or rendered), and bounded lists.
+//
+// Who sees what (statusAccess): the page lists what ListBiz guards with
+// the admin token, and other callers' refusals, so when the node has a
+// token (Run always has an admin token) it needs one, as a bearer token or
+// as the password of HTTP basic authentication (a browser asks for it):
+//   - the admin token: the whole page;
+//   - the client token: the node, its channels, its worker slot and the
+//     members, what Clock and ListWorkers already answer to that token,
+//     without the businesses, the refusals (other callers' requests) and
+//     the ZooKeeper session id;
+//   - no token: 401, or with --status-public the public summary (the
+//     node's state and its channels' readiness, what /readyz answers).
+//
+// A node without any token (tests, embedders) shows the whole page and
+// says that it is open. Each view is rendered at most once per
+// statusRenderTTL whatever the number of readers: a flood of reloads costs
+// one render a second per view, not a core.
 type statusPage struct {
 	nd      *node
 	log     *zap.Logger
 	wait    time.Duration // statusReadWait; tests shorten it
 	members readCache[[]*idl.Worker]
 	bizs    readCache[bizList]
+
+	refused  *prometheus.CounterVec // idgen_auth_failures_total (nil: not counted)
+	denyLog  *logevery.Limiter      // refused readers: one line per authLogWindow
+	now      func() time.Time       // the render cache's clock; tests drive it
+	ttl      time.Duration          // statusRenderTTL; tests set 0 for a fresh render per page
+	renders  atomic.Int64           // pages rendered (the cache's misses), for tests
+	rendered sync.Map               // statusLevel -> *renderCache
 }
 
-func newStatusPage(nd *node, log *zap.Logger) *statusPage {
-	return &statusPage{nd: nd, log: log, wait: statusReadWait,
-		members: readCache[[]*idl.Worker]{ttl: statusMembersTTL}, bizs: readCache[bizList]{ttl: statusBizsTTL}}
+// statusAccess is who may read /status: the node's tokens ("": none) and
+// --status-public.
+type statusAccess struct {
+	admin, client string
+	public        bool
 }
+
+// statusLevel is what a reader of /status may see.
+type statusLevel int
+
+const (
+	levelNone   statusLevel = iota // nothing: 401
+	levelPublic                    // state and channel readiness
+	levelClient                    // node, channels, slot, members
+	levelAdmin                     // everything
+	levelOpen                      // everything, on a node without tokens
+)
+
+func newStatusPage(nd *node, m *metrics, log *zap.Logger) *statusPage {
+	p := &statusPage{nd: nd, log: log, wait: statusReadWait,
+		members: readCache[[]*idl.Worker]{ttl: statusMembersTTL}, bizs: readCache[bizList]{ttl: statusBizsTTL},
+		denyLog: logevery.New(authLogWindow, nil), now: time.Now, ttl: statusRenderTTL}
+	if m != nil {
+		p.refused = m.authFailures
+	}
+	return p
+}
+
+// levelOf decides what the request may see from its token: a bearer token
+// (Authorization: Bearer T) or the password of basic authentication (any
+// user name), compared in constant time. given reports whether a token
+// was sent at all.
+func (p *statusPage) levelOf(r *http.Request) (lvl statusLevel, given bool) {
+	a := p.nd.access
+	if a.admin == "" && a.client == "" {
+		return levelOpen, false
+	}
+	var tok *string
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, t, _ := strings.Cut(h, " ")
+		if strings.EqualFold(scheme, "Bearer") { // the scheme is case-insensitive (RFC 9110)
+			t = strings.TrimSpace(t)
+			tok = &t
+		} else if _, pw, ok := r.BasicAuth(); ok {
+			tok = &pw
+		}
+	}
+	switch {
+	case tokenOK(tok, a.admin):
+		return levelAdmin, true
+	case tokenOK(tok, a.client):
+		return levelClient, true
+	case a.public && tok == nil:
+		return levelPublic, false
+	}
+	return levelNone, tok != nil
+}
+
+// deny answers 401 with how to pass a token; counted in
+// idgen_auth_failures_total{method="/status"} and logged at most once per
+// authLogWindow (a reader without the token may reload in a loop).
+func (p *statusPage) deny(w http.ResponseWriter, r *http.Request, given bool) {
+	if p.refused != nil {
+		p.refused.WithLabelValues(statusAuthMethod).Inc()
+	}
+	if ok, suppressed := p.denyLog.Allow("deny"); ok {
+		p.log.Warn("refused /status: missing or wrong token", zap.String("caller", r.RemoteAddr), zap.Bool("token_given", given),
+			zap.Int("suppressed", suppressed), zap.Duration("window", p.denyLog.Window()))
+	}
+	what := "/status needs a token"
+	if given {
+		what = "wrong token for /status"
+	}
+	w.Header().Set("WWW-Authenticate", `Basic realm="idgen status", charset="UTF-8"`)
+	http.Error(w, what+": send Authorization: Bearer <token> (the admin token shows the whole page, the client token the node, its channels, slot and members), "+
+		"for example curl -H \"Authorization: Bearer $(cat data/admin.token)\" http://HOST:8889/status; a browser asks for it: any user name, the token as the password. "+
+		"For dashboards without a token, start the node with --status-public (state and channel readiness only).", http.StatusUnauthorized)
+}
+
+// statusAuthMethod is the method label of /status in idgen_auth_failures_total.
+const statusAuthMethod = "/status"
+
+// renderCache holds one view's last rendering.
+type renderCache struct {
+	group singleflight.Group
+	mu    sync.Mutex
+	at    time.Time
+	body  []byte
+}
+
+// refreshMark stands in the rendered page where ?refresh=N puts its meta
+// refresh (and is dropped without one), so that one rendering serves every
+// N. (Not a comment: html/template drops comments.)
+const refreshMark = `<meta name="idgen-refresh">`
 
 func (p *statusPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
@@ -78,21 +196,71 @@ func (p *statusPage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "method not allowed: /status answers GET and HEAD", http.StatusMethodNotAllowed)
 		return
 	}
+	lvl, given := p.levelOf(r)
+	if lvl == levelNone {
+		p.deny(w, r, given)
+		return
+	}
 	start := time.Now()
-	v := p.build(r.Context(), start)
-	v.Refresh = refreshParam(r.URL.Query().Get("refresh"))
-	// Rendered whole before anything is sent: a template error is a 500,
-	// never half a page with a 200.
-	var buf bytes.Buffer
-	if err := statusTmpl.Execute(&buf, v); err != nil {
+	body, err := p.page(lvl)
+	if err != nil {
 		p.log.Error("rendering /status", zap.Error(err))
 		http.Error(w, "rendering the status page failed (the node logged why)", http.StatusInternalServerError)
 		return
 	}
+	refresh := ""
+	if n := refreshParam(r.URL.Query().Get("refresh")); n > 0 {
+		refresh = `<meta http-equiv="refresh" content="` + strconv.Itoa(n) + `">`
+	}
+	body = bytes.Replace(body, []byte(refreshMark), []byte(refresh), 1) // a copy: the cached page stays as it is
 	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Content-Length", strconv.Itoa(buf.Len()))
-	_, _ = w.Write(buf.Bytes())
-	p.log.Debug("served /status", zap.Duration("took", time.Since(start)), zap.Int("bytes", buf.Len()))
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	_, _ = w.Write(body)
+	p.log.Debug("served /status", zap.Duration("took", time.Since(start)), zap.Int("bytes", len(body)))
+}
+
+// page returns the rendering of lvl's view, at most p.ttl old: concurrent
+// readers of a stale one share one render. The render does not depend on
+// any one reader's request (nor end with it): a reader that leaves does
+// not fail the others.
+func (p *statusPage) page(lvl statusLevel) ([]byte, error) {
+	c0, _ := p.rendered.LoadOrStore(lvl, &renderCache{})
+	c := c0.(*renderCache)
+	fresh := func() []byte {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.body != nil && p.now().Sub(c.at) < p.ttl {
+			return c.body
+		}
+		return nil
+	}
+	if b := fresh(); b != nil {
+		return b, nil
+	}
+	b, err, _ := c.group.Do("render", func() (any, error) {
+		// Again: a render may have finished between the check above and
+		// this call, and its page is the one to serve.
+		if b := fresh(); b != nil {
+			return b, nil
+		}
+		now := p.now()
+		v := p.build(context.Background(), now, lvl)
+		// Rendered whole before anything is sent: a template error is a
+		// 500, never half a page with a 200.
+		var buf bytes.Buffer
+		if err := statusTmpl.Execute(&buf, v); err != nil {
+			return nil, err
+		}
+		p.renders.Add(1)
+		c.mu.Lock()
+		c.body, c.at = buf.Bytes(), now
+		c.mu.Unlock()
+		return buf.Bytes(), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return b.([]byte), nil
 }
 
 // refreshParam reads ?refresh=N: a page that reloads itself every N
@@ -109,7 +277,7 @@ func refreshParam(s string) int {
 // statusView is everything the template shows, already formatted: the
 // template only lays it out.
 type statusView struct {
-	Refresh  int
+	Access   accessView
 	Now      string
 	Node     nodeView
 	Channels []channelView
@@ -117,6 +285,29 @@ type statusView struct {
 	Members  membersView
 	Bizs     bizsView
 	Refusals refusalsView
+}
+
+// accessView says which view the page is and what it leaves out.
+type accessView struct {
+	Note                  string // shown at the top ("" for the admin view)
+	Details               bool   // version, mode, cluster, uptime, pid
+	Slot, Members         bool
+	Bizs, Refusals, Links bool
+}
+
+// accessOf is what lvl shows.
+func accessOf(lvl statusLevel) accessView {
+	switch lvl {
+	case levelOpen:
+		return accessView{Note: "This page is open to anyone who reaches the admin port: the node has no admin or client token.",
+			Details: true, Slot: true, Members: true, Bizs: true, Refusals: true, Links: true}
+	case levelClient:
+		return accessView{Note: "Client view: the businesses and the refused calls need the admin token.",
+			Details: true, Slot: true, Members: true}
+	case levelPublic:
+		return accessView{Note: "Public summary (--status-public): the rest of the page needs a token."}
+	}
+	return accessView{Details: true, Slot: true, Members: true, Bizs: true, Refusals: true, Links: true}
 }
 
 type nodeView struct {
@@ -215,14 +406,14 @@ type refusalView struct {
 	Message           string
 }
 
-// build gathers the page: the node's own state from memory, the members
-// and businesses through their caches (concurrently, each waited for at
-// most p.wait).
-func (p *statusPage) build(ctx context.Context, now time.Time) statusView {
+// build gathers lvl's view of the page: the node's own state from memory,
+// the members and businesses through their caches (concurrently, each
+// waited for at most p.wait), only what the view shows.
+func (p *statusPage) build(ctx context.Context, now time.Time, lvl statusLevel) statusView {
 	nd := p.nd
 	st := nd.status()
 	s := nd.serving.Load()
-	v := statusView{Now: now.UTC().Format(statusTimeLayout)}
+	v := statusView{Access: accessOf(lvl), Now: now.UTC().Format(statusTimeLayout)}
 	v.Node = nodeView{State: st.State, Class: stateClass(st.State), Reason: st.Reason, Ready: st.Ready, Version: version,
 		Mode: nd.mode, Cluster: nd.cluster, Uptime: fmtDur(now.Sub(nd.startedAt).Round(time.Second)),
 		Started: nd.startedAt.UTC().Format(statusTimeLayout), PID: os.Getpid()}
@@ -240,7 +431,14 @@ func (p *statusPage) build(ctx context.Context, now time.Time) statusView {
 		}
 		v.Channels = append(v.Channels, cv)
 	}
-	v.Refusals = refusalsOf(nd.refusals, now)
+	if v.Access.Refusals {
+		v.Refusals = refusalsOf(nd.refusals, now)
+	}
+	if !v.Access.Details {
+		// The public summary: state and channels only.
+		v.Node = nodeView{State: v.Node.State, Class: v.Node.Class, Reason: v.Node.Reason, Ready: v.Node.Ready, Wait: v.Node.Wait}
+		return v
+	}
 	if s == nil {
 		why := "starting: " + nd.starting()
 		v.Slot = slotView{Why: why}
@@ -248,7 +446,7 @@ func (p *statusPage) build(ctx context.Context, now time.Time) statusView {
 		return v
 	}
 	v.Node.Floor = strconv.FormatInt(nd.floor, 10)
-	v.Slot = slotOf(s, now)
+	v.Slot = slotOf(s, now, lvl != levelClient)
 
 	var (
 		wg            sync.WaitGroup
@@ -258,6 +456,9 @@ func (p *statusPage) build(ctx context.Context, now time.Time) statusView {
 	// A failed read is logged once per read (at most once per TTL), not
 	// once per page: a refreshing browser must not flood the log.
 	wg.Go(func() {
+		if !v.Access.Members {
+			return
+		}
 		members, good = p.members.get(ctx, p.wait, func(ctx context.Context) ([]*idl.Worker, error) {
 			ws, err := nd.workers(ctx, -1)
 			if err != nil {
@@ -267,6 +468,9 @@ func (p *statusPage) build(ctx context.Context, now time.Time) statusView {
 		})
 	})
 	wg.Go(func() {
+		if !v.Access.Bizs {
+			return
+		}
 		bizs, goodB = p.bizs.get(ctx, p.wait, func(ctx context.Context) (bizList, error) {
 			l, err := readBizs(ctx, s)
 			if err != nil {
@@ -282,8 +486,9 @@ func (p *statusPage) build(ctx context.Context, now time.Time) statusView {
 	return v
 }
 
-// slotOf is what the node knows of its own worker lease, from memory.
-func slotOf(s *serving, now time.Time) slotView {
+// slotOf is what the node knows of its own worker lease, from memory;
+// session: show the ZooKeeper session id (not in the client view).
+func slotOf(s *serving, now time.Time, session bool) slotView {
 	v := slotView{LeaseState: string(s.lease.State())}
 	v.LeaseClass = map[worker.State]string{worker.StateRegistered: "ok", worker.StateDegraded: "warn"}[s.lease.State()]
 	if v.LeaseClass == "" {
@@ -295,7 +500,10 @@ func slotOf(s *serving, now time.Time) slotView {
 		if _, isZK := s.lease.(*worker.ZKLease); isZK {
 			v.Registry = "ZooKeeper disconnected"
 			if ws.ZKConnected {
-				v.Registry = fmt.Sprintf("ZooKeeper connected (session %#x)", ws.SessionID)
+				v.Registry = "ZooKeeper connected"
+				if session {
+					v.Registry = fmt.Sprintf("ZooKeeper connected (session %#x)", ws.SessionID)
+				}
 			}
 		}
 		if ws.ClockOffsetKnown {
@@ -550,8 +758,8 @@ const statusHTML = `<!DOCTYPE html>
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-{{if .Refresh}}<meta http-equiv="refresh" content="{{.Refresh}}">
-{{end}}<title>idgen {{.Node.State}} · {{.Node.Cluster}}</title>
+<meta name="idgen-refresh">
+<title>idgen {{.Node.State}}{{if .Access.Details}} · {{.Node.Cluster}}{{end}}</title>
 <style>
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d232a;background:#f4f6f8}
 main{max-width:1180px;margin:0 auto;padding:16px 20px 32px}
@@ -588,8 +796,9 @@ footer{margin-top:18px;font-size:12px;color:#65717d}
 <main>
 <header>
 <h1>idgen <span class="badge big {{.Node.Class}}">{{.Node.State}}</span>{{if .Node.Ready}} <span class="badge ok">ready</span>{{else}} <span class="badge bad">not ready</span>{{end}}</h1>
-<div class="muted">cluster <b>{{.Node.Cluster}}</b> · mode <b>{{.Node.Mode}}</b> · version <b>{{.Node.Version}}</b> · up {{.Node.Uptime}} (since {{.Node.Started}}) · pid {{.Node.PID}}</div>
-{{if .Node.Reason}}<div class="{{if eq .Node.Class "bad"}}err{{else}}note{{end}}">{{.Node.Reason}}{{if .Node.Wait}} (about {{.Node.Wait}} to go){{end}}</div>{{end}}
+{{if .Access.Details}}<div class="muted">cluster <b>{{.Node.Cluster}}</b> · mode <b>{{.Node.Mode}}</b> · version <b>{{.Node.Version}}</b> · up {{.Node.Uptime}} (since {{.Node.Started}}) · pid {{.Node.PID}}</div>
+{{end}}{{if .Access.Note}}<div class="note" id="access">{{.Access.Note}}</div>
+{{end}}{{if .Node.Reason}}<div class="{{if eq .Node.Class "bad"}}err{{else}}note{{end}}">{{.Node.Reason}}{{if .Node.Wait}} (about {{.Node.Wait}} to go){{end}}</div>{{end}}
 </header>
 
 <div class="grid">
@@ -601,7 +810,7 @@ footer{margin-top:18px;font-size:12px;color:#65717d}
 {{end}}</table>
 </section>
 
-<section id="slot">
+{{if .Access.Slot}}<section id="slot">
 <h2>Worker slot</h2>
 {{with .Slot}}{{if .Held}}<dl class="kv">
 <dt>worker</dt><dd><b>{{.Worker}}</b> (IDC {{.IDC}}, node {{.Node}}) · lease <span class="badge {{.LeaseClass}}">{{.LeaseState}}</span></dd>
@@ -615,10 +824,10 @@ footer{margin-top:18px;font-size:12px;color:#65717d}
 <dt>layout</dt><dd>{{.Layout}}</dd>
 {{if $.Node.Floor}}<dt>snowflake floor</dt><dd class="mono">{{$.Node.Floor}}</dd>{{end}}
 </dl>{{else}}<div class="err">{{.Why}}</div>{{if .LeaseState}}<dl class="kv"><dt>lease</dt><dd><span class="badge {{.LeaseClass}}">{{.LeaseState}}</span></dd>{{if .Registry}}<dt>registry</dt><dd>{{.Registry}}</dd>{{end}}</dl>{{end}}{{end}}{{end}}
-</section>
+</section>{{end}}
 </div>
 
-<section id="members">
+{{if .Access.Members}}<section id="members">
 <h2>Members{{if .Members.Total}} ({{.Members.Total}}){{end}}</h2>
 {{with .Members}}{{if .Unavailable}}<div class="err">unavailable: {{.Unavailable}}</div>{{end}}
 {{if .Stale}}<div class="note">showing the last listing read, {{.Stale}} ago</div>{{end}}
@@ -629,9 +838,9 @@ footer{margin-top:18px;font-size:12px;color:#65717d}
 {{end}}{{end}}</table>
 {{else}}{{if not .Unavailable}}<div class="muted">no running members</div>{{end}}{{end}}
 {{if .More}}<div class="note">and {{.More}} more (idctl workers lists them all)</div>{{end}}{{end}}
-</section>
+</section>{{end}}
 
-<section id="refusals">
+{{if .Access.Refusals}}<section id="refusals">
 <h2>Refusals ({{.Refusals.Total}} since start)</h2>
 {{with .Refusals}}{{if .Counts}}<div class="counts">{{range .Counts}}<span><b>{{.Code}}</b> {{.Count}}</span> {{end}}</div>
 <h3>last {{len .Recent}} (at most {{.Kept}} kept), newest first</h3>
@@ -639,9 +848,9 @@ footer{margin-top:18px;font-size:12px;color:#65717d}
 <tr><th>time (UTC)</th><th>method</th><th>business</th><th>code</th><th>message</th></tr>
 {{range .Recent}}<tr><td class="mono">{{.Time}}<br><span class="muted">{{.Ago}}</span></td><td>{{.Method}}</td><td class="mono">{{or .Biz "-"}}</td><td><b>{{.Code}}</b></td><td class="msg">{{.Message}}</td></tr>
 {{end}}</table>{{else}}<div class="muted">no refused calls since start</div>{{end}}{{end}}
-</section>
+</section>{{end}}
 
-<section id="businesses">
+{{if .Access.Bizs}}<section id="businesses">
 <h2>Businesses{{if .Bizs.Total}} ({{.Bizs.Total}}){{end}}</h2>
 {{with .Bizs}}{{if .Unavailable}}<div class="err">unavailable: {{.Unavailable}}</div>{{end}}
 {{if .Stale}}<div class="note">showing the last list read, {{.Stale}} ago</div>{{end}}
@@ -650,9 +859,9 @@ footer{margin-top:18px;font-size:12px;color:#65717d}
 {{range .Rows}}<tr><td><b>{{.Name}}</b></td><td>{{.Channel}}</td><td>{{.Mode}}</td><td>{{if .Fallback}}yes{{else}}no{{end}}</td><td>{{.Format}}{{if .Obfuscated}}, obfuscated{{end}}</td><td>{{.Limits}}</td><td class="num">{{.Tokens}}</td><td class="msg muted">{{.Description}}</td></tr>
 {{end}}</table>{{else}}{{if not .Unavailable}}<div class="muted">no businesses</div>{{end}}{{end}}
 {{if gt .More 0}}<div class="note">and {{.More}} more (idctl biz list shows them all)</div>{{end}}{{end}}
-</section>
+</section>{{end}}
 
-<footer>generated {{.Now}} by this node's clock · <a href="/readyz">/readyz</a> · <a href="/metrics">/metrics</a> · <a href="/status?refresh=5">refresh every 5 s</a></footer>
+<footer>generated {{.Now}} by this node's clock (served again for up to a second) · <a href="/readyz">/readyz</a>{{if .Access.Links}} · <a href="/metrics">/metrics</a>{{end}} · <a href="/status?refresh=5">refresh every 5 s</a></footer>
 </main>
 </body>
 </html>

@@ -96,7 +96,9 @@ func TestStatusBrowser(t *testing.T) {
 		refuse("unknown business", err, idl.ErrorCode_UNKNOWN_BIZ)
 	}
 
-	url := "http://" + n.AdminAddr + "/status"
+	// /status needs the admin token: given as the password in the URL,
+	// which the browser answers the page's basic challenge with.
+	url := "http://status:" + n.AdminToken + "@" + n.AdminAddr + "/status"
 	dom, took := runChromium(t, chromium, "--dump-dom", url)
 	t.Logf("chromium --dump-dom took %v", took)
 	text := pageText(dom)

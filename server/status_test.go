@@ -244,7 +244,7 @@ func TestStatusServing(t *testing.T) {
 // worked a failed one shows the last good listing, marked stale.
 func TestStatusMembersUnavailable(t *testing.T) {
 	nd, _, _ := startStatusNode(t, "tok-0123456789")
-	page := newStatusPage(nd, zap.NewNop())
+	page := newStatusPage(nd, nil, zap.NewNop())
 	page.wait = 300 * time.Millisecond
 	page.members.ttl = 0 // read on every page
 	srv := httptest.NewServer(page)
@@ -270,8 +270,9 @@ func TestStatusMembersUnavailable(t *testing.T) {
 	_, body = getStatus(t, http.MethodGet, srv.URL)
 	mustContain(t, "hanging again", pageText(body), "unavailable: no answer within 300ms")
 
-	page2 := newStatusPage(nd, zap.NewNop())
+	page2 := newStatusPage(nd, nil, zap.NewNop())
 	page2.members.ttl = 0
+	page2.ttl = 0 // a fresh render per page
 	srv2 := httptest.NewServer(page2)
 	defer srv2.Close()
 	setWorkers(func(ctx context.Context, idc int) ([]*idl.Worker, error) {
@@ -313,7 +314,7 @@ func TestStatusBounded(t *testing.T) {
 	for range 500 {
 		r.add(now, "NextIDs", strings.Repeat("b", 10_000), "INVALID_ARGUMENT", strings.Repeat("m", 100_000))
 	}
-	v := statusView{Members: membersOf(readResult[[]*idl.Worker]{val: ws, at: now}, readResult[[]*idl.Worker]{}, -1, now),
+	v := statusView{Access: accessOf(levelAdmin), Members: membersOf(readResult[[]*idl.Worker]{val: ws, at: now}, readResult[[]*idl.Worker]{}, -1, now),
 		Bizs: bizsOf(readResult[bizList]{val: list, at: now}, readResult[bizList]{}, now), Refusals: refusalsOf(r, now)}
 	var buf bytes.Buffer
 	if err := statusTmpl.Execute(&buf, v); err != nil {

@@ -204,7 +204,9 @@ func writeProperties(path string, p properties) error {
 // fsyncs the directory so the rename itself is durable.
 func writeFileAtomic(path string, data []byte) error {
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// 0700: the properties file holds the slot's mark; another user who
+	// could rewrite it could make this node repeat IDs.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create dir %s: %w", dir, err)
 	}
 	tmp, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-*")

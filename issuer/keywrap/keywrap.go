@@ -29,8 +29,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"runtime"
 
+	"github.com/idgen/idgen/internal/secretfile"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -69,8 +69,9 @@ type Key struct {
 }
 
 // Load reads the master key file at path. The file must be readable by its
-// owner only (mode 0600 or stricter): a master key that every local user
-// can read protects nothing.
+// owner only (mode 0600 or stricter; internal/secretfile has the one
+// exception, Kubernetes Secret volumes): a master key that every local
+// user can read protects nothing.
 func Load(path string) (*Key, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -85,10 +86,10 @@ func Load(path string) (*Key, error) {
 	if err != nil {
 		return nil, fmt.Errorf("keywrap: master key file: %w", err)
 	}
-	// Windows has no Unix permission bits to check.
-	if runtime.GOOS != "windows" && fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("keywrap: master key file %s has mode %v, readable by group or others: run chmod 600 %s (on Kubernetes, mount the secret with defaultMode 0400)",
-			path, fi.Mode().Perm(), path)
+	// The rule of every secret file (internal/secretfile): owner only,
+	// or root's file for this process's own group (Kubernetes fsGroup).
+	if err := secretfile.Check(path, fi); err != nil {
+		return nil, fmt.Errorf("keywrap: master key file %w", err)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, 1<<16))
 	if err != nil {

@@ -156,7 +156,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	// 0700 like every data directory idgen creates: the store holds
+	// the counters (and the business keys unless a master key wraps them).
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("boltstore: create data dir: %w", err)
 	}
 	path := filepath.Join(dir, FileName)

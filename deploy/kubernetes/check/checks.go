@@ -551,11 +551,19 @@ func (c *checker) checkSecrets(pod *corev1.PodSpec, ctr *corev1.Container, s set
 				mode = *it.Mode
 			}
 		}
-		if mode&0o007 != 0 {
-			c.bad("container idgen: %s: Secret volume %s gives mode %#o, readable by every user of the pod: want 0440 with fsGroup (or 0400)", from, vm.Name, mode)
+		// kubelet writes a Secret volume's files as root's and, with an
+		// fsGroup, chowns them to that group and adds the group read bit
+		// whatever the mode says (0400 becomes 0440). idgen refuses a
+		// secret file other users can read (internal/secretfile) and
+		// takes such a group-readable root's file only when its group is
+		// idgen's own: runAsGroup equal to fsGroup.
+		if mode&0o077 != 0 {
+			c.bad("container idgen: %s: Secret volume %s gives mode %#o, readable or writable by users other than idgen: want defaultMode 0400", from, vm.Name, mode)
 		}
-		if mode&0o040 != 0 && !fsGroup {
-			c.bad("container idgen: Secret volume %s is group-readable (%#o) but the pod sets no fsGroup: idgen's user cannot read it", vm.Name, mode)
+		if !fsGroup {
+			c.bad("container idgen: Secret volume %s: the pod sets no fsGroup: its files stay root's and idgen's user cannot read them", vm.Name)
+		} else if g := runAsGroup(pod, ctr); g == nil || *g != *pod.SecurityContext.FSGroup {
+			c.bad("container idgen: Secret volume %s: runAsGroup must equal fsGroup (%d): idgen accepts a group-readable secret file only from its own group", vm.Name, *pod.SecurityContext.FSGroup)
 		}
 	}
 }
@@ -634,4 +642,16 @@ func (c *checker) checkPDB(sts *appsv1.StatefulSet, podLabels labels.Set) {
 			c.bad("PodDisruptionBudget %s: maxUnavailable must be 1", pdb.Name)
 		}
 	}
+}
+
+// runAsGroup is the container's effective primary group: its own
+// securityContext's, else the pod's (nil: the image's).
+func runAsGroup(pod *corev1.PodSpec, ctr *corev1.Container) *int64 {
+	if ctr.SecurityContext != nil && ctr.SecurityContext.RunAsGroup != nil {
+		return ctr.SecurityContext.RunAsGroup
+	}
+	if pod.SecurityContext != nil {
+		return pod.SecurityContext.RunAsGroup
+	}
+	return nil
 }

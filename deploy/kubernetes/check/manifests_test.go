@@ -157,8 +157,15 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{"no admin token file", func(m *Manifests) { setArg(m, "--admin-token-file", "--log-level=info") }, "no --admin-token-file"},
 		{"world-readable secrets", func(m *Manifests) {
 			sts(m).Spec.Template.Spec.Volumes[0].Secret.DefaultMode = i32(0o444)
-		}, "readable by every user of the pod"},
-		{"group-readable without fsGroup", func(m *Manifests) { sts(m).Spec.Template.Spec.SecurityContext.FSGroup = nil }, "sets no fsGroup"},
+		}, "readable or writable by users other than idgen"},
+		{"group-readable secrets", func(m *Manifests) {
+			sts(m).Spec.Template.Spec.Volumes[0].Secret.DefaultMode = i32(0o440)
+		}, "want defaultMode 0400"},
+		{"no fsGroup", func(m *Manifests) { sts(m).Spec.Template.Spec.SecurityContext.FSGroup = nil }, "sets no fsGroup"},
+		{"runAsGroup is not fsGroup", func(m *Manifests) {
+			g := int64(1000)
+			sts(m).Spec.Template.Spec.SecurityContext.FSGroup = &g
+		}, "runAsGroup must equal fsGroup (1000)"},
 		{"service links", func(m *Manifests) { sts(m).Spec.Template.Spec.EnableServiceLinks = nil }, "enableServiceLinks is not false"},
 		{"no advertised pod IP", func(m *Manifests) { ctr(m).Env = nil }, "IDGEN_ADVERTISE_HOST must come from the downward API"},
 		{"one advertised host for all", func(m *Manifests) { ctr(m).Env[0] = corev1.EnvVar{Name: "IDGEN_ADVERTISE_HOST", Value: "10.0.0.1"} }, "IDGEN_ADVERTISE_HOST must come"},

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/idgen/idgen/internal/logevery"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -122,6 +123,7 @@ type Allocator struct {
 	requests *requestMemory
 	seen     [segment.OrderedShards]seenMap // highest number answered per key, across terms (the barrier's repair)
 	perShard int                            // MaxKeys / shards
+	bugLog   *logevery.Limiter              // bounds the log of a failure every persist could repeat
 
 	st stats
 }
@@ -158,7 +160,7 @@ func New(cfg Config) (*Allocator, error) {
 		return nil, err
 	}
 	a := &Allocator{cfg: cfg, log: cfg.Logger, requests: newRequestMemory(cfg.MaxRequests, cfg.RequestTTL),
-		perShard: max(1, cfg.MaxKeys/segment.OrderedShards)}
+		perShard: max(1, cfg.MaxKeys/segment.OrderedShards), bugLog: logevery.New(time.Minute, nil)}
 	for i := range a.seen {
 		a.seen[i].m = map[Key]int64{}
 		a.seen[i].max = a.perShard

@@ -24,6 +24,9 @@ type fakeStore struct {
 	failNext error // the next Persist fails with it
 	delay    time.Duration
 	jitter   bool // persists sleep 0..2 ms first: concurrent ones commit out of order
+	// hold, when set, makes every Persist wait for a value (or its close)
+	// before it runs: a test queues requests behind a persist in flight.
+	hold chan struct{}
 }
 
 func newFakeStore() *fakeStore {
@@ -56,6 +59,14 @@ func (s *fakeStore) Load(_ context.Context, shard int, epoch int64, keys []Key) 
 }
 
 func (s *fakeStore) Persist(_ context.Context, shard int, epoch int64, rows []Row, reqs []Request) error {
+	if s.hold != nil {
+		<-s.hold
+	}
+	// The input checks of every real store: a batch they refuse, this
+	// store refuses.
+	if err := ValidatePersist(shard, rows, reqs); err != nil {
+		return err
+	}
 	if s.delay > 0 {
 		time.Sleep(s.delay)
 	}

@@ -263,7 +263,7 @@ func (r Response) Count() int64 {
 // statement per request) or a node's shard owners (package ordered, through
 // the server's forwarding router).
 type OrderedTaker interface {
-	Take(ctx context.Context, biz segment.Biz, subKey string, n int64, requestID string) (segment.Range, error)
+	Take(ctx context.Context, biz segment.Biz, subKey string, n int64, rid segment.RequestID) (segment.Range, error)
 }
 
 type callerTokenKey struct{}

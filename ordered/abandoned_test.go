@@ -60,13 +60,13 @@ func TestAbandonedRequestDoesNotBreakItsGroupCommit(t *testing.T) {
 	// A persist in flight, held, so that what follows queues behind it.
 	store.hold = make(chan struct{})
 	blocker := make(chan error, 1)
-	go func() { _, err := n.a.Take(bg, biz, key.SubKey, 1, ""); blocker <- err }()
+	go func() { _, err := n.a.Take(bg, biz, key.SubKey, 1, segment.RequestID{}); blocker <- err }()
 	wait.For(t, 10*time.Second, "the first persist to start", func() bool { return waiters(n.a, key) == 1 })
 
 	// The first attempt of req-1 queues, and its caller gives up.
 	ctx, cancel := context.WithCancel(bg)
 	first := make(chan error, 1)
-	go func() { _, err := n.a.Take(ctx, biz, key.SubKey, 2, "req-1"); first <- err }()
+	go func() { _, err := n.a.Take(ctx, biz, key.SubKey, 2, segment.RequestID{ID: "req-1"}); first <- err }()
 	wait.For(t, 10*time.Second, "the first attempt to queue", func() bool { return waiters(n.a, key) == 2 })
 	cancel()
 	if err := <-first; !errors.Is(err, segment.ErrUnavailable) {
@@ -80,8 +80,11 @@ func TestAbandonedRequestDoesNotBreakItsGroupCommit(t *testing.T) {
 		err error
 	}
 	retry, unrelated := make(chan result, 1), make(chan result, 1)
-	go func() { r, err := n.a.Take(bg, biz, key.SubKey, 2, "req-1"); retry <- result{r, err} }()
-	go func() { r, err := n.a.Take(bg, biz, other, 1, ""); unrelated <- result{r, err} }()
+	go func() {
+		r, err := n.a.Take(bg, biz, key.SubKey, 2, segment.RequestID{ID: "req-1"})
+		retry <- result{r, err}
+	}()
+	go func() { r, err := n.a.Take(bg, biz, other, 1, segment.RequestID{}); unrelated <- result{r, err} }()
 	wait.For(t, 10*time.Second, "the retry and the unrelated request to queue", func() bool {
 		return waiters(n.a, Key{"chat", other}) == 1 && waiters(n.a, key) == 3
 	})
@@ -99,7 +102,7 @@ func TestAbandonedRequestDoesNotBreakItsGroupCommit(t *testing.T) {
 	}
 	// The retry got the range stored for the id: a later retry, from
 	// memory or from the store on a new owner, gets the same.
-	if again, err := n.a.Take(bg, biz, key.SubKey, 2, "req-1"); err != nil || again != got.r {
+	if again, err := n.a.Take(bg, biz, key.SubKey, 2, segment.RequestID{ID: "req-1"}); err != nil || again != got.r {
 		t.Fatalf("second retry: %v %v, want %v", again, err, got.r)
 	}
 	if s, ok := store.reqs[RequestKey{Biz: "chat", ID: "req-1"}]; !ok || s.Range != got.r {
@@ -107,7 +110,7 @@ func TestAbandonedRequestDoesNotBreakItsGroupCommit(t *testing.T) {
 	}
 	b := newNode(t, store, clk, "b:1")
 	b.acquireAll(t, 2, time.Time{})
-	if again, err := b.a.Take(bg, biz, key.SubKey, 2, "req-1"); err != nil || again != got.r {
+	if again, err := b.a.Take(bg, biz, key.SubKey, 2, segment.RequestID{ID: "req-1"}); err != nil || again != got.r {
 		t.Fatalf("retry on a new owner: %v %v, want %v", again, err, got.r)
 	}
 }

@@ -84,15 +84,15 @@ func (s *fakeStore) Persist(_ context.Context, shard int, epoch int64, rows []Ro
 	}
 	var dup []RequestKey
 	for _, r := range reqs {
-		if _, ok := s.reqs[RequestKey{r.Biz, r.ID}]; ok {
-			dup = append(dup, RequestKey{r.Biz, r.ID})
+		if _, ok := s.reqs[r.key()]; ok {
+			dup = append(dup, r.key())
 		}
 	}
 	if len(dup) > 0 {
 		return &DuplicateRequestsError{Requests: dup}
 	}
 	for _, r := range reqs {
-		s.reqs[RequestKey{r.Biz, r.ID}] = r
+		s.reqs[r.key()] = r
 	}
 	for _, r := range rows {
 		if segment.Shard(r.SubKey) != shard {
@@ -116,12 +116,12 @@ func (s *fakeStore) WriteBack(_ context.Context, shard int, epoch int64, rows []
 	return nil
 }
 
-func (s *fakeStore) LookupRequests(_ context.Context, biz string, ids []string) (map[string]Request, error) {
+func (s *fakeStore) LookupRequests(_ context.Context, biz, scope string, ids []string) (map[string]Request, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[string]Request{}
 	for _, id := range ids {
-		if r, ok := s.reqs[RequestKey{biz, id}]; ok {
+		if r, ok := s.reqs[RequestKey{Biz: biz, Scope: scope, ID: id}]; ok {
 			out[id] = r
 		}
 	}

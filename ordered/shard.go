@@ -21,8 +21,8 @@ type shard struct {
 	idx   int
 	grant Grant
 
-	mu       sync.Mutex
-	keys     map[Key]*keyState
+	mu   sync.Mutex
+	keys map[Key]*keyState
 	// reqs are the waiters with a gapless request id, until answered:
 	// a retry of one of them joins it (see take).
 	reqs     map[RequestKey]*waiter
@@ -196,7 +196,7 @@ func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.Or
 			ks.want = max(ks.want, ks.served)
 			w = &waiter{need: r.Last}
 			if req.RequestID != "" {
-				w.req = &Request{Biz: key.Biz, ID: req.RequestID, SubKey: key.SubKey, Count: n, Range: r}
+				w.req = &Request{Biz: key.Biz, Scope: req.RequestScope, ID: req.RequestID, SubKey: key.SubKey, Count: n, Range: r}
 				sh.reqs[requestKeyOf(req)] = w
 			}
 		}
@@ -260,7 +260,7 @@ func (sh *shard) settleLocked(w *waiter, res waitResult) {
 	if w.req == nil {
 		return
 	}
-	if rk := (RequestKey{Biz: w.req.Biz, ID: w.req.ID}); sh.reqs[rk] == w {
+	if rk := w.req.key(); sh.reqs[rk] == w {
 		delete(sh.reqs, rk)
 	}
 	for _, j := range w.joined {
@@ -268,7 +268,7 @@ func (sh *shard) settleLocked(w *waiter, res waitResult) {
 		switch {
 		case res.err != nil:
 		case j.mismatch:
-			jr = waitResult{err: requestMismatch()}
+			jr = waitResult{err: segment.RequestMismatch()}
 		case !res.replayed:
 			jr = waitResult{r: w.req.Range, replayed: true}
 		}
@@ -279,15 +279,7 @@ func (sh *shard) settleLocked(w *waiter, res waitResult) {
 
 // requestKeyOf is the key under which req's request id is kept.
 func requestKeyOf(req segment.OrderedRequest) RequestKey {
-	return RequestKey{Biz: req.Biz, ID: req.RequestID}
-}
-
-// requestMismatch is the refusal of a request id reused for another
-// request. It names neither that request's sub key nor its count: with
-// request ids shared by a business's callers, those are someone else's.
-func requestMismatch() error {
-	return fmt.Errorf("%w: this request_id was already used by a request with another sub key or count: use a new request_id for a new request",
-		segment.ErrRequestMismatch)
+	return RequestKey{Biz: req.Biz, Scope: req.RequestScope, ID: req.RequestID}
 }
 
 // reservation is how many numbers a cached extension reserves: about
@@ -420,7 +412,7 @@ func (sh *shard) launch(a *Allocator) bool {
 		hasReq := false
 		for _, w := range ks.waiters {
 			if w.req != nil && !w.stored && w.round == nil {
-				rk := RequestKey{Biz: w.req.Biz, ID: w.req.ID}
+				rk := w.req.key()
 				if _, twice := inRound[rk]; twice {
 					continue
 				}
@@ -579,22 +571,24 @@ func (sh *shard) failLocked(ks *keyState, r *round, num int64, hasRow bool, err 
 // own allocations become a gap. Nothing of r was written: its other
 // waiters wait for the next persist.
 func (sh *shard) replayDuplicates(a *Allocator, r *round, batch []*keyState, rows []Row, dup *DuplicateRequestsError) {
-	byBiz := map[string][]string{}
+	type scope struct{ biz, scope string }
+	byScope := map[scope][]string{}
 	for _, rk := range dup.Requests {
-		byBiz[rk.Biz] = append(byBiz[rk.Biz], rk.ID)
+		k := scope{rk.Biz, rk.Scope}
+		byScope[k] = append(byScope[k], rk.ID)
 	}
 	stored := map[RequestKey]Request{}
 	var lookupErr error
-	for biz, ids := range byBiz {
+	for k, ids := range byScope {
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Timeout)
-		m, err := a.cfg.Store.LookupRequests(ctx, biz, ids)
+		m, err := a.cfg.Store.LookupRequests(ctx, k.biz, k.scope, ids)
 		cancel()
 		if err != nil {
 			lookupErr = err
 			continue
 		}
 		for id, q := range m {
-			stored[RequestKey{Biz: biz, ID: id}] = q
+			stored[RequestKey{Biz: k.biz, Scope: k.scope, ID: id}] = q
 		}
 	}
 	sh.mu.Lock()
@@ -619,11 +613,11 @@ func (sh *shard) replayDuplicates(a *Allocator, r *round, batch []*keyState, row
 				continue
 			}
 			w.round = nil
-			if w.req == nil || !dupSet[RequestKey{Biz: w.req.Biz, ID: w.req.ID}] {
+			if w.req == nil || !dupSet[w.req.key()] {
 				keep = append(keep, w)
 				continue
 			}
-			rk := RequestKey{Biz: w.req.Biz, ID: w.req.ID}
+			rk := w.req.key()
 			s, ok := stored[rk]
 			switch {
 			case !ok:
@@ -633,7 +627,7 @@ func (sh *shard) replayDuplicates(a *Allocator, r *round, batch []*keyState, row
 				}
 				sh.settleLocked(w, waitResult{err: &UnavailableError{Shard: sh.idx, Reason: "reading a stored request id", Err: err}})
 			case s.SubKey != w.req.SubKey || s.Count != w.req.Count:
-				sh.settleLocked(w, waitResult{err: requestMismatch()})
+				sh.settleLocked(w, waitResult{err: segment.RequestMismatch()})
 			default:
 				sh.settleLocked(w, waitResult{r: s.Range, replayed: true})
 			}

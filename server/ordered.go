@@ -44,7 +44,7 @@ var _ issuer.OrderedTaker = (*owners)(nil)
 // shard, and otherwise forwards it to the owner (one internal hop). The
 // owner never forwards further (OrderedTake answers from its allocator
 // only), so a stale map costs a retryable refusal, never a loop.
-func (o *owners) Take(ctx context.Context, biz segment.Biz, subKey string, n int64, requestID string) (segment.Range, error) {
+func (o *owners) Take(ctx context.Context, biz segment.Biz, subKey string, n int64, rid segment.RequestID) (segment.Range, error) {
 	// A shard changing hands (a hand-off, a node joining, the first
 	// moments of a node) is refused for tens of milliseconds: ride it out
 	// here, briefly, instead of answering the caller a refusal. A lease
@@ -55,7 +55,7 @@ func (o *owners) Take(ctx context.Context, biz segment.Biz, subKey string, n int
 	}
 	pause := 5 * time.Millisecond
 	for {
-		r, err := o.takeOnce(ctx, biz, subKey, n, requestID)
+		r, err := o.takeOnce(ctx, biz, subKey, n, rid)
 		if err == nil || !inTransition(err) || time.Now().Add(pause).After(deadline) {
 			return r, err
 		}
@@ -83,14 +83,15 @@ func inTransition(err error) bool {
 		(ue.Forwarded && ue.RetryAfter <= 100*time.Millisecond)
 }
 
-func (o *owners) takeOnce(ctx context.Context, biz segment.Biz, subKey string, n int64, requestID string) (segment.Range, error) {
-	r, err := o.alloc.Take(ctx, biz, subKey, n, requestID)
+func (o *owners) takeOnce(ctx context.Context, biz segment.Biz, subKey string, n int64, rid segment.RequestID) (segment.Range, error) {
+	r, err := o.alloc.Take(ctx, biz, subKey, n, rid)
 	var ue *ordered.UnavailableError
 	if err == nil || !errors.As(err, &ue) || !ue.NotOwner || ue.Owner.Addr == "" || ue.Owner.Self || ue.Owner.Addr == o.self {
 		return r, err
 	}
 	o.forwarded.Inc()
-	r, ferr := o.fwd.take(ctx, ue.Owner.Addr, biz.Name, subKey, n, requestID, issuer.CallerToken(ctx))
+	// The owner scopes the id by the token itself (issuer.RequestScope).
+	r, ferr := o.fwd.take(ctx, ue.Owner.Addr, biz.Name, subKey, n, rid.ID, issuer.CallerToken(ctx))
 	if ferr != nil {
 		o.forwardFailures.Inc()
 	}
@@ -213,7 +214,8 @@ func (h *handler) OrderedTake(ctx context.Context, req *idl.OrderedTakeRequest) 
 	biz, err := s.is.OwnerBiz(ctx, req.Biz, req.GetToken())
 	if err == nil {
 		var r segment.Range
-		if r, err = s.owners.alloc.Take(ctx, biz, req.SubKey, int64(req.Count), req.GetRequestId()); err == nil {
+		rid := segment.RequestID{ID: req.GetRequestId(), Scope: issuer.RequestScope(req.GetToken())}
+		if r, err = s.owners.alloc.Take(ctx, biz, req.SubKey, int64(req.Count), rid); err == nil {
 			return &idl.OrderedTakeResponse{Range: &idl.IDRange{First: r.First, Last: r.Last}}, nil
 		}
 	}

@@ -261,7 +261,7 @@ var (
 	// ErrRequestMismatch: a request id was reused for a different request
 	// (another sub key or count). Wrap it with RequestMismatch's message,
 	// which names neither.
-	ErrRequestMismatch = errors.New("request id reused with different parameters")
+	ErrRequestMismatch = errors.New("request_id already used by a different request")
 	// ErrNoSegments: this deployment has no store that can reserve numbers
 	// shared by every node (a ZooKeeper-only cluster keeps businesses in
 	// ZooKeeper but no counters). UNORDERED, ORDERED and snowflake fallback
@@ -274,6 +274,5 @@ var (
 // a credential a business's callers share request ids, so those may be
 // someone else's; and the message reaches the node's status page.
 func RequestMismatch() error {
-	return fmt.Errorf("%w: this request_id was already used by a request with another sub key or count: use a new request_id for a new request",
-		ErrRequestMismatch)
+	return fmt.Errorf("%w (another sub key or count): use a new request_id for a new request", ErrRequestMismatch)
 }

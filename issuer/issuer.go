@@ -362,7 +362,12 @@ func (is *Issuer) serve(ctx context.Context, biz segment.Biz, ch segment.Channel
 	if err != nil {
 		return nil, ext.Result{}, err
 	}
-	res, err := is.ext.Serve(ctx, ext.Request{Biz: biz, Channel: ch, Count: req.Count, SubKey: req.SubKey, RequestID: req.RequestID},
+	var scope string
+	if req.RequestID != "" { // only ids are scoped: no hash on the other requests' path
+		scope = RequestScope(req.Token)
+	}
+	res, err := is.ext.Serve(ctx, ext.Request{Biz: biz, Channel: ch, Count: req.Count, SubKey: req.SubKey, RequestID: req.RequestID,
+		RequestScope: scope},
 		ext.RejectionFunc(is.logRejection), ext.RejectionFunc(is.snowflakeFallback))
 	return out, res, err
 }

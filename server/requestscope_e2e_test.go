@@ -69,6 +69,7 @@ func TestE2E_RequestIDsScopedToTheToken(t *testing.T) {
 		if v := nextIDsRetrying(t, c, req(victimTok, secretSub, "r-1", 17)).Ranges[0]; v.First != victim.First || v.Last != victim.Last {
 			t.Fatalf("node %d: the victim's retry got %d..%d, want %d..%d", i, v.First, v.Last, victim.First, victim.Last)
 		}
+		t.Logf("node %d: victim %d..%d, another token with the same request id %d..%d", i, victim.First, victim.Last, a.First, a.Last)
 	}
 	// An id the attacker claims first does not block the victim.
 	nextIDsRetrying(t, clients[1], req(attackerTok, "elsewhere", "future", 1))

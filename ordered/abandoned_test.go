@@ -125,3 +125,61 @@ func codeOf(err error) string {
 	}
 	return "other"
 }
+
+// TestRoundNeverHoldsARequestIDTwice: the safety net under join. Were two
+// waiters of one request id queued at once (join missed the first: here
+// the test removes it from the shard's index), the group commit takes one
+// and the other waits for the next, where the store reports the id stored
+// and the waiter gets the stored range. Neither the commit nor an
+// unrelated key fails, and the id has one answer.
+func TestRoundNeverHoldsARequestIDTwice(t *testing.T) {
+	store := newFakeStore()
+	clk := newFakeClock()
+	n := newNode(t, store, clk, "a:1")
+	n.acquireAll(t, 1, time.Time{})
+	biz := bizMode("chat", segment.OrderedGapless)
+	key := Key{"chat", "room-1"}
+	other := sameShardKey(t, key.SubKey)
+	bg := context.Background()
+	sh := n.a.shards[segment.Shard(key.SubKey)].Load()
+
+	store.hold = make(chan struct{})
+	blocker := make(chan error, 1)
+	go func() { _, err := n.a.Take(bg, biz, key.SubKey, 1, segment.RequestID{}); blocker <- err }()
+	wait.For(t, 10*time.Second, "the first persist to start", func() bool { return waiters(n.a, key) == 1 })
+	ctx, cancel := context.WithCancel(bg)
+	first := make(chan error, 1)
+	go func() { _, err := n.a.Take(ctx, biz, key.SubKey, 2, segment.RequestID{ID: "req-1"}); first <- err }()
+	wait.For(t, 10*time.Second, "the first attempt to queue", func() bool { return waiters(n.a, key) == 2 })
+	cancel()
+	<-first
+	sh.mu.Lock()
+	clear(sh.reqs) // as if join had missed the queued attempt
+	sh.mu.Unlock()
+
+	type result struct {
+		r   segment.Range
+		err error
+	}
+	retry, unrelated := make(chan result, 1), make(chan result, 1)
+	go func() {
+		r, err := n.a.Take(bg, biz, key.SubKey, 2, segment.RequestID{ID: "req-1"})
+		retry <- result{r, err}
+	}()
+	go func() { r, err := n.a.Take(bg, biz, other, 1, segment.RequestID{}); unrelated <- result{r, err} }()
+	wait.For(t, 10*time.Second, "the retry and the unrelated request to queue", func() bool {
+		return waiters(n.a, Key{"chat", other}) == 1 && waiters(n.a, key) == 3
+	})
+	close(store.hold)
+	if err := <-blocker; err != nil {
+		t.Fatal(err)
+	}
+	if u := <-unrelated; u.err != nil {
+		t.Fatalf("unrelated key: %v", u.err)
+	}
+	got := <-retry
+	stored, ok := store.reqs[RequestKey{Biz: "chat", ID: "req-1"}]
+	if got.err != nil || !ok || got.r != stored.Range {
+		t.Fatalf("retry: %v, %v; stored %+v (%v): want the stored range", got.r, got.err, stored, ok)
+	}
+}

@@ -400,9 +400,11 @@ func (sh *shard) launch(a *Allocator) bool {
 		batch []*keyState
 		// inRound: the request ids of this round. A store refuses a
 		// batch holding one twice, failing all of it; join keeps that
-		// from happening, and a second one would wait for the next
-		// round (where the store reports it stored: a replay).
-		inRound map[RequestKey]struct{}
+		// from happening, and a second one would wait for a later round
+		// (where the store reports it stored: a replay), its key queued
+		// again (deferred).
+		inRound  map[RequestKey]struct{}
+		deferred []*keyState
 	)
 	for ks := range sh.dirty {
 		if !ks.loaded {
@@ -414,6 +416,7 @@ func (sh *shard) launch(a *Allocator) bool {
 			if w.req != nil && !w.stored && w.round == nil {
 				rk := w.req.key()
 				if _, twice := inRound[rk]; twice {
+					deferred = append(deferred, ks)
 					continue
 				}
 				if inRound == nil {
@@ -429,7 +432,8 @@ func (sh *shard) launch(a *Allocator) bool {
 			rows = append(rows, Row{Key: ks.key, Num: ks.want})
 			ks.pending = ks.want
 			for _, w := range ks.waiters {
-				if w.round == nil && w.need <= ks.want {
+				// (Not a deferred request id: this round does not store it.)
+				if w.round == nil && w.need <= ks.want && (w.req == nil || w.stored) {
 					w.round = r
 				}
 			}
@@ -442,6 +446,9 @@ func (sh *shard) launch(a *Allocator) bool {
 		}
 		batch = append(batch, ks)
 		delete(sh.dirty, ks)
+	}
+	for _, ks := range deferred {
+		sh.dirty[ks] = struct{}{}
 	}
 	if len(batch) == 0 {
 		sh.mu.Unlock()

@@ -22,8 +22,9 @@ const requestScopeLabel = "idgen request scope\x00"
 // It depends on the token alone, so the node that forwards a request and
 // the shard's owner that serves it (which gets the token with the request)
 // compute the same scope. What the stores keep is this fingerprint, never
-// the token: 64 bits of a hash, enough to keep callers apart, too few to
-// stand for the token anywhere.
+// the token: 64 bits of a labelled hash, enough to keep callers apart,
+// useless as a credential, and unlike the SHA-256 a store keeps of a
+// business token.
 func RequestScope(token string) string {
 	if token == "" {
 		return ""

@@ -57,6 +57,11 @@ type Request struct {
 	Count     int
 	SubKey    string
 	RequestID string
+	// RequestScope is the fingerprint of the credential the request
+	// carried (issuer.RequestScope; "" without one). A strategy that keeps
+	// request ids keys them by (RequestScope, RequestID), so that callers
+	// never meet through an id (segment.RequestID).
+	RequestScope string
 }
 
 // Result is the numbers a strategy issued, as inclusive ranges of distinct

@@ -269,7 +269,7 @@ func (r Response) Count() int64 {
 // statement per request) or a node's shard owners (package ordered, through
 // the server's forwarding router).
 type OrderedTaker interface {
-	Take(ctx context.Context, biz segment.Biz, subKey string, n int64, requestID string) (segment.Range, error)
+	Take(ctx context.Context, biz segment.Biz, subKey string, n int64, rid segment.RequestID) (segment.Range, error)
 }
 
 // Next issues IDs for req. It is the one policy path (issue 30): every
@@ -339,7 +339,12 @@ func (is *Issuer) serve(ctx context.Context, biz segment.Biz, ch segment.Channel
 	if err != nil {
 		return nil, ext.Result{}, err
 	}
-	res, err := is.ext.Serve(ctx, ext.Request{Biz: biz, Channel: ch, Count: req.Count, SubKey: req.SubKey, RequestID: req.RequestID},
+	var scope string
+	if req.RequestID != "" { // only ids are scoped: no hash on the other requests' path
+		scope = RequestScope(req.Token)
+	}
+	res, err := is.ext.Serve(ctx, ext.Request{Biz: biz, Channel: ch, Count: req.Count, SubKey: req.SubKey, RequestID: req.RequestID,
+		RequestScope: scope},
 		ext.RejectionFunc(is.logRejection), ext.RejectionFunc(is.snowflakeFallback))
 	return out, res, err
 }

@@ -90,7 +90,8 @@ func (s orderedStrategy) Generate(ctx context.Context, req ext.Request) (ext.Res
 	if s.is.cfg.NoSegments != nil {
 		return ext.Result{}, s.is.noSegments(segment.ChannelOrdered.String())
 	}
-	r, err := s.is.cfg.Ordered.Take(ctx, req.Biz, req.SubKey, int64(req.Count), req.RequestID)
+	rid := segment.RequestID{ID: req.RequestID, Scope: req.RequestScope}
+	r, err := s.is.cfg.Ordered.Take(ctx, req.Biz, req.SubKey, int64(req.Count), rid)
 	if err != nil {
 		return ext.Result{}, err
 	}

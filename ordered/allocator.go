@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/idgen/idgen/internal/logevery"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -122,6 +123,7 @@ type Allocator struct {
 	requests *requestMemory
 	seen     [segment.OrderedShards]seenMap // highest number answered per key, across terms (the barrier's repair)
 	perShard int                            // MaxKeys / shards
+	bugLog   *logevery.Limiter              // bounds the log of a failure every persist could repeat
 
 	st stats
 }
@@ -158,7 +160,7 @@ func New(cfg Config) (*Allocator, error) {
 		return nil, err
 	}
 	a := &Allocator{cfg: cfg, log: cfg.Logger, requests: newRequestMemory(cfg.MaxRequests, cfg.RequestTTL),
-		perShard: max(1, cfg.MaxKeys/segment.OrderedShards)}
+		perShard: max(1, cfg.MaxKeys/segment.OrderedShards), bugLog: logevery.New(time.Minute, nil)}
 	for i := range a.seen {
 		a.seen[i].m = map[Key]int64{}
 		a.seen[i].max = a.perShard
@@ -168,16 +170,17 @@ func New(cfg Config) (*Allocator, error) {
 
 // Take hands out n (1..segment.MaxStep) consecutive numbers for (biz,
 // subKey), strictly above every number of the key answered before this call
-// by any node. With a requestID a retry gets the first answer back (in
-// gapless mode even from a later owner; in cached mode while this owner
-// remembers it).
+// by any node. With a request id a retry (the same id and scope, sub key
+// and count) gets the first answer back (in gapless mode even from a later
+// owner; in cached mode while this owner remembers it). Ids of different
+// scopes (callers) never meet.
 //
 // Errors: segment.ErrInvalid, segment.ErrRequestMismatch, segment.ErrExhausted,
 // and *UnavailableError (retryable; NotOwner when another node owns the
 // shard).
-func (a *Allocator) Take(ctx context.Context, biz segment.Biz, subKey string, n int64, requestID string) (segment.Range, error) {
+func (a *Allocator) Take(ctx context.Context, biz segment.Biz, subKey string, n int64, rid segment.RequestID) (segment.Range, error) {
 	req, err := segment.NormalizeOrderedRequest(segment.OrderedRequest{
-		Biz: biz.Name, SubKey: subKey, Count: n, StartNum: biz.StartNum, RequestID: requestID,
+		Biz: biz.Name, SubKey: subKey, Count: n, StartNum: biz.StartNum, RequestID: rid.ID, RequestScope: rid.Scope,
 	})
 	if err != nil {
 		return segment.Range{}, err
@@ -195,8 +198,8 @@ func (a *Allocator) Take(ctx context.Context, biz segment.Biz, subKey string, n 
 	}
 	key := Key{Biz: biz.Name, SubKey: subKey}
 	var entry *requestEntry
-	if requestID != "" {
-		rk := RequestKey{Biz: biz.Name, ID: requestID}
+	if rid.ID != "" {
+		rk := requestKeyOf(req)
 		for {
 			var first bool
 			entry, first = a.requests.begin(rk, subKey, n, a.cfg.Clock.Now())
@@ -211,8 +214,7 @@ func (a *Allocator) Take(ctx context.Context, biz segment.Biz, subKey string, n 
 				return segment.Range{}, err
 			}
 			if entry.subKey != subKey || entry.count != n {
-				return segment.Range{}, fmt.Errorf("%w: request id %q was used for sub key %q count %d",
-					segment.ErrRequestMismatch, requestID, entry.subKey, entry.count)
+				return segment.Range{}, segment.RequestMismatch()
 			}
 			a.st.replays.Add(1)
 			return r, nil

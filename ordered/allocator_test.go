@@ -30,7 +30,7 @@ func takeAll(t *testing.T, a *Allocator, biz segment.Biz, sub string, callers, p
 		go func() {
 			defer wg.Done()
 			for range per {
-				r, err := a.Take(context.Background(), biz, sub, 1, "")
+				r, err := a.Take(context.Background(), biz, sub, 1, segment.RequestID{})
 				if err != nil {
 					errs <- err
 					return
@@ -106,7 +106,7 @@ func TestCachedReservesAheadAndCrashGapIsOneReservation(t *testing.T) {
 		if i%100 == 0 {
 			clk.Add(10 * time.Millisecond) // 10,000 numbers per second
 		}
-		r, err := n.a.Take(context.Background(), biz, "room-1", 1, "")
+		r, err := n.a.Take(context.Background(), biz, "room-1", 1, segment.RequestID{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +128,7 @@ func TestCachedReservesAheadAndCrashGapIsOneReservation(t *testing.T) {
 	}
 	m := newNode(t, store, clk, "b:1")
 	m.acquireAll(t, 2, time.Time{})
-	r, err := m.a.Take(context.Background(), biz, "room-1", 1, "")
+	r, err := m.a.Take(context.Background(), biz, "room-1", 1, segment.RequestID{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestFencedOwnerStopsAndNeverWritesBack(t *testing.T) {
 	biz := bizMode("chat", segment.OrderedCached)
 	for range 50 {
 		clk.Add(time.Millisecond)
-		if _, err := old.a.Take(context.Background(), biz, "k", 1, ""); err != nil {
+		if _, err := old.a.Take(context.Background(), biz, "k", 1, segment.RequestID{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -159,7 +159,7 @@ func TestFencedOwnerStopsAndNeverWritesBack(t *testing.T) {
 	nw.acquireAll(t, 2, time.Time{})
 	var newLast int64
 	for range 50 {
-		r, err := nw.a.Take(context.Background(), bizMode("chat", segment.OrderedGapless), "k", 100, "")
+		r, err := nw.a.Take(context.Background(), bizMode("chat", segment.OrderedGapless), "k", 100, segment.RequestID{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -185,20 +185,20 @@ func TestWithoutEpochAStaleWriteBackRepeatsNumbers(t *testing.T) {
 	old.acquireAll(t, 1, time.Time{})
 	for range 50 {
 		clk.Add(time.Millisecond)
-		if _, err := old.a.Take(context.Background(), bizMode("chat", segment.OrderedCached), "k", 1, ""); err != nil {
+		if _, err := old.a.Take(context.Background(), bizMode("chat", segment.OrderedCached), "k", 1, segment.RequestID{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	nw := newNode(t, store, clk, "b:1")
 	nw.acquireAll(t, 2, time.Time{})
-	r1, err := nw.a.Take(context.Background(), bizMode("chat", segment.OrderedGapless), "k", 100, "")
+	r1, err := nw.a.Take(context.Background(), bizMode("chat", segment.OrderedGapless), "k", 100, segment.RequestID{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = old.a.Release(context.Background(), segment.Shard("k"))
 	third := newNode(t, store, clk, "c:1")
 	third.acquireAll(t, 3, time.Time{})
-	r2, err := third.a.Take(context.Background(), bizMode("chat", segment.OrderedGapless), "k", 1, "")
+	r2, err := third.a.Take(context.Background(), bizMode("chat", segment.OrderedGapless), "k", 1, segment.RequestID{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,24 +214,24 @@ func TestLeaseWaitAndExpiry(t *testing.T) {
 	notBefore := clk.Now().Add(3 * time.Second)
 	n.acquireAll(t, 1, notBefore)
 	biz := bizMode("chat", segment.OrderedGapless)
-	_, err := n.a.Take(context.Background(), biz, "k", 1, "")
+	_, err := n.a.Take(context.Background(), biz, "k", 1, segment.RequestID{})
 	var ue *UnavailableError
 	if !errors.As(err, &ue) || ue.NotOwner || ue.RetryAfter != 3*time.Second {
 		t.Fatalf("during the lease wait: %v, want a retryable refusal with a 3s hint", err)
 	}
 	clk.Add(3 * time.Second)
-	if _, err := n.a.Take(context.Background(), biz, "k", 1, ""); err != nil {
+	if _, err := n.a.Take(context.Background(), biz, "k", 1, segment.RequestID{}); err != nil {
 		t.Fatalf("after the lease wait: %v", err)
 	}
 	// The lease is not renewed: at ValidUntil the node stops answering,
 	// even from memory.
 	n.coord.setValidUntil(clk.Now().Add(time.Second))
 	cached := bizMode("chat", segment.OrderedCached)
-	if _, err := n.a.Take(context.Background(), cached, "k2", 1, ""); err != nil {
+	if _, err := n.a.Take(context.Background(), cached, "k2", 1, segment.RequestID{}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Add(time.Second)
-	if _, err := n.a.Take(context.Background(), cached, "k2", 1, ""); !errors.As(err, &ue) {
+	if _, err := n.a.Take(context.Background(), cached, "k2", 1, segment.RequestID{}); !errors.As(err, &ue) {
 		t.Fatalf("after the lease ran out: %v, want a refusal", err)
 	}
 	if n.a.Stats().LeaseRefusals != 2 {
@@ -241,7 +241,7 @@ func TestLeaseWaitAndExpiry(t *testing.T) {
 
 func TestNotOwnerNamesTheOwner(t *testing.T) {
 	n := newNode(t, newFakeStore(), newFakeClock(), "a:1")
-	_, err := n.a.Take(context.Background(), bizMode("chat", segment.OrderedGapless), "k", 1, "")
+	_, err := n.a.Take(context.Background(), bizMode("chat", segment.OrderedGapless), "k", 1, segment.RequestID{})
 	var ue *UnavailableError
 	if !errors.As(err, &ue) || !ue.NotOwner || ue.Owner.Addr != "other:1" || !errors.Is(err, segment.ErrUnavailable) {
 		t.Fatalf("not owner: %v", err)
@@ -259,7 +259,7 @@ func TestPlannedHandOffLeavesNoGap(t *testing.T) {
 		if i%50 == 0 {
 			clk.Add(10 * time.Millisecond)
 		}
-		r, err := a.a.Take(context.Background(), biz, "k", 1, "")
+		r, err := a.a.Take(context.Background(), biz, "k", 1, segment.RequestID{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -276,12 +276,12 @@ func TestPlannedHandOffLeavesNoGap(t *testing.T) {
 	if got := store.row(Key{"chat", "k"}); got != last {
 		t.Fatalf("after the hand-off the row is %d, want the exact %d", got, last)
 	}
-	if _, err := a.a.Take(context.Background(), biz, "k", 1, ""); err == nil {
+	if _, err := a.a.Take(context.Background(), biz, "k", 1, segment.RequestID{}); err == nil {
 		t.Fatal("answered after handing the shard off")
 	}
 	b := newNode(t, store, clk, "b:1")
 	b.acquireAll(t, 2, time.Time{})
-	r, err := b.a.Take(context.Background(), biz, "k", 1, "")
+	r, err := b.a.Take(context.Background(), biz, "k", 1, segment.RequestID{})
 	if err != nil || r.First != last+1 {
 		t.Fatalf("next owner: %v %v, want %d: a gap after a planned hand-off", r, err, last+1)
 	}
@@ -293,41 +293,41 @@ func TestRequestIDs(t *testing.T) {
 	a := newNode(t, store, clk, "a:1")
 	a.acquireAll(t, 1, time.Time{})
 	gapless := bizMode("chat", segment.OrderedGapless)
-	r1, err := a.a.Take(context.Background(), gapless, "k", 3, "req-1")
+	r1, err := a.a.Take(context.Background(), gapless, "k", 3, segment.RequestID{ID: "req-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := a.a.Take(context.Background(), gapless, "k", 3, "req-1")
+	again, err := a.a.Take(context.Background(), gapless, "k", 3, segment.RequestID{ID: "req-1"})
 	if err != nil || again != r1 {
 		t.Fatalf("replay from memory: %v %v, want %v", again, err, r1)
 	}
-	if _, err := a.a.Take(context.Background(), gapless, "other", 3, "req-1"); !errors.Is(err, segment.ErrRequestMismatch) {
+	if _, err := a.a.Take(context.Background(), gapless, "other", 3, segment.RequestID{ID: "req-1"}); !errors.Is(err, segment.ErrRequestMismatch) {
 		t.Fatalf("reused id: %v", err)
 	}
 	// A new owner has no memory of it: gapless finds it in the store.
 	b := newNode(t, store, clk, "b:1")
 	b.acquireAll(t, 2, time.Time{})
-	again, err = b.a.Take(context.Background(), gapless, "k", 3, "req-1")
+	again, err = b.a.Take(context.Background(), gapless, "k", 3, segment.RequestID{ID: "req-1"})
 	if err != nil || again != r1 {
 		t.Fatalf("gapless replay on a new owner: %v %v, want %v", again, err, r1)
 	}
 	// ... and the allocation the replay displaced is a gap, not reused.
-	next, err := b.a.Take(context.Background(), gapless, "k", 1, "")
+	next, err := b.a.Take(context.Background(), gapless, "k", 1, segment.RequestID{})
 	if err != nil || next.First <= r1.Last {
 		t.Fatalf("after the replay: %v %v", next, err)
 	}
 	// Cached: in memory only; a new owner answers a fresh range above.
 	cached := bizMode("chat", segment.OrderedCached)
-	c1, err := b.a.Take(context.Background(), cached, "k", 1, "req-2")
+	c1, err := b.a.Take(context.Background(), cached, "k", 1, segment.RequestID{ID: "req-2"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, _ := b.a.Take(context.Background(), cached, "k", 1, "req-2"); again != c1 {
+	if again, _ := b.a.Take(context.Background(), cached, "k", 1, segment.RequestID{ID: "req-2"}); again != c1 {
 		t.Fatalf("cached replay on the same owner: %v, want %v", again, c1)
 	}
 	c := newNode(t, store, clk, "c:1")
 	c.acquireAll(t, 3, time.Time{})
-	fresh, err := c.a.Take(context.Background(), cached, "k", 1, "req-2")
+	fresh, err := c.a.Take(context.Background(), cached, "k", 1, segment.RequestID{ID: "req-2"})
 	if err != nil || fresh.First <= c1.Last {
 		t.Fatalf("cached retry on a new owner: %v %v, want a fresh range above %d", fresh, err, c1.Last)
 	}
@@ -345,7 +345,7 @@ func TestConcurrentRetriesOfOneIDGetOneRange(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := a.a.Take(context.Background(), bizMode("chat", segment.OrderedGapless), "k", 2, "same")
+			r, err := a.a.Take(context.Background(), bizMode("chat", segment.OrderedGapless), "k", 2, segment.RequestID{ID: "same"})
 			if err != nil {
 				t.Error(err)
 			}
@@ -368,7 +368,7 @@ func TestStoreBehindIsRaisedAboveAnswered(t *testing.T) {
 	biz := bizMode("chat", segment.OrderedGapless)
 	var last int64
 	for range 20 {
-		r, err := a.a.Take(context.Background(), biz, "k", 1, "")
+		r, err := a.a.Take(context.Background(), biz, "k", 1, segment.RequestID{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -383,7 +383,7 @@ func TestStoreBehindIsRaisedAboveAnswered(t *testing.T) {
 	if err := a.a.Acquire(context.Background(), Grant{Shard: segment.Shard("k"), Epoch: 2}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := a.a.Take(context.Background(), biz, "k", 1, "")
+	r, err := a.a.Take(context.Background(), biz, "k", 1, segment.RequestID{})
 	if err != nil || r.First <= last {
 		t.Fatalf("after the store went back: %v %v, want above %d", r, err, last)
 	}
@@ -407,17 +407,17 @@ func TestPersistFailureFailsOnlyItsRequests(t *testing.T) {
 	a := newNode(t, store, clk, "a:1")
 	a.acquireAll(t, 1, time.Time{})
 	biz := bizMode("chat", segment.OrderedGapless)
-	if _, err := a.a.Take(context.Background(), biz, "k", 1, ""); err != nil {
+	if _, err := a.a.Take(context.Background(), biz, "k", 1, segment.RequestID{}); err != nil {
 		t.Fatal(err)
 	}
 	store.mu.Lock()
 	store.failNext = errors.New("connection reset")
 	store.mu.Unlock()
-	_, err := a.a.Take(context.Background(), biz, "k", 1, "")
+	_, err := a.a.Take(context.Background(), biz, "k", 1, segment.RequestID{})
 	if !errors.Is(err, segment.ErrUnavailable) {
 		t.Fatalf("failed persist: %v", err)
 	}
-	r, err := a.a.Take(context.Background(), biz, "k", 1, "")
+	r, err := a.a.Take(context.Background(), biz, "k", 1, segment.RequestID{})
 	if err != nil || r.First != 3 {
 		t.Fatalf("after a failed persist: %v %v, want 3 (2 is the failed request's gap)", r, err)
 	}
@@ -441,7 +441,7 @@ func TestManyKeysAcrossShardsStayIncreasing(t *testing.T) {
 			}
 			for i := range 200 {
 				sub := fmt.Sprintf("key-%d", (c*7+i)%64)
-				r, err := a.a.Take(context.Background(), bizMode("chat", mode), sub, 1, "")
+				r, err := a.a.Take(context.Background(), bizMode("chat", mode), sub, 1, segment.RequestID{})
 				if err != nil {
 					t.Error(err)
 					return
@@ -486,7 +486,7 @@ func TestPipelinedPersistsCommittingOutOfOrder(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 40 {
-				r, err := n.a.Take(context.Background(), biz, "hot", 1, fmt.Sprintf("c%d-%d", c, rand.Int()))
+				r, err := n.a.Take(context.Background(), biz, "hot", 1, segment.RequestID{ID: fmt.Sprintf("c%d-%d", c, rand.Int())})
 				if err != nil {
 					t.Error(err)
 					return
@@ -524,7 +524,7 @@ func TestLocalClaimsAboveAStoredEpoch(t *testing.T) {
 	if got := l.Owner(7).Epoch; got != store.epochs[7] || got <= l.Owner(6).Epoch {
 		t.Fatalf("shard 7 epoch %d, stored %d", got, store.epochs[7])
 	}
-	if _, err := a.Take(context.Background(), bizMode("chat", segment.OrderedGapless), "k", 1, ""); err != nil {
+	if _, err := a.Take(context.Background(), bizMode("chat", segment.OrderedGapless), "k", 1, segment.RequestID{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -533,7 +533,7 @@ func TestRequestMemoryBounded(t *testing.T) {
 	rm := newRequestMemory(100, time.Minute)
 	now := time.Unix(0, 0)
 	for i := range 10_000 {
-		e, first := rm.begin(RequestKey{"b", fmt.Sprint(i)}, "k", 1, now)
+		e, first := rm.begin(RequestKey{Biz: "b", ID: fmt.Sprint(i)}, "k", 1, now)
 		if !first {
 			t.Fatal("a new id was not first")
 		}
@@ -542,11 +542,11 @@ func TestRequestMemoryBounded(t *testing.T) {
 	if len(rm.m) > 101 || len(rm.queue)-rm.head > 101 || cap(rm.queue) > 1000 {
 		t.Fatalf("memory holds %d ids, queue %d (head %d, cap %d): not bounded", len(rm.m), len(rm.queue), rm.head, cap(rm.queue))
 	}
-	if _, first := rm.begin(RequestKey{"b", "9999"}, "k", 1, now); first {
+	if _, first := rm.begin(RequestKey{Biz: "b", ID: "9999"}, "k", 1, now); first {
 		t.Fatal("the most recent id was forgotten")
 	}
 	now = now.Add(2 * time.Minute)
-	if _, first := rm.begin(RequestKey{"b", "9998"}, "k", 1, now); !first {
+	if _, first := rm.begin(RequestKey{Biz: "b", ID: "9998"}, "k", 1, now); !first {
 		t.Fatal("an id past the TTL was remembered")
 	}
 }
@@ -567,7 +567,7 @@ func BenchmarkTakeWithRequestIDs(b *testing.B) {
 		if i%1000 == 0 {
 			clk.Add(10 * time.Millisecond)
 		}
-		if _, err := a.Take(context.Background(), biz, "hot", 1, strconv.Itoa(i)); err != nil {
+		if _, err := a.Take(context.Background(), biz, "hot", 1, segment.RequestID{ID: strconv.Itoa(i)}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -585,19 +585,19 @@ func TestPersistDurationsHistogram(t *testing.T) {
 		t.Fatalf("before any persist: %+v, want an empty histogram over PersistBuckets", h)
 	}
 	biz := bizMode("chat", segment.OrderedGapless)
-	if _, err := n.a.Take(context.Background(), biz, "k", 1, ""); err != nil {
+	if _, err := n.a.Take(context.Background(), biz, "k", 1, segment.RequestID{}); err != nil {
 		t.Fatal(err)
 	}
 	store.mu.Lock()
 	store.delay = 20 * time.Millisecond
 	store.mu.Unlock()
-	if _, err := n.a.Take(context.Background(), biz, "k", 1, ""); err != nil {
+	if _, err := n.a.Take(context.Background(), biz, "k", 1, segment.RequestID{}); err != nil {
 		t.Fatal(err)
 	}
 	store.mu.Lock()
 	store.failNext = errors.New("connection reset")
 	store.mu.Unlock()
-	if _, err := n.a.Take(context.Background(), biz, "k", 1, ""); !errors.Is(err, segment.ErrUnavailable) {
+	if _, err := n.a.Take(context.Background(), biz, "k", 1, segment.RequestID{}); !errors.Is(err, segment.ErrUnavailable) {
 		t.Fatalf("failed persist: %v", err)
 	}
 	st := n.a.Stats()

@@ -24,6 +24,9 @@ type fakeStore struct {
 	failNext error // the next Persist fails with it
 	delay    time.Duration
 	jitter   bool // persists sleep 0..2 ms first: concurrent ones commit out of order
+	// hold, when set, makes every Persist wait for a value (or its close)
+	// before it runs: a test queues requests behind a persist in flight.
+	hold chan struct{}
 }
 
 func newFakeStore() *fakeStore {
@@ -56,6 +59,14 @@ func (s *fakeStore) Load(_ context.Context, shard int, epoch int64, keys []Key) 
 }
 
 func (s *fakeStore) Persist(_ context.Context, shard int, epoch int64, rows []Row, reqs []Request) error {
+	if s.hold != nil {
+		<-s.hold
+	}
+	// The input checks of every real store: a batch they refuse, this
+	// store refuses.
+	if err := ValidatePersist(shard, rows, reqs); err != nil {
+		return err
+	}
 	if s.delay > 0 {
 		time.Sleep(s.delay)
 	}
@@ -73,15 +84,15 @@ func (s *fakeStore) Persist(_ context.Context, shard int, epoch int64, rows []Ro
 	}
 	var dup []RequestKey
 	for _, r := range reqs {
-		if _, ok := s.reqs[RequestKey{r.Biz, r.ID}]; ok {
-			dup = append(dup, RequestKey{r.Biz, r.ID})
+		if _, ok := s.reqs[r.key()]; ok {
+			dup = append(dup, r.key())
 		}
 	}
 	if len(dup) > 0 {
 		return &DuplicateRequestsError{Requests: dup}
 	}
 	for _, r := range reqs {
-		s.reqs[RequestKey{r.Biz, r.ID}] = r
+		s.reqs[r.key()] = r
 	}
 	for _, r := range rows {
 		if segment.Shard(r.SubKey) != shard {
@@ -105,12 +116,12 @@ func (s *fakeStore) WriteBack(_ context.Context, shard int, epoch int64, rows []
 	return nil
 }
 
-func (s *fakeStore) LookupRequests(_ context.Context, biz string, ids []string) (map[string]Request, error) {
+func (s *fakeStore) LookupRequests(_ context.Context, biz, scope string, ids []string) (map[string]Request, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[string]Request{}
 	for _, id := range ids {
-		if r, ok := s.reqs[RequestKey{biz, id}]; ok {
+		if r, ok := s.reqs[RequestKey{Biz: biz, Scope: scope, ID: id}]; ok {
 			out[id] = r
 		}
 	}

@@ -21,8 +21,11 @@ type shard struct {
 	idx   int
 	grant Grant
 
-	mu       sync.Mutex
-	keys     map[Key]*keyState
+	mu   sync.Mutex
+	keys map[Key]*keyState
+	// reqs are the waiters with a gapless request id, until answered:
+	// a retry of one of them joins it (see take).
+	reqs     map[RequestKey]*waiter
 	loadQ    []*keyState
 	dirty    map[*keyState]struct{}
 	rounds   int   // persists in flight
@@ -67,6 +70,15 @@ type waiter struct {
 	round  *round   // the persist in flight that covers it (nil: none)
 	stored bool
 	ch     chan waitResult // cap 1
+	// joined are retries of req that arrived while this waiter was
+	// queued: they get its answer (settleLocked).
+	joined []joiner
+}
+
+// joiner is a retry waiting for an earlier attempt of its request id.
+type joiner struct {
+	ch       chan waitResult // cap 1
+	mismatch bool            // the retry's sub key or count differs from the attempt's
 }
 
 type waitResult struct {
@@ -76,7 +88,7 @@ type waitResult struct {
 }
 
 func newShard(g Grant) *shard {
-	return &shard{idx: g.Shard, grant: g, keys: map[Key]*keyState{}, dirty: map[*keyState]struct{}{},
+	return &shard{idx: g.Shard, grant: g, keys: map[Key]*keyState{}, reqs: map[RequestKey]*waiter{}, dirty: map[*keyState]struct{}{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -112,6 +124,11 @@ func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.Or
 			err := sh.closedErr(a)
 			sh.mu.Unlock()
 			return segment.Range{}, false, err
+		}
+		if req.RequestID != "" {
+			if first := sh.reqs[requestKeyOf(req)]; first != nil {
+				return sh.join(ctx, first, key, n)
+			}
 		}
 		now := a.cfg.Clock.Now()
 		ks := sh.keys[key]
@@ -179,7 +196,8 @@ func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.Or
 			ks.want = max(ks.want, ks.served)
 			w = &waiter{need: r.Last}
 			if req.RequestID != "" {
-				w.req = &Request{Biz: key.Biz, ID: req.RequestID, SubKey: key.SubKey, Count: n, Range: r}
+				w.req = &Request{Biz: key.Biz, Scope: req.RequestScope, ID: req.RequestID, SubKey: key.SubKey, Count: n, Range: r}
+				sh.reqs[requestKeyOf(req)] = w
 			}
 		}
 		w.ch = make(chan waitResult, 1)
@@ -206,6 +224,62 @@ func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.Or
 			return segment.Range{}, false, &UnavailableError{Shard: sh.idx, Reason: "waiting for the store", Err: ctx.Err()}
 		}
 	}
+}
+
+// join waits for first, a queued attempt of the same request id, and
+// returns its answer as a replay. Called with sh.mu held; it releases it.
+//
+// Why: an attempt whose caller gave up (its context ended) stays queued
+// for the next persist, and the allocator's request memory forgets it, so
+// the caller's retry reaches the shard as a new request. Allocating again
+// would put the id twice into one group commit, which the store refuses
+// as malformed, failing every request of the commit (issue 29, hole i).
+// The store will hold first's range for the id, so that is the answer;
+// nothing is allocated for the retry.
+func (sh *shard) join(ctx context.Context, first *waiter, key Key, n int64) (segment.Range, bool, error) {
+	j := joiner{ch: make(chan waitResult, 1), mismatch: first.req.SubKey != key.SubKey || first.req.Count != n}
+	first.joined = append(first.joined, j)
+	sh.mu.Unlock()
+	select {
+	case res := <-j.ch:
+		if res.err != nil {
+			return segment.Range{}, false, res.err
+		}
+		return res.r, true, nil
+	case <-ctx.Done():
+		return segment.Range{}, false, &UnavailableError{Shard: sh.idx,
+			Reason: "an earlier attempt with this request id is waiting for the store", Err: ctx.Err()}
+	}
+}
+
+// settleLocked answers w with res, and the retries joined to it with the
+// same outcome: its range as a replay, or its error. Every answer of a
+// waiter goes through here, so sh.reqs never keeps an answered one.
+func (sh *shard) settleLocked(w *waiter, res waitResult) {
+	w.ch <- res
+	if w.req == nil {
+		return
+	}
+	if rk := w.req.key(); sh.reqs[rk] == w {
+		delete(sh.reqs, rk)
+	}
+	for _, j := range w.joined {
+		jr := res
+		switch {
+		case res.err != nil:
+		case j.mismatch:
+			jr = waitResult{err: segment.RequestMismatch()}
+		case !res.replayed:
+			jr = waitResult{r: w.req.Range, replayed: true}
+		}
+		j.ch <- jr
+	}
+	w.joined = nil
+}
+
+// requestKeyOf is the key under which req's request id is kept.
+func requestKeyOf(req segment.OrderedRequest) RequestKey {
+	return RequestKey{Biz: req.Biz, Scope: req.RequestScope, ID: req.RequestID}
 }
 
 // reservation is how many numbers a cached extension reserves: about
@@ -324,6 +398,13 @@ func (sh *shard) launch(a *Allocator) bool {
 		rows  []Row
 		reqs  []Request
 		batch []*keyState
+		// inRound: the request ids of this round. A store refuses a
+		// batch holding one twice, failing all of it; join keeps that
+		// from happening, and a second one would wait for a later round
+		// (where the store reports it stored: a replay), its key queued
+		// again (deferred).
+		inRound  map[RequestKey]struct{}
+		deferred []*keyState
 	)
 	for ks := range sh.dirty {
 		if !ks.loaded {
@@ -333,6 +414,15 @@ func (sh *shard) launch(a *Allocator) bool {
 		hasReq := false
 		for _, w := range ks.waiters {
 			if w.req != nil && !w.stored && w.round == nil {
+				rk := w.req.key()
+				if _, twice := inRound[rk]; twice {
+					deferred = append(deferred, ks)
+					continue
+				}
+				if inRound == nil {
+					inRound = map[RequestKey]struct{}{}
+				}
+				inRound[rk] = struct{}{}
 				w.round = r
 				reqs = append(reqs, *w.req)
 				hasReq = true
@@ -342,7 +432,8 @@ func (sh *shard) launch(a *Allocator) bool {
 			rows = append(rows, Row{Key: ks.key, Num: ks.want})
 			ks.pending = ks.want
 			for _, w := range ks.waiters {
-				if w.round == nil && w.need <= ks.want {
+				// (Not a deferred request id: this round does not store it.)
+				if w.round == nil && w.need <= ks.want && (w.req == nil || w.stored) {
 					w.round = r
 				}
 			}
@@ -355,6 +446,9 @@ func (sh *shard) launch(a *Allocator) bool {
 		}
 		batch = append(batch, ks)
 		delete(sh.dirty, ks)
+	}
+	for _, ks := range deferred {
+		sh.dirty[ks] = struct{}{}
 	}
 	if len(batch) == 0 {
 		sh.mu.Unlock()
@@ -385,6 +479,18 @@ func (sh *shard) persistRound(a *Allocator, r *round, rows []Row, reqs []Request
 		sh.rounds--
 		sh.mu.Unlock()
 		return
+	}
+	if errors.Is(err, segment.ErrInvalid) {
+		// The store found the batch malformed: a bug of this package
+		// (every request was checked on entry), not of any one request.
+		// Its requests are refused as retryable, never as the caller's
+		// INVALID_ARGUMENT, and the batch is logged for the bug report.
+		if ok, suppressed := a.bugLog.Allow("persist-invalid"); ok {
+			a.log.Error("ordered group commit refused as malformed by the store (a bug): its requests are refused as retryable",
+				zap.Int("shard", sh.idx), zap.Int("rows", len(rows)), zap.Int("request_ids", len(reqs)),
+				zap.Int("suppressed", suppressed), zap.Duration("window", a.bugLog.Window()), zap.Error(err))
+		}
+		err = fmt.Errorf("the store refused the group commit as malformed (a bug; the server logged it): %v", err)
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -433,7 +539,7 @@ func (sh *shard) answerLocked(ks *keyState) {
 	keep := ks.waiters[:0]
 	for _, w := range ks.waiters {
 		if w.need <= ks.durable && (w.req == nil || w.stored) {
-			w.ch <- waitResult{}
+			sh.settleLocked(w, waitResult{})
 			continue
 		}
 		keep = append(keep, w)
@@ -449,7 +555,7 @@ func (sh *shard) failLocked(ks *keyState, r *round, num int64, hasRow bool, err 
 	var need int64
 	for _, w := range ks.waiters {
 		if w.round == r {
-			w.ch <- waitResult{err: err}
+			sh.settleLocked(w, waitResult{err: err})
 			continue
 		}
 		need = max(need, w.need)
@@ -472,22 +578,24 @@ func (sh *shard) failLocked(ks *keyState, r *round, num int64, hasRow bool, err 
 // own allocations become a gap. Nothing of r was written: its other
 // waiters wait for the next persist.
 func (sh *shard) replayDuplicates(a *Allocator, r *round, batch []*keyState, rows []Row, dup *DuplicateRequestsError) {
-	byBiz := map[string][]string{}
+	type scope struct{ biz, scope string }
+	byScope := map[scope][]string{}
 	for _, rk := range dup.Requests {
-		byBiz[rk.Biz] = append(byBiz[rk.Biz], rk.ID)
+		k := scope{rk.Biz, rk.Scope}
+		byScope[k] = append(byScope[k], rk.ID)
 	}
 	stored := map[RequestKey]Request{}
 	var lookupErr error
-	for biz, ids := range byBiz {
+	for k, ids := range byScope {
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Timeout)
-		m, err := a.cfg.Store.LookupRequests(ctx, biz, ids)
+		m, err := a.cfg.Store.LookupRequests(ctx, k.biz, k.scope, ids)
 		cancel()
 		if err != nil {
 			lookupErr = err
 			continue
 		}
 		for id, q := range m {
-			stored[RequestKey{Biz: biz, ID: id}] = q
+			stored[RequestKey{Biz: k.biz, Scope: k.scope, ID: id}] = q
 		}
 	}
 	sh.mu.Lock()
@@ -512,11 +620,11 @@ func (sh *shard) replayDuplicates(a *Allocator, r *round, batch []*keyState, row
 				continue
 			}
 			w.round = nil
-			if w.req == nil || !dupSet[RequestKey{Biz: w.req.Biz, ID: w.req.ID}] {
+			if w.req == nil || !dupSet[w.req.key()] {
 				keep = append(keep, w)
 				continue
 			}
-			rk := RequestKey{Biz: w.req.Biz, ID: w.req.ID}
+			rk := w.req.key()
 			s, ok := stored[rk]
 			switch {
 			case !ok:
@@ -524,12 +632,11 @@ func (sh *shard) replayDuplicates(a *Allocator, r *round, batch []*keyState, row
 				if err == nil {
 					err = errors.New("stored request id vanished (cleaned up); retry")
 				}
-				w.ch <- waitResult{err: &UnavailableError{Shard: sh.idx, Reason: "reading a stored request id", Err: err}}
+				sh.settleLocked(w, waitResult{err: &UnavailableError{Shard: sh.idx, Reason: "reading a stored request id", Err: err}})
 			case s.SubKey != w.req.SubKey || s.Count != w.req.Count:
-				w.ch <- waitResult{err: fmt.Errorf("%w: request id %q was used for sub key %q count %d",
-					segment.ErrRequestMismatch, w.req.ID, s.SubKey, s.Count)}
+				sh.settleLocked(w, waitResult{err: segment.RequestMismatch()})
 			default:
-				w.ch <- waitResult{r: s.Range, replayed: true}
+				sh.settleLocked(w, waitResult{r: s.Range, replayed: true})
 			}
 		}
 		clear(ks.waiters[len(keep):])
@@ -620,7 +727,7 @@ func (sh *shard) abort(err error) {
 	}
 	for _, ks := range sh.keys {
 		for _, w := range ks.waiters {
-			w.ch <- waitResult{err: err}
+			sh.settleLocked(w, waitResult{err: err})
 		}
 		ks.waiters = nil
 		if !ks.loaded {

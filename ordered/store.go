@@ -47,10 +47,12 @@ type Row struct {
 }
 
 // Request is a gapless request id stored with the rows of its group commit.
+// Scope is the fingerprint of the caller's credential
+// (segment.RequestID.Scope): the stored key is (Biz, Scope, ID).
 type Request struct {
-	Biz, ID, SubKey string
-	Count           int64
-	Range           segment.Range
+	Biz, Scope, ID, SubKey string
+	Count                  int64
+	Range                  segment.Range
 }
 
 // Store is the durable side of the owners. Implemented by mysqlstore (a
@@ -81,9 +83,9 @@ type Store interface {
 	// epoch (ErrFenced otherwise: nothing written). Only the shard's
 	// current owner may lower a row, which is what the epoch guarantees.
 	WriteBack(ctx context.Context, shard int, epoch int64, rows []Row) error
-	// LookupRequests returns the stored requests of a business among ids
-	// (ids not stored are absent).
-	LookupRequests(ctx context.Context, biz string, ids []string) (map[string]Request, error)
+	// LookupRequests returns the stored requests of a business and scope
+	// among ids (ids not stored are absent).
+	LookupRequests(ctx context.Context, biz, scope string, ids []string) (map[string]Request, error)
 }
 
 // ErrFenced: the shard's stored epoch is not the caller's: another node
@@ -114,9 +116,12 @@ type DuplicateRequestsError struct {
 	Requests []RequestKey
 }
 
+// key is the RequestKey of q.
+func (q *Request) key() RequestKey { return RequestKey{Biz: q.Biz, Scope: q.Scope, ID: q.ID} }
+
 // RequestKey names one stored request id.
 type RequestKey struct {
-	Biz, ID string
+	Biz, Scope, ID string
 }
 
 func (e *DuplicateRequestsError) Error() string {

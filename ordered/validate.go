@@ -38,14 +38,13 @@ func ValidateKey(shard int, k Key) error {
 	return nil
 }
 
-func ValidateRequestID(id string) error {
-	switch {
-	case id == "":
+// ValidateRequestID checks a request id to store or look up: not empty,
+// and as segment.ValidateRequestID requires of it and its scope.
+func ValidateRequestID(scope, id string) error {
+	if id == "" {
 		return fmt.Errorf("%w: empty request id (requests without an id are not stored)", segment.ErrInvalid)
-	case len(id) > segment.MaxRequestIDLen:
-		return fmt.Errorf("%w: request_id is %d bytes, at most %d allowed", segment.ErrInvalid, len(id), segment.MaxRequestIDLen)
 	}
-	return nil
+	return segment.ValidateRequestID(segment.RequestID{ID: id, Scope: scope})
 }
 
 // ValidatePersist checks a Persist's input before the transaction: every row
@@ -81,7 +80,7 @@ func ValidatePersist(shard int, rows []Row, reqs []Request) error {
 		if err := ValidateKey(shard, Key{Biz: q.Biz, SubKey: q.SubKey}); err != nil {
 			return fmt.Errorf("request %q: %w", q.ID, err)
 		}
-		if err := ValidateRequestID(q.ID); err != nil {
+		if err := ValidateRequestID(q.Scope, q.ID); err != nil {
 			return err
 		}
 		if q.Count < 1 || q.Count > segment.MaxStep || q.Range.First < 1 || q.Range.Last < q.Range.First || q.Range.Len() != q.Count {
@@ -89,7 +88,7 @@ func ValidatePersist(shard int, rows []Row, reqs []Request) error {
 				segment.ErrInvalid, q.ID, q.Biz, q.Range.First, q.Range.Last, q.Count, segment.MaxStep)
 		}
 		if seenReq != nil {
-			rk := RequestKey{Biz: q.Biz, ID: q.ID}
+			rk := RequestKey{Biz: q.Biz, Scope: q.Scope, ID: q.ID}
 			if _, dup := seenReq[rk]; dup {
 				return fmt.Errorf("%w: request id %q of %q appears twice in one persist", segment.ErrInvalid, q.ID, q.Biz)
 			}

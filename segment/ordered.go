@@ -105,8 +105,8 @@ func NewOrdered(cfg OrderedConfig) (*Ordered, error) {
 }
 
 // Take reserves n (1..MaxBatch) consecutive numbers for (biz, subKey); a
-// new key starts at biz.StartNum. With a requestID, a retry returns the
-// range of the first success.
+// new key starts at biz.StartNum. With a request id, a retry (same id and
+// scope, sub key and count) returns the range of the first success.
 //
 // The range is always above the highest number this node received for the
 // key: the store raises a row that went backwards (a failover to a lagging
@@ -116,12 +116,12 @@ func NewOrdered(cfg OrderedConfig) (*Ordered, error) {
 // ErrExhausted as the store reported them, ErrRegressed (with
 // ErrUnavailable) for a store that ignored the raise, and ErrUnavailable
 // for everything else (store down, timeout, the Gate closed).
-func (o *Ordered) Take(ctx context.Context, biz Biz, subKey string, n int64, requestID string) (Range, error) {
+func (o *Ordered) Take(ctx context.Context, biz Biz, subKey string, n int64, rid RequestID) (Range, error) {
 	if n < 1 || n > MaxBatch {
 		return Range{}, fmt.Errorf("%w: count %d out of range 1..%d", ErrInvalid, n, MaxBatch)
 	}
 	req, err := NormalizeOrderedRequest(OrderedRequest{
-		Biz: biz.Name, SubKey: subKey, Count: n, StartNum: biz.StartNum, RequestID: requestID,
+		Biz: biz.Name, SubKey: subKey, Count: n, StartNum: biz.StartNum, RequestID: rid.ID, RequestScope: rid.Scope,
 	})
 	if err != nil {
 		return Range{}, err
@@ -173,7 +173,7 @@ func (o *Ordered) Take(ctx context.Context, biz Biz, subKey string, n int64, req
 	// only catches a store that does not.
 	// (Without replay reports a retry's old range cannot be told from a
 	// regression, so requests with an id are not checked then.)
-	guarded := o.replay != nil || requestID == ""
+	guarded := o.replay != nil || rid.ID == ""
 	if guarded && !r.Replayed && r.First <= before {
 		o.failures.Add(1)
 		o.regressions.Add(1)

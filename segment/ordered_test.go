@@ -46,7 +46,7 @@ func TestOrderedConcurrent(t *testing.T) {
 					last := map[string]int64{}
 					for i := range perWorker {
 						key := keys[(w+i)%len(keys)]
-						r, err := o.Take(context.Background(), biz, key, int64(1+i%4), "")
+						r, err := o.Take(context.Background(), biz, key, int64(1+i%4), segment.RequestID{})
 						if err != nil {
 							errs[w] = err
 							return
@@ -98,21 +98,21 @@ func TestOrderedRetries(t *testing.T) {
 			b := newOrdered(t, segment.OrderedConfig{Store: s}) // another node
 			ctx := context.Background()
 
-			r1, err := a.Take(ctx, biz, "k", 2, "req-1")
+			r1, err := a.Take(ctx, biz, "k", 2, segment.RequestID{ID: "req-1"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			r2, err := b.Take(ctx, biz, "k", 1, "req-2")
+			r2, err := b.Take(ctx, biz, "k", 1, segment.RequestID{ID: "req-2"})
 			if err != nil || r2.First != r1.Last+1 {
 				t.Fatalf("second request: %v, %v", r2, err)
 			}
 			for _, node := range []*segment.Ordered{a, b, b} {
-				again, err := node.Take(ctx, biz, "k", 2, "req-1")
+				again, err := node.Take(ctx, biz, "k", 2, segment.RequestID{ID: "req-1"})
 				if err != nil || again != r1 {
 					t.Fatalf("retry: %v, %v; want %v", again, err, r1)
 				}
 			}
-			_, err = a.Take(ctx, biz, "other", 2, "req-1")
+			_, err = a.Take(ctx, biz, "other", 2, segment.RequestID{ID: "req-1"})
 			if !errors.Is(err, segment.ErrRequestMismatch) {
 				t.Fatalf("request id reused for another key: %v, want ErrRequestMismatch", err)
 			}
@@ -134,21 +134,21 @@ func TestOrderedRegressionRaised(t *testing.T) {
 	o := newOrdered(t, segment.OrderedConfig{Store: ms})
 	ctx := context.Background()
 	for range 5 {
-		if _, err := o.Take(ctx, biz, "k", 1, ""); err != nil {
+		if _, err := o.Take(ctx, biz, "k", 1, segment.RequestID{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	ms.SetOrderedMax(biz.Name, "k", 2) // the store lost 3..5
 	want := int64(6)
 	for _, reqID := range []string{"", "fresh-id"} {
-		r, err := o.Take(ctx, biz, "k", 1, reqID)
+		r, err := o.Take(ctx, biz, "k", 1, segment.RequestID{ID: reqID})
 		if err != nil || r.First != want {
 			t.Fatalf("request id %q after the store went back: %v, %v; want %d", reqID, r, err, want)
 		}
 		want++
 	}
 	// Other keys are unaffected.
-	if r, err := o.Take(ctx, biz, "k2", 1, ""); err != nil || r.First != 1 {
+	if r, err := o.Take(ctx, biz, "k2", 1, segment.RequestID{}); err != nil || r.First != 1 {
 		t.Fatalf("another key: %v, %v", r, err)
 	}
 	if got := o.Stats().Regressions; got != 1 {
@@ -171,14 +171,14 @@ func TestOrderedRetryNeverReplaysARegressedRange(t *testing.T) {
 	ctx := context.Background()
 	var served int64
 	for range 5 {
-		r, err := nodeA.Take(ctx, biz, "chat", 1, "")
+		r, err := nodeA.Take(ctx, biz, "chat", 1, segment.RequestID{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		served = r.Last
 	}
 	ms.SetOrderedMax(biz.Name, "chat", 1) // failover: 2..5 lost
-	first, err := nodeA.Take(ctx, biz, "chat", 1, "req-1")
+	first, err := nodeA.Take(ctx, biz, "chat", 1, segment.RequestID{ID: "req-1"})
 	if err != nil {
 		t.Fatalf("first attempt after the store went back: %v; want a range above %d", err, served)
 	}
@@ -186,7 +186,7 @@ func TestOrderedRetryNeverReplaysARegressedRange(t *testing.T) {
 		t.Fatalf("first attempt: %v, not above %d already served", first, served)
 	}
 	for _, node := range []*segment.Ordered{nodeA, nodeB, nodeA} {
-		again, err := node.Take(ctx, biz, "chat", 1, "req-1")
+		again, err := node.Take(ctx, biz, "chat", 1, segment.RequestID{ID: "req-1"})
 		if err != nil || again != first {
 			t.Fatalf("retry: %v, %v; want the first attempt's %v", again, err, first)
 		}
@@ -204,18 +204,18 @@ func TestOrderedWithoutReplayReports(t *testing.T) {
 	biz := mustCreate(t, ms, segment.Biz{Name: "ord"})
 	o := newOrdered(t, segment.OrderedConfig{Store: plainStore{ms}})
 	ctx := context.Background()
-	r1, err := o.Take(ctx, biz, "k", 1, "r1")
+	r1, err := o.Take(ctx, biz, "k", 1, segment.RequestID{ID: "r1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := o.Take(ctx, biz, "k", 1, "r2"); err != nil {
+	if _, err := o.Take(ctx, biz, "k", 1, segment.RequestID{ID: "r2"}); err != nil {
 		t.Fatal(err)
 	}
-	if again, err := o.Take(ctx, biz, "k", 1, "r1"); err != nil || again != r1 {
+	if again, err := o.Take(ctx, biz, "k", 1, segment.RequestID{ID: "r1"}); err != nil || again != r1 {
 		t.Fatalf("retry: %v, %v; want %v", again, err, r1)
 	}
 	ms.SetOrderedMax(biz.Name, "k", 0)
-	if r, err := o.Take(ctx, biz, "k", 1, ""); err != nil || r.First != 3 {
+	if r, err := o.Take(ctx, biz, "k", 1, segment.RequestID{}); err != nil || r.First != 3 {
 		t.Fatalf("request without id after the store went back: %v, %v; want 3..3 (raised)", r, err)
 	}
 }
@@ -248,7 +248,7 @@ func TestOrderedErrors(t *testing.T) {
 			if tc.setup != nil {
 				defer tc.setup(ms)()
 			}
-			_, err := o.Take(context.Background(), segment.Biz{Name: tc.biz}, "k", tc.n, "")
+			_, err := o.Take(context.Background(), segment.Biz{Name: tc.biz}, "k", tc.n, segment.RequestID{})
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Take: %v, want %v", err, tc.want)
 			}
@@ -283,7 +283,7 @@ func TestOrderedKeysBounded(t *testing.T) {
 	biz := mustCreate(t, ms, segment.Biz{Name: "ord"})
 	o := newOrdered(t, segment.OrderedConfig{Store: ms, MaxKeys: 64})
 	for i := range 1000 {
-		if _, err := o.Take(context.Background(), biz, fmt.Sprint("key-", i), 1, ""); err != nil {
+		if _, err := o.Take(context.Background(), biz, fmt.Sprint("key-", i), 1, segment.RequestID{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -10,6 +10,8 @@ package segment
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -157,8 +159,14 @@ type OrderedRequest struct {
 	// request (the business's StartNum).
 	StartNum int64
 	// RequestID, when not empty, makes the request idempotent: a retry with
-	// the same (Biz, RequestID) returns the range of the first success.
+	// the same (Biz, RequestScope, RequestID), sub key and count returns
+	// the range of the first success.
 	RequestID string
+	// RequestScope is the fingerprint of the credential the request
+	// carried (RequestID.Scope): request ids of different scopes never
+	// meet, so one caller can neither replay another's range nor claim
+	// an id another will use.
+	RequestScope string
 	// Above is the highest number of (Biz, SubKey) the caller knows was
 	// handed out (0: none known). A new reservation always starts above
 	// it: a store whose counter is lower (it went backwards, e.g. a
@@ -175,6 +183,43 @@ type OrderedRequest struct {
 	// processor uses it to drop reservations made on a MySQL server the
 	// cluster has not yet repaired after a failover.
 	Fence func() error
+}
+
+// RequestID names an ORDERED request for idempotency: a retry with the
+// same ID and Scope (and the same business, sub key and count) gets the
+// range of the first success back.
+//
+// ID is what the caller sent. Scope is the fingerprint of the credential
+// the request carried (issuer.RequestScope), "" without one: ids are
+// scoped to the caller, so a second caller who reuses an id gets a range
+// of its own, never the first caller's, and cannot make the first
+// caller's later use of the id fail. Callers without a credential share
+// one scope per business (there is nothing to tell them apart by).
+type RequestID struct {
+	ID, Scope string
+}
+
+// StoredRequestID is the key under which a store keeps request id id of
+// scope: id itself without a scope (as before scopes existed, so rows an
+// older build wrote keep replaying and an older build never reads a
+// scoped row), else NUL, scope, NUL, id. No unscoped id equals a scoped
+// key (ids may not begin with NUL: ValidateRequestID) and two scoped keys
+// are equal only for the same scope and id (scopes hold no NUL).
+func StoredRequestID(scope, id string) string {
+	if scope == "" {
+		return id
+	}
+	return "\x00" + scope + "\x00" + id
+}
+
+// SplitStoredRequestID reverses StoredRequestID.
+func SplitStoredRequestID(stored string) (scope, id string) {
+	if rest, ok := strings.CutPrefix(stored, "\x00"); ok {
+		if scope, id, ok = strings.Cut(rest, "\x00"); ok {
+			return scope, id
+		}
+	}
+	return "", stored
 }
 
 // Store is the durable state behind segments and businesses. Every
@@ -213,11 +258,21 @@ var (
 	// ErrRegressed: the store returned a range not above one already
 	// received (a failover to a lagging replica); refused, never handed out.
 	ErrRegressed = errors.New("segment store went backwards")
-	// ErrRequestMismatch: a request id was reused for a different request.
-	ErrRequestMismatch = errors.New("request id reused with different parameters")
+	// ErrRequestMismatch: a request id was reused for a different request
+	// (another sub key or count). Wrap it with RequestMismatch's message,
+	// which names neither.
+	ErrRequestMismatch = errors.New("request_id already used by a different request")
 	// ErrNoSegments: this deployment has no store that can reserve numbers
 	// shared by every node (a ZooKeeper-only cluster keeps businesses in
 	// ZooKeeper but no counters). UNORDERED, ORDERED and snowflake fallback
 	// are refused; the message names the fix (--mysql). Not retryable.
 	ErrNoSegments = errors.New("no shared segment store")
 )
+
+// RequestMismatch is the refusal of a request id reused for another
+// request. It names neither that request's sub key nor its count: without
+// a credential a business's callers share request ids, so those may be
+// someone else's; and the message reaches the node's status page.
+func RequestMismatch() error {
+	return fmt.Errorf("%w (another sub key or count): use a new request_id for a new request", ErrRequestMismatch)
+}

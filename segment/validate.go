@@ -21,6 +21,11 @@ const (
 	MaxSubKeyLen = 128
 	// MaxRequestIDLen is the longest request id, in bytes.
 	MaxRequestIDLen = 128
+	// MaxRequestScopeLen is the longest request scope (RequestID.Scope),
+	// in bytes; a stored request id (StoredRequestID) is at most
+	// MaxStoredRequestIDLen.
+	MaxRequestScopeLen    = 32
+	MaxStoredRequestIDLen = MaxRequestIDLen + MaxRequestScopeLen + 2
 	// MaxDescriptionLen is the longest business description, in bytes.
 	MaxDescriptionLen = 1024
 	// MaxLowWaterPct is the highest low-water mark: refilling later than at
@@ -306,8 +311,8 @@ func NormalizeOrderedRequest(req OrderedRequest) (OrderedRequest, error) {
 	if len(req.SubKey) > MaxSubKeyLen {
 		return req, fmt.Errorf("%w: sub_key is %d bytes, at most %d allowed", ErrInvalid, len(req.SubKey), MaxSubKeyLen)
 	}
-	if len(req.RequestID) > MaxRequestIDLen {
-		return req, fmt.Errorf("%w: request_id is %d bytes, at most %d allowed", ErrInvalid, len(req.RequestID), MaxRequestIDLen)
+	if err := ValidateRequestID(RequestID{ID: req.RequestID, Scope: req.RequestScope}); err != nil {
+		return req, err
 	}
 	if req.StartNum == 0 {
 		req.StartNum = DefaultStartNum
@@ -322,4 +327,26 @@ func NormalizeOrderedRequest(req OrderedRequest) (OrderedRequest, error) {
 		return req, fmt.Errorf("%w: start_num %d plus count %d passes 2^63-1: this business has no room for the request; lower start_num", ErrExhausted, req.StartNum, req.Count)
 	}
 	return req, nil
+}
+
+// ValidateRequestID checks a request id (empty: none) and its scope: the
+// id at most MaxRequestIDLen bytes, not beginning with NUL (which starts
+// the stored form of scoped ids, StoredRequestID), and the scope at most
+// MaxRequestScopeLen bytes of [A-Za-z0-9:_-].
+func ValidateRequestID(rid RequestID) error {
+	switch {
+	case len(rid.ID) > MaxRequestIDLen:
+		return fmt.Errorf("%w: request_id is %d bytes, at most %d allowed", ErrInvalid, len(rid.ID), MaxRequestIDLen)
+	case strings.HasPrefix(rid.ID, "\x00"):
+		return fmt.Errorf("%w: request_id begins with a NUL byte: use printable characters (a UUID, for example)", ErrInvalid)
+	case len(rid.Scope) > MaxRequestScopeLen:
+		return fmt.Errorf("%w: request scope is %d bytes, at most %d allowed", ErrInvalid, len(rid.Scope), MaxRequestScopeLen)
+	}
+	for i := 0; i < len(rid.Scope); i++ {
+		c := rid.Scope[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == ':' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: request scope %q: byte %#x at %d not allowed (want [A-Za-z0-9:_-])", ErrInvalid, rid.Scope, c, i)
+		}
+	}
+	return nil
 }

@@ -56,7 +56,7 @@ var _ issuer.OrderedTaker = (*owners)(nil)
 // (the side door of issue 30). A shard another node owns is refused at
 // once (NotOwner, with the owner), and the handler forwards the whole
 // request instead (nextOrdered).
-func (o *owners) Take(ctx context.Context, biz segment.Biz, subKey string, n int64, requestID string) (segment.Range, error) {
+func (o *owners) Take(ctx context.Context, biz segment.Biz, subKey string, n int64, rid segment.RequestID) (segment.Range, error) {
 	// A shard changing hands (a hand-off, a node joining, the first
 	// moments of a node) is refused for tens of milliseconds: ride it out
 	// here, briefly, instead of answering the caller a refusal. A lease
@@ -67,7 +67,7 @@ func (o *owners) Take(ctx context.Context, biz segment.Biz, subKey string, n int
 	}
 	pause := 5 * time.Millisecond
 	for {
-		r, err := o.alloc.Take(ctx, biz, subKey, n, requestID)
+		r, err := o.alloc.Take(ctx, biz, subKey, n, rid)
 		if err == nil || !inTransition(err) || o.ownedElsewhere(err) != "" || time.Now().Add(pause).After(deadline) {
 			return r, err
 		}

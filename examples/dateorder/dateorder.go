@@ -42,7 +42,7 @@ type Strategy struct {
 // take reserves n numbers of the day's sequence.
 func (s *Strategy) take(ctx context.Context, biz segment.Biz, subKey string, n int) (segment.Range, error) {
 	if s.Ordered != nil {
-		return s.Ordered.Take(ctx, biz, subKey, int64(n), "")
+		return s.Ordered.Take(ctx, biz, subKey, int64(n), segment.RequestID{})
 	}
 	ordered, ok := s.Registry.Strategy(segment.ChannelOrdered)
 	if !ok {

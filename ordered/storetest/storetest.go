@@ -80,6 +80,7 @@ func Run(t *testing.T, open func(t *testing.T) ordered.Store) {
 		{"LargeBatches", s.testLargeBatches},
 		{"DuplicateRequests", s.testDuplicateRequests},
 		{"LookupRequests", s.testLookupRequests},
+		{"RequestScopes", s.testRequestScopes},
 		{"WrongShardRefused", s.testWrongShard},
 		{"InvalidRefused", s.testInvalid},
 		{"ConcurrentClaims", s.testConcurrentClaims},
@@ -162,6 +163,12 @@ func Req(biz, id, subKey string, last, count int64) ordered.Request {
 		Range: segment.Range{First: last - count + 1, Last: last}}
 }
 
+// Scoped returns q in scope.
+func Scoped(q ordered.Request, scope string) ordered.Request {
+	q.Scope = scope
+	return q
+}
+
 func claim(t *testing.T, st ordered.Store, shard int, epoch int64) {
 	t.Helper()
 	if err := st.Claim(ctx(t), shard, epoch, fmt.Sprintf("node-%d:8888", epoch)); err != nil {
@@ -187,9 +194,14 @@ func load(t *testing.T, st ordered.Store, shard int, epoch int64, keys []ordered
 
 func lookup(t *testing.T, st ordered.Store, biz string, ids []string) map[string]ordered.Request {
 	t.Helper()
-	m, err := st.LookupRequests(ctx(t), biz, ids)
+	return lookupScoped(t, st, biz, "", ids)
+}
+
+func lookupScoped(t *testing.T, st ordered.Store, biz, scope string, ids []string) map[string]ordered.Request {
+	t.Helper()
+	m, err := st.LookupRequests(ctx(t), biz, scope, ids)
 	if err != nil {
-		t.Fatalf("LookupRequests(%q, %d ids): %v", biz, len(ids), err)
+		t.Fatalf("LookupRequests(%q, scope %q, %d ids): %v", biz, scope, len(ids), err)
 	}
 	return m
 }
@@ -556,6 +568,42 @@ func (s *suite) testLookupRequests(t *testing.T, st ordered.Store) {
 	}
 }
 
+// testRequestScopes: a request id is stored per (business, scope, id):
+// callers of one business with different credentials never meet, so a
+// second caller reusing an id neither finds the first's request nor makes
+// the first's use of the id a duplicate.
+func (s *suite) testRequestScopes(t *testing.T, st ordered.Store) {
+	sh := s.shard(t)
+	biz := s.biz("scopes")
+	sks := SubKeys(sh, "k", 2)
+	claim(t, st, sh, 1)
+	unscoped := Req(biz, "r", sks[0], 10, 10)
+	victim := Scoped(Req(biz, "r", sks[0], 13, 3), "0123456789abcdef")
+	// The same id in two scopes, in one persist: two requests.
+	persist(t, st, sh, 1, nil, []ordered.Request{unscoped, victim})
+	if got := lookupScoped(t, st, biz, victim.Scope, []string{"r"}); !maps.Equal(got, map[string]ordered.Request{"r": victim}) {
+		t.Fatalf("LookupRequests in the victim's scope = %+v, want %+v", got, victim)
+	}
+	if got := lookup(t, st, biz, []string{"r"}); !maps.Equal(got, map[string]ordered.Request{"r": unscoped}) {
+		t.Fatalf("LookupRequests without a scope = %+v, want only %+v", got, unscoped)
+	}
+	if got := lookupScoped(t, st, biz, "fedcba9876543210", []string{"r"}); len(got) != 0 {
+		t.Fatalf("LookupRequests in a third scope = %+v: another caller's request", got)
+	}
+	// A third caller's use of the id is its own, and stored.
+	third := Scoped(Req(biz, "r", sks[1], 4, 4), "fedcba9876543210")
+	persist(t, st, sh, 1, nil, []ordered.Request{third})
+	// The victim's retry is a duplicate of its own request only.
+	err := st.Persist(ctx(t), sh, 1, nil, []ordered.Request{Scoped(Req(biz, "r", sks[0], 20, 3), victim.Scope)})
+	var dup *ordered.DuplicateRequestsError
+	if !errors.As(err, &dup) || len(dup.Requests) != 1 || dup.Requests[0] != (ordered.RequestKey{Biz: biz, Scope: victim.Scope, ID: "r"}) {
+		t.Fatalf("victim's retry: %v, want a DuplicateRequestsError naming (%q, %q, r)", err, biz, victim.Scope)
+	}
+	if got := lookupScoped(t, st, biz, third.Scope, []string{"r"}); !maps.Equal(got, map[string]ordered.Request{"r": third}) {
+		t.Fatalf("LookupRequests in the third scope = %+v, want %+v", got, third)
+	}
+}
+
 func (s *suite) testWrongShard(t *testing.T, st ordered.Store) {
 	sh := s.shard(t)
 	biz := s.biz("wrong")
@@ -608,6 +656,9 @@ func (s *suite) testInvalid(t *testing.T, st ordered.Store) {
 		{"request range from 0", nil, []ordered.Request{{Biz: biz, ID: "z", SubKey: k.SubKey, Count: 1, Range: segment.Range{First: 0, Last: 0}}}},
 		{"request id twice", nil, []ordered.Request{good, good}},
 		{"request bad business", nil, []ordered.Request{Req("", "z", k.SubKey, 5, 1)}},
+		{"request id beginning with NUL", nil, []ordered.Request{Req(biz, "\x00s\x00z", k.SubKey, 5, 1)}},
+		{"request scope malformed", nil, []ordered.Request{Scoped(Req(biz, "z", k.SubKey, 5, 1), "a\x00b")}},
+		{"request scope too long", nil, []ordered.Request{Scoped(Req(biz, "z", k.SubKey, 5, 1), strings.Repeat("s", segment.MaxRequestScopeLen+1))}},
 	} {
 		rows := tc.rows
 		if rows == nil {
@@ -618,8 +669,10 @@ func (s *suite) testInvalid(t *testing.T, st ordered.Store) {
 	}
 	_, err := st.Load(ctx(t), sh, 1, []ordered.Key{{Biz: biz, SubKey: badSub}})
 	wantInvalid(t, "Load of a sub key that is not UTF-8", err)
-	_, err = st.LookupRequests(ctx(t), "", []string{"x"})
+	_, err = st.LookupRequests(ctx(t), "", "", []string{"x"})
 	wantInvalid(t, "LookupRequests of an empty business name", err)
+	_, err = st.LookupRequests(ctx(t), biz, "bad scope", []string{"x"})
+	wantInvalid(t, "LookupRequests of a malformed scope", err)
 	wantRows(t, "after refused persists", st, sh, 1, []ordered.Key{k}, map[ordered.Key]int64{})
 	if m := lookup(t, st, biz, []string{"ok", "z"}); len(m) != 0 {
 		t.Fatalf("refused persists stored %v", m)

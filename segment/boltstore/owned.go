@@ -185,7 +185,7 @@ func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []orde
 			rks   = make([][]byte, len(reqs))
 		)
 		for i, q := range reqs {
-			rks[i] = joinKey(q.Biz, q.ID)
+			rks[i] = joinKey(q.Biz, segment.StoredRequestID(q.Scope, q.ID))
 			v := reqsB.Get(rks[i])
 			prevs[i].created = -1
 			if v == nil {
@@ -199,7 +199,7 @@ func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []orde
 				if dup == nil {
 					dup = &ordered.DuplicateRequestsError{}
 				}
-				dup.Requests = append(dup.Requests, ordered.RequestKey{Biz: q.Biz, ID: q.ID})
+				dup.Requests = append(dup.Requests, ordered.RequestKey{Biz: q.Biz, Scope: q.Scope, ID: q.ID})
 			}
 			prevs[i] = prev
 		}
@@ -276,16 +276,16 @@ func putRows(tx *bolt.Tx, rows []ordered.Row, exact bool) error {
 	return nil
 }
 
-// LookupRequests returns the stored requests of biz among ids
+// LookupRequests returns the stored requests of biz and scope among ids
 // (ordered.Store); ids past RequestRetention count as gone, as in
 // ReserveOrderedReplay.
-func (s *Store) LookupRequests(ctx context.Context, biz string, ids []string) (map[string]ordered.Request, error) {
+func (s *Store) LookupRequests(ctx context.Context, biz, scope string, ids []string) (map[string]ordered.Request, error) {
 	op := fmt.Sprintf("boltstore: look up %d ORDERED request ids of %q", len(ids), biz)
 	if err := segment.ValidateBizName(biz); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	for _, id := range ids {
-		if err := ordered.ValidateRequestID(id); err != nil {
+		if err := ordered.ValidateRequestID(scope, id); err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
 	}
@@ -297,7 +297,7 @@ func (s *Store) LookupRequests(ctx context.Context, biz string, ids []string) (m
 	err := s.db.View(func(tx *bolt.Tx) error {
 		reqs := tx.Bucket(bucketRequests)
 		for _, id := range ids {
-			v := reqs.Get(joinKey(biz, id))
+			v := reqs.Get(joinKey(biz, segment.StoredRequestID(scope, id)))
 			if v == nil {
 				continue
 			}
@@ -308,7 +308,7 @@ func (s *Store) LookupRequests(ctx context.Context, biz string, ids []string) (m
 			if q.created < expiredBefore {
 				continue
 			}
-			out[id] = ordered.Request{Biz: biz, ID: id, SubKey: q.subKey, Count: q.count, Range: q.r}
+			out[id] = ordered.Request{Biz: biz, Scope: scope, ID: id, SubKey: q.subKey, Count: q.count, Range: q.r}
 		}
 		return nil
 	})

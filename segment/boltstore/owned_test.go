@@ -42,7 +42,7 @@ func TestOwnedPerRequestPathCompatible(t *testing.T) {
 	if err != nil || len(m) != 1 || m[k] != 102 {
 		t.Fatalf("Load of a row ReserveOrdered created = %v, %v; want %v: 102", m, err, k)
 	}
-	got, err := s.LookupRequests(ctx, "compat", []string{"old-req"})
+	got, err := s.LookupRequests(ctx, "compat", "", []string{"old-req"})
 	if want := storetest.Req("compat", "old-req", k.SubKey, 102, 3); err != nil || got["old-req"] != want {
 		t.Fatalf("LookupRequests of ReserveOrdered's request id = %+v, %v; want %+v", got, err, want)
 	}
@@ -94,7 +94,7 @@ func TestOwnedSurvivesReopen(t *testing.T) {
 	if m, err := s.Load(ctx, 2, 4, []ordered.Key{k}); err != nil || m[k] != 77 {
 		t.Fatalf("Load after reopen = %v, %v; want 77", m, err)
 	}
-	if m, err := s.LookupRequests(ctx, "b", []string{"r"}); err != nil || m["r"].Range != (segment.Range{First: 76, Last: 77}) {
+	if m, err := s.LookupRequests(ctx, "b", "", []string{"r"}); err != nil || m["r"].Range != (segment.Range{First: 76, Last: 77}) {
 		t.Fatalf("LookupRequests after reopen = %v, %v", m, err)
 	}
 }
@@ -115,7 +115,7 @@ func TestOwnedExpiredRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Add(2 * time.Hour)
-	if m, err := s.LookupRequests(ctx, "b", []string{"r"}); err != nil || len(m) != 0 {
+	if m, err := s.LookupRequests(ctx, "b", "", []string{"r"}); err != nil || len(m) != 0 {
 		t.Fatalf("LookupRequests of an expired id = %v, %v; want none", m, err)
 	}
 	if err := s.Persist(ctx, 5, 1, []ordered.Row{{Key: k, Num: 2}}, []ordered.Request{storetest.Req("b", "r", k.SubKey, 2, 1)}); err != nil {
@@ -125,7 +125,7 @@ func TestOwnedExpiredRequests(t *testing.T) {
 	if n, err := s.purgeExpired(clk.Now(), 100); err != nil || n != 0 {
 		t.Fatalf("purgeExpired = %d, %v; want 0 (the old entry was replaced)", n, err)
 	}
-	if m, err := s.LookupRequests(ctx, "b", []string{"r"}); err != nil || m["r"].Range.Last != 2 {
+	if m, err := s.LookupRequests(ctx, "b", "", []string{"r"}); err != nil || m["r"].Range.Last != 2 {
 		t.Fatalf("LookupRequests after reuse and cleanup = %v, %v; want the new range", m, err)
 	}
 }

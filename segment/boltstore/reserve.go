@@ -110,7 +110,7 @@ func (s *Store) ReserveOrderedReplay(ctx context.Context, req segment.OrderedReq
 		reqs, byTime := tx.Bucket(bucketRequests), tx.Bucket(bucketReqTime)
 		var rk []byte
 		if req.RequestID != "" {
-			rk = joinKey(req.Biz, req.RequestID)
+			rk = joinKey(req.Biz, segment.StoredRequestID(req.RequestScope, req.RequestID))
 			if v := reqs.Get(rk); v != nil {
 				prev, err := decodeRequest(v)
 				if err != nil {
@@ -118,8 +118,7 @@ func (s *Store) ReserveOrderedReplay(ctx context.Context, req segment.OrderedReq
 				}
 				if prev.created >= expiredBefore {
 					if prev.subKey != req.SubKey || prev.count != req.Count {
-						opErr = fmt.Errorf("boltstore: biz %q request %q was for sub key %q count %d, not sub key %q count %d: %w",
-							req.Biz, req.RequestID, prev.subKey, prev.count, req.SubKey, req.Count, segment.ErrRequestMismatch)
+						opErr = fmt.Errorf("boltstore: biz %q: %w", req.Biz, segment.RequestMismatch())
 						return nil
 					}
 					r = segment.Reservation{Range: prev.r, Replayed: true}

@@ -26,7 +26,7 @@ var ErrInjected = errors.New("memstore: injected failure")
 
 type orderedKey struct{ biz, subKey string }
 
-type requestKey struct{ biz, id string }
+type requestKey struct{ biz, scope, id string }
 
 type request struct {
 	subKey string
@@ -146,12 +146,11 @@ func (s *Store) ReserveOrderedReplay(ctx context.Context, req segment.OrderedReq
 	if _, ok := s.biz[req.Biz]; !ok {
 		return segment.Reservation{}, fmt.Errorf("memstore: reserve ordered: biz %q: %w", req.Biz, segment.ErrUnknownBiz)
 	}
-	rk := requestKey{req.Biz, req.RequestID}
+	rk := requestKey{req.Biz, req.RequestScope, req.RequestID}
 	if req.RequestID != "" {
 		if prev, ok := s.requests[rk]; ok {
 			if prev.subKey != req.SubKey || prev.count != req.Count {
-				return segment.Reservation{}, fmt.Errorf("memstore: biz %q request %q was for sub key %q count %d: %w",
-					req.Biz, req.RequestID, prev.subKey, prev.count, segment.ErrRequestMismatch)
+				return segment.Reservation{}, fmt.Errorf("memstore: biz %q: %w", req.Biz, segment.RequestMismatch())
 			}
 			return segment.Reservation{Range: prev.r, Replayed: true}, nil
 		}

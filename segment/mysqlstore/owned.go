@@ -303,7 +303,7 @@ func requestInserts(reqs []ordered.Request, at any) []stmt {
 				b.WriteString(", ")
 			}
 			b.WriteString("(?, ?, ?, ?, ?, ?, ?)")
-			args = append(args, q.Biz, []byte(q.ID), []byte(q.SubKey), q.Count, q.Range.First, q.Range.Last, at)
+			args = append(args, q.Biz, []byte(segment.StoredRequestID(q.Scope, q.ID)), []byte(q.SubKey), q.Count, q.Range.First, q.Range.Last, at)
 		}
 		out = append(out, stmt{b.String(), args})
 		reqs = reqs[n:]
@@ -395,24 +395,26 @@ func (s *Store) fence(ctx context.Context, tx *sql.Tx, shard int, epoch int64, u
 // is stored any more (cleaned up in between) the attempt is run again
 // (errRequestVanished).
 func (s *Store) duplicateRequests(ctx context.Context, reqs []ordered.Request) error {
-	byBiz := map[string][]string{}
-	var bizs []string
+	type scope struct{ biz, scope string }
+	byScope := map[scope][]string{}
+	var scopes []scope
 	for _, q := range reqs {
-		if _, ok := byBiz[q.Biz]; !ok {
-			bizs = append(bizs, q.Biz)
+		k := scope{q.Biz, q.Scope}
+		if _, ok := byScope[k]; !ok {
+			scopes = append(scopes, k)
 		}
-		byBiz[q.Biz] = append(byBiz[q.Biz], q.ID)
+		byScope[k] = append(byScope[k], q.ID)
 	}
 	dup := &ordered.DuplicateRequestsError{}
-	for _, biz := range bizs {
-		ids := byBiz[biz]
-		found, err := s.lookupRequests(ctx, biz, ids)
+	for _, k := range scopes {
+		ids := byScope[k]
+		found, err := s.lookupRequests(ctx, k.biz, k.scope, ids)
 		if err != nil {
 			return err
 		}
 		for _, id := range ids { // in the batch's order
 			if _, ok := found[id]; ok {
-				dup.Requests = append(dup.Requests, ordered.RequestKey{Biz: biz, ID: id})
+				dup.Requests = append(dup.Requests, ordered.RequestKey{Biz: k.biz, Scope: k.scope, ID: id})
 			}
 		}
 	}
@@ -422,28 +424,28 @@ func (s *Store) duplicateRequests(ctx context.Context, reqs []ordered.Request) e
 	return dup
 }
 
-// LookupRequests returns the stored requests of biz among ids
+// LookupRequests returns the stored requests of biz and scope among ids
 // (ordered.Store), ownedBatch ids per statement.
-func (s *Store) LookupRequests(ctx context.Context, biz string, ids []string) (map[string]ordered.Request, error) {
+func (s *Store) LookupRequests(ctx context.Context, biz, scope string, ids []string) (map[string]ordered.Request, error) {
 	op := fmt.Sprintf("look up %d ORDERED request ids of %q", len(ids), biz)
 	if err := segment.ValidateBizName(biz); err != nil {
 		return nil, fmt.Errorf("mysqlstore: %s: %w", op, err)
 	}
 	for _, id := range ids {
-		if err := ordered.ValidateRequestID(id); err != nil {
+		if err := ordered.ValidateRequestID(scope, id); err != nil {
 			return nil, fmt.Errorf("mysqlstore: %s: %w", op, err)
 		}
 	}
 	cctx, cancel := s.opContext(ctx)
 	defer cancel()
-	out, err := s.lookupRequests(cctx, biz, ids)
+	out, err := s.lookupRequests(cctx, biz, scope, ids)
 	if err != nil {
 		return nil, s.ownedErr(ctx, op, err)
 	}
 	return out, nil
 }
 
-func (s *Store) lookupRequests(ctx context.Context, biz string, ids []string) (map[string]ordered.Request, error) {
+func (s *Store) lookupRequests(ctx context.Context, biz, scope string, ids []string) (map[string]ordered.Request, error) {
 	out := make(map[string]ordered.Request, len(ids))
 	for len(ids) > 0 {
 		n := min(len(ids), ownedBatch)
@@ -456,7 +458,7 @@ func (s *Store) lookupRequests(ctx context.Context, biz string, ids []string) (m
 				b.WriteString(", ")
 			}
 			b.WriteString("?")
-			args = append(args, []byte(id))
+			args = append(args, []byte(segment.StoredRequestID(scope, id)))
 		}
 		b.WriteString(")")
 		if err := scanRequests(ctx, s.db, biz, b.String(), args, out); err != nil {
@@ -481,7 +483,8 @@ func scanRequests(ctx context.Context, q querier, biz, query string, args []any,
 		if err := rows.Scan(&id, &subKey, &r.Count, &r.Range.First, &r.Range.Last); err != nil {
 			return err
 		}
-		r.Biz, r.ID, r.SubKey = biz, string(id), string(subKey)
+		r.Scope, r.ID = segment.SplitStoredRequestID(string(id))
+		r.Biz, r.SubKey = biz, string(subKey)
 		out[r.ID] = r
 	}
 	return rows.Err()

@@ -41,7 +41,7 @@ func TestOwned_PerRequestPathCompatible(t *testing.T) {
 	if err != nil || len(m) != 1 || m[k] != 102 {
 		t.Fatalf("Load of a row ReserveOrdered created = %v, %v; want %v: 102", m, err, k)
 	}
-	got, err := s.LookupRequests(ctx, b.Name, []string{"old-req"})
+	got, err := s.LookupRequests(ctx, b.Name, "", []string{"old-req"})
 	if want := storetest.Req(b.Name, "old-req", k.SubKey, 102, 3); err != nil || got["old-req"] != want {
 		t.Fatalf("LookupRequests of ReserveOrdered's request id = %+v, %v; want %+v", got, err, want)
 	}

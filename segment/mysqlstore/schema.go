@@ -35,6 +35,7 @@ var migrations = []Migration{
 	{Version: 4, Description: "worker registry of each cluster (worker_cluster.registry)", apply: schemaV4},
 	{Version: 5, Description: "business ID quota, burst and client tokens; secret_key wide enough for wrapped keys", apply: schemaV5},
 	{Version: 6, Description: "ORDERED shard owners' epochs (ordered_shard) and the business ordered_mode", stmts: schemaV6(), apply: schemaV6Columns},
+	{Version: 7, Description: "ORDERED request ids scoped to the caller's credential (ordered_request.request_id widened)", apply: schemaV7},
 }
 
 // bizColumnsV3 are the columns schema 3 adds to biz. secret_key is empty
@@ -152,6 +153,18 @@ var bizColumnsV6 = []struct{ name, def string }{
 
 func schemaV6Columns(ctx context.Context, conn *sql.Conn) error {
 	return addColumns(ctx, conn, "biz", bizColumnsV6)
+}
+
+// schemaV7 widens ordered_request.request_id so it holds a request id
+// with the scope of the credential it came with
+// (segment.StoredRequestID). Rows already there are unscoped ids, read
+// as they were written. An older build, still running during a rolling
+// upgrade, reads and writes unscoped ids only: it meets a scoped row only
+// if a caller sends that row's whole key (NUL, scope, NUL, id) as its
+// request id, which this build refuses.
+func schemaV7(ctx context.Context, conn *sql.Conn) error {
+	return widenColumn(ctx, conn, "ordered_request", "request_id", requestIDColumnBytes,
+		fmt.Sprintf("VARBINARY(%d) NOT NULL", requestIDColumnBytes))
 }
 
 // widenColumn changes a column to def unless it is already at least width

@@ -192,7 +192,7 @@ func TestShardEdges(t *testing.T) {
 }
 
 func TestColumnsHoldSegmentLimits(t *testing.T) {
-	if segment.MaxSubKeyLen > subKeyColumnBytes || segment.MaxRequestIDLen > requestIDColumnBytes ||
+	if segment.MaxSubKeyLen > subKeyColumnBytes || segment.MaxStoredRequestIDLen > requestIDColumnBytes ||
 		segment.MaxBizNameLen > 128 || segment.MaxDescriptionLen > 1024 {
 		t.Fatal("segment's limits outgrew the MySQL columns: add a migration that widens them")
 	}

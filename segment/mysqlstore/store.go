@@ -46,10 +46,12 @@ import (
 )
 
 // Column sizes of sub keys and request ids, in bytes; segment's limits
-// (MaxSubKeyLen, MaxRequestIDLen) are within them.
+// (MaxSubKeyLen, MaxStoredRequestIDLen) are within them. request_id holds
+// segment.StoredRequestID: the caller's id, with its scope when it has one
+// (schema 7 widened it from 128 bytes).
 const (
 	subKeyColumnBytes    = 1024
-	requestIDColumnBytes = 128
+	requestIDColumnBytes = 192
 )
 
 // Store is a segment.Store on MySQL or MariaDB. It is safe for concurrent
@@ -298,7 +300,8 @@ func reservedFrom(res sql.Result) (last int64, ok bool, err error) {
 // inserts the ordered_request row (its primary key serialises concurrent
 // retries of one id), then reserves, then records the range, then commits:
 // a retry gets the stored range back, a retry with another sub key or
-// count gets segment.ErrRequestMismatch.
+// count gets segment.ErrRequestMismatch. The row's key is the id with its
+// scope (segment.StoredRequestID), so ids of different callers never meet.
 //
 // When the reserved range is not above req.Above (the row went backwards:
 // a failover to a lagging replica lost reservations the caller saw), the
@@ -369,8 +372,9 @@ func normalizeOrdered(req segment.OrderedRequest) (segment.OrderedRequest, error
 		return req, fmt.Errorf("%w: sub_key is not valid UTF-8", segment.ErrInvalid)
 	case len(req.SubKey) > subKeyColumnBytes:
 		return req, fmt.Errorf("%w: sub_key is %d bytes, at most %d allowed", segment.ErrInvalid, len(req.SubKey), subKeyColumnBytes)
-	case len(req.RequestID) > requestIDColumnBytes:
-		return req, fmt.Errorf("%w: request_id is %d bytes, at most %d allowed", segment.ErrInvalid, len(req.RequestID), requestIDColumnBytes)
+	case len(segment.StoredRequestID(req.RequestScope, req.RequestID)) > requestIDColumnBytes:
+		return req, fmt.Errorf("%w: request_id with its scope is %d bytes, at most %d allowed", segment.ErrInvalid,
+			len(segment.StoredRequestID(req.RequestScope, req.RequestID)), requestIDColumnBytes)
 	}
 	return req, nil
 }
@@ -429,7 +433,7 @@ func (s *Store) reserveOrderedOnce(ctx context.Context, req segment.OrderedReque
 
 	_, err = tx.ExecContext(ctx,
 		"INSERT INTO ordered_request (biz, request_id, sub_key, `count`, `first`, `last`, created_at) VALUES (?, ?, ?, ?, 0, 0, ?)",
-		req.Biz, []byte(req.RequestID), []byte(req.SubKey), req.Count, now())
+		req.Biz, storedID(req), []byte(req.SubKey), req.Count, now())
 	if isDupEntry(err) {
 		// Another attempt with this id committed first (we waited for it
 		// on the primary key). Read what it got.
@@ -448,7 +452,7 @@ func (s *Store) reserveOrderedOnce(ctx context.Context, req segment.OrderedReque
 	}
 	if _, err := tx.ExecContext(ctx,
 		"UPDATE ordered_request SET `first` = ?, `last` = ? WHERE biz = ? AND request_id = ?",
-		r.First, r.Last, req.Biz, []byte(req.RequestID)); err != nil {
+		r.First, r.Last, req.Biz, storedID(req)); err != nil {
 		return segment.Reservation{}, err
 	}
 	if req.Fence != nil {
@@ -470,7 +474,7 @@ func (s *Store) storedRequest(ctx context.Context, req segment.OrderedRequest) (
 	)
 	err := s.db.QueryRowContext(ctx,
 		"SELECT sub_key, `count`, `first`, `last` FROM ordered_request WHERE biz = ? AND request_id = ?",
-		req.Biz, []byte(req.RequestID)).Scan(&subKey, &count, &r.First, &r.Last)
+		req.Biz, storedID(req)).Scan(&subKey, &count, &r.First, &r.Last)
 	if errors.Is(err, sql.ErrNoRows) {
 		return segment.Range{}, errRequestVanished
 	}
@@ -478,13 +482,17 @@ func (s *Store) storedRequest(ctx context.Context, req segment.OrderedRequest) (
 		return segment.Range{}, err
 	}
 	if string(subKey) != req.SubKey || count != req.Count {
-		return segment.Range{}, fmt.Errorf("%w: request id %q was used for sub key %q count %d",
-			segment.ErrRequestMismatch, req.RequestID, subKey, count)
+		return segment.Range{}, segment.RequestMismatch()
 	}
 	if r.First < 1 || r.Len() != count {
 		return segment.Range{}, fmt.Errorf("request id %q has a corrupt stored range %d..%d", req.RequestID, r.First, r.Last)
 	}
 	return r, nil
+}
+
+// storedID is the ordered_request key of req's request id.
+func storedID(req segment.OrderedRequest) []byte {
+	return []byte(segment.StoredRequestID(req.RequestScope, req.RequestID))
 }
 
 // now is the timestamp written to created_at/updated_at columns.

@@ -3,6 +3,8 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -259,9 +261,14 @@ func (s *suite) testOrderedIdempotent(t *testing.T, st segment.Store) {
 	}
 }
 
+// testOrderedRequestMismatch: a request id reused for another sub key or
+// count is refused, with an error that names neither the stored request's
+// sub key nor its count (without a credential, callers share ids: those
+// would be someone else's).
 func (s *suite) testOrderedRequestMismatch(t *testing.T, st segment.Store) {
 	b := create(t, st, segment.Biz{Name: s.name("ord_mis")})
-	req := segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 2, RequestID: "r"}
+	const storedSub, storedCount = "secret-room-42", 7919
+	req := segment.OrderedRequest{Biz: b.Name, SubKey: storedSub, Count: storedCount, RequestID: "r"}
 	first, err := st.ReserveOrdered(ctx(t), req)
 	if err != nil {
 		t.Fatal(err)
@@ -270,13 +277,18 @@ func (s *suite) testOrderedRequestMismatch(t *testing.T, st segment.Store) {
 		name string
 		req  segment.OrderedRequest
 	}{
-		{"other sub key", segment.OrderedRequest{Biz: b.Name, SubKey: "k2", Count: 2, RequestID: "r"}},
-		{"other count", segment.OrderedRequest{Biz: b.Name, SubKey: "k", Count: 3, RequestID: "r"}},
+		{"other sub key", segment.OrderedRequest{Biz: b.Name, SubKey: "k2", Count: storedCount, RequestID: "r"}},
+		{"other count", segment.OrderedRequest{Biz: b.Name, SubKey: storedSub, Count: 3, RequestID: "r"}},
 	}
+	storedCountWord := regexp.MustCompile(`\b` + strconv.Itoa(storedCount) + `\b`)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := st.ReserveOrdered(ctx(t), tc.req)
-			wantErr(t, "reused request id", err, segment.ErrRequestMismatch, "")
+			wantErr(t, "reused request id", err, segment.ErrRequestMismatch, "request_id")
+			if msg := err.Error(); (tc.req.SubKey != storedSub && strings.Contains(msg, storedSub)) ||
+				(tc.req.Count != storedCount && storedCountWord.MatchString(msg)) {
+				t.Errorf("mismatch error %q names the stored request's sub key or count", msg)
+			}
 		})
 	}
 	// Mismatches reserved nothing: the other key is still fresh and the
@@ -289,6 +301,59 @@ func (s *suite) testOrderedRequestMismatch(t *testing.T, st segment.Store) {
 	if err != nil || again != first {
 		t.Errorf("original request after mismatch: %v, %v; want %v", again, err, first)
 	}
+}
+
+// testOrderedRequestScopes: request ids are scoped to the caller's
+// credential (RequestScope). Another caller reusing an id gets a range of
+// its own, never the first caller's; an id another caller used first does
+// not block the first caller's use of it; each caller's retry replays its
+// own range.
+func (s *suite) testOrderedRequestScopes(t *testing.T, st segment.Store) {
+	b := create(t, st, segment.Biz{Name: s.name("ord_scope")})
+	const victimScope, attackerScope = "0123456789abcdef", "fedcba9876543210"
+	victimReq := segment.OrderedRequest{Biz: b.Name, SubKey: "room", Count: 3, RequestID: "r", RequestScope: victimScope}
+	victim, err := st.ReserveOrdered(ctx(t), victimReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same id, sub key and count from another caller: a new range.
+	attacker := victimReq
+	attacker.RequestScope = attackerScope
+	got, err := st.ReserveOrdered(ctx(t), attacker)
+	if err != nil || got.First <= victim.Last {
+		t.Fatalf("another caller reusing the victim's request id: %v, %v; want a new range above %v (never the victim's)", got, err, victim)
+	}
+	// And without a credential: a new range too.
+	unscoped := victimReq
+	unscoped.RequestScope = ""
+	if u, err := st.ReserveOrdered(ctx(t), unscoped); err != nil || u.First <= got.Last {
+		t.Fatalf("a caller without a credential reusing the id: %v, %v; want a new range above %v", u, err, got)
+	}
+	// An id the attacker used first, for another sub key and count, does
+	// not block the victim.
+	pre := segment.OrderedRequest{Biz: b.Name, SubKey: "elsewhere", Count: 1, RequestID: "future", RequestScope: attackerScope}
+	if _, err := st.ReserveOrdered(ctx(t), pre); err != nil {
+		t.Fatal(err)
+	}
+	later := segment.OrderedRequest{Biz: b.Name, SubKey: "room", Count: 2, RequestID: "future", RequestScope: victimScope}
+	lr, err := st.ReserveOrdered(ctx(t), later)
+	if err != nil {
+		t.Fatalf("the victim's use of an id another caller used first: %v", err)
+	}
+	// Each caller's retry replays its own range.
+	for _, tc := range []struct {
+		req  segment.OrderedRequest
+		want segment.Range
+	}{{victimReq, victim}, {attacker, got}, {later, lr}} {
+		if again, err := st.ReserveOrdered(ctx(t), tc.req); err != nil || again != tc.want {
+			t.Fatalf("retry of %+v: %v, %v; want %v", tc.req, again, err, tc.want)
+		}
+	}
+	// A scope is checked like the rest of the request.
+	bad := victimReq
+	bad.RequestScope = "no spaces"
+	_, err = st.ReserveOrdered(ctx(t), bad)
+	wantErr(t, "malformed scope", err, segment.ErrInvalid, "scope")
 }
 
 func (s *suite) testOrderedConcurrentRetries(t *testing.T, st segment.Store) {

@@ -95,6 +95,7 @@ func run(t *testing.T, newStore func(t *testing.T) segment.Store, bizOnly bool) 
 		{"OrderedConcurrent", s.testOrderedConcurrent, false},
 		{"OrderedIdempotent", s.testOrderedIdempotent, false},
 		{"OrderedRequestMismatch", s.testOrderedRequestMismatch, false},
+		{"OrderedRequestScopes", s.testOrderedRequestScopes, false},
 		{"OrderedConcurrentRetries", s.testOrderedConcurrentRetries, false},
 		{"OrderedAbove", s.testOrderedAbove, false},
 		{"OrderedFence", s.testOrderedFence, false},

@@ -32,13 +32,13 @@ import (
 // the node gives up its worker slot; so RPC connections get what is left
 // after a reserve:
 //
-//	reserve = fdReserveBase + adminMaxConns + mysql_max_conns (with --mysql)
+//	reserve = fdReserveBase + adminMaxConns + adminProbeConns + mysql_max_conns (with --mysql)
 //
 // fdReserveBase covers the listeners, ZooKeeper, the store and audit files,
 // the properties file and its temporary copy, logs and Go runtime pipes
-// with room to spare; adminMaxConns is the admin port's own connection cap
-// (admin.go), counted separately because a scraper flood can hold all of
-// them at once.
+// with room to spare; adminMaxConns and adminProbeConns are the admin
+// port's own connection caps (admin.go), counted separately because a
+// scraper flood can hold all of them at once.
 const (
 	fdReserveBase = 64
 	// minRPCConns is the fewest RPC connections worth starting with: below
@@ -77,7 +77,7 @@ func raiseNofile(log *zap.Logger) (uint64, error) {
 // fdReserve is the descriptors kept back from RPC connections; see
 // fdReserveBase.
 func fdReserve(cfg Config) int {
-	r := fdReserveBase + adminMaxConns
+	r := fdReserveBase + adminMaxConns + adminProbeConns
 	if cfg.MySQL != "" {
 		r += cfg.MySQLMaxConns
 	}

@@ -126,18 +126,20 @@ type rpcTransport struct {
 // but live client, while on gonet it is raised to at least 2 minutes. So
 // connTracker does both: on netpoll through an inbound bound handler
 // (OnActive refuses, OnInactive forgets; netpoll calls OnInactive from the
-// connection's close callback), on gonet in a listener below TLS. WithMaxConnIdleTime is still set: on netpoll it turns
-// on keep-alive probes, which find dead peers.
+// connection's close callback), on gonet in a listener below TLS.
+// WithMaxConnIdleTime is still set: on netpoll it turns on keep-alive
+// probes, which find dead peers.
 //
-// Idle means "no completed request", not "no byte" (issue 30): a client
-// that trickles a byte every few seconds and never finishes a frame would
-// otherwise hold its slot for ever, and a thousand of them hold them all.
-// The same inbound handler runs on both transports (Kitex builds one
+// Idle means "no completed call", not "no byte" (issue 30): when every
+// byte read counted, a ClientHello trickled a byte at a time held a TLS
+// slot until Kitex's own 2-minute deadline, whatever conn_idle_timeout
+// said. The same inbound handler runs on both transports (Kitex builds one
 // pipeline whatever the transport); its OnMessage runs once per decoded
-// call (never for a half-read frame, nor for a heartbeat) with the context
-// OnActive returned, which carries the connection's tracker entry. And no
-// one source address may hold more than max_connections_per_source of the
-// slots, so one host's flood leaves the rest for everyone else.
+// call, never for a half-read frame, with the context OnActive returned,
+// which carries the connection's tracker entry. And no one source address
+// holds more than max_connections_per_source of the slots, so one host's
+// flood (issue 30: 1,000 clients from one address took all 896) leaves the
+// rest for everyone else.
 func newRPCTransport(cfg Config, ln net.Listener, reg prometheus.Registerer, log *zap.Logger) (*rpcTransport, error) {
 	nofile, err := raiseNofile(log)
 	if err != nil {

@@ -101,6 +101,11 @@ type Config struct {
 	TLSCert         string        `yaml:"tls_cert"`
 	TLSKey          string        `yaml:"tls_key"`
 	TLSClientCA     string        `yaml:"tls_client_ca"`
+	// MaxConnsPerSource caps the RPC connections one source address
+	// (IPv4 address, IPv6 /64) holds at once, so one host cannot hold
+	// the slots everyone else needs (issue 30); 0: a quarter of the
+	// effective max_connections.
+	MaxConnsPerSource int `yaml:"max_connections_per_source"`
 	// AuditFile is where the audit plugin appends its JSON lines ("":
 	// <data_dir>/audit.jsonl, one file per node in every mode).
 	AuditFile string `yaml:"audit_file"`
@@ -267,7 +272,8 @@ var options = []option{
 	strOpt("master-key-file", "file holding the master key (at least 32 bytes) that wraps every business's obfuscation key, so MySQL and ZooKeeper hold no usable key", func(c *Config) *string { return &c.MasterKeyFile }),
 	boolOpt("status-public", "serve /status's public summary (state and channel readiness only) without a token, for dashboards; the full page needs the admin token (the client token: node, channels, slot, members)", func(c *Config) *bool { return &c.StatusPublic }),
 	intOpt("max-connections", "most RPC connections held at once; more are closed at accept and counted", func(c *Config) *int { return &c.MaxConns }),
-	durOpt("conn-idle-timeout", "an RPC connection idle this long is closed", func(c *Config) *time.Duration { return &c.ConnIdleTimeout }),
+	durOpt("conn-idle-timeout", "an RPC connection that completes no request for this long is closed (bytes that never make a whole call do not count)", func(c *Config) *time.Duration { return &c.ConnIdleTimeout }),
+	intOpt("max-connections-per-source", "most RPC connections one source address (IPv4 address, IPv6 /64) holds at once; more are closed at accept and counted; 0: a quarter of the effective max_connections", func(c *Config) *int { return &c.MaxConnsPerSource }),
 	strOpt("tls-cert", "PEM certificate: serve RPC over TLS (with --tls-key)", func(c *Config) *string { return &c.TLSCert }),
 	strOpt("tls-key", "PEM private key of --tls-cert", func(c *Config) *string { return &c.TLSKey }),
 	strOpt("tls-client-ca", "PEM CA bundle: require client certificates signed by it (mutual TLS)", func(c *Config) *string { return &c.TLSClientCA }),
@@ -530,6 +536,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConns < 1 {
 		bad("max_connections", "%d: want at least 1", c.MaxConns)
+	}
+	if c.MaxConnsPerSource < 0 {
+		bad("max_connections_per_source", "%d: want 0 (a quarter of max_connections) or more", c.MaxConnsPerSource)
 	}
 	if c.ConnIdleTimeout <= 0 {
 		bad("conn_idle_timeout", "must be positive")

@@ -182,7 +182,10 @@ func Run(ctx context.Context, opts Options, args []string, getenv func(string) s
 	}
 	defer rpcTr.close()
 	adminLim := defaultAdminLimits()
-	admin, adminServeLn := newAdminServer(adminLn, adminMux(nd, m, debugRoutes, adminLim, log), adminLim, log)
+	admin, adminServeLn, err := newAdminServer(adminLn, adminMux(nd, m, debugRoutes, adminLim, log), adminLim, m.reg, log)
+	if err != nil {
+		return err
+	}
 	go func() {
 		if err := admin.Serve(adminServeLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("admin HTTP server stopped", zap.Error(err))

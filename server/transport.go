@@ -32,13 +32,13 @@ import (
 // the node gives up its worker slot; so RPC connections get what is left
 // after a reserve:
 //
-//	reserve = fdReserveBase + adminMaxConns + mysql_max_conns (with --mysql)
+//	reserve = fdReserveBase + adminMaxConns + adminProbeConns + mysql_max_conns (with --mysql)
 //
 // fdReserveBase covers the listeners, ZooKeeper, the store and audit files,
 // the properties file and its temporary copy, logs and Go runtime pipes
-// with room to spare; adminMaxConns is the admin port's own connection cap
-// (admin.go), counted separately because a scraper flood can hold all of
-// them at once.
+// with room to spare; adminMaxConns and adminProbeConns are the admin
+// port's own connection caps (admin.go), counted separately because a
+// scraper flood can hold all of them at once.
 const (
 	fdReserveBase = 64
 	// minRPCConns is the fewest RPC connections worth starting with: below
@@ -77,7 +77,7 @@ func raiseNofile(log *zap.Logger) (uint64, error) {
 // fdReserve is the descriptors kept back from RPC connections; see
 // fdReserveBase.
 func fdReserve(cfg Config) int {
-	r := fdReserveBase + adminMaxConns
+	r := fdReserveBase + adminMaxConns + adminProbeConns
 	if cfg.MySQL != "" {
 		r += cfg.MySQLMaxConns
 	}
@@ -125,10 +125,21 @@ type rpcTransport struct {
 // connection.SetIdleTimeout calls SetKeepAlive), which never closes an idle
 // but live client, while on gonet it is raised to at least 2 minutes. So
 // connTracker does both: on netpoll through an inbound bound handler
-// (OnActive refuses, OnRead marks activity, OnInactive forgets; netpoll
-// calls OnInactive from the connection's close callback), on gonet in a
-// listener below TLS. WithMaxConnIdleTime is still set: on netpoll it turns
-// on keep-alive probes, which find dead peers.
+// (OnActive refuses, OnInactive forgets; netpoll calls OnInactive from the
+// connection's close callback), on gonet in a listener below TLS.
+// WithMaxConnIdleTime is still set: on netpoll it turns on keep-alive
+// probes, which find dead peers.
+//
+// Idle means "no completed call", not "no byte" (issue 30): when every
+// byte read counted, a ClientHello trickled a byte at a time held a TLS
+// slot until Kitex's own 2-minute deadline, whatever conn_idle_timeout
+// said. The same inbound handler runs on both transports (Kitex builds one
+// pipeline whatever the transport); its OnMessage runs once per decoded
+// call, never for a half-read frame, with the context OnActive returned,
+// which carries the connection's tracker entry. And no one source address
+// holds more than max_connections_per_source of the slots, so one host's
+// flood (issue 30: 1,000 clients from one address took all 896) leaves the
+// rest for everyone else.
 func newRPCTransport(cfg Config, ln net.Listener, reg prometheus.Registerer, log *zap.Logger) (*rpcTransport, error) {
 	nofile, err := raiseNofile(log)
 	if err != nil {
@@ -139,7 +150,8 @@ func newRPCTransport(cfg Config, ln net.Listener, reg prometheus.Registerer, log
 		return nil, err
 	}
 	t := &rpcTransport{stop: make(chan struct{})}
-	t.tracker = newConnTracker(maxConns, cfg.ConnIdleTimeout, log)
+	perSource := perSourceConns(cfg, maxConns)
+	t.tracker = newConnTracker(maxConns, perSource, cfg.ConnIdleTimeout, log)
 	if err := t.tracker.register(reg); err != nil {
 		return nil, err
 	}
@@ -158,14 +170,15 @@ func newRPCTransport(cfg Config, ln net.Listener, reg prometheus.Registerer, log
 		t.opts = append(t.opts,
 			server.WithListener(tls.NewListener(&limitListener{Listener: ln, t: t.tracker}, tc)),
 			server.WithTransServerFactory(gonet.NewTransServerFactory()),
-			server.WithTransHandlerFactory(gonet.NewSvrTransHandlerFactory()))
+			server.WithTransHandlerFactory(gonet.NewSvrTransHandlerFactory()),
+			server.WithBoundHandler(&connInbound{t: t.tracker, gonet: true}))
 	} else {
 		t.name = "netpoll"
 		t.opts = append(t.opts, server.WithListener(ln), server.WithBoundHandler(&connInbound{t: t.tracker}))
 	}
 	go t.tracker.reap(t.stop)
 	log.Info("rpc transport", zap.String("transport", t.name), zap.Bool("tls", cfg.TLSCert != ""), zap.Bool("mutual_tls", mutual),
-		zap.Int("max_connections", maxConns), zap.Int("max_connections_configured", cfg.MaxConns),
+		zap.Int("max_connections", maxConns), zap.Int("max_connections_configured", cfg.MaxConns), zap.Int("max_connections_per_source", perSource),
 		zap.Uint64("open_file_limit", nofile), zap.Int("fd_reserve", fdReserve(cfg)), zap.Duration("conn_idle_timeout", cfg.ConnIdleTimeout))
 	return t, nil
 }
@@ -200,27 +213,85 @@ func serverTLSConfig(cfg Config) (*tls.Config, error) {
 	return tc, nil
 }
 
-// connTracker caps the RPC connections held at once, closes connections
-// idle longer than the idle timeout, and counts both for /metrics.
-type connTracker struct {
-	max  int
-	idle time.Duration
-	log  *zap.Logger
-
-	open  atomic.Int64
-	conns sync.Map // io.Closer (the connection) -> *atomic.Int64 (last activity, Unix ns)
-
-	refused    prometheus.Counter
-	idleClosed prometheus.Counter
-	logs       *logevery.Limiter // keys "refused" and "accept"
+// perSourceConns is the per-source cap in force: max_connections_per_source,
+// or with 0 a quarter of the effective cap (at least 1), never more than
+// the cap itself.
+func perSourceConns(cfg Config, maxConns int) int {
+	n := cfg.MaxConnsPerSource
+	if n <= 0 {
+		n = max(maxConns/4, 1)
+	}
+	return min(n, maxConns)
 }
 
-func newConnTracker(maxConns int, idle time.Duration, log *zap.Logger) *connTracker {
-	return &connTracker{max: maxConns, idle: idle, log: log, logs: logevery.New(refusalLogEvery, nil),
+// sourceOf is the address a connection counts against for the per-source
+// cap: its IP, or for IPv6 its /64 (one host commonly holds a whole /64, so
+// per-address counting would let it open a slot per address).
+func sourceOf(a net.Addr) string {
+	var ip net.IP
+	switch v := a.(type) {
+	case *net.TCPAddr:
+		ip = v.IP
+	default:
+		host, _, err := net.SplitHostPort(a.String())
+		if err != nil {
+			return a.String()
+		}
+		ip = net.ParseIP(host)
+		if ip == nil {
+			return host
+		}
+	}
+	if ip4 := ip.To4(); ip4 != nil {
+		return ip4.String()
+	}
+	return (&net.IPNet{IP: ip.Mask(net.CIDRMask(64, 128)), Mask: net.CIDRMask(64, 128)}).String()
+}
+
+// connTracker caps the RPC connections held at once, overall and per source
+// address, closes connections that completed no request for the idle
+// timeout, and counts all of it for /metrics.
+type connTracker struct {
+	max       int
+	perSource int
+	idle      time.Duration
+	log       *zap.Logger
+	now       func() time.Time // tests set a fake clock
+
+	open     atomic.Int64
+	conns    sync.Map // io.Closer (the connection) -> *connEntry
+	byRemote sync.Map // remote address string -> *connEntry (gonet: OnActive sees the TLS conn, not ours)
+
+	mu       sync.Mutex
+	bySource map[string]int // connections held per sourceOf
+
+	refused       prometheus.Counter
+	sourceRefused prometheus.Counter
+	idleClosed    prometheus.Counter
+	logs          *logevery.Limiter // keys "refused", "source" and "accept"
+}
+
+// connEntry is one held connection: when it last completed a request (or
+// was accepted) and what it counts against.
+type connEntry struct {
+	last   atomic.Int64 // Unix ns
+	source string
+	remote string
+}
+
+// connEntryKey is the context key under which OnActive leaves the
+// connection's *connEntry for OnMessage.
+type connEntryKey struct{}
+
+func newConnTracker(maxConns, perSource int, idle time.Duration, log *zap.Logger) *connTracker {
+	return &connTracker{max: maxConns, perSource: perSource, idle: idle, log: log, logs: logevery.New(refusalLogEvery, nil),
+		bySource: map[string]int{}, now: time.Now,
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_rpc_connections_refused_total",
 			Help: "RPC connections closed at accept because max_connections (after the descriptor reserve) were held."}),
+		sourceRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_rpc_connections_source_refused_total",
+			Help: "RPC connections closed at accept because their source address (IPv4 address, IPv6 /64) held max_connections_per_source."}),
 		idleClosed: prometheus.NewCounter(prometheus.CounterOpts{Name: "idgen_rpc_connections_idle_closed_total",
-			Help: "RPC connections closed by the server after conn_idle_timeout without a request."}),
+			Help: "RPC connections closed by the server after conn_idle_timeout without completing a request (bytes that never make a whole call do not count)."}),
 	}
 }
 
@@ -230,7 +301,10 @@ func (t *connTracker) register(reg prometheus.Registerer) error {
 	limit := prometheus.NewGauge(prometheus.GaugeOpts{Name: "idgen_rpc_connections_max",
 		Help: "Most RPC connections held at once: min(max_connections, open-file limit - reserve)."})
 	limit.Set(float64(t.max))
-	for _, c := range []prometheus.Collector{t.refused, t.idleClosed, open, limit} {
+	perSource := prometheus.NewGauge(prometheus.GaugeOpts{Name: "idgen_rpc_connections_per_source_max",
+		Help: "Most RPC connections one source address holds at once (max_connections_per_source)."})
+	perSource.Set(float64(t.perSource))
+	for _, c := range []prometheus.Collector{t.refused, t.sourceRefused, t.idleClosed, open, limit, perSource} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("registering RPC connection metrics: %w", err)
 		}
@@ -238,32 +312,49 @@ func (t *connTracker) register(reg prometheus.Registerer) error {
 	return nil
 }
 
-// admit takes a slot for c, or counts a refusal and reports false.
-func (t *connTracker) admit(c interface{ Close() error }) (*atomic.Int64, bool) {
-	if t.open.Add(1) > int64(t.max) {
-		t.open.Add(-1)
+// admit takes a slot for c, coming from remote, or counts a refusal (at
+// the global or the per-source cap) and reports false.
+func (t *connTracker) admit(c interface{ Close() error }, remote net.Addr) (*connEntry, bool) {
+	e := &connEntry{source: sourceOf(remote), remote: remote.String()}
+	t.mu.Lock()
+	if t.open.Load() >= int64(t.max) {
+		t.mu.Unlock()
 		t.refuse()
 		return nil, false
 	}
-	last := new(atomic.Int64)
-	last.Store(time.Now().UnixNano())
-	t.conns.Store(c, last)
-	return last, true
+	if t.bySource[e.source] >= t.perSource {
+		t.mu.Unlock()
+		t.refuseSource(e.source)
+		return nil, false
+	}
+	t.bySource[e.source]++
+	t.open.Add(1)
+	t.mu.Unlock()
+	e.completed(t.now())
+	t.conns.Store(c, e)
+	t.byRemote.Store(e.remote, e)
+	return e, true
 }
 
 // forget frees c's slot if it held one.
 func (t *connTracker) forget(c interface{ Close() error }) {
-	if _, ok := t.conns.LoadAndDelete(c); ok {
-		t.open.Add(-1)
+	v, ok := t.conns.LoadAndDelete(c)
+	if !ok {
+		return
 	}
+	e := v.(*connEntry)
+	t.byRemote.CompareAndDelete(e.remote, e)
+	t.mu.Lock()
+	if t.bySource[e.source]--; t.bySource[e.source] <= 0 {
+		delete(t.bySource, e.source)
+	}
+	t.open.Add(-1)
+	t.mu.Unlock()
 }
 
-// touch marks activity on c.
-func (t *connTracker) touch(c interface{ Close() error }) {
-	if v, ok := t.conns.Load(c); ok {
-		v.(*atomic.Int64).Store(time.Now().UnixNano())
-	}
-}
+// completed marks a request completed on e at now (admit marks the accept
+// the same way, so a new connection has the idle timeout to complete one).
+func (e *connEntry) completed(now time.Time) { e.last.Store(now.UnixNano()) }
 
 // refuse counts a refused connection and logs at most one line per
 // refusalLogEvery, with the number refused since the previous line.
@@ -279,7 +370,22 @@ func (t *connTracker) refuse() {
 		zap.String("fix", "raise max_connections and the open-file limit, or have clients pool fewer connections; idgen_rpc_connections_refused_total counts them all"))
 }
 
-// reap closes connections idle longer than t.idle until stop is closed.
+// refuseSource counts a connection refused at the per-source cap and logs
+// at most one line per refusalLogEvery (naming the source of the refusal
+// that line reports; the key is fixed, so sources cannot grow the limiter).
+func (t *connTracker) refuseSource(source string) {
+	t.sourceRefused.Inc()
+	ok, held := t.logs.Allow("source")
+	if !ok {
+		return
+	}
+	t.log.Warn("refusing RPC connections: one source address holds max_connections_per_source (callers see the connection closed)",
+		zap.String("source", source), zap.Int("refused_since_last_line", held+1), zap.Int("max_connections_per_source", t.perSource),
+		zap.String("fix", "if this source is a legitimate proxy or NAT, raise max_connections_per_source; else it is flooding the port. idgen_rpc_connections_source_refused_total counts them all"))
+}
+
+// reap closes connections that completed no request for t.idle until stop
+// is closed.
 func (t *connTracker) reap(stop <-chan struct{}) {
 	every := max(t.idle/4, 10*time.Millisecond)
 	tick := time.NewTicker(every)
@@ -289,58 +395,80 @@ func (t *connTracker) reap(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case now := <-tick.C:
-			cut := now.Add(-t.idle).UnixNano()
-			t.conns.Range(func(k, v any) bool {
-				if v.(*atomic.Int64).Load() < cut {
-					t.idleClosed.Inc()
-					_ = k.(interface{ Close() error }).Close()
-					// Forgotten here too: gonet closes through the
-					// wrapper, but a conn closed under netpoll's feet may
-					// take a moment to reach OnInactive.
-					t.forget(k.(interface{ Close() error }))
-				}
-				return true
-			})
+			t.reapAt(now)
 		}
 	}
 }
 
-// connInbound is the netpoll side of connTracker: a Kitex inbound handler.
-// OnActive runs for every accepted connection before Kitex reads from it;
+// reapAt closes the connections that completed no request since now - idle.
+func (t *connTracker) reapAt(now time.Time) {
+	cut := now.Add(-t.idle).UnixNano()
+	t.conns.Range(func(k, v any) bool {
+		if v.(*connEntry).last.Load() < cut {
+			t.idleClosed.Inc()
+			_ = k.(interface{ Close() error }).Close()
+			// Forgotten here too: gonet closes through the
+			// wrapper, but a conn closed under netpoll's feet may
+			// take a moment to reach OnInactive.
+			t.forget(k.(interface{ Close() error }))
+		}
+		return true
+	})
+}
+
+// connInbound is connTracker's inbound handler. On netpoll, OnActive runs
+// for every accepted connection before Kitex reads from it and admits it;
 // returning an error makes netpoll close it (and netpoll then calls
 // OnInactive from the close callback, which forgets nothing for a refused
-// connection since admit did not store it).
-type connInbound struct{ t *connTracker }
+// connection since admit did not store it). On gonet the listener below
+// TLS admitted it already, and OnActive only finds its entry. On both,
+// OnMessage marks a completed request.
+type connInbound struct {
+	t     *connTracker
+	gonet bool
+}
 
 var errConnLimit = errors.New("max_connections held: connection refused")
 
 var _ remote.InboundHandler = (*connInbound)(nil)
 
 func (h *connInbound) OnActive(ctx context.Context, conn net.Conn) (context.Context, error) {
-	if _, ok := h.t.admit(conn); !ok {
+	if h.gonet {
+		if v, ok := h.t.byRemote.Load(conn.RemoteAddr().String()); ok {
+			ctx = context.WithValue(ctx, connEntryKey{}, v.(*connEntry))
+		}
+		return ctx, nil
+	}
+	e, ok := h.t.admit(conn, conn.RemoteAddr())
+	if !ok {
 		return ctx, errConnLimit
 	}
-	return ctx, nil
+	return context.WithValue(ctx, connEntryKey{}, e), nil
 }
 
 func (h *connInbound) OnInactive(ctx context.Context, conn net.Conn) context.Context {
-	h.t.forget(conn)
+	if !h.gonet {
+		h.t.forget(conn)
+	}
 	return ctx
 }
 
 func (h *connInbound) OnRead(ctx context.Context, conn net.Conn) (context.Context, error) {
-	h.t.touch(conn)
 	return ctx, nil
 }
 
+// OnMessage runs once per decoded call, before the handler.
 func (h *connInbound) OnMessage(ctx context.Context, args, result remote.Message) (context.Context, error) {
+	if e, ok := ctx.Value(connEntryKey{}).(*connEntry); ok {
+		e.completed(h.t.now())
+	}
 	return ctx, nil
 }
 
 // limitListener is the gonet side of connTracker, below TLS: a connection
-// over the cap is closed at accept (before any handshake work), and every
-// read marks activity, so the reaper closes a connection whose client went
-// quiet, including one that never finished its handshake.
+// over a cap is closed at accept (before any handshake work), and the
+// reaper closes a connection that completed no call in time, including one
+// that never finished its handshake.
 type limitListener struct {
 	net.Listener
 	t *connTracker
@@ -366,12 +494,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		backoff = 0
 		tc := &trackedConn{Conn: c, t: l.t}
-		last, ok := l.t.admit(tc)
-		if !ok {
+		if _, ok := l.t.admit(tc, c.RemoteAddr()); !ok {
 			_ = c.Close()
 			continue
 		}
-		tc.last = last
 		return tc, nil
 	}
 }
@@ -391,19 +517,11 @@ func (t *connTracker) acceptFailed(err error, wait time.Duration) {
 		zap.String("fix", "out of descriptors: raise the open-file limit or lower max_connections"))
 }
 
+// trackedConn frees its slot when Kitex (or the reaper) closes it.
 type trackedConn struct {
 	net.Conn
 	t      *connTracker
-	last   *atomic.Int64
 	closed atomic.Bool
-}
-
-func (c *trackedConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	if n > 0 {
-		c.last.Store(time.Now().UnixNano())
-	}
-	return n, err
 }
 
 func (c *trackedConn) Close() error {

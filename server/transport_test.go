@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,9 +25,11 @@ import (
 	"github.com/cloudwego/kitex/client"
 	"github.com/cloudwego/kitex/pkg/remote/trans/gonet"
 	"github.com/cloudwego/kitex/transport"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
 	idclient "github.com/idgen/idgen/client"
+	"github.com/idgen/idgen/clock/clocktest"
 	"github.com/idgen/idgen/internal/logevery"
 	"github.com/idgen/idgen/internal/testnode"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
@@ -84,7 +87,7 @@ func callOnce(addr string) error {
 // them; while the 8 are held a new connection is refused too, and once they
 // are closed a new client is answered.
 func TestE2E_ConnectionLimit(t *testing.T) {
-	node := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{"--max-connections", "8"}})
+	node := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{"--max-connections", "8", "--max-connections-per-source", "8"}})
 	var conns []net.Conn
 	defer func() {
 		for _, c := range conns {
@@ -230,7 +233,7 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // file, and once the connections close a new client is served.
 func TestE2E_DescriptorReserve(t *testing.T) {
 	dir := t.TempDir()
-	rpcAddr, adminAddr, logs := startLimited(t, dir, "--heartbeat-interval", "200ms")
+	rpcAddr, adminAddr, logs := startLimited(t, dir, "--heartbeat-interval", "200ms", "--max-connections-per-source", "100000")
 	if got := metric(t, adminAddr, "idgen_rpc_connections_max"); got != float64(256-fdReserve(Config{})) {
 		t.Errorf("idgen_rpc_connections_max = %v, want 256 - %d", got, fdReserve(Config{}))
 	}
@@ -317,15 +320,15 @@ func TestEffectiveMaxConns(t *testing.T) {
 // TestConnTrackerRefusalLog: refusals are counted exactly and logged at
 // most once per window.
 func TestConnTrackerRefusalLog(t *testing.T) {
-	tr := newConnTracker(1, time.Minute, zap.NewNop())
+	tr := newConnTracker(1, 1, time.Minute, zap.NewNop())
 	now := time.Unix(1_700_000_000, 0)
 	tr.logs = logevery.New(refusalLogEvery, func() time.Time { return now })
 	a, b := &nopCloser{}, &nopCloser{}
-	if _, ok := tr.admit(a); !ok {
+	if _, ok := tr.admit(a, tcpAddr("10.0.0.1:1")); !ok {
 		t.Fatal("first connection refused")
 	}
 	for range 100 {
-		if _, ok := tr.admit(b); ok {
+		if _, ok := tr.admit(b, tcpAddr("10.0.0.2:1")); ok {
 			t.Fatal("second connection admitted with max 1")
 		}
 	}
@@ -343,8 +346,91 @@ func TestConnTrackerRefusalLog(t *testing.T) {
 	if tr.open.Load() != 0 {
 		t.Fatalf("open = %d after forgetting twice", tr.open.Load())
 	}
-	if _, ok := tr.admit(b); !ok {
+	if _, ok := tr.admit(b, tcpAddr("10.0.0.2:1")); !ok {
 		t.Fatal("refused after the slot was freed")
+	}
+}
+
+func tcpAddr(s string) *net.TCPAddr { return net.TCPAddrFromAddrPort(netip.MustParseAddrPort(s)) }
+
+// TestConnTrackerPerSource: one source address gets at most perSource of
+// the slots (IPv6 counted per /64), its refusals are counted apart from the
+// global ones, other sources still get in, and a freed slot is the
+// source's again.
+func TestConnTrackerPerSource(t *testing.T) {
+	tr := newConnTracker(32, 8, time.Minute, zap.NewNop())
+	var mine []*nopCloser
+	refusedBefore := testutil.ToFloat64(tr.sourceRefused)
+	for i := range 100 {
+		c := &nopCloser{}
+		if _, ok := tr.admit(c, tcpAddr(fmt.Sprintf("10.0.0.1:%d", 1000+i))); ok {
+			mine = append(mine, c)
+		}
+	}
+	if len(mine) != 8 {
+		t.Fatalf("one source holds %d connections, want the per-source cap 8", len(mine))
+	}
+	if got := testutil.ToFloat64(tr.sourceRefused) - refusedBefore; got != 92 {
+		t.Errorf("idgen_rpc_connections_source_refused_total grew by %v, want 92", got)
+	}
+	if got := testutil.ToFloat64(tr.refused); got != 0 {
+		t.Errorf("idgen_rpc_connections_refused_total = %v, want 0 (the global cap was never reached)", got)
+	}
+	for i := range 8 {
+		if _, ok := tr.admit(&nopCloser{}, tcpAddr(fmt.Sprintf("10.0.0.2:%d", 1000+i))); !ok {
+			t.Fatalf("another source refused its connection %d", i)
+		}
+	}
+	// Addresses in one IPv6 /64 are one source; another /64 is another.
+	for i := range 9 {
+		_, ok := tr.admit(&nopCloser{}, tcpAddr(fmt.Sprintf("[2001:db8:0:1::%x]:80", i+1)))
+		if ok != (i < 8) {
+			t.Fatalf("IPv6 connection %d in one /64: admitted %v", i, ok)
+		}
+	}
+	if _, ok := tr.admit(&nopCloser{}, tcpAddr("[2001:db8:0:2::1]:80")); !ok {
+		t.Fatal("a second /64 refused")
+	}
+	tr.forget(mine[0])
+	if _, ok := tr.admit(&nopCloser{}, tcpAddr("10.0.0.1:9999")); !ok {
+		t.Fatal("the source refused after one of its slots was freed")
+	}
+	if got := tr.open.Load(); got != 8+8+8+1 {
+		t.Errorf("open = %d, want 25", got)
+	}
+}
+
+// TestConnTrackerIdleMeansNoCompletedRequest: the reaper closes a
+// connection that completed no request within the idle timeout, however
+// recently it sent bytes, and keeps one that completed a request.
+func TestConnTrackerIdleMeansNoCompletedRequest(t *testing.T) {
+	tr := newConnTracker(8, 8, time.Minute, zap.NewNop())
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	tr.now = clk.Now
+	quiet, busy := &nopCloser{}, &nopCloser{}
+	if _, ok := tr.admit(quiet, tcpAddr("10.0.0.1:1")); !ok {
+		t.Fatal("refused")
+	}
+	e, ok := tr.admit(busy, tcpAddr("10.0.0.1:2"))
+	if !ok {
+		t.Fatal("refused")
+	}
+	clk.Add(50 * time.Second)
+	tr.reapAt(clk.Now())
+	if quiet.closed || busy.closed {
+		t.Fatal("closed before the idle timeout")
+	}
+	e.completed(clk.Now())
+	clk.Add(20 * time.Second)
+	tr.reapAt(clk.Now())
+	if !quiet.closed {
+		t.Error("a connection that completed no request in the idle timeout was kept")
+	}
+	if busy.closed {
+		t.Error("a connection that completed a request was closed")
+	}
+	if got := testutil.ToFloat64(tr.idleClosed); got != 1 {
+		t.Errorf("idgen_rpc_connections_idle_closed_total = %v, want 1", got)
 	}
 }
 
@@ -372,7 +458,7 @@ func TestE2E_TLS(t *testing.T) {
 	pki := testnode.NewPKI(t)
 	dir := t.TempDir()
 	node := testnode.Start(t, testnode.Options{DataDir: dir, Args: []string{"--tls-cert", pki.ServerCert, "--tls-key", pki.ServerKey,
-		"--max-connections", "8", "--conn-idle-timeout", "1s", "--admin-token", testAdminToken}})
+		"--max-connections", "8", "--max-connections-per-source", "8", "--conn-idle-timeout", "1s", "--admin-token", testAdminToken}})
 	if !strings.Contains(node.Logs(), "gonet+tls") {
 		t.Errorf("the start log does not name the TLS transport:\n%s", node.Logs())
 	}
@@ -581,7 +667,7 @@ func TestLimitListenerSurvivesEMFILE(t *testing.T) {
 	}
 	fl := &flakyListener{Listener: ln, errs: []error{&net.OpError{Op: "accept", Err: os.NewSyscallError("accept4", syscall.EMFILE)},
 		&net.OpError{Op: "accept", Err: os.NewSyscallError("accept4", syscall.ECONNABORTED)}}}
-	l := &limitListener{Listener: fl, t: newConnTracker(4, time.Minute, zap.NewNop())}
+	l := &limitListener{Listener: fl, t: newConnTracker(4, 4, time.Minute, zap.NewNop())}
 	go func() {
 		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
 			defer c.Close()
@@ -602,5 +688,192 @@ func TestLimitListenerSurvivesEMFILE(t *testing.T) {
 	ln.Close()
 	if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("Accept on a closed listener: %v", err)
+	}
+}
+
+// dialFrom connects to addr from the loopback address src (127.0.0.0/8 is
+// all local on Linux), so one test can be several source addresses.
+func dialFrom(src, addr string) (net.Conn, error) {
+	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	return d.Dial("tcp", addr)
+}
+
+// frameStart begins a framed binary call whose method name is 1,000
+// bytes long: Kitex recognises the protocol and waits for the name.
+var frameStart = []byte{0, 0, 4, 0, 0x80, 0x01, 0x00, 0x01, 0, 0, 3, 0xe8}
+
+// helloStart begins a TLS handshake record of 512 bytes: the server's TLS
+// layer waits for the rest of the ClientHello.
+var helloStart = []byte{0x16, 0x03, 0x01, 0x02, 0x00}
+
+// trickle writes start and then one byte every 100ms, never completing
+// what start began, until the server closes c or d passes. It reports
+// whether the server closed c.
+func trickle(c net.Conn, start []byte, d time.Duration) bool {
+	closed := make(chan struct{})
+	go func() {
+		_ = c.SetReadDeadline(time.Now().Add(d))
+		_, err := c.Read(make([]byte, 1))
+		var ne net.Error
+		if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+			close(closed)
+		}
+	}()
+	if _, err := c.Write(start); err != nil {
+		return true
+	}
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		select {
+		case <-closed:
+			return true
+		case <-time.After(100 * time.Millisecond):
+		}
+		if _, err := c.Write([]byte{'a'}); err != nil {
+			return true
+		}
+	}
+	select {
+	case <-closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestE2E_TrickleIsIdle (issue 30): idle means "no completed request", not
+// "no byte". With --conn-idle-timeout 1s, connections that send a byte
+// every 100ms without completing a call are closed by the idle reaper
+// (counted), while one completing a call every 300ms is kept: on netpoll a
+// trickled call, on TLS a trickled ClientHello and a call trickled inside
+// an established session. Before, on TLS every byte reset idleness: the
+// trickled ClientHello was held until Kitex's own 2-minute deadline, and
+// the trickled call until Kitex's 5 s read timeout, never by the reaper.
+func TestE2E_TrickleIsIdle(t *testing.T) {
+	pki := testnode.NewPKI(t)
+	dialTLS := func(addr string) (net.Conn, error) {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{RootCAs: pki.Pool, ServerName: "127.0.0.1"})
+		if err == nil {
+			err = c.Handshake()
+		}
+		return c, err
+	}
+	dialTCP := func(addr string) (net.Conn, error) { return net.DialTimeout("tcp", addr, 5*time.Second) }
+	for _, tc := range []struct {
+		name string
+		args []string
+		dial func(addr string) (net.Conn, error)
+	}{
+		{"netpoll", nil, dialTCP},
+		{"tls", []string{"--tls-cert", pki.ServerCert, "--tls-key", pki.ServerKey}, dialTLS},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: append([]string{"--conn-idle-timeout", "1s"}, tc.args...)})
+			// A connection completing a call every 300ms outlives the
+			// timeout, on either transport.
+			bc, err := tc.dial(node.RPCAddr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := &thrift.TConfiguration{SocketTimeout: 5 * time.Second}
+			busy := thrift.NewTFramedTransportConf(thrift.NewTSocketFromConnConf(bc, cfg), cfg)
+			defer busy.Close()
+			for i := range 10 {
+				if _, code := plainNextIDs(t, busy, "busy", int32(idl.Channel_SNOWFLAKE), 1); code != 0 {
+					t.Fatalf("call %d on a busy connection: code %d", i, code)
+				}
+				time.Sleep(300 * time.Millisecond)
+			}
+			busy.Close()
+			testnode.WaitFor(t, 15*time.Second, "no RPC connection held", func() bool {
+				return metric(t, node.AdminAddr, "idgen_rpc_connections") == 0
+			})
+			base := metric(t, node.AdminAddr, "idgen_rpc_connections_idle_closed_total")
+			starts := [][]byte{frameStart}
+			if tc.name == "tls" {
+				starts = append(starts, helloStart)
+			}
+			for i, start := range starts {
+				dial := tc.dial
+				if i == 1 {
+					dial = dialTCP // the handshake itself is trickled
+				}
+				c, err := dial(node.RPCAddr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				if !trickle(c, start, 20*time.Second) {
+					t.Fatalf("a connection trickling a byte every 100ms after % x was still open after 20s with --conn-idle-timeout 1s", start)
+				}
+				// Closed by the idle reaper, not by Kitex's read timeout.
+				if got := metric(t, node.AdminAddr, "idgen_rpc_connections_idle_closed_total") - base; got != float64(i+1) {
+					t.Fatalf("%v idle closes counted after trickle %d, want %d", got, i+1, i+1)
+				}
+			}
+		})
+	}
+}
+
+// TestE2E_PerSourceLimit (issue 30): with --max-connections 32 and
+// --max-connections-per-source 8, 100 clients from one address trickling
+// bytes hold 8 slots; the other 92 are closed at accept and counted apart
+// from the global refusals, and a client from another address is served
+// while the 8 are held (the idle timeout is an hour, so only the per-source
+// cap is at work). Without the per-source cap the 100 took all 32 slots
+// and the new client was refused (TestE2E_ConnectionLimit shows a held cap
+// refusing a new client).
+func TestE2E_PerSourceLimit(t *testing.T) {
+	node := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{"--max-connections", "32",
+		"--max-connections-per-source", "8", "--conn-idle-timeout", "1h"}})
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 100 {
+		c, err := dialFrom("127.0.0.2", node.RPCAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.Write(frameStart)
+		conns = append(conns, c)
+	}
+	testnode.WaitFor(t, 20*time.Second, "92 per-source refusals counted", func() bool {
+		return metric(t, node.AdminAddr, "idgen_rpc_connections_source_refused_total") >= 92
+	})
+	var (
+		wg         sync.WaitGroup
+		mu         sync.Mutex
+		held, shut int
+	)
+	for _, c := range conns {
+		wg.Go(func() {
+			closed := closedByServer(c, 2*time.Second)
+			mu.Lock()
+			defer mu.Unlock()
+			if closed {
+				shut++
+			} else {
+				held++
+			}
+		})
+	}
+	wg.Wait()
+	if held != 8 || shut != 92 {
+		t.Fatalf("one source: held %d, closed %d of 100 connections; want 8 held and 92 closed", held, shut)
+	}
+	if err := callOnce(node.RPCAddr); err != nil {
+		t.Fatalf("a client from another address was not served while one address held its 8 connections: %v", err)
+	}
+	if got := metric(t, node.AdminAddr, "idgen_rpc_connections_refused_total"); got != 0 {
+		t.Errorf("idgen_rpc_connections_refused_total = %v, want 0 (the global cap of 32 was never reached)", got)
+	}
+	if got := metric(t, node.AdminAddr, "idgen_rpc_connections_per_source_max"); got != 8 {
+		t.Errorf("idgen_rpc_connections_per_source_max = %v, want 8", got)
+	}
+	if n := strings.Count(node.Logs(), "max_connections_per_source (callers see"); n < 1 {
+		t.Errorf("no per-source refusal logged:\n%s", node.Logs())
 	}
 }

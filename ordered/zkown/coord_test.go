@@ -896,36 +896,52 @@ func TestLeaseWaitSurvivesAcquireFailure(t *testing.T) {
 	checkEpochs(t, w)
 }
 
-// TestStoreEpochAboveZooKeeper: a claim the store refuses because it holds
-// a higher epoch (ZooKeeper lost the shard's history: wiped or restored)
-// releases the shard at the store's epoch with a lease wait, so the next
-// takeover claims above it and answers only one lease later (the owner
-// from before the loss may still answer until then).
+// TestStoreEpochAboveZooKeeper: a claim the store refuses (ZooKeeper
+// lost the shard's history: wiped or restored) releases the shard at the
+// store's epoch with a lease wait, so the next takeover claims above it
+// and answers only one lease later (the owner from before the loss may
+// still answer until then). "equal" is issue 29's hole b: the store holds
+// the granted epoch itself, another owner's (the restored ensemble handed
+// that epoch out a second time); without the wait the next owner served
+// while the old one still answered from memory.
 func TestStoreEpochAboveZooKeeper(t *testing.T) {
-	w := newWorld(t)
-	a := w.node(addrA, nil)
-	var fenced atomic.Bool
-	fenced.Store(true)
-	a.h.acquireErr = func(g ordered.Grant) error {
-		if g.Shard == 5 && fenced.Load() {
-			return &ordered.FencedError{Shard: 5, Epoch: g.Epoch, Stored: 41}
-		}
-		return nil
-	}
-	a.step()
-	if r := w.shard(5); r.State != StateReleased || r.Epoch != 41 || r.WaitMs < testLease.Milliseconds() {
-		t.Fatalf("shard 5 after the fenced claim: %+v, want released at epoch 41 with a lease wait", r)
-	}
-	fenced.Store(false)
-	mark := w.j.len()
-	for len(w.j.since(mark)) == 0 {
-		w.stepAll(testTick, a)
-	}
-	acq := w.j.since(mark)
-	if len(acq) != 1 || acq[0].kind != "acquire" || acq[0].grant.Epoch != 42 {
-		t.Fatalf("retry %+v, want an acquire at epoch 42", acq)
-	}
-	if wait := acq[0].grant.NotBefore.Sub(acq[0].at); wait < testLease {
-		t.Fatalf("the takeover after the loss answers after %v, want at least one lease (%v)", wait, testLease)
+	for _, tc := range []struct {
+		name   string
+		stored func(g ordered.Grant) int64
+	}{
+		{"above", func(ordered.Grant) int64 { return 41 }},
+		{"equal", func(g ordered.Grant) int64 { return g.Epoch }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			a := w.node(addrA, nil)
+			var fenced atomic.Bool
+			fenced.Store(true)
+			var refused atomic.Int64
+			a.h.acquireErr = func(g ordered.Grant) error {
+				if g.Shard == 5 && fenced.Load() {
+					refused.Store(tc.stored(g))
+					return &ordered.FencedError{Shard: 5, Epoch: g.Epoch, Stored: tc.stored(g)}
+				}
+				return nil
+			}
+			a.step()
+			stored := refused.Load()
+			if r := w.shard(5); r.State != StateReleased || r.Epoch != stored || r.WaitMs < testLease.Milliseconds() {
+				t.Fatalf("shard 5 after the fenced claim: %+v, want released at epoch %d with a lease wait", r, stored)
+			}
+			fenced.Store(false)
+			mark := w.j.len()
+			for len(w.j.since(mark)) == 0 {
+				w.stepAll(testTick, a)
+			}
+			acq := w.j.since(mark)
+			if len(acq) != 1 || acq[0].kind != "acquire" || acq[0].grant.Epoch != stored+1 {
+				t.Fatalf("retry %+v, want an acquire at epoch %d", acq, stored+1)
+			}
+			if wait := acq[0].grant.NotBefore.Sub(acq[0].at); wait < testLease {
+				t.Fatalf("the takeover after the loss answers after %v, want at least one lease (%v)", wait, testLease)
+			}
+		})
 	}
 }

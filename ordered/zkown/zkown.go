@@ -286,6 +286,14 @@ type Coordinator struct {
 	// (FencedError.Stored): releases carry it, so a coordinator whose
 	// ZooKeeper record restarted below the store catches up. Guarded by mu.
 	epochFloor [Shards]int64
+	// storeAhead is set, per shard, when a claim was refused by the store
+	// (FencedError): the store knows an owner at an epoch ZooKeeper's
+	// record does not cover (Stored above the grant, or equal to it but
+	// another owner's: a wiped or restored ensemble handed the same
+	// epoch out twice). That owner may still answer from memory for one
+	// lease, so the release carries a lease wait. Cleared once the
+	// release is written. Guarded by mu.
+	storeAhead [Shards]bool
 	// wait is, per shard, the latest NotBefore this node computed for
 	// it: until then an earlier owner may still answer, so this node
 	// neither writes the shard released (which would let the next owner

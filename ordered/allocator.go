@@ -341,6 +341,15 @@ func (a *Allocator) Lost(idx int) {
 	}
 }
 
+// fenced drops a shard whose epoch the store refused and tells the
+// coordinator, which gives the shard's lease up (or claims it again above
+// the store's epoch): a fenced shard must not stay this node's in
+// ZooKeeper while nobody serves it.
+func (a *Allocator) fenced(sh *shard, why string) {
+	a.drop(sh, why)
+	a.cfg.Coordinator.Fenced(sh.idx, sh.grant.Epoch)
+}
+
 func (a *Allocator) drop(sh *shard, why string) {
 	a.shards[sh.idx].CompareAndSwap(sh, nil)
 	sh.abort(&UnavailableError{Shard: sh.idx, NotOwner: true, Reason: why, RetryAfter: 100 * time.Millisecond})

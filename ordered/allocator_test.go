@@ -638,3 +638,29 @@ func TestDurationsBuckets(t *testing.T) {
 		t.Fatalf("PersistBuckets %v", PersistBuckets)
 	}
 }
+
+// TestFencedPersistTellsCoordinator: a persist the store fences drops the
+// shard and reports it (Coordinator.Fenced), so the coordinator gives the
+// shard's lease up instead of keeping a shard nobody serves (issue 29,
+// "What to build" 5).
+func TestFencedPersistTellsCoordinator(t *testing.T) {
+	store := newFakeStore()
+	clk := newFakeClock()
+	old := newNode(t, store, clk, "a:1")
+	old.acquireAll(t, 1, time.Time{})
+	biz := bizMode("chat", segment.OrderedGapless)
+	if _, err := old.a.Take(context.Background(), biz, "k", 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	nw := newNode(t, store, clk, "b:1")
+	nw.acquireAll(t, 2, time.Time{})
+	if _, err := old.a.Take(context.Background(), biz, "k", 1, ""); err == nil {
+		t.Fatal("the deposed owner answered after a newer epoch was claimed")
+	}
+	if got := old.coord.fenced.Load(); got != 1 {
+		t.Fatalf("Coordinator.Fenced called %d times, want 1", got)
+	}
+	if st := old.a.Stats(); st.ShardsOwned != segment.OrderedShards-1 {
+		t.Fatalf("old owner holds %d shards after the fence, want %d", st.ShardsOwned, segment.OrderedShards-1)
+	}
+}

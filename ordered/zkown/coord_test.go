@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -944,4 +945,57 @@ func TestStoreEpochAboveZooKeeper(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFencedOwnerGivesShardUp: the handler reports that the store fenced a
+// held shard (a newer epoch there that ZooKeeper does not know of: issue
+// 29's hole k, a second cluster on the database). Before, the coordinator
+// kept the shard's lease and nobody served the shard; now it stops
+// holding it, claims it again above the store's epoch, and serves it
+// after a lease wait (the fencing owner may still answer from memory).
+func TestFencedOwnerGivesShardUp(t *testing.T) {
+	w := newWorld(t)
+	a := w.node(addrA, nil)
+	settle(t, w, 30, a)
+	const s = 5
+	e := a.h.heldShards()[s].Epoch
+	stored := e + 10
+	var fenced atomic.Bool
+	fenced.Store(true)
+	a.h.acquireErr = func(g ordered.Grant) error {
+		if g.Shard == s && fenced.Load() {
+			return &ordered.FencedError{Shard: s, Epoch: g.Epoch, Stored: stored}
+		}
+		return nil
+	}
+	// The allocator drops the shard, then tells the coordinator.
+	a.h.Lost(s)
+	a.c.Fenced(s, e)
+	a.c.Fenced(s, e-1) // a stale report changes nothing
+	if slices.Contains(a.held(), s) {
+		t.Fatalf("shard %d still held after Fenced", s)
+	}
+	if got := a.c.Stats().Fenced; got != 1 {
+		t.Fatalf("Stats().Fenced = %d, want 1", got)
+	}
+	w.stepAll(testTick, a)
+	if r := w.shard(s); r.State != StateReleased || r.Epoch != stored || r.WaitMs < testLease.Milliseconds() {
+		t.Fatalf("shard %d after the fence: %+v, want released at the store's epoch %d with a lease wait", s, r, stored)
+	}
+	fenced.Store(false)
+	mark := w.j.len()
+	for range 100 {
+		if len(filter(w.j.since(mark), "", "acquire")) > 0 {
+			break
+		}
+		w.stepAll(testTick, a)
+	}
+	acq := filter(w.j.since(mark), "", "acquire")
+	if len(acq) != 1 || acq[0].grant.Epoch != stored+1 {
+		t.Fatalf("after the fence: %+v, want one acquire at epoch %d", acq, stored+1)
+	}
+	if wait := acq[0].grant.NotBefore.Sub(acq[0].at); wait < testLease {
+		t.Fatalf("served again after %v, want at least one lease (%v)", wait, testLease)
+	}
+	checkAssignment(t, w, a)
 }

@@ -224,7 +224,10 @@ type Stats struct {
 	LeaseRenewFailures        uint64
 	// LeaseLapses counts the times the lease ran out with shards owned.
 	LeaseLapses uint64
-	ValidUntil  time.Time
+	// Fenced counts the held shards given up because the store refused
+	// their epoch (Coordinator.Fenced).
+	Fenced     uint64
+	ValidUntil time.Time
 }
 
 // Coordinator is the ZooKeeper ordered.Coordinator.
@@ -255,6 +258,7 @@ type Coordinator struct {
 
 	takeovers, handoffs, lost, acquireFails, conflicts atomic.Uint64
 	renewals, renewFails, lapses                       atomic.Uint64
+	fencedDrops                                        atomic.Uint64
 
 	mu       sync.Mutex
 	h        ordered.Handler
@@ -471,6 +475,33 @@ func (c *Coordinator) OnChange(f func()) {
 	c.mu.Unlock()
 }
 
+// Fenced implements ordered.Coordinator: the handler dropped the shard
+// because the store refused its epoch. The shard is no longer held, so
+// the next round claims it again above the store's epoch (when it is
+// desired here) or releases it, with a lease wait either way: the owner
+// that fenced this node is one ZooKeeper does not know of, and it may
+// answer from memory meanwhile.
+func (c *Coordinator) Fenced(shard int, epoch int64) {
+	if shard < 0 || shard >= Shards {
+		return
+	}
+	c.mu.Lock()
+	e, ok := c.held[shard]
+	if ok && e == epoch {
+		delete(c.held, shard)
+		c.storeAhead[shard] = true
+	}
+	c.mu.Unlock()
+	if !ok || e != epoch {
+		return // an older term's report: the shard changed hands since
+	}
+	c.fencedDrops.Add(1)
+	c.dirty[shard].Store(true)
+	c.log.Warn("ORDERED shard fenced by the store (a newer epoch there, not in ZooKeeper); giving its lease up",
+		zap.Int("shard", shard), zap.Int64("epoch", epoch))
+	wake(c.kick)
+}
+
 // Stats returns the counters.
 func (c *Coordinator) Stats() Stats {
 	c.mu.Lock()
@@ -479,6 +510,7 @@ func (c *Coordinator) Stats() Stats {
 	st.Takeovers, st.Handoffs, st.Lost = c.takeovers.Load(), c.handoffs.Load(), c.lost.Load()
 	st.AcquireFailures, st.CASConflicts = c.acquireFails.Load(), c.conflicts.Load()
 	st.LeaseRenewals, st.LeaseRenewFailures, st.LeaseLapses = c.renewals.Load(), c.renewFails.Load(), c.lapses.Load()
+	st.Fenced = c.fencedDrops.Load()
 	return st
 }
 

@@ -90,6 +90,13 @@ type Store interface {
 // took the shard over (or the caller's claim was lost). Nothing was written.
 var ErrFenced = errors.New("ordered: shard epoch changed (another owner)")
 
+// ErrShardBusy: the store's shard row stayed locked by another
+// transaction for the whole lock wait (a persist of an owner that paused
+// mid-transaction). It is transient by design: the store's sessions have
+// a server-side idle limit, so the paused owner's transaction is rolled
+// back within seconds; the caller retries soon rather than backing off.
+var ErrShardBusy = errors.New("ordered: shard row locked by another transaction")
+
 // FencedError is a Claim refused because the store holds a higher epoch
 // than the claim's (Stored). It is ErrFenced. The coordinator's epochs
 // must move above Stored: after its own record was lost (a wiped

@@ -999,3 +999,43 @@ func TestFencedOwnerGivesShardUp(t *testing.T) {
 	}
 	checkAssignment(t, w, a)
 }
+
+// TestBusyShardBackoffStaysShort: a claim refused because a paused
+// owner's transaction holds the shard row (ordered.ErrShardBusy) is tried
+// again at the base interval, however often it failed; before, the
+// backoff doubled up to 32 Lease/3 (32 s by default) while the store's
+// session limit frees the row within seconds (issue 29, hole j). Other
+// failures still back off.
+func TestBusyShardBackoffStaysShort(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		err     error
+		maxWait time.Duration
+	}{
+		{"busy", fmt.Errorf("claim: %w", ordered.ErrShardBusy), testLease / 3},
+		{"down", errors.New("store down"), testLease / 3 << 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			a := w.node(addrA, nil)
+			var fails atomic.Int64
+			a.h.acquireErr = func(g ordered.Grant) error {
+				if g.Shard == 5 {
+					fails.Add(1)
+					return tc.err
+				}
+				return nil
+			}
+			var longest time.Duration
+			for fails.Load() < 8 {
+				w.stepAll(testTick, a)
+				if d := a.c.backoff[5].until.Sub(w.clk.Now()); d > longest {
+					longest = d
+				}
+			}
+			if longest != tc.maxWait {
+				t.Fatalf("longest backoff after %d failures: %v, want %v", fails.Load(), longest, tc.maxWait)
+			}
+		})
+	}
+}

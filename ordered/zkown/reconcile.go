@@ -606,6 +606,13 @@ func (c *Coordinator) takeover(ctx context.Context, h ordered.Handler, s int, v 
 	b := &c.backoff[s]
 	b.fails++
 	wait := c.cfg.Lease / 3 << min(b.fails-1, 5)
+	if errors.Is(err, ordered.ErrShardBusy) {
+		// A paused owner's transaction holds the shard's fence row; the
+		// store's session limit ends it within seconds. Growing the
+		// backoff to half a minute would keep the shard down far longer
+		// than the pause.
+		wait = c.cfg.Lease / 3
+	}
 	b.until = c.cfg.Clock.Now().Add(wait)
 	c.log.Warn("ORDERED shard acquisition failed; giving the shard up", zap.Int("shard", s), zap.Int64("epoch", rec.Epoch),
 		zap.Duration("retry_in", wait), zap.Error(err))

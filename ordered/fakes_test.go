@@ -17,6 +17,7 @@ import (
 type fakeStore struct {
 	mu       sync.Mutex
 	epochs   map[int]int64
+	owners   map[int]string
 	rows     map[Key]int64
 	reqs     map[RequestKey]Request
 	persists int
@@ -27,16 +28,17 @@ type fakeStore struct {
 }
 
 func newFakeStore() *fakeStore {
-	return &fakeStore{epochs: map[int]int64{}, rows: map[Key]int64{}, reqs: map[RequestKey]Request{}}
+	return &fakeStore{epochs: map[int]int64{}, owners: map[int]string{}, rows: map[Key]int64{}, reqs: map[RequestKey]Request{}}
 }
 
-func (s *fakeStore) Claim(_ context.Context, shard int, epoch int64, _ string) error {
+func (s *fakeStore) Claim(_ context.Context, shard int, epoch int64, owner string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.epochs[shard] > epoch {
-		return &FencedError{Shard: shard, Epoch: epoch, Stored: s.epochs[shard]}
+	stored, claimed := s.epochs[shard]
+	if stored > epoch || (claimed && stored == epoch && s.owners[shard] != owner) {
+		return &FencedError{Shard: shard, Epoch: epoch, Stored: stored}
 	}
-	s.epochs[shard] = epoch
+	s.epochs[shard], s.owners[shard] = epoch, owner
 	return nil
 }
 

@@ -59,7 +59,11 @@ type Request struct {
 type Store interface {
 	// Claim makes epoch the shard's stored epoch, raising it (never
 	// lowering it): a stored epoch above epoch fails with a *FencedError
-	// (ErrFenced) naming it, and changes nothing. owner is recorded for operators. Claim waits for
+	// (ErrFenced) naming it, and changes nothing. owner is recorded with
+	// the epoch: the stored epoch itself may be claimed again only by the
+	// owner that claimed it (a retry); another owner's claim of it fails
+	// with a *FencedError too, so no two owners ever hold one epoch (a
+	// restored ZooKeeper can grant an epoch twice). Claim waits for
 	// persists of the shard in flight (they hold the epoch row), so after
 	// it returns no persist of an older epoch can commit.
 	Claim(ctx context.Context, shard int, epoch int64, owner string) error

@@ -314,7 +314,8 @@ func TestOwned_PausedOwnerHoldingFenceRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	var busy int
-	deadline := time.Now().Add(90 * time.Second) // generous: the limit is seconds
+	start := time.Now()
+	deadline := start.Add(90 * time.Second) // generous: the limit is seconds
 	for {
 		err := s.Claim(ctx, shard, 2, "successor:1")
 		if err == nil {
@@ -334,6 +335,8 @@ func TestOwned_PausedOwnerHoldingFenceRow(t *testing.T) {
 	if busy == 0 {
 		t.Fatal("the Claim never waited for the paused owner: the test shows nothing")
 	}
+	t.Logf("the successor's Claim succeeded after %v and %d lock waits (session idle limit %v)",
+		time.Since(start).Round(100*time.Millisecond), busy, sessionIdleLimit(s.cfg.Timeout))
 	// The owner resumes: its transaction is gone, and its retry is fenced.
 	if err := paused.Commit(); err == nil {
 		t.Fatal("the paused owner's transaction committed after the successor's claim")

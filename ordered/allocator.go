@@ -124,6 +124,9 @@ type Allocator struct {
 	seen     [segment.OrderedShards]seenMap // highest number answered per key, across terms (the barrier's repair)
 	perShard int                            // MaxKeys / shards
 	bugLog   *logevery.Limiter              // bounds the log of a failure every persist could repeat
+	// owner is what this process records with its claims: Self and a
+	// random tag of the process (ownerTag).
+	owner string
 
 	st stats
 }
@@ -160,7 +163,8 @@ func New(cfg Config) (*Allocator, error) {
 		return nil, err
 	}
 	a := &Allocator{cfg: cfg, log: cfg.Logger, requests: newRequestMemory(cfg.MaxRequests, cfg.RequestTTL),
-		perShard: max(1, cfg.MaxKeys/segment.OrderedShards), bugLog: logevery.New(time.Minute, nil)}
+		perShard: max(1, cfg.MaxKeys/segment.OrderedShards), bugLog: logevery.New(time.Minute, nil),
+		owner: cfg.Self + " " + ownerTag()}
 	for i := range a.seen {
 		a.seen[i].m = map[Key]int64{}
 		a.seen[i].max = a.perShard
@@ -287,7 +291,7 @@ func (a *Allocator) Acquire(ctx context.Context, g Grant) error {
 		a.drop(old, "replaced by a new term")
 	}
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
-	err := a.cfg.Store.Claim(cctx, g.Shard, g.Epoch, a.cfg.Self)
+	err := a.cfg.Store.Claim(cctx, g.Shard, g.Epoch, a.owner)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("ordered: claiming shard %d epoch %d: %w", g.Shard, g.Epoch, err)
@@ -351,6 +355,20 @@ func (a *Allocator) Lost(idx int) {
 	}
 }
 
+// fenced drops a shard whose epoch the store refused and tells the
+// coordinator, which gives the shard's lease up (or claims it again above
+// the store's epoch): a fenced shard must not stay this node's in
+// ZooKeeper while nobody serves it.
+//
+// The coordinator hears first, then the requests waiting on the shard get
+// their refusal: a caller that saw the refusal finds the coordinator
+// already told. A new term the coordinator grants meanwhile replaces this
+// one (Acquire drops it; drop only removes the term it is given).
+func (a *Allocator) fenced(sh *shard, why string) {
+	a.cfg.Coordinator.Fenced(sh.idx, sh.grant.Epoch)
+	a.drop(sh, why)
+}
+
 func (a *Allocator) drop(sh *shard, why string) {
 	a.shards[sh.idx].CompareAndSwap(sh, nil)
 	sh.abort(&UnavailableError{Shard: sh.idx, NotOwner: true, Reason: why, RetryAfter: 100 * time.Millisecond})
@@ -406,7 +424,7 @@ func (a *Allocator) persist(ctx context.Context, sh *shard, rows []Row, reqs []R
 		// failover lost our claim) raising it back is safe: epochs come
 		// from the coordinator, and a higher owner would have raised it.
 		// If it is higher, Claim fails and the shard is gone.
-		if cerr := a.cfg.Store.Claim(ctx, sh.idx, sh.grant.Epoch, a.cfg.Self); cerr == nil {
+		if cerr := a.cfg.Store.Claim(ctx, sh.idx, sh.grant.Epoch, a.owner); cerr == nil {
 			err = a.cfg.Store.Persist(ctx, sh.idx, sh.grant.Epoch, rows, reqs)
 		}
 	}

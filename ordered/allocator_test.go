@@ -638,3 +638,53 @@ func TestDurationsBuckets(t *testing.T) {
 		t.Fatalf("PersistBuckets %v", PersistBuckets)
 	}
 }
+
+// TestFencedPersistTellsCoordinator: a persist the store fences drops the
+// shard and reports it (Coordinator.Fenced), so the coordinator gives the
+// shard's lease up instead of keeping a shard nobody serves (issue 29,
+// "What to build" 5).
+func TestFencedPersistTellsCoordinator(t *testing.T) {
+	store := newFakeStore()
+	clk := newFakeClock()
+	old := newNode(t, store, clk, "a:1")
+	old.acquireAll(t, 1, time.Time{})
+	biz := bizMode("chat", segment.OrderedGapless)
+	if _, err := old.a.Take(context.Background(), biz, "k", 1, segment.RequestID{}); err != nil {
+		t.Fatal(err)
+	}
+	nw := newNode(t, store, clk, "b:1")
+	nw.acquireAll(t, 2, time.Time{})
+	if _, err := old.a.Take(context.Background(), biz, "k", 1, segment.RequestID{}); err == nil {
+		t.Fatal("the deposed owner answered after a newer epoch was claimed")
+	}
+	if got := old.coord.fenced.Load(); got != 1 {
+		t.Fatalf("Coordinator.Fenced called %d times, want 1", got)
+	}
+	if st := old.a.Stats(); st.ShardsOwned != segment.OrderedShards-1 {
+		t.Fatalf("old owner holds %d shards after the fence, want %d", st.ShardsOwned, segment.OrderedShards-1)
+	}
+}
+
+// TestSameAddressSameEpochRefused: a restored ZooKeeper grants an epoch a
+// second time, to a new process at the address of the first (a restarted
+// pod with a stable name) while the first, paused, still holds the epoch.
+// The second claim is refused (a *FencedError at the stored epoch, which
+// makes the coordinator wait out the first owner's lease: issue 29, hole
+// b); before, both claims carried the bare address and the store took the
+// second for a retry of the first. A retry by the same process passes.
+func TestSameAddressSameEpochRefused(t *testing.T) {
+	store := newFakeStore()
+	clk := newFakeClock()
+	first := newNode(t, store, clk, "a:1")
+	first.acquireAll(t, 5, time.Time{})
+	second := newNode(t, store, clk, "a:1")
+	err := second.a.Acquire(context.Background(), Grant{Shard: 3, Epoch: 5})
+	var fe *FencedError
+	if !errors.As(err, &fe) || fe.Stored != 5 {
+		t.Fatalf("a second process at the same address claiming the same epoch: %v, want a *FencedError at epoch 5", err)
+	}
+	first.a.Lost(3)
+	if err := first.a.Acquire(context.Background(), Grant{Shard: 3, Epoch: 5}); err != nil {
+		t.Fatalf("the same process claiming its epoch again: %v", err)
+	}
+}

@@ -69,6 +69,13 @@ type Coordinator interface {
 	// ValidUntil is the end of this node's lease: no answer at or after
 	// it (zero: no lease). It moves forward with every renewal.
 	ValidUntil() time.Time
+	// Fenced: the handler stopped serving the shard because the store
+	// refused its epoch (a newer owner claimed it: ZooKeeper lost the
+	// shard's history, or a second cluster uses the same database). The
+	// coordinator no longer counts the shard as held, so it gives the
+	// shard up or claims it again above the store's epoch; without this
+	// the node would keep the shard's lease and nobody would serve it.
+	Fenced(shard int, epoch int64)
 	// Close hands every owned shard off (Handler.Release), releases them
 	// and leaves the cluster.
 	Close(ctx context.Context) error

@@ -17,6 +17,7 @@ import (
 type fakeStore struct {
 	mu       sync.Mutex
 	epochs   map[int]int64
+	owners   map[int]string
 	rows     map[Key]int64
 	reqs     map[RequestKey]Request
 	persists int
@@ -30,16 +31,17 @@ type fakeStore struct {
 }
 
 func newFakeStore() *fakeStore {
-	return &fakeStore{epochs: map[int]int64{}, rows: map[Key]int64{}, reqs: map[RequestKey]Request{}}
+	return &fakeStore{epochs: map[int]int64{}, owners: map[int]string{}, rows: map[Key]int64{}, reqs: map[RequestKey]Request{}}
 }
 
-func (s *fakeStore) Claim(_ context.Context, shard int, epoch int64, _ string) error {
+func (s *fakeStore) Claim(_ context.Context, shard int, epoch int64, owner string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.epochs[shard] > epoch {
-		return &FencedError{Shard: shard, Epoch: epoch, Stored: s.epochs[shard]}
+	stored, claimed := s.epochs[shard]
+	if stored > epoch || (claimed && stored == epoch && s.owners[shard] != owner) {
+		return &FencedError{Shard: shard, Epoch: epoch, Stored: stored}
 	}
-	s.epochs[shard] = epoch
+	s.epochs[shard], s.owners[shard] = epoch, owner
 	return nil
 }
 
@@ -143,6 +145,7 @@ func newFakeClock() *fakeClock { return clocktest.New(time.Unix(1_000_000, 0)) }
 type fakeCoord struct {
 	self       string
 	validUntil atomic.Pointer[time.Time]
+	fenced     atomic.Int64 // Fenced calls
 }
 
 func newFakeCoord(self string, until time.Time) *fakeCoord {
@@ -155,6 +158,7 @@ func (c *fakeCoord) Start(context.Context, Handler) error { return nil }
 func (c *fakeCoord) Owner(shard int) Owner                { return Owner{Shard: shard, Addr: "other:1", Epoch: 0} }
 func (c *fakeCoord) ValidUntil() time.Time                { return *c.validUntil.Load() }
 func (c *fakeCoord) Close(context.Context) error          { return nil }
+func (c *fakeCoord) Fenced(shard int, epoch int64)        { c.fenced.Add(1) }
 func (c *fakeCoord) setValidUntil(t time.Time)            { c.validUntil.Store(&t) }
 
 // node is one allocator over a shared store, as one process.

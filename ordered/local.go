@@ -69,6 +69,10 @@ func (l *Local) Owners() []Owner {
 	return out
 }
 
+// Fenced does nothing: the embedded store admits one process per data
+// directory, so no other owner can fence a standalone node's shards.
+func (l *Local) Fenced(int, int64) {}
+
 // ValidUntil never runs out.
 func (l *Local) ValidUntil() time.Time { return farFuture }
 

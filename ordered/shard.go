@@ -474,7 +474,7 @@ func (sh *shard) persistRound(a *Allocator, r *round, rows []Row, reqs []Request
 	case errors.Is(err, ErrFenced):
 		a.log.Error("ordered persist fenced: another node owns the shard; dropping it",
 			zap.Int("shard", sh.idx), zap.Int64("epoch", sh.grant.Epoch), zap.Error(err))
-		a.drop(sh, "fenced by a newer owner's epoch")
+		a.fenced(sh, "fenced by a newer owner's epoch")
 		sh.mu.Lock()
 		sh.rounds--
 		sh.mu.Unlock()
@@ -657,7 +657,7 @@ func (sh *shard) loadKeys(a *Allocator, loads []*keyState) {
 	got, err := a.load(ctx, sh, keys)
 	cancel()
 	if errors.Is(err, ErrFenced) {
-		a.drop(sh, "fenced by a newer owner's epoch while loading")
+		a.fenced(sh, "fenced by a newer owner's epoch while loading")
 		return
 	}
 	sh.mu.Lock()

@@ -61,7 +61,11 @@ type Request struct {
 type Store interface {
 	// Claim makes epoch the shard's stored epoch, raising it (never
 	// lowering it): a stored epoch above epoch fails with a *FencedError
-	// (ErrFenced) naming it, and changes nothing. owner is recorded for operators. Claim waits for
+	// (ErrFenced) naming it, and changes nothing. owner is recorded with
+	// the epoch: the stored epoch itself may be claimed again only by the
+	// owner that claimed it (a retry); another owner's claim of it fails
+	// with a *FencedError too, so no two owners ever hold one epoch (a
+	// restored ZooKeeper can grant an epoch twice). Claim waits for
 	// persists of the shard in flight (they hold the epoch row), so after
 	// it returns no persist of an older epoch can commit.
 	Claim(ctx context.Context, shard int, epoch int64, owner string) error
@@ -91,6 +95,13 @@ type Store interface {
 // ErrFenced: the shard's stored epoch is not the caller's: another node
 // took the shard over (or the caller's claim was lost). Nothing was written.
 var ErrFenced = errors.New("ordered: shard epoch changed (another owner)")
+
+// ErrShardBusy: the store's shard row stayed locked by another
+// transaction for the whole lock wait (a persist of an owner that paused
+// mid-transaction). It is transient by design: the store's sessions have
+// a server-side idle limit, so the paused owner's transaction is rolled
+// back within seconds; the caller retries soon rather than backing off.
+var ErrShardBusy = errors.New("ordered: shard row locked by another transaction")
 
 // FencedError is a Claim refused because the store holds a higher epoch
 // than the claim's (Stored). It is ErrFenced. The coordinator's epochs

@@ -90,7 +90,7 @@ cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [ -n "$MYSQL_DB" ]; then
-    mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -e "DROP DATABASE IF EXISTS \`$MYSQL_DB\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own2\`" 2>/dev/null || true
+    mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -e "DROP DATABASE IF EXISTS \`$MYSQL_DB\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own1\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own2\`" 2>/dev/null || true
   fi
   rm -rf "$WORK"
 }
@@ -178,9 +178,14 @@ if [ "$WITH_MYSQL" = 1 ] && [ -n "${IDGEN_TEST_ZK:-}" ]; then
   for c in own1 own2; do
     "$IDCTL" cluster init --zk "$IDGEN_TEST_ZK" --cluster "bench-$c-$$" >/dev/null 2>&1
   done
-  start_idgen own1 --zk "$IDGEN_TEST_ZK" --cluster "bench-own1-$$" --mysql "$DSN" --advertise-host 127.0.0.1 --properties-dir "$WORK/own1"
   # A database per cluster: two clusters on one database would take each
-  # other's shards (their epochs come from different ZooKeeper subtrees).
+  # other's shards (their epochs come from different ZooKeeper subtrees);
+  # a node of a second cluster is refused at start.
+  MYSQL_DB1=${MYSQL_DB}_own1
+  mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -e "CREATE DATABASE \`$MYSQL_DB1\`"
+  DSN1="${IDGEN_TEST_MYSQL%/}/$MYSQL_DB1"
+  "$IDCTL" db migrate --mysql "$DSN1" >/dev/null
+  start_idgen own1 --zk "$IDGEN_TEST_ZK" --cluster "bench-own1-$$" --mysql "$DSN1" --advertise-host 127.0.0.1 --properties-dir "$WORK/own1"
   MYSQL_DB2=${MYSQL_DB}_own2
   mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -e "CREATE DATABASE \`$MYSQL_DB2\`"
   DSN2="${IDGEN_TEST_MYSQL%/}/$MYSQL_DB2"

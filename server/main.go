@@ -297,6 +297,17 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	})
 	meta := lease.Meta()
 	floor := layout.Floor(meta.CreatedMs)
+	if ms != nil {
+		// One database, one cluster: refused before anything serves from
+		// it (segment/mysqlstore/binding.go).
+		nd.setStarting("checking the database belongs to this cluster")
+		b, err := ms.BindCluster(ctx, cfg.Cluster, meta.CreatedMs, fmt.Sprintf("%s:%d", advertiseHost(cfg), rpcPort))
+		if err != nil {
+			return fail(fmt.Errorf("mysql: %w", err))
+		}
+		log.Info("the database belongs to this cluster", zap.String("cluster", b.Cluster), zap.Int64("created_ms", b.CreatedMs),
+			zap.String("bound_by", b.BoundBy), zap.Time("bound_at", b.BoundAt))
+	}
 
 	// The cross-node guard against a lossy MySQL failover needs what the
 	// nodes share besides MySQL: ZooKeeper.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -102,6 +103,7 @@ const (
 	chJump        = "clock_jump"        // snowflake: clock past the durable mark, being extended
 	chFenced      = "fenced"            // snowflake: no worker slot held
 	chUnavailable = "store_unavailable" // segment channels: store down and nothing buffered
+	chUnserved    = "shards_unserved"   // ordered: shards without a serving owner (ordered_health.go)
 	chDisabled    = "disabled"          // not offered by this configuration
 )
 
@@ -142,6 +144,7 @@ func (nd *node) status() status {
 	}
 	out := status{Mode: nd.mode, Channels: map[string]channelStatus{}}
 	segOK := true
+	unserved := s.owners.unservedShards()
 	for _, name := range []string{"unordered", "ordered"} {
 		var c channelStatus
 		switch {
@@ -150,6 +153,13 @@ func (nd *node) status() status {
 		case name == "ordered" && nd.gateClosed() != nil:
 			c = channelStatus{State: chUnavailable, Reason: nd.gateClosed().Error(), RetryAfterMs: 200}
 			segOK = false
+		case name == "ordered" && len(unserved) > 0:
+			// Strict for the channel only: the other shards and channels
+			// serve, and taking this node out of a load balancer brings
+			// no shard back.
+			c = channelStatus{State: chUnserved, RetryAfterMs: 1000, Reason: fmt.Sprintf(
+				"ORDERED shards %v have had no serving owner for %v or longer (no owner, or owned here and not serving); requests for their keys are refused, the other shards serve",
+				unserved, s.owners.health.graceDur())}
 		case s.store.healthy() || (name == "unordered" && buffered(s.unordered) > 0):
 			c = channelStatus{State: chServing, Ready: true}
 		default:

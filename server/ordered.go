@@ -46,6 +46,8 @@ type owners struct {
 
 	forwarded, forwardFailures prometheus.Counter
 	closeOnce                  sync.Once
+	// health: the shards without a serving owner (ordered_health.go).
+	health *shardHealth
 }
 
 var _ issuer.OrderedTaker = (*owners)(nil)
@@ -388,6 +390,8 @@ func newOwnersCollector(o *owners) *ownersCollector {
 		"renew_fail": d("idgen_ordered_lease_renew_failures_total", "ownership lease renewals that failed or came back too late (ZooKeeper clusters)"),
 		"lapses":     d("idgen_ordered_lease_lapses_total", "times this node's ownership lease ran out while it owned shards (ZooKeeper clusters)"),
 		"acq_fail":   d("idgen_ordered_acquire_failures_total", "shard takeovers whose claim in the store failed; the shard is given up and retried (ZooKeeper clusters)"),
+		"unserved":   d("idgen_ordered_shards_unserved", "ORDERED shards without a serving owner as this node sees them, for longer than about three leases: no owner, or owned here and not serving (fenced, claim failing); their keys are refused"),
+		"cfenced":    d("idgen_ordered_shards_fenced_total", "owned shards given up because the store held a newer epoch that ZooKeeper did not know of (a lost ZooKeeper history, or a second cluster on the database) (ZooKeeper clusters)"),
 	}}
 }
 
@@ -425,12 +429,16 @@ func (c *ownersCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge("keys", float64(s.Keys))
 	left := time.Until(c.o.coord.ValidUntil()).Seconds()
 	gauge("lease_left", min(left, 1e9))
+	if c.o.health != nil {
+		gauge("unserved", float64(len(c.o.health.stuck())))
+	}
 	if zc, ok := c.o.coord.(*zkown.Coordinator); ok {
 		zs := zc.Stats()
 		gauge("live", float64(zs.LiveNodes))
 		counter("renew_fail", zs.LeaseRenewFailures)
 		counter("lapses", zs.LeaseLapses)
 		counter("acq_fail", zs.AcquireFailures)
+		counter("cfenced", zs.Fenced)
 	}
 }
 

@@ -98,6 +98,11 @@ func startOwners(ctx context.Context, cfg Config, store ordered.Store, gate segm
 	if !allOwned(o.coord.Owners()) {
 		log.Warn("ORDERED: some shards have no owner yet; requests for them are refused (retryable) until one takes them")
 	}
+	lease := cfg.OrderedLease
+	if lease <= 0 {
+		lease = zkown.DefaultLease
+	}
+	o.health = newShardHealth(o, 3*lease, log)
 	m.reg.MustRegister(newOwnersCollector(o))
 	return o, nil
 }
@@ -115,6 +120,9 @@ func allOwned(list []ordered.Owner) bool {
 // leaves the cluster. Safe to call twice.
 func (o *owners) close() {
 	o.closeOnce.Do(func() {
+		if o.health != nil {
+			o.health.close()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		start := time.Now()

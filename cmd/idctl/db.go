@@ -23,6 +23,11 @@ const dbUsage = `usage:
                                  with --strict-replication these and unknown exit 1). On MySQL
                                  a full verdict needs GRANT PROCESS, REPLICATION CLIENT ON *.*;
                                  unknown names what was missing
+  idctl db unbind  --mysql DSN   forget the cluster the database belongs to (each cluster needs a
+                                 database of its own; the first node to start binds it). Only
+                                 once every node of that cluster is stopped for good, e.g. the
+                                 cluster was re-created with idctl cluster init after ZooKeeper
+                                 lost its data
 
 DSN: user:password@tcp(host:3306)/database (env IDGEN_MYSQL). The database
 must exist; the grants are in segment/mysqlstore/README.md.
@@ -45,7 +50,7 @@ func cmdDB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch sub {
 	case "check":
 		strictRepl = fs.Bool("strict-replication", false, "fail (exit 1) when the replication verdict is lossy or unknown, not just warn")
-	case "migrate", "version":
+	case "migrate", "version", "unbind":
 	default:
 		fmt.Fprint(stderr, dbUsage)
 		return usageError{fmt.Errorf("db: unknown subcommand %q", sub)}
@@ -66,6 +71,8 @@ func cmdDB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return dbMigrate(ctx, *dsn, stdout)
 	case "version":
 		return dbVersion(ctx, *dsn, stdout)
+	case "unbind":
+		return dbUnbind(ctx, *dsn, stdout)
 	default:
 		return dbCheck(ctx, *dsn, *strictRepl, stdout)
 	}
@@ -94,6 +101,22 @@ func dbVersion(ctx context.Context, dsn string, stdout io.Writer) error {
 	if cur < latest {
 		return fmt.Errorf("schema is behind: run `idctl db migrate --mysql DSN`")
 	}
+	return nil
+}
+
+// dbUnbind removes the database's cluster binding and says which cluster
+// it named.
+func dbUnbind(ctx context.Context, dsn string, stdout io.Writer) error {
+	b, ok, err := mysqlstore.Unbind(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		fmt.Fprintln(stdout, "the database belongs to no cluster; the first node to start binds it")
+		return nil
+	}
+	fmt.Fprintf(stdout, "unbound cluster %q (created_ms %d, bound by %s at %s); the next node to start binds the database to its cluster\n",
+		b.Cluster, b.CreatedMs, b.BoundBy, b.BoundAt.Format(time.RFC3339))
 	return nil
 }
 

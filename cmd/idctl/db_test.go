@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"database/sql"
 	"os"
 	"strings"
 	"testing"
@@ -68,5 +69,34 @@ func TestDBCheckPrintsReplication(t *testing.T) {
 	code, _, errOut := runCLI(t, "db", "migrate", "--strict-replication", "--mysql", dsn)
 	if code != 2 || !strings.Contains(errOut, "not defined: -strict-replication") {
 		t.Errorf("db migrate --strict-replication: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// idctl db unbind: on a database no cluster has bound it says so; on a
+// bound one it names the cluster it forgot (issue 29, hole k).
+func TestDBUnbind(t *testing.T) {
+	cleanEnv(t)
+	base := os.Getenv("IDGEN_TEST_MYSQL")
+	if base == "" {
+		t.Skip("IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB), or source .testenv")
+	}
+	dsn := testdb.New(t, base)
+	if code, out, errOut := runCLI(t, "db", "unbind", "--mysql", dsn); code != 0 || !strings.Contains(out, "belongs to no cluster") {
+		t.Fatalf("unbind of an unbound database: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`INSERT INTO cluster_binding (id, cluster, created_ms, bound_by, bound_at) VALUES (1, 'gone', 1000, 'x:1', NOW())`); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := runCLI(t, "db", "unbind", "--mysql", dsn); code != 0 || !strings.Contains(out, `unbound cluster "gone"`) {
+		t.Fatalf("unbind: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM cluster_binding`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("bindings left: %d, %v", n, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -896,36 +897,145 @@ func TestLeaseWaitSurvivesAcquireFailure(t *testing.T) {
 	checkEpochs(t, w)
 }
 
-// TestStoreEpochAboveZooKeeper: a claim the store refuses because it holds
-// a higher epoch (ZooKeeper lost the shard's history: wiped or restored)
-// releases the shard at the store's epoch with a lease wait, so the next
-// takeover claims above it and answers only one lease later (the owner
-// from before the loss may still answer until then).
+// TestStoreEpochAboveZooKeeper: a claim the store refuses (ZooKeeper
+// lost the shard's history: wiped or restored) releases the shard at the
+// store's epoch with a lease wait, so the next takeover claims above it
+// and answers only one lease later (the owner from before the loss may
+// still answer until then). "equal" is issue 29's hole b: the store holds
+// the granted epoch itself, another owner's (the restored ensemble handed
+// that epoch out a second time); without the wait the next owner served
+// while the old one still answered from memory.
 func TestStoreEpochAboveZooKeeper(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		stored func(g ordered.Grant) int64
+	}{
+		{"above", func(ordered.Grant) int64 { return 41 }},
+		{"equal", func(g ordered.Grant) int64 { return g.Epoch }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			a := w.node(addrA, nil)
+			var fenced atomic.Bool
+			fenced.Store(true)
+			var refused atomic.Int64
+			a.h.acquireErr = func(g ordered.Grant) error {
+				if g.Shard == 5 && fenced.Load() {
+					refused.Store(tc.stored(g))
+					return &ordered.FencedError{Shard: 5, Epoch: g.Epoch, Stored: tc.stored(g)}
+				}
+				return nil
+			}
+			a.step()
+			stored := refused.Load()
+			if r := w.shard(5); r.State != StateReleased || r.Epoch != stored || r.WaitMs < testLease.Milliseconds() {
+				t.Fatalf("shard 5 after the fenced claim: %+v, want released at epoch %d with a lease wait", r, stored)
+			}
+			fenced.Store(false)
+			mark := w.j.len()
+			for len(w.j.since(mark)) == 0 {
+				w.stepAll(testTick, a)
+			}
+			acq := w.j.since(mark)
+			if len(acq) != 1 || acq[0].kind != "acquire" || acq[0].grant.Epoch != stored+1 {
+				t.Fatalf("retry %+v, want an acquire at epoch %d", acq, stored+1)
+			}
+			if wait := acq[0].grant.NotBefore.Sub(acq[0].at); wait < testLease {
+				t.Fatalf("the takeover after the loss answers after %v, want at least one lease (%v)", wait, testLease)
+			}
+		})
+	}
+}
+
+// TestFencedOwnerGivesShardUp: the handler reports that the store fenced a
+// held shard (a newer epoch there that ZooKeeper does not know of: issue
+// 29's hole k, a second cluster on the database). Before, the coordinator
+// kept the shard's lease and nobody served the shard; now it stops
+// holding it, claims it again above the store's epoch, and serves it
+// after a lease wait (the fencing owner may still answer from memory).
+func TestFencedOwnerGivesShardUp(t *testing.T) {
 	w := newWorld(t)
 	a := w.node(addrA, nil)
+	settle(t, w, 30, a)
+	const s = 5
+	e := a.h.heldShards()[s].Epoch
+	stored := e + 10
 	var fenced atomic.Bool
 	fenced.Store(true)
 	a.h.acquireErr = func(g ordered.Grant) error {
-		if g.Shard == 5 && fenced.Load() {
-			return &ordered.FencedError{Shard: 5, Epoch: g.Epoch, Stored: 41}
+		if g.Shard == s && fenced.Load() {
+			return &ordered.FencedError{Shard: s, Epoch: g.Epoch, Stored: stored}
 		}
 		return nil
 	}
-	a.step()
-	if r := w.shard(5); r.State != StateReleased || r.Epoch != 41 || r.WaitMs < testLease.Milliseconds() {
-		t.Fatalf("shard 5 after the fenced claim: %+v, want released at epoch 41 with a lease wait", r)
+	// The allocator drops the shard, then tells the coordinator.
+	a.h.Lost(s)
+	a.c.Fenced(s, e)
+	a.c.Fenced(s, e-1) // a stale report changes nothing
+	if slices.Contains(a.held(), s) {
+		t.Fatalf("shard %d still held after Fenced", s)
+	}
+	if got := a.c.Stats().Fenced; got != 1 {
+		t.Fatalf("Stats().Fenced = %d, want 1", got)
+	}
+	w.stepAll(testTick, a)
+	if r := w.shard(s); r.State != StateReleased || r.Epoch != stored || r.WaitMs < testLease.Milliseconds() {
+		t.Fatalf("shard %d after the fence: %+v, want released at the store's epoch %d with a lease wait", s, r, stored)
 	}
 	fenced.Store(false)
 	mark := w.j.len()
-	for len(w.j.since(mark)) == 0 {
+	for range 100 {
+		if len(filter(w.j.since(mark), "", "acquire")) > 0 {
+			break
+		}
 		w.stepAll(testTick, a)
 	}
-	acq := w.j.since(mark)
-	if len(acq) != 1 || acq[0].kind != "acquire" || acq[0].grant.Epoch != 42 {
-		t.Fatalf("retry %+v, want an acquire at epoch 42", acq)
+	acq := filter(w.j.since(mark), "", "acquire")
+	if len(acq) != 1 || acq[0].grant.Epoch != stored+1 {
+		t.Fatalf("after the fence: %+v, want one acquire at epoch %d", acq, stored+1)
 	}
 	if wait := acq[0].grant.NotBefore.Sub(acq[0].at); wait < testLease {
-		t.Fatalf("the takeover after the loss answers after %v, want at least one lease (%v)", wait, testLease)
+		t.Fatalf("served again after %v, want at least one lease (%v)", wait, testLease)
+	}
+	checkAssignment(t, w, a)
+}
+
+// TestBusyShardBackoffStaysShort: a claim refused because a paused
+// owner's transaction holds the shard row (ordered.ErrShardBusy) is tried
+// again at the base interval, however often it failed; before, the
+// backoff doubled up to 32 Lease/3 (32 s by default) while the store's
+// session limit frees the row within seconds (issue 29, hole j). Other
+// failures still back off.
+func TestBusyShardBackoffStaysShort(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		err     error
+		maxWait time.Duration
+	}{
+		{"busy", fmt.Errorf("claim: %w", ordered.ErrShardBusy), testLease / 3},
+		{"down", errors.New("store down"), testLease / 3 << 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			a := w.node(addrA, nil)
+			var fails atomic.Int64
+			a.h.acquireErr = func(g ordered.Grant) error {
+				if g.Shard == 5 {
+					fails.Add(1)
+					return tc.err
+				}
+				return nil
+			}
+			var longest time.Duration
+			for fails.Load() < 8 {
+				w.stepAll(testTick, a)
+				if d := a.c.backoff[5].until.Sub(w.clk.Now()); d > longest {
+					longest = d
+				}
+			}
+			if longest != tc.maxWait {
+				t.Fatalf("longest backoff after %d failures: %v, want %v", fails.Load(), longest, tc.maxWait)
+			}
+		})
 	}
 }

@@ -592,17 +592,27 @@ func (c *Coordinator) takeover(ctx context.Context, h ordered.Handler, s int, v 
 	delete(c.held, s)
 	v = c.view[s]
 	var fe *ordered.FencedError
-	if errors.As(err, &fe) && fe.Stored > c.epochFloor[s] {
-		// The store saw a higher epoch than ZooKeeper's record (a wiped
-		// or restored ensemble): the release carries it, so the next
-		// takeover claims above it.
-		c.epochFloor[s] = fe.Stored
+	if errors.As(err, &fe) {
+		// The store holds an epoch at or above the grant's that ZooKeeper
+		// did not hand to this node (a wiped or restored ensemble): the
+		// release carries it, so the next takeover claims above it, and a
+		// lease wait, because that epoch's owner may still answer from
+		// memory. Equal epochs count too: two grants of one epoch.
+		c.epochFloor[s] = max(c.epochFloor[s], fe.Stored)
+		c.storeAhead[s] = true
 	}
 	c.mu.Unlock()
 	h.Lost(s)
 	b := &c.backoff[s]
 	b.fails++
 	wait := c.cfg.Lease / 3 << min(b.fails-1, 5)
+	if errors.Is(err, ordered.ErrShardBusy) {
+		// A paused owner's transaction holds the shard's fence row; the
+		// store's session limit ends it within seconds. Growing the
+		// backoff to half a minute would keep the shard down far longer
+		// than the pause.
+		wait = c.cfg.Lease / 3
+	}
 	b.until = c.cfg.Clock.Now().Add(wait)
 	c.log.Warn("ORDERED shard acquisition failed; giving the shard up", zap.Int("shard", s), zap.Int64("epoch", rec.Epoch),
 		zap.Duration("retry_in", wait), zap.Error(err))
@@ -662,10 +672,10 @@ func (c *Coordinator) releaseZnode(ctx context.Context, s int, v shardView) {
 			return
 		}
 		c.mu.Lock()
-		floor := c.epochFloor[s]
+		floor, ahead := c.epochFloor[s], c.storeAhead[s]
 		c.mu.Unlock()
 		rec := shardRecord{Epoch: max(v.rec.Epoch, floor), State: StateReleased, UpdatedAtMs: time.Now().UnixMilli()}
-		if floor > v.rec.Epoch {
+		if floor > v.rec.Epoch || ahead {
 			rec.WaitMs = (c.cfg.Lease + c.cfg.LeaseMargin).Milliseconds()
 		}
 		var st *zk.Stat
@@ -677,6 +687,9 @@ func (c *Coordinator) releaseZnode(ctx context.Context, s int, v shardView) {
 		if err == nil {
 			c.mu.Lock()
 			c.view[s] = shardView{ok: true, rec: rec, version: st.Version}
+			if rec.WaitMs > 0 {
+				c.storeAhead[s] = false
+			}
 			c.mu.Unlock()
 			return
 		}

@@ -224,7 +224,10 @@ type Stats struct {
 	LeaseRenewFailures        uint64
 	// LeaseLapses counts the times the lease ran out with shards owned.
 	LeaseLapses uint64
-	ValidUntil  time.Time
+	// Fenced counts the held shards given up because the store refused
+	// their epoch (Coordinator.Fenced).
+	Fenced     uint64
+	ValidUntil time.Time
 }
 
 // Coordinator is the ZooKeeper ordered.Coordinator.
@@ -255,6 +258,7 @@ type Coordinator struct {
 
 	takeovers, handoffs, lost, acquireFails, conflicts atomic.Uint64
 	renewals, renewFails, lapses                       atomic.Uint64
+	fencedDrops                                        atomic.Uint64
 
 	mu       sync.Mutex
 	h        ordered.Handler
@@ -286,6 +290,14 @@ type Coordinator struct {
 	// (FencedError.Stored): releases carry it, so a coordinator whose
 	// ZooKeeper record restarted below the store catches up. Guarded by mu.
 	epochFloor [Shards]int64
+	// storeAhead is set, per shard, when a claim was refused by the store
+	// (FencedError): the store knows an owner at an epoch ZooKeeper's
+	// record does not cover (Stored above the grant, or equal to it but
+	// another owner's: a wiped or restored ensemble handed the same
+	// epoch out twice). That owner may still answer from memory for one
+	// lease, so the release carries a lease wait. Cleared once the
+	// release is written. Guarded by mu.
+	storeAhead [Shards]bool
 	// wait is, per shard, the latest NotBefore this node computed for
 	// it: until then an earlier owner may still answer, so this node
 	// neither writes the shard released (which would let the next owner
@@ -463,6 +475,33 @@ func (c *Coordinator) OnChange(f func()) {
 	c.mu.Unlock()
 }
 
+// Fenced implements ordered.Coordinator: the handler dropped the shard
+// because the store refused its epoch. The shard is no longer held, so
+// the next round claims it again above the store's epoch (when it is
+// desired here) or releases it, with a lease wait either way: the owner
+// that fenced this node is one ZooKeeper does not know of, and it may
+// answer from memory meanwhile.
+func (c *Coordinator) Fenced(shard int, epoch int64) {
+	if shard < 0 || shard >= Shards {
+		return
+	}
+	c.mu.Lock()
+	e, ok := c.held[shard]
+	if ok && e == epoch {
+		delete(c.held, shard)
+		c.storeAhead[shard] = true
+	}
+	c.mu.Unlock()
+	if !ok || e != epoch {
+		return // an older term's report: the shard changed hands since
+	}
+	c.fencedDrops.Add(1)
+	c.dirty[shard].Store(true)
+	c.log.Warn("ORDERED shard fenced by the store (a newer epoch there, not in ZooKeeper); giving its lease up",
+		zap.Int("shard", shard), zap.Int64("epoch", epoch))
+	wake(c.kick)
+}
+
 // Stats returns the counters.
 func (c *Coordinator) Stats() Stats {
 	c.mu.Lock()
@@ -471,6 +510,7 @@ func (c *Coordinator) Stats() Stats {
 	st.Takeovers, st.Handoffs, st.Lost = c.takeovers.Load(), c.handoffs.Load(), c.lost.Load()
 	st.AcquireFailures, st.CASConflicts = c.acquireFails.Load(), c.conflicts.Load()
 	st.LeaseRenewals, st.LeaseRenewFailures, st.LeaseLapses = c.renewals.Load(), c.renewFails.Load(), c.lapses.Load()
+	st.Fenced = c.fencedDrops.Load()
 	return st
 }
 

@@ -503,6 +503,11 @@ func (s *Store) ownedErr(parent context.Context, op string, err error) error {
 		return dup
 	case errors.Is(err, ordered.ErrFenced):
 		return fmt.Errorf("mysqlstore: %s: %w", op, err)
+	case mysqlErrNo(err) == erLockWaitTimeout:
+		// Another session holds the shard row: a persist in flight, or an
+		// owner paused inside its transaction, which the server ends
+		// within sessionIdleLimit. Retry soon.
+		return fmt.Errorf("%w: %w", ordered.ErrShardBusy, s.classify(parent, op, err))
 	}
 	return s.classify(parent, op, err)
 }

@@ -287,3 +287,61 @@ func BenchmarkOwnedLoad(b *testing.B) {
 		}
 	}
 }
+
+// TestOwned_PausedOwnerHoldingFenceRow is issue 29's hole j on a real
+// server: an owner paused inside a persist (its transaction took the
+// shard's fence row, then nothing) no longer blocks a successor's Claim
+// beyond the store's session idle limit: the server ends the paused
+// session and rolls its transaction back. Before, the Claim failed with a
+// lock wait timeout for as long as the pause lasted (up to wait_timeout,
+// 8 hours by default). Meanwhile the refusals are ErrShardBusy, so the
+// coordinator retries soon instead of backing off.
+func TestOwned_PausedOwnerHoldingFenceRow(t *testing.T) {
+	s := openStore(t, newTestDatabase(t, testServer(t), true), nil)
+	ctx := testCtx(t)
+	const shard = 11
+	if err := s.Claim(ctx, shard, 1, "paused:1"); err != nil {
+		t.Fatal(err)
+	}
+	// The paused owner: its persist's first statement ran on one of the
+	// store's sessions, and the process stopped before the commit.
+	paused, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer paused.Rollback() //nolint:errcheck
+	if _, err := paused.ExecContext(ctx, `UPDATE ordered_shard SET persists = persists + 1 WHERE shard = ? AND epoch = 1`, shard); err != nil {
+		t.Fatal(err)
+	}
+	var busy int
+	start := time.Now()
+	deadline := start.Add(90 * time.Second) // generous: the limit is seconds
+	for {
+		err := s.Claim(ctx, shard, 2, "successor:1")
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ordered.ErrShardBusy) && !errors.Is(err, segment.ErrUnavailable) {
+			t.Fatalf("Claim while the paused owner holds the row: %v, want ErrShardBusy (retryable)", err)
+		}
+		if errors.Is(err, ordered.ErrShardBusy) {
+			busy++
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the successor's Claim still fails after 90 s (%d lock waits): %v; the paused owner's session was never ended", busy, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if busy == 0 {
+		t.Fatal("the Claim never waited for the paused owner: the test shows nothing")
+	}
+	t.Logf("the successor's Claim succeeded after %v and %d lock waits (session idle limit %v)",
+		time.Since(start).Round(100*time.Millisecond), busy, sessionIdleLimit(s.cfg.Timeout))
+	// The owner resumes: its transaction is gone, and its retry is fenced.
+	if err := paused.Commit(); err == nil {
+		t.Fatal("the paused owner's transaction committed after the successor's claim")
+	}
+	if err := s.Persist(ctx, shard, 1, nil, nil); !errors.Is(err, ordered.ErrFenced) {
+		t.Fatalf("the resumed owner's persist: %v, want ErrFenced", err)
+	}
+}

@@ -36,6 +36,7 @@ var migrations = []Migration{
 	{Version: 5, Description: "business ID quota, burst and client tokens; secret_key wide enough for wrapped keys", apply: schemaV5},
 	{Version: 6, Description: "ORDERED shard owners' epochs (ordered_shard) and the business ordered_mode", stmts: schemaV6(), apply: schemaV6Columns},
 	{Version: 7, Description: "ORDERED request ids scoped to the caller's credential (ordered_request.request_id widened)", apply: schemaV7},
+	{Version: 9, Description: "the cluster the database belongs to (cluster_binding)", stmts: schemaV9()},
 }
 
 // bizColumnsV3 are the columns schema 3 adds to biz. secret_key is empty
@@ -143,6 +144,21 @@ func schemaV6() []string {
   updated_at DATETIME(6) NOT NULL,
   PRIMARY KEY (shard)
 ) ENGINE=InnoDB`}
+}
+
+// schemaV9 creates cluster_binding: the one cluster this database
+// belongs to (binding.go). ordered_shard and the counters are not scoped
+// by cluster, so a second cluster on the database would take the first
+// one's ORDERED shards with epochs from another coordinator.
+func schemaV9() []string {
+	return []string{`CREATE TABLE IF NOT EXISTS cluster_binding (
+  id         TINYINT NOT NULL,
+  cluster    VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  created_ms BIGINT NOT NULL,
+  bound_by   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '',
+  bound_at   DATETIME(6) NOT NULL,
+  PRIMARY KEY (id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`}
 }
 
 // bizColumnsV6 is the column schema 6 adds to biz: segment.OrderedMode

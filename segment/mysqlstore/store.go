@@ -35,6 +35,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +82,25 @@ var (
 	_ segment.ReplayReporter = (*Store)(nil)
 )
 
+// sessionIdleLimit is the wait_timeout of the store's sessions: the
+// server ends a session idle for this long, rolling back its open
+// transaction and freeing its row locks. Every statement of the store is
+// bounded by timeout, so a session idle for longer belongs to a client
+// that stopped: a paused or frozen process. Without the limit, a paused
+// ORDERED owner's transaction holds its shard's fence row for as long as
+// the pause lasts (up to the server's wait_timeout, 8 hours by default),
+// and every successor's Claim fails with a lock wait timeout meanwhile
+// (issue 29, hole j). wait_timeout is the one limit both supported
+// servers have: MariaDB's idle_transaction_timeout has no MySQL 8
+// counterpart, and a claimant that KILLs the holder found in
+// information_schema would need the PROCESS privilege and could kill the
+// wrong session. Ending a paused owner's session is safe because every
+// owner write is fenced by its epoch: the owner, once resumed, finds its
+// transaction gone, and its retry is refused under the successor's epoch.
+func sessionIdleLimit(timeout time.Duration) time.Duration {
+	return max(5*time.Second, (2 * timeout).Round(time.Second))
+}
+
 // UnsafeIgnoreEpoch makes ORDERED persists and write-backs ignore the
 // shard's epoch, so a deposed owner's stale write-back lands. It exists
 // for fault injection's negative control (IDGEN_FAULT_ORDERED_NO_EPOCH in
@@ -103,6 +123,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", segment.ErrInvalid, err)
 	}
+	idle := sessionIdleLimit(cfg.Timeout)
+	mc.Params["wait_timeout"] = strconv.Itoa(int(idle.Seconds()))
 	connector, err := mysql.NewConnector(mc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: mysqlstore: DSN: %w", segment.ErrInvalid, err)
@@ -112,6 +134,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	db.SetMaxOpenConns(cfg.MaxOpenConns)
 	db.SetMaxIdleConns(cfg.MaxIdleConns)
 	db.SetConnMaxLifetime(cfg.ConnMaxLifetime)
+	// The pool retires idle connections well before the server would end
+	// them (wait_timeout above), so it never hands out one the server
+	// closed.
+	db.SetConnMaxIdleTime(idle / 3)
 
 	s := &Store{
 		db:     db,

@@ -35,6 +35,8 @@ var migrations = []Migration{
 	{Version: 4, Description: "worker registry of each cluster (worker_cluster.registry)", apply: schemaV4},
 	{Version: 5, Description: "business ID quota, burst and client tokens; secret_key wide enough for wrapped keys", apply: schemaV5},
 	{Version: 6, Description: "ORDERED shard owners' epochs (ordered_shard) and the business ordered_mode", stmts: schemaV6(), apply: schemaV6Columns},
+	// Version 7 is the request-id scoping change (another branch).
+	{Version: 8, Description: "the channels each business serves (biz.channels)", apply: schemaV8},
 }
 
 // bizColumnsV3 are the columns schema 3 adds to biz. secret_key is empty
@@ -152,6 +154,21 @@ var bizColumnsV6 = []struct{ name, def string }{
 
 func schemaV6Columns(ctx context.Context, conn *sql.Conn) error {
 	return addColumns(ctx, conn, "biz", bizColumnsV6)
+}
+
+// bizColumnsV8 is the column schema 8 adds to biz: the channels the
+// business serves, as comma-separated numbers ("0,2"; at most
+// segment.MaxBizChannels of 0..127). Rows from before it, and rows an
+// older node inserts during a rolling upgrade, hold the empty string: they read as
+// segment.StoredChannels says (every built-in channel for a plain
+// business, its own channel only for an obfuscated or code one), so the
+// rule lives in one place and the migration rewrites no row.
+var bizColumnsV8 = []struct{ name, def string }{
+	{"channels", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT ''"},
+}
+
+func schemaV8(ctx context.Context, conn *sql.Conn) error {
+	return addColumns(ctx, conn, "biz", bizColumnsV8)
 }
 
 // widenColumn changes a column to def unless it is already at least width

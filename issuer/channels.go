@@ -49,12 +49,17 @@ func (is *Issuer) checkChannel(biz segment.Biz, ch segment.Channel) error {
 	if biz.Serves(ch) {
 		return nil
 	}
+	if is.cfg.NoSegments != nil && ch <= segment.ChannelSlowOrdered && ch != segment.ChannelSnowflake {
+		// No business of this deployment can serve a segment channel:
+		// say why (the fix is --mysql), not that this one does not.
+		return is.noSegments(channelLabel(ch))
+	}
 	is.chans.refused.WithLabelValues(is.labels.Label(biz.Name), channelLabel(ch)).Inc()
 	served := segment.ChannelNames(biz.Channels)
 	var err error
 	if biz.PlainOutput() {
 		err = fmt.Errorf("%w: business %q serves %s, not channel %s: leave channel unset (its default, %s) or name one it serves; an admin can add the channel with 'idctl biz update --biz %s --channels %s,%s'",
-			ErrChannelNotServed, biz.Name, served, is.channelName(ch), biz.Channel, biz.Name, served, channelLabel(ch))
+			ErrChannelNotServed, biz.Name, served, is.channelName(ch), biz.Channel, biz.Name, served, channelLabel(canonical(ch)))
 	} else {
 		err = fmt.Errorf("%w: business %q serves %s, not channel %s: its obfuscated or code values would repeat across channels; leave channel unset (its default, %s), or use another business for channel %s",
 			ErrChannelNotServed, biz.Name, served, is.channelName(ch), biz.Channel, is.channelName(ch))
@@ -65,6 +70,14 @@ func (is *Issuer) checkChannel(biz segment.Biz, ch segment.Channel) error {
 			zap.Int("not_logged_since_last", skipped), zap.Duration("log_window", is.chans.logs.Window()))
 	}
 	return err
+}
+
+// canonical is ch with SLOW_ORDERED as ORDERED, the name channel lists use.
+func canonical(ch segment.Channel) segment.Channel {
+	if isOrdered(ch) {
+		return segment.ChannelOrdered
+	}
+	return ch
 }
 
 // channelLabel names ch as idctl and the channel lists do ("ordered";

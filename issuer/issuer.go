@@ -452,10 +452,8 @@ func (is *Issuer) biz(ctx context.Context, name, token string, ch *segment.Chann
 	}
 	def, chs := autoChannels(ch)
 	if is.cfg.NoSegments != nil {
-		// Only SNOWFLAKE can be a default here (checkChannels); the
-		// requested channel stays listed, so the request is refused with
-		// the reason (no shared counter store), not a channel refusal.
-		def = segment.ChannelSnowflake
+		// Only SNOWFLAKE can serve here (checkChannels, checkChannel).
+		def, chs = segment.ChannelSnowflake, nil
 	}
 	b, err = is.cfg.Store.CreateBiz(ctx, segment.Biz{Name: name, Channel: def, Channels: chs, Fallback: is.cfg.NoSegments == nil,
 		Description: "created on first use", Key: is.mustStoredKey(name)})

@@ -3,7 +3,6 @@ package issuer
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -73,9 +72,7 @@ func TestNoSegmentsRefusesSegmentChannels(t *testing.T) {
 	f := newIssuer(t, func(c *Config) { c.NoSegments = why })
 	ctx := context.Background()
 	for _, ch := range []segment.Channel{segment.ChannelUnordered, segment.ChannelOrdered} {
-		// One business per channel: each is created on first use with the
-		// request's channel listed.
-		_, err := f.is.Next(ctx, Request{Biz: fmt.Sprintf("b%d", ch), Channel: chp(ch), Count: 1, SubKey: map[bool]string{true: "k"}[ch == segment.ChannelOrdered]})
+		_, err := f.is.Next(ctx, Request{Biz: "b", Channel: chp(ch), Count: 1, SubKey: map[bool]string{true: "k"}[ch == segment.ChannelOrdered]})
 		if !errors.Is(err, segment.ErrNoSegments) || !strings.Contains(err.Error(), "--mysql") {
 			t.Errorf("%s: %v, want ErrNoSegments naming --mysql", ch, err)
 		}

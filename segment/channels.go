@@ -169,11 +169,14 @@ func validateChannels(b Biz) error {
 // built-in channels (UNORDERED, ORDERED and SNOWFLAKE), so its callers
 // keep working after the upgrade (narrow it with 'idctl biz update
 // --channels'); an obfuscated or code one gets its own channel only, since
-// its values would repeat across channels. Every store applies this rule
-// when it decodes a business.
+// its values would repeat across channels. A stored list is returned
+// normalized (sorted, the default among it). Every store applies this
+// rule when it decodes a business.
 func StoredChannels(stored []Channel, b Biz) []Channel {
 	if len(stored) > 0 {
-		return stored
+		// As NormalizeBiz keeps it (a list edited by hand may lack the
+		// default or repeat a channel).
+		return normalizeChannels(stored, b.Channel)
 	}
 	if b.PlainOutput() {
 		return []Channel{ChannelUnordered, ChannelOrdered, ChannelSnowflake}

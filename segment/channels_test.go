@@ -152,6 +152,9 @@ func TestStoredChannels(t *testing.T) {
 	if got := StoredChannels([]Channel{S}, Biz{Channel: S}); !slices.Equal(got, []Channel{S}) {
 		t.Errorf("stored list: %v", got)
 	}
+	if got := StoredChannels([]Channel{S, ChannelSlowOrdered, S}, Biz{Channel: U}); !slices.Equal(got, []Channel{U, O, S}) {
+		t.Errorf("stored list edited by hand (no default, repeats, slow_ordered): %v, want it normalized", got)
+	}
 }
 
 func TestParseChannels(t *testing.T) {

@@ -217,7 +217,8 @@ func (h *handler) CreateBiz(ctx context.Context, req *idl.CreateBizRequest) (res
 	if err != nil {
 		return nil, h.toIDLError(req.Name, err)
 	}
-	h.log.Info("business created", zap.String("biz", out.Name), zap.String("channel", out.Channel.String()))
+	h.log.Info("business created", zap.String("biz", out.Name), zap.String("channel", out.Channel.String()),
+		zap.String("channels", segment.ChannelNames(out.Channels)))
 	return bizToIDL(out), nil
 }
 

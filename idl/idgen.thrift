@@ -138,6 +138,7 @@ struct Biz {
     17: optional i64 id_burst,           // IDs the quota lets through at once
     18: optional list<BizToken> tokens,  // the business's own client tokens (never their secrets)
     19: optional string ordered_mode,    // gapless (durable per answer) or cached (reserved ahead); see the README
+    20: optional list<Channel> channels, // the channels served (channel among them); requests on others are refused
     // The secret key is never sent.
 }
 
@@ -166,6 +167,11 @@ struct CreateBizRequest {
     14: optional i64 id_quota,
     15: optional i64 id_burst,
     16: optional string ordered_mode,    // gapless (default) or cached
+    // The channels served (channel is added; SLOW_ORDERED counts as ORDERED).
+    // Unset: channel alone. With channel unset, the first listed is the
+    // default. An obfuscated or code business serves one channel, or
+    // UNORDERED and SNOWFLAKE together (their numbers never meet).
+    17: optional list<Channel> channels,
 }
 
 // Only the fields that are set change. start_num cannot change after creation.
@@ -186,6 +192,11 @@ struct UpdateBizRequest {
     14: optional i64 id_quota,
     15: optional i64 id_burst,
     16: optional string ordered_mode,    // gapless (default) or cached
+    // Replaces the channel list (channel is added). Unset with a new
+    // channel: a business of one channel moves to the new one, a longer
+    // list gains it. An obfuscated or code business that has issued keeps
+    // its number space: UNORDERED and SNOWFLAKE, or its one other channel.
+    17: optional list<Channel> channels,
 }
 
 struct GetBizRequest {

@@ -37,6 +37,9 @@ func (is *Issuer) CreateBiz(ctx context.Context, b segment.Biz) (segment.Biz, er
 	if err := is.checkChannels(b.Channel, b.Fallback); err != nil {
 		return segment.Biz{}, err
 	}
+	if err := is.checkChannelList(b.Channels); err != nil {
+		return segment.Biz{}, err
+	}
 	if err := is.ext.CheckPlugins(b.Plugins); err != nil {
 		return segment.Biz{}, err
 	}
@@ -77,6 +80,11 @@ func (is *Issuer) UpdateBiz(ctx context.Context, name string, u segment.BizUpdat
 			fb = *u.Fallback
 		}
 		if err := is.checkChannels(ch, fb); err != nil {
+			return segment.Biz{}, err
+		}
+	}
+	if u.Channels != nil {
+		if err := is.checkChannelList(*u.Channels); err != nil {
 			return segment.Biz{}, err
 		}
 	}

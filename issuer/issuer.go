@@ -128,6 +128,7 @@ type Issuer struct {
 	clk          clock.Clock
 	labels       *bizlabel.Cap
 	auto         autoCreate
+	chans        channelGate
 	// clientTokenHash is SHA-256 of Config.ClientToken (nil: none).
 	clientTokenHash []byte
 }
@@ -186,6 +187,7 @@ func New(cfg Config) (*Issuer, error) {
 			[]string{"biz", "limit"}),
 		plugins: newPluginState(), labels: cfg.Labels, auto: autoCreate{max: cfg.AutoCreateMax}}
 	is.auto.logs = logevery.New(autoCreateLogEvery, is.clk.Now)
+	is.chans = newChannelGate(is.clk.Now)
 	if is.labels == nil {
 		is.labels = bizlabel.New(cfg.MetricsMaxBizs)
 	}
@@ -209,7 +211,7 @@ func (is *Issuer) Guard() *clock.Guard { return is.cfg.Guard }
 // Collectors returns the issuer's own metrics (strategy refusals, plugin
 // failures, rate-limit refusals) for the assembly to register.
 func (is *Issuer) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{is.rejections, is.plugins.failures, is.rateLimited}
+	return []prometheus.Collector{is.rejections, is.plugins.failures, is.rateLimited, is.chans.refused}
 }
 
 // BizLabel returns the label value of business name for per-business
@@ -283,7 +285,7 @@ func (is *Issuer) Next(ctx context.Context, req Request) (Response, error) {
 	if err := is.validate(req); err != nil {
 		return Response{}, err
 	}
-	biz, err := is.biz(ctx, req.Biz, req.Token)
+	biz, err := is.biz(ctx, req.Biz, req.Token, req.Channel)
 	if err != nil {
 		return Response{}, err
 	}
@@ -294,6 +296,9 @@ func (is *Issuer) Next(ctx context.Context, req Request) (Response, error) {
 	ch := biz.Channel
 	if req.Channel != nil {
 		ch = *req.Channel
+	}
+	if err := is.checkChannel(biz, ch); err != nil {
+		return Response{}, err
 	}
 	if isOrdered(ch) && req.SubKey == "" {
 		return Response{}, fmt.Errorf("%w: sub_key is required on channel %s (it names the sequence, e.g. a chat id)", ErrInvalid, is.channelName(ch))
@@ -402,10 +407,11 @@ func (is *Issuer) validate(req Request) error {
 }
 
 // biz looks the business up and checks the request's token, creating the
-// business on first use when configured. The token is checked before
-// anything is created: a caller without the client token cannot create
-// businesses.
-func (is *Issuer) biz(ctx context.Context, name, token string) (segment.Biz, error) {
+// business on first use when configured, with the request's channel ch
+// (nil: none named) as its default (autoChannels). The token is checked
+// before anything is created: a caller without the client token cannot
+// create businesses.
+func (is *Issuer) biz(ctx context.Context, name, token string, ch *segment.Channel) (segment.Biz, error) {
 	b, err := is.cfg.Bizs.Get(ctx, name)
 	if err == nil {
 		return b, is.authorize(&b, token)
@@ -426,7 +432,12 @@ func (is *Issuer) biz(ctx context.Context, name, token string) (segment.Biz, err
 	if err != nil {
 		return segment.Biz{}, err
 	}
-	b, err = is.cfg.Store.CreateBiz(ctx, segment.Biz{Name: name, Channel: segment.ChannelSnowflake, Fallback: is.cfg.NoSegments == nil,
+	def, chs := autoChannels(ch)
+	if is.cfg.NoSegments != nil {
+		// Only SNOWFLAKE can serve here (checkChannels, checkChannel).
+		def, chs = segment.ChannelSnowflake, nil
+	}
+	b, err = is.cfg.Store.CreateBiz(ctx, segment.Biz{Name: name, Channel: def, Channels: chs, Fallback: is.cfg.NoSegments == nil,
 		Description: "created on first use", Key: is.mustStoredKey(name)})
 	if err != nil {
 		release()

@@ -37,7 +37,7 @@ func orderedIDs(t *testing.T, is *Issuer, biz, subKey string, n int) ([]int64, e
 func TestWrapKeys(t *testing.T) {
 	ctx := context.Background()
 	plainNode := newIssuer(t, nil)
-	if _, err := plainNode.is.CreateBiz(ctx, segment.Biz{Name: "obf", Channel: segment.ChannelUnordered, Obfuscate: true}); err != nil {
+	if _, err := plainNode.is.CreateBiz(ctx, segment.Biz{Name: "obf", Channel: segment.ChannelOrdered, Obfuscate: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := plainNode.is.CreateBiz(ctx, segment.Biz{Name: "clear", Channel: segment.ChannelUnordered}); err != nil {

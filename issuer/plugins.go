@@ -69,6 +69,7 @@ func (is *Issuer) pluginsOf(b segment.Biz) ([]ext.Plugin, *pluginSet) {
 func pluginView(b segment.Biz, s *pluginSet) segment.Biz {
 	b.Key, b.Tokens = nil, nil
 	b.Plugins = slices.Clone(s.names)
+	b.Channels = slices.Clone(b.Channels) // the cached business's own slice
 	return b
 }
 

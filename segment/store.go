@@ -81,6 +81,10 @@ type Biz struct {
 	// Plugins are the names of the plugins run for this business, in the
 	// order of their Order values.
 	Plugins []string
+	// Channels are the channels the business serves, Channel among them
+	// (sorted, SLOW_ORDERED listed as ORDERED); a request for another is
+	// refused. See Serves for the rule that keeps outputs from colliding.
+	Channels []Channel
 	// Key is the secret of the obfuscation, generated at creation. It is
 	// never sent by the admin RPCs nor logged (SecretKey redacts itself).
 	// It is either the plain key (KeySize bytes) or the key wrapped by the
@@ -130,6 +134,10 @@ type BizUpdate struct {
 	// read-modify-write, so concurrent rotations never lose one.
 	AddToken    *BizToken
 	RevokeToken *string
+	// Channels replaces the channel list (the default channel is always
+	// added). Without it, a new Channel replaces the old default in a
+	// one-channel list and joins a longer one.
+	Channels *[]Channel
 	// Key replaces the stored key bytes. Only for wrapping the same key
 	// (plain to wrapped, or re-wrapped under a new master key): the
 	// caller guarantees it opens to the same plain key, since outputs

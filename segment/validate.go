@@ -100,6 +100,7 @@ func NormalizeBiz(b Biz) (Biz, error) {
 		b.Key = slices.Clone(b.Key)
 	}
 	b.Plugins = append([]string(nil), b.Plugins...)
+	b.Channels = normalizeChannels(b.Channels, b.Channel)
 	// The stored business must not share memory with the caller's: a
 	// caller reusing its slices would otherwise change a store's state
 	// (memstore keeps the value itself) behind its lock.
@@ -134,7 +135,10 @@ func validateSettings(b Biz) error {
 	if err := validateTokens(b); err != nil {
 		return err
 	}
-	return validateOutput(b)
+	if err := validateOutput(b); err != nil {
+		return err
+	}
+	return validateChannels(b)
 }
 
 // validateTokens checks every token of b and that their IDs are unique and
@@ -254,9 +258,9 @@ func ApplyBizUpdate(b Biz, u BizUpdate, now time.Time) (Biz, error) {
 	// The result shares no memory with b or u: b is often a store's own
 	// copy and the result is handed to callers.
 	b.Plugins, b.Key = slices.Clone(b.Plugins), slices.Clone(b.Key)
-	if u.Channel != nil {
-		b.Channel = *u.Channel
-	}
+	old := b
+	b.Channels = StoredChannels(b.Channels, b)
+	b = applyChannelUpdate(b, u)
 	if u.Step != nil {
 		b.Step = *u.Step
 	}
@@ -292,6 +296,9 @@ func ApplyBizUpdate(b Biz, u BizUpdate, now time.Time) (Biz, error) {
 		return Biz{}, err
 	}
 	if err := validateSettings(b); err != nil {
+		return Biz{}, err
+	}
+	if err := channelsLocked(old, b); err != nil {
 		return Biz{}, err
 	}
 	b.UpdatedAt = now.UTC()

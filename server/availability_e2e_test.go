@@ -50,7 +50,7 @@ func answers(t *testing.T, n *testnode.Node, d time.Duration, segments bool) (ok
 	deadline := time.Now().Add(d)
 	for i := 0; time.Now().Before(deadline); i++ {
 		channel := channels[i%len(channels)]
-		req := &idl.NextIDsRequest{Biz: "avail", Channel: &channel, Count: 5}
+		req := &idl.NextIDsRequest{Biz: bizFor("avail", channel), Channel: &channel, Count: 5}
 		if channel == idl.Channel_ORDERED {
 			req.SubKey = str("k")
 		}
@@ -288,7 +288,8 @@ func TestE2E_StartingAnswersAtOnce(t *testing.T) {
 		}
 	}
 	c := n.Client(t)
-	if _, err := c.CreateBiz(ctx, &idl.CreateBizRequest{Name: "starting", Channel: ch(idl.Channel_SNOWFLAKE), Fallback: new(false)}); err != nil {
+	if _, err := c.CreateBiz(ctx, &idl.CreateBizRequest{Name: "starting", Channel: ch(idl.Channel_SNOWFLAKE), Fallback: new(false),
+		Channels: allChannels}); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := c.NextIDs(ctx, &idl.NextIDsRequest{Biz: "starting", Channel: ch(idl.Channel_SNOWFLAKE), Count: 1})

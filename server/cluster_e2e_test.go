@@ -147,7 +147,7 @@ func (l *load) run(t *testing.T, c caller) {
 			return
 		default:
 		}
-		req := &idl.NextIDsRequest{Biz: c.biz, Channel: &c.ch, Count: int32(1 + i%10)}
+		req := &idl.NextIDsRequest{Biz: bizFor(c.biz, c.ch), Channel: &c.ch, Count: int32(1 + i%10)}
 		if c.ch == idl.Channel_ORDERED {
 			req.SubKey = &c.subKey
 		}

@@ -73,6 +73,9 @@ func TestE2E_TwoNodesEveryConfiguration(t *testing.T) {
 			// Businesses are shared cluster-wide: created on A, used on B.
 			biz := "shared"
 			create := &idl.CreateBizRequest{Name: biz, Channel: ch(idl.Channel_SNOWFLAKE)}
+			if tc.segments {
+				create.Channels = allChannels
+			}
 			if _, err := ca.CreateBiz(ctx, create); err != nil {
 				t.Fatalf("CreateBiz on A: %v", err)
 			}

@@ -748,6 +748,9 @@ func dashboardTraffic(t *testing.T, n *testnode.Node) {
 	for _, channel := range []*idl.Channel{ch(idl.Channel_SNOWFLAKE), ch(idl.Channel_UNORDERED), ch(idl.Channel_ORDERED), nil} {
 		for i := range 3 {
 			req := &idl.NextIDsRequest{Biz: "dash", Channel: channel, Count: int32(1 + i)}
+			if channel != nil {
+				req.Biz = bizFor("dash", *channel)
+			}
 			if channel != nil && *channel == idl.Channel_ORDERED {
 				req.SubKey = str("k")
 			}

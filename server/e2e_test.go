@@ -155,7 +155,7 @@ func TestE2E_BadInput(t *testing.T) {
 	node := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{"--auto-create-biz", "false"}})
 	c := node.Client(t)
 	ctx := context.Background()
-	if _, err := c.CreateBiz(ctx, &idl.CreateBizRequest{Name: "known"}); err != nil {
+	if _, err := c.CreateBiz(ctx, &idl.CreateBizRequest{Name: "known", Channels: allChannels}); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {

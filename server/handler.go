@@ -202,6 +202,14 @@ func (h *handler) CreateBiz(ctx context.Context, req *idl.CreateBizRequest) (res
 		}
 		b.Channel = segment.Channel(*req.Channel)
 	}
+	if req.Channels != nil {
+		if b.Channels, err = channelsFromIDL(req.Channels); err != nil {
+			return nil, err
+		}
+		if def, ok := defaultOfChannels(b.Channels); req.Channel == nil && ok {
+			b.Channel = def
+		}
+	}
 	b.Obfuscate, b.CodeMinLength, b.Plugins = req.GetObfuscate(), int(req.GetCodeMinLength()), req.Plugins
 	if req.Format != nil {
 		f, err := segment.ParseFormat(*req.Format)
@@ -224,7 +232,8 @@ func (h *handler) CreateBiz(ctx context.Context, req *idl.CreateBizRequest) (res
 	if err != nil {
 		return nil, h.toIDLError(req.Name, err)
 	}
-	h.log.Info("business created", zap.String("biz", out.Name), zap.String("channel", out.Channel.String()))
+	h.log.Info("business created", zap.String("biz", out.Name), zap.String("channel", out.Channel.String()),
+		zap.String("channels", segment.ChannelNames(out.Channels)))
 	return bizToIDL(out), nil
 }
 
@@ -244,6 +253,13 @@ func (h *handler) UpdateBiz(ctx context.Context, req *idl.UpdateBizRequest) (res
 		}
 		ch := segment.Channel(*req.Channel)
 		u.Channel = &ch
+	}
+	if req.Channels != nil {
+		chs, err := channelsFromIDL(req.Channels)
+		if err != nil {
+			return nil, err
+		}
+		u.Channels = &chs
 	}
 	u.Step = req.Step
 	if req.LowWaterPct != nil {
@@ -572,7 +588,7 @@ func bizToIDL(b segment.Biz) *idl.Biz {
 		// Never the key.
 		Obfuscate: &b.Obfuscate, Format: ptr(b.Format.String()), CodeMinLength: ptr(int32(b.CodeMinLength)),
 		Plugins: b.Plugins, Issued: &b.Issued, IdQuota: &b.IDQuota, IdBurst: &b.IDBurst, Tokens: tokensToIDL(b.Tokens),
-		OrderedMode: ptr(b.OrderedMode.String())}
+		OrderedMode: ptr(b.OrderedMode.String()), Channels: channelsToIDL(b.Channels)}
 }
 
 // tokensToIDL lists a business's tokens without their hashes.

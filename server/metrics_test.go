@@ -383,7 +383,7 @@ func TestMetricsNodeExportsNewFamilies(t *testing.T) {
 
 	ctx := context.Background()
 	is := nd.serving.Load().is
-	if _, err := is.CreateBiz(ctx, segment.Biz{Name: "newfam"}); err != nil {
+	if _, err := is.CreateBiz(ctx, segment.Biz{Name: "newfam", Channels: []segment.Channel{segment.ChannelOrdered}}); err != nil {
 		t.Fatal(err)
 	}
 	unordered, ordered := segment.ChannelUnordered, segment.ChannelOrdered

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,10 +21,10 @@ import (
 const bizUsage = `usage: idctl biz SUBCOMMAND --addr HOST:PORT [flags]
 
 subcommands:
-  create --biz NAME [--channel C] [--step N] [--start N] [--low-water PCT]
+  create --biz NAME [--channel C] [--channels C,...] [--step N] [--start N] [--low-water PCT]
          [--fallback] [--rate-limit N] [--id-quota N] [--id-burst N]
          [--ordered-mode gapless|cached] [--description TEXT]
-  update --biz NAME [--channel C] [--step N] [--low-water PCT]
+  update --biz NAME [--channel C] [--channels C,...] [--step N] [--low-water PCT]
          [--fallback | --no-fallback] [--rate-limit N] [--id-quota N]
          [--id-burst N] [--ordered-mode gapless|cached] [--description TEXT]
   get    --biz NAME
@@ -39,8 +40,8 @@ Run 'idctl biz SUBCOMMAND --help' for the flags of one.
 
 // bizSynopsis is the usage line of each biz subcommand.
 var bizSynopsis = map[string]string{
-	"create": "idctl biz create --addr HOST:PORT --biz NAME [--channel C] [--step N] [--start N] [--low-water PCT] [--fallback] [--rate-limit N] [--id-quota N] [--id-burst N] [--ordered-mode gapless|cached] [--description TEXT]",
-	"update": "idctl biz update --addr HOST:PORT --biz NAME [--channel C] [--step N] [--low-water PCT] [--fallback | --no-fallback] [--rate-limit N] [--id-quota N] [--id-burst N] [--ordered-mode gapless|cached] [--description TEXT]",
+	"create": "idctl biz create --addr HOST:PORT --biz NAME [--channel C] [--channels C,...] [--step N] [--start N] [--low-water PCT] [--fallback] [--rate-limit N] [--id-quota N] [--id-burst N] [--ordered-mode gapless|cached] [--description TEXT]",
+	"update": "idctl biz update --addr HOST:PORT --biz NAME [--channel C] [--channels C,...] [--step N] [--low-water PCT] [--fallback | --no-fallback] [--rate-limit N] [--id-quota N] [--id-burst N] [--ordered-mode gapless|cached] [--description TEXT]",
 	"get":    "idctl biz get --addr HOST:PORT --biz NAME [--json]",
 	"list":   "idctl biz list --addr HOST:PORT [--json]",
 }
@@ -78,6 +79,7 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	var (
 		channel, desc        *string
+		channels             *string
 		step, start          *int64
 		lowWater, rateLim    *int
 		idQuota, idBurst     *int64
@@ -95,6 +97,11 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			unset = "not given: snowflake"
 		}
 		channel = fs.String("channel", "", "default `channel`: snowflake, unordered or ordered ("+unset+")")
+		if sub == "create" {
+			unset = "not given: --channel alone; with --channel not given, the first listed is the default"
+		}
+		channels = fs.String("channels", "", "the `channels` the business serves, comma-separated names or numbers (custom strategies); the default channel is always one; "+
+			"requests on others are refused. An obfuscated or code business serves one channel, or unordered,snowflake ("+unset+")")
 		if sub == "create" {
 			unset = fmt.Sprintf("not given: %d", segment.DefaultStep)
 		}
@@ -159,6 +166,16 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 				return fs.withUsage(err)
 			}
 			ch = &v
+		}
+		var chs []idl.Channel
+		if set["channels"] {
+			list, cerr := segment.ParseChannels(*channels)
+			if cerr != nil || len(list) == 0 {
+				return fs.usageErr("--channels %q: want a comma-separated list of unordered, ordered, snowflake, slow_ordered or channel numbers 0-127", *channels)
+			}
+			for _, c := range list {
+				chs = append(chs, idl.Channel(c))
+			}
 		}
 		var fb *bool
 		if set["fallback"] && set["no-fallback"] {
@@ -233,13 +250,13 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			}
 		}
 		if sub == "create" {
-			create = &idl.CreateBizRequest{Name: *biz, Channel: ch, Step: opt64("step", step),
+			create = &idl.CreateBizRequest{Name: *biz, Channel: ch, Channels: chs, Step: opt64("step", step),
 				LowWaterPct: opt32("low-water", lowWater), StartNum: opt64("start", start), Fallback: fb,
 				RateLimit: opt32("rate-limit", rateLim), Description: d,
 				Obfuscate: ob, Format: fm, CodeMinLength: opt32("code-min-length", codeMin), Plugins: pl,
 				IdQuota: opt64("id-quota", idQuota), IdBurst: opt64("id-burst", idBurst), OrderedMode: om}
 		} else {
-			update = &idl.UpdateBizRequest{Name: *biz, Channel: ch, Step: opt64("step", step),
+			update = &idl.UpdateBizRequest{Name: *biz, Channel: ch, Channels: chs, Step: opt64("step", step),
 				LowWaterPct: opt32("low-water", lowWater), Fallback: fb, RateLimit: opt32("rate-limit", rateLim),
 				Description: d, Obfuscate: ob, Format: fm, CodeMinLength: opt32("code-min-length", codeMin), Plugins: pl,
 				IdQuota: opt64("id-quota", idQuota), IdBurst: opt64("id-burst", idBurst), OrderedMode: om}
@@ -293,9 +310,9 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return enc.Encode(out)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tCHANNEL\tORDERED-MODE\tSTEP\tLOW-WATER\tSTART\tFALLBACK\tRATE-LIMIT\tID-QUOTA\tTOKENS\tOUTPUT\tPLUGINS\tUPDATED\tDESCRIPTION")
+	fmt.Fprintln(tw, "NAME\tCHANNEL\tCHANNELS\tORDERED-MODE\tSTEP\tLOW-WATER\tSTART\tFALLBACK\tRATE-LIMIT\tID-QUOTA\tTOKENS\tOUTPUT\tPLUGINS\tUPDATED\tDESCRIPTION")
 	for _, b := range out {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d%%\t%d\t%v\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n", b.Name, b.Channel, orderedModeLabel(b), b.Step, b.LowWaterPct, b.StartNum,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d%%\t%d\t%v\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n", b.Name, b.Channel, channelsLabel(b), orderedModeLabel(b), b.Step, b.LowWaterPct, b.StartNum,
 			b.Fallback, b.RateLimit, quotaLabel(b), len(b.Tokens), outputLabel(b), strings.Join(b.Plugins, ","),
 			time.UnixMilli(b.UpdatedAtMs).UTC().Format(time.RFC3339), b.Description)
 	}
@@ -342,6 +359,24 @@ func quotaLabel(b *idl.Biz) string {
 		return fmt.Sprintf("%d/s burst %d", b.GetIdQuota(), b.GetIdBurst())
 	}
 	return fmt.Sprintf("%d/s", b.GetIdQuota())
+}
+
+// channelsLabel lists the channels a business serves (built-ins by name,
+// custom strategies by number); "-" from a node that predates channel
+// lists (it serves whatever a request names).
+func channelsLabel(b *idl.Biz) string {
+	if len(b.Channels) == 0 {
+		return "-"
+	}
+	names := make([]string, len(b.Channels))
+	for i, c := range b.Channels {
+		if c >= idl.Channel_UNORDERED && c <= idl.Channel_SLOW_ORDERED {
+			names[i] = c.String()
+		} else {
+			names[i] = strconv.Itoa(int(c))
+		}
+	}
+	return strings.Join(names, ",")
 }
 
 // orderedModeLabel is the business's ordered_mode: gapless when the node

@@ -211,7 +211,7 @@ func helpFlags(t *testing.T, args ...string) ([]string, string) {
 func TestBizFlagsPerSubcommand(t *testing.T) {
 	cleanEnv(t)
 	common := []string{"addr", "json", "timeout", "token", "token-file"}
-	settings := []string{"channel", "code-min-length", "description", "fallback", "format", "id-burst", "id-quota", "low-water",
+	settings := []string{"channel", "channels", "code-min-length", "description", "fallback", "format", "id-burst", "id-quota", "low-water",
 		"obfuscate", "ordered-mode", "plugins", "rate-limit", "step"}
 	for _, c := range []struct {
 		sub  string

@@ -37,7 +37,9 @@ func TestDateOrderServesEndToEnd(t *testing.T) {
 	}
 	t.Cleanup(done)
 	ctx := context.Background()
-	if _, err := is.CreateBiz(ctx, segment.Biz{Name: "order", Channel: segment.ChannelUnordered}); err != nil {
+	// The business lists channel 16 beside its default: a business serves
+	// only the channels it lists.
+	if _, err := is.CreateBiz(ctx, segment.Biz{Name: "order", Channel: segment.ChannelUnordered, Channels: []segment.Channel{Channel}}); err != nil {
 		t.Fatal(err)
 	}
 	ch := Channel
@@ -94,7 +96,8 @@ func TestEmbeddedServerServesChannel16(t *testing.T) {
 	c := n.Client(t)
 	biz := "order"
 	wait.OK(t, 30*time.Second, "the server serving CreateBiz", func() error {
-		_, err := c.CreateBiz(context.Background(), &idl.CreateBizRequest{Name: biz, Token: &adminToken})
+		_, err := c.CreateBiz(context.Background(), &idl.CreateBizRequest{Name: biz, Token: &adminToken,
+			Channels: []idl.Channel{idl.Channel(Channel), idl.Channel_SNOWFLAKE}})
 		return err
 	})
 	ch := idl.Channel(Channel)

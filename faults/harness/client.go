@@ -143,6 +143,12 @@ func (c *Client) call(ctx context.Context, method string, req []field, readOK fu
 			w(p.WriteI64(ctx, v))
 		case bool:
 			w(p.WriteBool(ctx, v))
+		case []int32:
+			w(p.WriteListBegin(ctx, thrift.I32, len(v)))
+			for _, x := range v {
+				w(p.WriteI32(ctx, x))
+			}
+			w(p.WriteListEnd(ctx))
 		}
 		w(p.WriteFieldEnd(ctx))
 	}
@@ -307,9 +313,13 @@ func (c *Client) NextIDs(ctx context.Context, biz string, channel, count int32, 
 	return a, nil
 }
 
-// CreateBiz creates a business (admin RPC: sends c.AdminToken).
+// CreateBiz creates a business (admin RPC: sends c.AdminToken). It serves
+// every built-in channel (CreateBizRequest.channels, field 17): the
+// standard callers ask one business on all three, and a business serves
+// only the channels it lists.
 func (c *Client) CreateBiz(ctx context.Context, name string, channel int32, step int64, fallback bool) error {
-	req := []field{{1, thrift.STRING, name}, {2, thrift.I32, channel}, {3, thrift.I64, step}, {6, thrift.BOOL, fallback}}
+	req := []field{{1, thrift.STRING, name}, {2, thrift.I32, channel}, {3, thrift.I64, step}, {6, thrift.BOOL, fallback},
+		{17, thrift.LIST, []int32{ChUnordered, ChOrdered, ChSnowflake}}}
 	if c.AdminToken != "" {
 		req = append(req, field{9, thrift.STRING, c.AdminToken})
 	}

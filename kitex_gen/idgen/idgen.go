@@ -902,6 +902,7 @@ type Biz struct {
 	IdBurst       *int64      `thrift:"id_burst,17,optional" frugal:"17,optional,i64" json:"id_burst,omitempty"`
 	Tokens        []*BizToken `thrift:"tokens,18,optional" frugal:"18,optional,list<BizToken>" json:"tokens,omitempty"`
 	OrderedMode   *string     `thrift:"ordered_mode,19,optional" frugal:"19,optional,string" json:"ordered_mode,omitempty"`
+	Channels      []Channel   `thrift:"channels,20,optional" frugal:"20,optional,list<Channel>" json:"channels,omitempty"`
 }
 
 func NewBiz() *Biz {
@@ -1031,6 +1032,15 @@ func (p *Biz) GetOrderedMode() (v string) {
 	}
 	return *p.OrderedMode
 }
+
+var Biz_Channels_DEFAULT []Channel
+
+func (p *Biz) GetChannels() (v []Channel) {
+	if !p.IsSetChannels() {
+		return Biz_Channels_DEFAULT
+	}
+	return p.Channels
+}
 func (p *Biz) SetName(val string) {
 	p.Name = val
 }
@@ -1088,6 +1098,9 @@ func (p *Biz) SetTokens(val []*BizToken) {
 func (p *Biz) SetOrderedMode(val *string) {
 	p.OrderedMode = val
 }
+func (p *Biz) SetChannels(val []Channel) {
+	p.Channels = val
+}
 
 func (p *Biz) IsSetObfuscate() bool {
 	return p.Obfuscate != nil
@@ -1125,6 +1138,10 @@ func (p *Biz) IsSetOrderedMode() bool {
 	return p.OrderedMode != nil
 }
 
+func (p *Biz) IsSetChannels() bool {
+	return p.Channels != nil
+}
+
 func (p *Biz) String() string {
 	if p == nil {
 		return "<nil>"
@@ -1152,6 +1169,7 @@ var fieldIDToName_Biz = map[int16]string{
 	17: "id_burst",
 	18: "tokens",
 	19: "ordered_mode",
+	20: "channels",
 }
 
 type BizToken struct {
@@ -1202,22 +1220,23 @@ var fieldIDToName_BizToken = map[int16]string{
 }
 
 type CreateBizRequest struct {
-	Name          string   `thrift:"name,1,required" frugal:"1,required,string" json:"name"`
-	Channel       *Channel `thrift:"channel,2,optional" frugal:"2,optional,Channel" json:"channel,omitempty"`
-	Step          *int64   `thrift:"step,3,optional" frugal:"3,optional,i64" json:"step,omitempty"`
-	LowWaterPct   *int32   `thrift:"low_water_pct,4,optional" frugal:"4,optional,i32" json:"low_water_pct,omitempty"`
-	StartNum      *int64   `thrift:"start_num,5,optional" frugal:"5,optional,i64" json:"start_num,omitempty"`
-	Fallback      *bool    `thrift:"fallback,6,optional" frugal:"6,optional,bool" json:"fallback,omitempty"`
-	RateLimit     *int32   `thrift:"rate_limit,7,optional" frugal:"7,optional,i32" json:"rate_limit,omitempty"`
-	Description   *string  `thrift:"description,8,optional" frugal:"8,optional,string" json:"description,omitempty"`
-	Token         *string  `thrift:"token,9,optional" frugal:"9,optional,string" json:"token,omitempty"`
-	Obfuscate     *bool    `thrift:"obfuscate,10,optional" frugal:"10,optional,bool" json:"obfuscate,omitempty"`
-	Format        *string  `thrift:"format,11,optional" frugal:"11,optional,string" json:"format,omitempty"`
-	CodeMinLength *int32   `thrift:"code_min_length,12,optional" frugal:"12,optional,i32" json:"code_min_length,omitempty"`
-	Plugins       []string `thrift:"plugins,13,optional" frugal:"13,optional,list<string>" json:"plugins,omitempty"`
-	IdQuota       *int64   `thrift:"id_quota,14,optional" frugal:"14,optional,i64" json:"id_quota,omitempty"`
-	IdBurst       *int64   `thrift:"id_burst,15,optional" frugal:"15,optional,i64" json:"id_burst,omitempty"`
-	OrderedMode   *string  `thrift:"ordered_mode,16,optional" frugal:"16,optional,string" json:"ordered_mode,omitempty"`
+	Name          string    `thrift:"name,1,required" frugal:"1,required,string" json:"name"`
+	Channel       *Channel  `thrift:"channel,2,optional" frugal:"2,optional,Channel" json:"channel,omitempty"`
+	Step          *int64    `thrift:"step,3,optional" frugal:"3,optional,i64" json:"step,omitempty"`
+	LowWaterPct   *int32    `thrift:"low_water_pct,4,optional" frugal:"4,optional,i32" json:"low_water_pct,omitempty"`
+	StartNum      *int64    `thrift:"start_num,5,optional" frugal:"5,optional,i64" json:"start_num,omitempty"`
+	Fallback      *bool     `thrift:"fallback,6,optional" frugal:"6,optional,bool" json:"fallback,omitempty"`
+	RateLimit     *int32    `thrift:"rate_limit,7,optional" frugal:"7,optional,i32" json:"rate_limit,omitempty"`
+	Description   *string   `thrift:"description,8,optional" frugal:"8,optional,string" json:"description,omitempty"`
+	Token         *string   `thrift:"token,9,optional" frugal:"9,optional,string" json:"token,omitempty"`
+	Obfuscate     *bool     `thrift:"obfuscate,10,optional" frugal:"10,optional,bool" json:"obfuscate,omitempty"`
+	Format        *string   `thrift:"format,11,optional" frugal:"11,optional,string" json:"format,omitempty"`
+	CodeMinLength *int32    `thrift:"code_min_length,12,optional" frugal:"12,optional,i32" json:"code_min_length,omitempty"`
+	Plugins       []string  `thrift:"plugins,13,optional" frugal:"13,optional,list<string>" json:"plugins,omitempty"`
+	IdQuota       *int64    `thrift:"id_quota,14,optional" frugal:"14,optional,i64" json:"id_quota,omitempty"`
+	IdBurst       *int64    `thrift:"id_burst,15,optional" frugal:"15,optional,i64" json:"id_burst,omitempty"`
+	OrderedMode   *string   `thrift:"ordered_mode,16,optional" frugal:"16,optional,string" json:"ordered_mode,omitempty"`
+	Channels      []Channel `thrift:"channels,17,optional" frugal:"17,optional,list<Channel>" json:"channels,omitempty"`
 }
 
 func NewCreateBizRequest() *CreateBizRequest {
@@ -1365,6 +1384,15 @@ func (p *CreateBizRequest) GetOrderedMode() (v string) {
 	}
 	return *p.OrderedMode
 }
+
+var CreateBizRequest_Channels_DEFAULT []Channel
+
+func (p *CreateBizRequest) GetChannels() (v []Channel) {
+	if !p.IsSetChannels() {
+		return CreateBizRequest_Channels_DEFAULT
+	}
+	return p.Channels
+}
 func (p *CreateBizRequest) SetName(val string) {
 	p.Name = val
 }
@@ -1412,6 +1440,9 @@ func (p *CreateBizRequest) SetIdBurst(val *int64) {
 }
 func (p *CreateBizRequest) SetOrderedMode(val *string) {
 	p.OrderedMode = val
+}
+func (p *CreateBizRequest) SetChannels(val []Channel) {
+	p.Channels = val
 }
 
 func (p *CreateBizRequest) IsSetChannel() bool {
@@ -1474,6 +1505,10 @@ func (p *CreateBizRequest) IsSetOrderedMode() bool {
 	return p.OrderedMode != nil
 }
 
+func (p *CreateBizRequest) IsSetChannels() bool {
+	return p.Channels != nil
+}
+
 func (p *CreateBizRequest) String() string {
 	if p == nil {
 		return "<nil>"
@@ -1498,24 +1533,26 @@ var fieldIDToName_CreateBizRequest = map[int16]string{
 	14: "id_quota",
 	15: "id_burst",
 	16: "ordered_mode",
+	17: "channels",
 }
 
 type UpdateBizRequest struct {
-	Name          string   `thrift:"name,1,required" frugal:"1,required,string" json:"name"`
-	Channel       *Channel `thrift:"channel,2,optional" frugal:"2,optional,Channel" json:"channel,omitempty"`
-	Step          *int64   `thrift:"step,3,optional" frugal:"3,optional,i64" json:"step,omitempty"`
-	LowWaterPct   *int32   `thrift:"low_water_pct,4,optional" frugal:"4,optional,i32" json:"low_water_pct,omitempty"`
-	Fallback      *bool    `thrift:"fallback,6,optional" frugal:"6,optional,bool" json:"fallback,omitempty"`
-	RateLimit     *int32   `thrift:"rate_limit,7,optional" frugal:"7,optional,i32" json:"rate_limit,omitempty"`
-	Description   *string  `thrift:"description,8,optional" frugal:"8,optional,string" json:"description,omitempty"`
-	Token         *string  `thrift:"token,9,optional" frugal:"9,optional,string" json:"token,omitempty"`
-	Obfuscate     *bool    `thrift:"obfuscate,10,optional" frugal:"10,optional,bool" json:"obfuscate,omitempty"`
-	Format        *string  `thrift:"format,11,optional" frugal:"11,optional,string" json:"format,omitempty"`
-	CodeMinLength *int32   `thrift:"code_min_length,12,optional" frugal:"12,optional,i32" json:"code_min_length,omitempty"`
-	Plugins       []string `thrift:"plugins,13,optional" frugal:"13,optional,list<string>" json:"plugins,omitempty"`
-	IdQuota       *int64   `thrift:"id_quota,14,optional" frugal:"14,optional,i64" json:"id_quota,omitempty"`
-	IdBurst       *int64   `thrift:"id_burst,15,optional" frugal:"15,optional,i64" json:"id_burst,omitempty"`
-	OrderedMode   *string  `thrift:"ordered_mode,16,optional" frugal:"16,optional,string" json:"ordered_mode,omitempty"`
+	Name          string    `thrift:"name,1,required" frugal:"1,required,string" json:"name"`
+	Channel       *Channel  `thrift:"channel,2,optional" frugal:"2,optional,Channel" json:"channel,omitempty"`
+	Step          *int64    `thrift:"step,3,optional" frugal:"3,optional,i64" json:"step,omitempty"`
+	LowWaterPct   *int32    `thrift:"low_water_pct,4,optional" frugal:"4,optional,i32" json:"low_water_pct,omitempty"`
+	Fallback      *bool     `thrift:"fallback,6,optional" frugal:"6,optional,bool" json:"fallback,omitempty"`
+	RateLimit     *int32    `thrift:"rate_limit,7,optional" frugal:"7,optional,i32" json:"rate_limit,omitempty"`
+	Description   *string   `thrift:"description,8,optional" frugal:"8,optional,string" json:"description,omitempty"`
+	Token         *string   `thrift:"token,9,optional" frugal:"9,optional,string" json:"token,omitempty"`
+	Obfuscate     *bool     `thrift:"obfuscate,10,optional" frugal:"10,optional,bool" json:"obfuscate,omitempty"`
+	Format        *string   `thrift:"format,11,optional" frugal:"11,optional,string" json:"format,omitempty"`
+	CodeMinLength *int32    `thrift:"code_min_length,12,optional" frugal:"12,optional,i32" json:"code_min_length,omitempty"`
+	Plugins       []string  `thrift:"plugins,13,optional" frugal:"13,optional,list<string>" json:"plugins,omitempty"`
+	IdQuota       *int64    `thrift:"id_quota,14,optional" frugal:"14,optional,i64" json:"id_quota,omitempty"`
+	IdBurst       *int64    `thrift:"id_burst,15,optional" frugal:"15,optional,i64" json:"id_burst,omitempty"`
+	OrderedMode   *string   `thrift:"ordered_mode,16,optional" frugal:"16,optional,string" json:"ordered_mode,omitempty"`
+	Channels      []Channel `thrift:"channels,17,optional" frugal:"17,optional,list<Channel>" json:"channels,omitempty"`
 }
 
 func NewUpdateBizRequest() *UpdateBizRequest {
@@ -1654,6 +1691,15 @@ func (p *UpdateBizRequest) GetOrderedMode() (v string) {
 	}
 	return *p.OrderedMode
 }
+
+var UpdateBizRequest_Channels_DEFAULT []Channel
+
+func (p *UpdateBizRequest) GetChannels() (v []Channel) {
+	if !p.IsSetChannels() {
+		return UpdateBizRequest_Channels_DEFAULT
+	}
+	return p.Channels
+}
 func (p *UpdateBizRequest) SetName(val string) {
 	p.Name = val
 }
@@ -1698,6 +1744,9 @@ func (p *UpdateBizRequest) SetIdBurst(val *int64) {
 }
 func (p *UpdateBizRequest) SetOrderedMode(val *string) {
 	p.OrderedMode = val
+}
+func (p *UpdateBizRequest) SetChannels(val []Channel) {
+	p.Channels = val
 }
 
 func (p *UpdateBizRequest) IsSetChannel() bool {
@@ -1756,6 +1805,10 @@ func (p *UpdateBizRequest) IsSetOrderedMode() bool {
 	return p.OrderedMode != nil
 }
 
+func (p *UpdateBizRequest) IsSetChannels() bool {
+	return p.Channels != nil
+}
+
 func (p *UpdateBizRequest) String() string {
 	if p == nil {
 		return "<nil>"
@@ -1779,6 +1832,7 @@ var fieldIDToName_UpdateBizRequest = map[int16]string{
 	14: "id_quota",
 	15: "id_burst",
 	16: "ordered_mode",
+	17: "channels",
 }
 
 type GetBizRequest struct {

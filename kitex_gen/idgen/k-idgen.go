@@ -3329,6 +3329,20 @@ func (p *Biz) FastRead(buf []byte) (int, error) {
 					goto SkipFieldError
 				}
 			}
+		case 20:
+			if fieldTypeId == thrift.LIST {
+				l, err = p.FastReadField20(buf[offset:])
+				offset += l
+				if err != nil {
+					goto ReadFieldError
+				}
+			} else {
+				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+				offset += l
+				if err != nil {
+					goto SkipFieldError
+				}
+			}
 		default:
 			l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
 			offset += l
@@ -3686,6 +3700,31 @@ func (p *Biz) FastReadField19(buf []byte) (int, error) {
 	return offset, nil
 }
 
+func (p *Biz) FastReadField20(buf []byte) (int, error) {
+	offset := 0
+
+	_, size, l, err := thrift.Binary.ReadListBegin(buf[offset:])
+	offset += l
+	if err != nil {
+		return offset, err
+	}
+	_field := make([]Channel, 0, size)
+	for i := 0; i < size; i++ {
+		var _elem Channel
+		if v, l, err := thrift.Binary.ReadI32(buf[offset:]); err != nil {
+			return offset, err
+		} else {
+			offset += l
+
+			_elem = Channel(v)
+		}
+
+		_field = append(_field, _elem)
+	}
+	p.Channels = _field
+	return offset, nil
+}
+
 func (p *Biz) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
@@ -3712,6 +3751,7 @@ func (p *Biz) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) int {
 		offset += p.fastWriteField14(buf[offset:], w)
 		offset += p.fastWriteField18(buf[offset:], w)
 		offset += p.fastWriteField19(buf[offset:], w)
+		offset += p.fastWriteField20(buf[offset:], w)
 	}
 	offset += thrift.Binary.WriteFieldStop(buf[offset:])
 	return offset
@@ -3739,6 +3779,7 @@ func (p *Biz) BLength() int {
 		l += p.field17Length()
 		l += p.field18Length()
 		l += p.field19Length()
+		l += p.field20Length()
 	}
 	l += thrift.Binary.FieldStopLength()
 	return l
@@ -3909,6 +3950,22 @@ func (p *Biz) fastWriteField19(buf []byte, w thrift.NocopyWriter) int {
 	return offset
 }
 
+func (p *Biz) fastWriteField20(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	if p.IsSetChannels() {
+		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.LIST, 20)
+		listBeginOffset := offset
+		offset += thrift.Binary.ListBeginLength()
+		var length int
+		for _, v := range p.Channels {
+			length++
+			offset += thrift.Binary.WriteI32(buf[offset:], int32(v))
+		}
+		thrift.Binary.WriteListBegin(buf[listBeginOffset:], thrift.I32, length)
+	}
+	return offset
+}
+
 func (p *Biz) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
@@ -4064,6 +4121,19 @@ func (p *Biz) field19Length() int {
 	if p.IsSetOrderedMode() {
 		l += thrift.Binary.FieldBeginLength()
 		l += thrift.Binary.StringLengthNocopy(*p.OrderedMode)
+	}
+	return l
+}
+
+func (p *Biz) field20Length() int {
+	l := 0
+	if p.IsSetChannels() {
+		l += thrift.Binary.FieldBeginLength()
+		l += thrift.Binary.ListBeginLength()
+		for _, v := range p.Channels {
+			_ = v
+			l += thrift.Binary.I32Length()
+		}
 	}
 	return l
 }
@@ -4520,6 +4590,20 @@ func (p *CreateBizRequest) FastRead(buf []byte) (int, error) {
 					goto SkipFieldError
 				}
 			}
+		case 17:
+			if fieldTypeId == thrift.LIST {
+				l, err = p.FastReadField17(buf[offset:])
+				offset += l
+				if err != nil {
+					goto ReadFieldError
+				}
+			} else {
+				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+				offset += l
+				if err != nil {
+					goto SkipFieldError
+				}
+			}
 		default:
 			l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
 			offset += l
@@ -4780,6 +4864,31 @@ func (p *CreateBizRequest) FastReadField16(buf []byte) (int, error) {
 	return offset, nil
 }
 
+func (p *CreateBizRequest) FastReadField17(buf []byte) (int, error) {
+	offset := 0
+
+	_, size, l, err := thrift.Binary.ReadListBegin(buf[offset:])
+	offset += l
+	if err != nil {
+		return offset, err
+	}
+	_field := make([]Channel, 0, size)
+	for i := 0; i < size; i++ {
+		var _elem Channel
+		if v, l, err := thrift.Binary.ReadI32(buf[offset:]); err != nil {
+			return offset, err
+		} else {
+			offset += l
+
+			_elem = Channel(v)
+		}
+
+		_field = append(_field, _elem)
+	}
+	p.Channels = _field
+	return offset, nil
+}
+
 func (p *CreateBizRequest) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
@@ -4803,6 +4912,7 @@ func (p *CreateBizRequest) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) in
 		offset += p.fastWriteField11(buf[offset:], w)
 		offset += p.fastWriteField13(buf[offset:], w)
 		offset += p.fastWriteField16(buf[offset:], w)
+		offset += p.fastWriteField17(buf[offset:], w)
 	}
 	offset += thrift.Binary.WriteFieldStop(buf[offset:])
 	return offset
@@ -4827,6 +4937,7 @@ func (p *CreateBizRequest) BLength() int {
 		l += p.field14Length()
 		l += p.field15Length()
 		l += p.field16Length()
+		l += p.field17Length()
 	}
 	l += thrift.Binary.FieldStopLength()
 	return l
@@ -4981,6 +5092,22 @@ func (p *CreateBizRequest) fastWriteField16(buf []byte, w thrift.NocopyWriter) i
 	return offset
 }
 
+func (p *CreateBizRequest) fastWriteField17(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	if p.IsSetChannels() {
+		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.LIST, 17)
+		listBeginOffset := offset
+		offset += thrift.Binary.ListBeginLength()
+		var length int
+		for _, v := range p.Channels {
+			length++
+			offset += thrift.Binary.WriteI32(buf[offset:], int32(v))
+		}
+		thrift.Binary.WriteListBegin(buf[listBeginOffset:], thrift.I32, length)
+	}
+	return offset
+}
+
 func (p *CreateBizRequest) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
@@ -5123,6 +5250,19 @@ func (p *CreateBizRequest) field16Length() int {
 	if p.IsSetOrderedMode() {
 		l += thrift.Binary.FieldBeginLength()
 		l += thrift.Binary.StringLengthNocopy(*p.OrderedMode)
+	}
+	return l
+}
+
+func (p *CreateBizRequest) field17Length() int {
+	l := 0
+	if p.IsSetChannels() {
+		l += thrift.Binary.FieldBeginLength()
+		l += thrift.Binary.ListBeginLength()
+		for _, v := range p.Channels {
+			_ = v
+			l += thrift.Binary.I32Length()
+		}
 	}
 	return l
 }
@@ -5345,6 +5485,20 @@ func (p *UpdateBizRequest) FastRead(buf []byte) (int, error) {
 		case 16:
 			if fieldTypeId == thrift.STRING {
 				l, err = p.FastReadField16(buf[offset:])
+				offset += l
+				if err != nil {
+					goto ReadFieldError
+				}
+			} else {
+				l, err = thrift.Binary.Skip(buf[offset:], fieldTypeId)
+				offset += l
+				if err != nil {
+					goto SkipFieldError
+				}
+			}
+		case 17:
+			if fieldTypeId == thrift.LIST {
+				l, err = p.FastReadField17(buf[offset:])
 				offset += l
 				if err != nil {
 					goto ReadFieldError
@@ -5602,6 +5756,31 @@ func (p *UpdateBizRequest) FastReadField16(buf []byte) (int, error) {
 	return offset, nil
 }
 
+func (p *UpdateBizRequest) FastReadField17(buf []byte) (int, error) {
+	offset := 0
+
+	_, size, l, err := thrift.Binary.ReadListBegin(buf[offset:])
+	offset += l
+	if err != nil {
+		return offset, err
+	}
+	_field := make([]Channel, 0, size)
+	for i := 0; i < size; i++ {
+		var _elem Channel
+		if v, l, err := thrift.Binary.ReadI32(buf[offset:]); err != nil {
+			return offset, err
+		} else {
+			offset += l
+
+			_elem = Channel(v)
+		}
+
+		_field = append(_field, _elem)
+	}
+	p.Channels = _field
+	return offset, nil
+}
+
 func (p *UpdateBizRequest) FastWrite(buf []byte) int {
 	return p.FastWriteNocopy(buf, nil)
 }
@@ -5624,6 +5803,7 @@ func (p *UpdateBizRequest) FastWriteNocopy(buf []byte, w thrift.NocopyWriter) in
 		offset += p.fastWriteField11(buf[offset:], w)
 		offset += p.fastWriteField13(buf[offset:], w)
 		offset += p.fastWriteField16(buf[offset:], w)
+		offset += p.fastWriteField17(buf[offset:], w)
 	}
 	offset += thrift.Binary.WriteFieldStop(buf[offset:])
 	return offset
@@ -5647,6 +5827,7 @@ func (p *UpdateBizRequest) BLength() int {
 		l += p.field14Length()
 		l += p.field15Length()
 		l += p.field16Length()
+		l += p.field17Length()
 	}
 	l += thrift.Binary.FieldStopLength()
 	return l
@@ -5792,6 +5973,22 @@ func (p *UpdateBizRequest) fastWriteField16(buf []byte, w thrift.NocopyWriter) i
 	return offset
 }
 
+func (p *UpdateBizRequest) fastWriteField17(buf []byte, w thrift.NocopyWriter) int {
+	offset := 0
+	if p.IsSetChannels() {
+		offset += thrift.Binary.WriteFieldBegin(buf[offset:], thrift.LIST, 17)
+		listBeginOffset := offset
+		offset += thrift.Binary.ListBeginLength()
+		var length int
+		for _, v := range p.Channels {
+			length++
+			offset += thrift.Binary.WriteI32(buf[offset:], int32(v))
+		}
+		thrift.Binary.WriteListBegin(buf[listBeginOffset:], thrift.I32, length)
+	}
+	return offset
+}
+
 func (p *UpdateBizRequest) field1Length() int {
 	l := 0
 	l += thrift.Binary.FieldBeginLength()
@@ -5925,6 +6122,19 @@ func (p *UpdateBizRequest) field16Length() int {
 	if p.IsSetOrderedMode() {
 		l += thrift.Binary.FieldBeginLength()
 		l += thrift.Binary.StringLengthNocopy(*p.OrderedMode)
+	}
+	return l
+}
+
+func (p *UpdateBizRequest) field17Length() int {
+	l := 0
+	if p.IsSetChannels() {
+		l += thrift.Binary.FieldBeginLength()
+		l += thrift.Binary.ListBeginLength()
+		for _, v := range p.Channels {
+			_ = v
+			l += thrift.Binary.I32Length()
+		}
 	}
 	return l
 }

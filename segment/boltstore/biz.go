@@ -36,9 +36,12 @@ type bizRecord struct {
 	// Tokens: records written before client tokens existed have none,
 	// which reads as a business open to the shared client token, as
 	// before.
-	Tokens    []segment.BizToken `json:"tokens,omitempty"`
-	CreatedAt time.Time          `json:"created_at"`
-	UpdatedAt time.Time          `json:"updated_at"`
+	Tokens []segment.BizToken `json:"tokens,omitempty"`
+	// Channels: records written before channel lists existed have none;
+	// segment.StoredChannels says what they serve.
+	Channels  []int8    `json:"channels,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 func encodeBiz(b segment.Biz) ([]byte, error) {
@@ -48,8 +51,29 @@ func encodeBiz(b segment.Biz) ([]byte, error) {
 		IDQuota: b.IDQuota, IDBurst: b.IDBurst, Description: b.Description,
 		Obfuscate: b.Obfuscate, Format: int8(b.Format), CodeMinLen: b.CodeMinLength, Plugins: b.Plugins,
 		Key: []byte(b.Key), Issued: b.Issued, OrderedMode: int8(b.OrderedMode), Tokens: b.Tokens,
-		CreatedAt: b.CreatedAt.UTC(), UpdatedAt: b.UpdatedAt.UTC(),
+		Channels: channelsToInts(b.Channels), CreatedAt: b.CreatedAt.UTC(), UpdatedAt: b.UpdatedAt.UTC(),
 	})
+}
+
+// channelsToInts and intsToChannels convert a channel list to and from
+// its stored form (numbers, so that custom strategies' channels fit).
+func channelsToInts(chs []segment.Channel) []int8 {
+	out := make([]int8, len(chs))
+	for i, ch := range chs {
+		out[i] = int8(ch)
+	}
+	return out
+}
+
+func intsToChannels(v []int8) []segment.Channel {
+	if len(v) == 0 {
+		return nil
+	}
+	out := make([]segment.Channel, len(v))
+	for i, ch := range v {
+		out[i] = segment.Channel(ch)
+	}
+	return out
 }
 
 func decodeBiz(v []byte) (segment.Biz, error) {
@@ -57,14 +81,16 @@ func decodeBiz(v []byte) (segment.Biz, error) {
 	if err := json.Unmarshal(v, &r); err != nil {
 		return segment.Biz{}, fmt.Errorf("decode biz: %w", err)
 	}
-	return segment.Biz{
+	b := segment.Biz{
 		Name: r.Name, Channel: segment.Channel(r.Channel), Step: r.Step, LowWaterPct: r.LowWaterPct,
 		StartNum: r.StartNum, Fallback: r.Fallback, RateLimit: r.RateLimit,
 		IDQuota: r.IDQuota, IDBurst: r.IDBurst, Description: r.Description,
 		Obfuscate: r.Obfuscate, Format: segment.Format(r.Format), CodeMinLength: r.CodeMinLen, Plugins: r.Plugins,
 		Key: r.Key, Issued: segment.StoredIssued(r.Issued, r.Key), OrderedMode: segment.OrderedMode(r.OrderedMode), Tokens: r.Tokens,
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
-	}, nil
+	}
+	b.Channels = segment.StoredChannels(intsToChannels(r.Channels), b)
+	return b, nil
 }
 
 // CreateBiz implements segment.Store: it stores b with defaults filled in

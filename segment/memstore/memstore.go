@@ -279,6 +279,7 @@ func (s *Store) Close() error {
 // tests would pass here that fail against MySQL.
 func clone(b segment.Biz) segment.Biz {
 	b.Plugins = slices.Clone(b.Plugins)
+	b.Channels = slices.Clone(b.Channels)
 	b.Key = slices.Clone(b.Key)
 	if b.Tokens != nil {
 		b.Tokens = slices.Clone(b.Tokens)

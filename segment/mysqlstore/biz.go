@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -50,11 +51,11 @@ func (s *Store) CreateBiz(ctx context.Context, b segment.Biz) (segment.Biz, erro
 	err = s.inTx(cctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(cctx, `INSERT INTO biz (name, channel, step, low_water_pct, start_num, fallback,
   rate_limit, id_quota, id_burst, description, obfuscate, format, code_min_length, plugins, secret_key, issued,
-  tokens, ordered_mode, created_at, updated_at)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+  tokens, ordered_mode, channels, created_at, updated_at)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			b.Name, int(b.Channel), b.Step, b.LowWaterPct, b.StartNum, b.Fallback, b.RateLimit, b.IDQuota, b.IDBurst,
 			b.Description, b.Obfuscate, int(b.Format), b.CodeMinLength, strings.Join(b.Plugins, ","), []byte(b.Key),
-			b.Issued, tokens, int(b.OrderedMode), t, t)
+			b.Issued, tokens, int(b.OrderedMode), encodeChannels(b.Channels), t, t)
 		if isDupEntry(err) {
 			return segment.ErrBizExists
 		}
@@ -105,10 +106,10 @@ func (s *Store) UpdateBiz(ctx context.Context, name string, u segment.BizUpdate)
 		}
 		_, err = tx.ExecContext(cctx, `UPDATE biz SET channel = ?, step = ?, low_water_pct = ?, fallback = ?,
   rate_limit = ?, id_quota = ?, id_burst = ?, description = ?, obfuscate = ?, format = ?, code_min_length = ?,
-  plugins = ?, secret_key = ?, issued = ?, tokens = ?, ordered_mode = ?, updated_at = ? WHERE name = ?`,
+  plugins = ?, secret_key = ?, issued = ?, tokens = ?, ordered_mode = ?, channels = ?, updated_at = ? WHERE name = ?`,
 			int(b.Channel), b.Step, b.LowWaterPct, b.Fallback, b.RateLimit, b.IDQuota, b.IDBurst, b.Description,
 			b.Obfuscate, int(b.Format), b.CodeMinLength, strings.Join(b.Plugins, ","), []byte(b.Key), b.Issued,
-			tokens, int(b.OrderedMode), b.UpdatedAt, name)
+			tokens, int(b.OrderedMode), encodeChannels(b.Channels), b.UpdatedAt, name)
 		return err
 	})
 	if err != nil {
@@ -156,7 +157,8 @@ func (s *Store) ListBiz(ctx context.Context) ([]segment.Biz, error) {
 }
 
 const selectBiz = `SELECT name, channel, step, low_water_pct, start_num, fallback, rate_limit, id_quota, id_burst,
-  description, obfuscate, format, code_min_length, plugins, secret_key, issued, tokens, ordered_mode, created_at, updated_at
+  description, obfuscate, format, code_min_length, plugins, secret_key, issued, tokens, ordered_mode, channels,
+  created_at, updated_at
   FROM biz`
 
 func scanBiz(row interface{ Scan(...any) error }) (segment.Biz, error) {
@@ -167,9 +169,11 @@ func scanBiz(row interface{ Scan(...any) error }) (segment.Biz, error) {
 		plugins string
 		key     []byte
 		tokens  sql.NullString
+		chans   string
 	)
 	err := row.Scan(&b.Name, &ch, &b.Step, &b.LowWaterPct, &b.StartNum, &b.Fallback, &b.RateLimit, &b.IDQuota, &b.IDBurst,
-		&b.Description, &b.Obfuscate, &f, &b.CodeMinLength, &plugins, &key, &b.Issued, &tokens, &mode, &b.CreatedAt, &b.UpdatedAt)
+		&b.Description, &b.Obfuscate, &f, &b.CodeMinLength, &plugins, &key, &b.Issued, &tokens, &mode, &chans,
+		&b.CreatedAt, &b.UpdatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return segment.Biz{}, segment.ErrUnknownBiz
 	}
@@ -186,7 +190,39 @@ func scanBiz(row interface{ Scan(...any) error }) (segment.Biz, error) {
 	if b.Tokens, err = decodeTokens(tokens.String); err != nil {
 		return segment.Biz{}, fmt.Errorf("business %q: %w", b.Name, err)
 	}
+	chs, err := decodeChannels(chans)
+	if err != nil {
+		return segment.Biz{}, fmt.Errorf("business %q: %w", b.Name, err)
+	}
+	b.Channels = segment.StoredChannels(chs, b)
 	return b, nil
+}
+
+// encodeChannels returns the biz.channels value of chs: numbers, comma
+// separated.
+func encodeChannels(chs []segment.Channel) string {
+	parts := make([]string, len(chs))
+	for i, ch := range chs {
+		parts[i] = strconv.Itoa(int(ch))
+	}
+	return strings.Join(parts, ",")
+}
+
+// decodeChannels reads biz.channels; the empty string is none (a row from before
+// schema 8: segment.StoredChannels decides).
+func decodeChannels(v string) ([]segment.Channel, error) {
+	if v == "" {
+		return nil, nil
+	}
+	var out []segment.Channel
+	for _, p := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 || n > 127 {
+			return nil, fmt.Errorf("column channels %q is not a list of channel numbers 0..127 (edited by hand? fix it, e.g. '0,2')", v)
+		}
+		out = append(out, segment.Channel(n))
+	}
+	return out, nil
 }
 
 // encodeTokens returns the biz.tokens value of ts (segment.BizToken's

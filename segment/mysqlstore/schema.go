@@ -36,6 +36,7 @@ var migrations = []Migration{
 	{Version: 5, Description: "business ID quota, burst and client tokens; secret_key wide enough for wrapped keys", apply: schemaV5},
 	{Version: 6, Description: "ORDERED shard owners' epochs (ordered_shard) and the business ordered_mode", stmts: schemaV6(), apply: schemaV6Columns},
 	{Version: 7, Description: "ORDERED request ids scoped to the caller's credential (ordered_request.request_id widened)", apply: schemaV7},
+	{Version: 8, Description: "the channels each business serves (biz.channels)", apply: schemaV8},
 	{Version: 9, Description: "the cluster the database belongs to (cluster_binding)", stmts: schemaV9()},
 }
 
@@ -181,6 +182,21 @@ func schemaV6Columns(ctx context.Context, conn *sql.Conn) error {
 func schemaV7(ctx context.Context, conn *sql.Conn) error {
 	return widenColumn(ctx, conn, "ordered_request", "request_id", requestIDColumnBytes,
 		fmt.Sprintf("VARBINARY(%d) NOT NULL", requestIDColumnBytes))
+}
+
+// bizColumnsV8 is the column schema 8 adds to biz: the channels the
+// business serves, as comma-separated numbers ("0,2"; at most
+// segment.MaxBizChannels of 0..127). Rows from before it, and rows an
+// older node inserts during a rolling upgrade, hold the empty string: they read as
+// segment.StoredChannels says (every built-in channel for a plain
+// business, its own channel only for an obfuscated or code one), so the
+// rule lives in one place and the migration rewrites no row.
+var bizColumnsV8 = []struct{ name, def string }{
+	{"channels", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT ''"},
+}
+
+func schemaV8(ctx context.Context, conn *sql.Conn) error {
+	return addColumns(ctx, conn, "biz", bizColumnsV8)
 }
 
 // widenColumn changes a column to def unless it is already at least width

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -192,6 +193,65 @@ func (s *suite) testList(t *testing.T, st segment.Store) {
 	}
 	if len(seen) != len(names) {
 		t.Errorf("ListBiz returned %v of %v", seen, names)
+	}
+}
+
+// testChannels: the channels a business serves round-trip (sorted,
+// SLOW_ORDERED as ORDERED, custom strategies' numbers kept, the default
+// always among them) through create, update, get and list; an obfuscated
+// business with overlapping channels is refused and leaves nothing
+// behind; once it has issued, a move to another number space is refused
+// and changes nothing.
+func (s *suite) testChannels(t *testing.T, st segment.Store) {
+	U, O, S := segment.ChannelUnordered, segment.ChannelOrdered, segment.ChannelSnowflake
+	plain := create(t, st, segment.Biz{Name: s.name("chans"), Channel: S, Channels: []segment.Channel{segment.ChannelSlowOrdered, U, 16}})
+	wantChannels(t, "created", plain, U, O, S, 16)
+	wantChannels(t, "read back", mustGet(t, st, plain.Name), U, O, S, 16)
+	got, err := st.UpdateBiz(ctx(t), plain.Name, segment.BizUpdate{Channels: &[]segment.Channel{O}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantChannels(t, "after --channels ordered", got, O, S)
+	wantChannels(t, "read back", mustGet(t, st, plain.Name), O, S)
+	got, err = st.UpdateBiz(ctx(t), plain.Name, segment.BizUpdate{Channel: ptr(U)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantChannels(t, "after --channel unordered", got, U, O, S)
+	all, err := st.ListBiz(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range all {
+		if b.Name == plain.Name {
+			wantChannels(t, "listed", b, U, O, S)
+		}
+	}
+
+	obf := s.name("chans_obf")
+	_, err = st.CreateBiz(ctx(t), segment.Biz{Name: obf, Channel: U, Channels: []segment.Channel{O}, Obfuscate: true})
+	wantErr(t, "obfuscated business on unordered and ordered", err, segment.ErrInvalid, "channel")
+	if _, err := st.GetBiz(ctx(t), obf); err == nil {
+		t.Fatalf("the refused CreateBiz left %q behind", obf)
+	}
+	create(t, st, segment.Biz{Name: obf, Channel: U, Obfuscate: true})
+	if _, err := st.UpdateBiz(ctx(t), obf, segment.BizUpdate{Issued: ptr(true)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.UpdateBiz(ctx(t), obf, segment.BizUpdate{Channel: ptr(O)})
+	wantErr(t, "issued obfuscated business moved to ordered", err, segment.ErrOutputLocked, "")
+	wantChannels(t, "after the refused move", mustGet(t, st, obf), U)
+	got, err = st.UpdateBiz(ctx(t), obf, segment.BizUpdate{Channels: &[]segment.Channel{S}})
+	if err != nil {
+		t.Fatalf("issued obfuscated business adding snowflake (disjoint from unordered): %v", err)
+	}
+	wantChannels(t, "unordered and snowflake", got, U, S)
+}
+
+func wantChannels(t *testing.T, what string, b segment.Biz, want ...segment.Channel) {
+	t.Helper()
+	if !slices.Equal(b.Channels, want) {
+		t.Errorf("%s: biz %q serves %v, want %v", what, b.Name, b.Channels, want)
 	}
 }
 

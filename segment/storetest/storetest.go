@@ -79,6 +79,7 @@ func run(t *testing.T, newStore func(t *testing.T) segment.Store, bizOnly bool) 
 		{"OutputSettings", s.testOutputSettings, true},
 		{"QuotaBurst", s.testQuotaBurst, true},
 		{"OrderedMode", s.testOrderedMode, true},
+		{"Channels", s.testChannels, true},
 		{"TokensAddGetList", s.testTokensAddGetList, true},
 		{"TokensLimits", s.testTokensLimits, true},
 		{"TokensRevoke", s.testTokensRevoke, true},

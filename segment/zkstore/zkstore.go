@@ -214,9 +214,13 @@ type record struct {
 	// Tokens: znodes written before client tokens existed have none,
 	// which reads as a business open to the shared client token, as
 	// before.
-	Tokens    []segment.BizToken `json:"tokens,omitempty"`
-	CreatedAt time.Time          `json:"created_at"`
-	UpdatedAt time.Time          `json:"updated_at"`
+	Tokens []segment.BizToken `json:"tokens,omitempty"`
+	// Channels are channel numbers (custom strategies' included); znodes
+	// written before channel lists existed have none, and
+	// segment.StoredChannels says what they serve.
+	Channels  []int     `json:"channels,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 func encode(b segment.Biz) []byte {
@@ -225,8 +229,16 @@ func encode(b segment.Biz) []byte {
 		IDQuota: b.IDQuota, IDBurst: b.IDBurst, Description: b.Description,
 		Obfuscate: b.Obfuscate, Format: b.Format.String(), CodeMinLen: b.CodeMinLength, Plugins: b.Plugins,
 		Key: []byte(b.Key), Issued: b.Issued, OrderedMode: b.OrderedMode.String(), Tokens: b.Tokens,
-		CreatedAt: b.CreatedAt.UTC(), UpdatedAt: b.UpdatedAt.UTC()})
+		Channels: channelInts(b.Channels), CreatedAt: b.CreatedAt.UTC(), UpdatedAt: b.UpdatedAt.UTC()})
 	return v
+}
+
+func channelInts(chs []segment.Channel) []int {
+	out := make([]int, len(chs))
+	for i, ch := range chs {
+		out[i] = int(ch)
+	}
+	return out
 }
 
 func decode(v []byte) (segment.Biz, error) {
@@ -249,11 +261,20 @@ func decode(v []byte) (segment.Biz, error) {
 	if err != nil {
 		return segment.Biz{}, fmt.Errorf("zkstore: business znode: %w", err)
 	}
-	return segment.Biz{Name: r.Name, Channel: ch, Step: r.Step, LowWaterPct: r.LowWaterPct, StartNum: r.StartNum,
+	b := segment.Biz{Name: r.Name, Channel: ch, Step: r.Step, LowWaterPct: r.LowWaterPct, StartNum: r.StartNum,
 		Fallback: r.Fallback, RateLimit: r.RateLimit, IDQuota: r.IDQuota, IDBurst: r.IDBurst, Description: r.Description,
 		Obfuscate: r.Obfuscate, Format: format, CodeMinLength: r.CodeMinLen, Plugins: r.Plugins,
 		Key: r.Key, Issued: segment.StoredIssued(r.Issued, r.Key), OrderedMode: mode, Tokens: r.Tokens,
-		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC()}, nil
+		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC()}
+	var chs []segment.Channel
+	for _, c := range r.Channels {
+		if c < 0 || c > 127 {
+			return segment.Biz{}, fmt.Errorf("zkstore: business znode %q: channel %d in channels: want 0..127 (edited by hand? fix the list)", r.Name, c)
+		}
+		chs = append(chs, segment.Channel(c))
+	}
+	b.Channels = segment.StoredChannels(chs, b)
+	return b, nil
 }
 
 // ensureDir creates /<root>/<cluster>/biz and its parents: the root (all

@@ -374,7 +374,9 @@ func (n *Node) BareClient(t testing.TB, opts ...client.Option) idgensvc.Client {
 	return c
 }
 
-// Get fetches an admin HTTP path and returns the status and body.
+// Get fetches an admin HTTP path and returns the status and body. The
+// node's admin token goes along as a bearer token (/status needs it;
+// the other paths ignore it).
 func (n *Node) Get(ctx context.Context, path string) (int, string, error) {
 	return n.do(ctx, http.MethodGet, path)
 }
@@ -388,6 +390,9 @@ func (n *Node) do(ctx context.Context, method, path string) (int, string, error)
 	req, err := http.NewRequestWithContext(ctx, method, "http://"+n.AdminAddr+path, nil)
 	if err != nil {
 		return 0, "", err
+	}
+	if n.AdminToken != "" {
+		req.Header.Set("Authorization", "Bearer "+n.AdminToken)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/cloudwego/kitex/pkg/remote"
-	"github.com/cloudwego/kitex/pkg/remote/codec"
 	"github.com/cloudwego/kitex/pkg/remote/trans/gonet"
 	"github.com/cloudwego/kitex/server"
 	"github.com/prometheus/client_golang/prometheus"
@@ -143,8 +142,12 @@ func newRPCTransport(cfg Config, ln net.Listener, reg prometheus.Registerer, log
 	if err := t.tracker.register(reg); err != nil {
 		return nil, err
 	}
+	cdc, err := newServerCodec(cfg.MaxFrameBytes, reg, log)
+	if err != nil {
+		return nil, err
+	}
 	t.opts = []server.Option{
-		server.WithCodec(newPeerAddrCodec(codec.NewDefaultCodecWithSizeLimit(cfg.MaxFrameBytes))),
+		server.WithCodec(cdc),
 		server.WithMaxConnIdleTime(cfg.ConnIdleTimeout),
 	}
 	mutual := false

@@ -105,7 +105,7 @@ func TestE2E_AttackFramesRefused(t *testing.T) {
 				frame  []byte
 				reason string
 			}{
-				{"list, framed (44 bytes)", hugeListFrame(), rejectDeclared},
+				{"list, framed (46 bytes)", hugeListFrame(), rejectDeclared},
 				{"list, TTHeader", ttheaderFrame(hugeListFrame()[4:], true), rejectDeclared},
 				{"method name, framed", framedFrame(hugeNameMessage()), rejectDeclared},
 				{"method name, unframed", hugeNameMessage(), rejectTooLarge},

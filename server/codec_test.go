@@ -55,7 +55,7 @@ func thriftMessage(method string, body []byte) []byte {
 
 // hugeListFrame is the attack of issue 30: a CreateBiz whose req.plugins
 // (field 13, list<string>) claims 2^31-1 elements and holds none, framed:
-// 44 bytes.
+// 46 bytes.
 func hugeListFrame() []byte {
 	body := []byte{tSTRUCT, 0, 1, // args.req
 		tSTRING, 0, 1, 0, 0, 0, 1, 'x', // req.name = "x"
@@ -161,7 +161,7 @@ func TestCheckRequestRefuses(t *testing.T) {
 		frame  []byte
 		reason string
 	}{
-		{"the 44-byte list frame", hugeListFrame(), rejectDeclared},
+		{"the 46-byte list frame", hugeListFrame(), rejectDeclared},
 		{"the list frame over TTHeader", ttheaderFrame(hugeListFrame()[4:], true), rejectDeclared},
 		{"the list frame unframed", hugeListFrame()[4:], rejectTooLarge},
 		{"a 2^31-1-byte method name, framed", framedFrame(hugeNameMessage()), rejectDeclared},

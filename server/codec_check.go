@@ -74,68 +74,66 @@ type peeker interface {
 	Peek(n int) ([]byte, error)
 }
 
-// window is the part of the stream peeked so far. It grows only as the
-// walk needs bytes, and never past limit: the declared frame end (framed,
-// TTHeader) or max_frame_bytes (buffered, which declares no length). In a
-// frame of known length it grows by doubling (from 4 KiB) so a large
-// frame takes few peeks; without one it peeks exactly what the walk
-// needs, since asking for a byte past the message would wait for a byte
-// the client never sends.
-type window struct {
-	in    peeker
-	buf   []byte
-	limit int
-	known bool // limit is a declared frame end, not max_frame_bytes
-	max   int  // max_frame_bytes, for messages
+// walker reads a Thrift binary message between pos and end from the part
+// of the stream peeked so far (buf). buf grows only as the walk needs
+// bytes, and never past limit: the declared frame end (framed, TTHeader)
+// or max_frame_bytes (buffered, which declares no length). In a frame of
+// known length it grows by doubling (from 4 KiB), so a large frame takes
+// few peeks and memory follows the bytes actually received; without one
+// it peeks exactly what the walk needs, since asking for a byte past the
+// message would wait for a byte the client never sends.
+type walker struct {
+	in       peeker
+	buf      []byte
+	limit    int
+	known    bool // limit is a declared frame end, not max_frame_bytes
+	max      int  // max_frame_bytes
+	pos, end int
 }
 
 const windowFloor = 4096
 
-// need makes w.buf hold at least end bytes.
-func (w *window) need(end int) error {
-	if end <= len(w.buf) {
+// need makes k.buf hold at least end bytes.
+func (k *walker) need(end int) error {
+	if end <= len(k.buf) {
 		return nil
 	}
-	if end > w.limit {
-		if w.known {
-			return refuse(rejectDeclared, "the request runs past the end of its %d-byte frame", w.limit)
-		}
-		return refuse(rejectTooLarge, "an unframed request longer than max_frame_bytes (%d)", w.max)
+	if end > k.limit {
+		return k.overrun(end - k.pos)
 	}
 	n := end
-	if w.known {
-		n = min(max(end, 2*len(w.buf), windowFloor), w.limit)
+	if k.known {
+		n = min(max(end, 2*len(k.buf), windowFloor), k.limit)
 	}
-	b, err := w.in.Peek(n)
+	b, err := k.in.Peek(n)
 	if err != nil {
 		return fmt.Errorf("reading the request: %w", err)
 	}
 	if len(b) < n {
 		return fmt.Errorf("reading the request: short peek (%d of %d bytes)", len(b), n)
 	}
-	w.buf = b
+	k.buf = b
 	return nil
 }
 
-// walker reads a Thrift binary message from w between pos and end.
-type walker struct {
-	w        *window
-	pos, end int
+// overrun is the refusal of n bytes that do not fit before k.end.
+func (k *walker) overrun(n int) error {
+	if !k.known && k.end == k.limit {
+		return refuse(rejectTooLarge, "an unframed request longer than max_frame_bytes (%d)", k.max)
+	}
+	return refuse(rejectDeclared, "the request declares %d bytes where %d are left in its frame", n, k.end-k.pos)
 }
 
 // take returns the next n bytes, refusing any n the frame cannot hold
 // before reading anything.
 func (k *walker) take(n int) ([]byte, error) {
 	if n > k.end-k.pos {
-		if !k.w.known && k.end == k.w.limit {
-			return nil, refuse(rejectTooLarge, "an unframed request longer than max_frame_bytes (%d)", k.w.max)
-		}
-		return nil, refuse(rejectDeclared, "the request declares %d bytes where %d are left in its frame", n, k.end-k.pos)
+		return nil, k.overrun(n)
 	}
-	if err := k.w.need(k.pos + n); err != nil {
+	if err := k.need(k.pos + n); err != nil {
 		return nil, err
 	}
-	b := k.w.buf[k.pos : k.pos+n]
+	b := k.buf[k.pos : k.pos+n]
 	k.pos += n
 	return b, nil
 }
@@ -159,8 +157,8 @@ func (k *walker) length(what string, unit int) (int, error) {
 		return 0, refuse(rejectMalformed, "negative %s length %d", what, n)
 	}
 	if left := k.end - k.pos; int64(n)*int64(unit) > int64(left) {
-		if !k.w.known && k.end == k.w.limit {
-			return 0, refuse(rejectTooLarge, "a %s of %d declared in an unframed request, more than max_frame_bytes (%d) holds", what, n, k.w.max)
+		if !k.known && k.end == k.limit {
+			return 0, refuse(rejectTooLarge, "a %s of %d declared in an unframed request, more than max_frame_bytes (%d) holds", what, n, k.max)
 		}
 		return 0, refuse(rejectDeclared, "a %s of %d declared where %d bytes are left in the frame", what, n, left)
 	}
@@ -336,13 +334,13 @@ func checkRequest(in peeker, maxFrame int) error {
 		return fmt.Errorf("reading the request: %w", err)
 	}
 	first, second := binary.BigEndian.Uint32(head), binary.BigEndian.Uint32(head[4:])
+	k := walker{in: in, max: maxFrame}
 	switch {
 	case second&thriftVersionMask == ttheaderMagic:
-		w, err := framedWindow(in, first, maxFrame)
-		if err != nil {
+		if err := k.frame(first); err != nil {
 			return err
 		}
-		k := &walker{w: w, pos: ttheaderMetaSize - 2, end: w.limit}
+		k.pos = ttheaderMetaSize - 2
 		b, err := k.take(2)
 		if err != nil {
 			return err
@@ -353,11 +351,10 @@ func checkRequest(in peeker, maxFrame int) error {
 		if _, err := k.take(int(binary.BigEndian.Uint16(b)) * 4); err != nil {
 			return err
 		}
-		p := k.pos
-		if err := w.need(p + 8); err != nil {
+		if err := k.need(k.pos + 8); err != nil {
 			return err
 		}
-		if binary.BigEndian.Uint32(w.buf[p+4:])&thriftVersionMask == thriftVersion1 {
+		if binary.BigEndian.Uint32(k.buf[k.pos+4:])&thriftVersionMask == thriftVersion1 {
 			// TTHeaderFramed: an inner frame length, within the outer one.
 			n, err := k.length("inner frame", 1)
 			if err != nil {
@@ -367,23 +364,24 @@ func checkRequest(in peeker, maxFrame int) error {
 		}
 		return k.message()
 	case second&thriftVersionMask == thriftVersion1:
-		w, err := framedWindow(in, first, maxFrame)
-		if err != nil {
+		if err := k.frame(first); err != nil {
 			return err
 		}
-		return (&walker{w: w, pos: 4, end: w.limit}).message()
+		k.pos = 4
+		return k.message()
 	case first&thriftVersionMask == thriftVersion1:
-		w := &window{in: in, limit: maxFrame, max: maxFrame}
-		return (&walker{w: w, end: w.limit}).message()
+		k.limit, k.end = maxFrame, maxFrame
+		return k.message()
 	}
 	return refuse(rejectProtocol, "not Thrift binary over TTHeader, framed or buffered transport (first bytes %#08x %#08x)", first, second)
 }
 
-// framedWindow is the window of a frame whose first word declares its
-// length (not counting the word itself).
-func framedWindow(in peeker, declared uint32, maxFrame int) (*window, error) {
-	if int64(declared)+4 > int64(maxFrame) {
-		return nil, refuse(rejectTooLarge, "a frame of %d bytes, over max_frame_bytes (%d)", int64(declared)+4, maxFrame)
+// frame sets k's limit to a frame whose first word declares its length
+// (not counting the word itself).
+func (k *walker) frame(declared uint32) error {
+	if int64(declared)+4 > int64(k.max) {
+		return refuse(rejectTooLarge, "a frame of %d bytes, over max_frame_bytes (%d)", int64(declared)+4, k.max)
 	}
-	return &window{in: in, limit: int(declared) + 4, known: true, max: maxFrame}, nil
+	k.limit, k.end, k.known = int(declared)+4, int(declared)+4, true
+	return nil
 }

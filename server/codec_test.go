@@ -320,3 +320,18 @@ func FuzzServerDecode(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkCheckRequest is the check's cost on the hot path: a NextIDs
+// request as the client package sends it (TTHeader, framed).
+func BenchmarkCheckRequest(b *testing.B) {
+	args := &idl.IDGenServiceNextIDsArgs{Req: &idl.NextIDsRequest{Biz: "orders", Count: 100}}
+	body := make([]byte, args.BLength())
+	args.FastWriteNocopy(body, nil)
+	var frame peeker = bytesPeeker(ttheaderFrame(thriftMessage("NextIDs", body), true))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := checkRequest(frame, 1<<20); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/apache/thrift/lib/go/thrift"
+	"golang.org/x/net/http2"
 
 	"github.com/idgen/idgen/internal/testnode"
 	"github.com/idgen/idgen/internal/wait"
@@ -158,4 +161,53 @@ func tlsCallOnce(addr string, tc *tls.Config) error {
 		return errors.New("no answer (connection closed)")
 	}
 	return nil
+}
+
+// TestE2E_GRPCNotServed: the plaintext RPC port serves Thrift over
+// TTHeader, framed and buffered transports only. Kitex's default netpoll
+// handler also detected gRPC (HTTP/2 without TLS) and served idgen's
+// methods through the gRPC codec, where neither boundedCodec nor the
+// connection cap look: on main the CreateBiz of the list attack, sent as
+// gRPC with a Thrift payload, kills the process (fatal error: out of
+// memory). Now the connection is closed, nothing is allocated for it, and
+// the node serves.
+func TestE2E_GRPCNotServed(t *testing.T) {
+	rpc, admin := startInProcess(t, callOnce)
+	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+		return (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
+	}}
+	defer tr.CloseIdleConnections()
+	// gRPC framing (not compressed, length) around the Thrift arguments of
+	// the list attack.
+	args := []byte{tSTRUCT, 0, 1, tSTRING, 0, 1, 0, 0, 0, 1, 'x', tLIST, 0, 13, tSTRING, 0x7f, 0xff, 0xff, 0xff, tSTOP, tSTOP}
+	body := append([]byte{0}, binary.BigEndian.AppendUint32(nil, uint32(len(args)))...)
+	body = append(body, args...)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for _, path := range []string{"/idgen.IDGenService/CreateBiz", "/IDGenService/CreateBiz"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+rpc+path, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("content-type", "application/grpc+thrift")
+		req.Header.Set("te", "trailers")
+		resp, err := tr.RoundTrip(req)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			t.Errorf("gRPC %s answered: %s %q", path, resp.Status, b)
+		}
+		cancel()
+	}
+	runtime.ReadMemStats(&after)
+	if d := after.TotalAlloc - before.TotalAlloc; d > 64<<20 {
+		t.Errorf("two gRPC requests made the process allocate %d MiB", d>>20)
+	}
+	if err := callOnce(rpc); err != nil {
+		t.Fatalf("a normal call after the gRPC requests: %v", err)
+	}
+	if got := metric(t, admin, `idgen_rpc_frames_rejected_total{reason="protocol"}`); got < 1 {
+		t.Errorf(`idgen_rpc_frames_rejected_total{reason="protocol"} = %v, want at least 1`, got)
+	}
 }

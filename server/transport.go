@@ -16,6 +16,7 @@ import (
 
 	"github.com/cloudwego/kitex/pkg/remote"
 	"github.com/cloudwego/kitex/pkg/remote/trans/gonet"
+	"github.com/cloudwego/kitex/pkg/remote/trans/netpoll"
 	"github.com/cloudwego/kitex/server"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -164,7 +165,13 @@ func newRPCTransport(cfg Config, ln net.Listener, reg prometheus.Registerer, log
 			server.WithTransHandlerFactory(gonet.NewSvrTransHandlerFactory()))
 	} else {
 		t.name = "netpoll"
-		t.opts = append(t.opts, server.WithListener(ln), server.WithBoundHandler(&connInbound{t: t.tracker}))
+		// Kitex's default netpoll handler also detects gRPC (HTTP/2) and
+		// TTHeader streaming and serves idgen's methods through their own
+		// codecs, which neither the connection cap nor boundedCodec see
+		// (a CreateBiz over h2c with a 2^31-1 list killed the node):
+		// only the ping-pong Thrift handler is served.
+		t.opts = append(t.opts, server.WithListener(ln), server.WithBoundHandler(&connInbound{t: t.tracker}),
+			server.WithTransHandlerFactory(netpoll.NewSvrTransHandlerFactory()))
 	}
 	go t.tracker.reap(t.stop)
 	log.Info("rpc transport", zap.String("transport", t.name), zap.Bool("tls", cfg.TLSCert != ""), zap.Bool("mutual_tls", mutual),

@@ -167,9 +167,9 @@ func newRPCTransport(cfg Config, ln net.Listener, reg prometheus.Registerer, log
 		t.name = "netpoll"
 		// Kitex's default netpoll handler also detects gRPC (HTTP/2) and
 		// TTHeader streaming and serves idgen's methods through their own
-		// codecs, which neither the connection cap nor boundedCodec see
-		// (a CreateBiz over h2c with a 2^31-1 list killed the node):
-		// only the ping-pong Thrift handler is served.
+		// codecs, which boundedCodec never sees (a CreateBiz over h2c
+		// with a 2^31-1 list killed the node): only the ping-pong Thrift
+		// handler is served, as on the TLS port.
 		t.opts = append(t.opts, server.WithListener(ln), server.WithBoundHandler(&connInbound{t: t.tracker}),
 			server.WithTransHandlerFactory(netpoll.NewSvrTransHandlerFactory()))
 	}

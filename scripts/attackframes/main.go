@@ -5,7 +5,9 @@
 // plugins list claims 2^31-1 elements (46 bytes each, one connection
 // each) and reads RSS; opens 4 connections that each send a message whose
 // method name claims 2^31-1 bytes (2 framed, 2 unframed), holds them for
-// 5 s and reads RSS; and checks that a normal NextIDs is still answered.
+// 5 s and reads RSS; without -tls, sends the list attack as a gRPC (h2c)
+// CreateBiz and reads RSS; and checks that a normal NextIDs is still
+// answered.
 // For docs/security.md's before and after figures:
 //
 //	go build -o /tmp/idgen ./cmd/idgen
@@ -17,6 +19,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -32,6 +35,7 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,6 +44,7 @@ import (
 	"time"
 
 	"github.com/apache/thrift/lib/go/thrift"
+	"golang.org/x/net/http2"
 )
 
 func main() {
@@ -286,8 +291,43 @@ func run(bin string, useTLS, list bool) error {
 		fmt.Printf("the node died: %s\n", fatal(n.logs()))
 		return nil
 	}
+	if !useTLS {
+		err := grpcCreateBiz(n.rpc)
+		fmt.Printf("the list attack as a gRPC (h2c) CreateBiz: %s; RSS %s, node alive: %v\n", errString(err), n.rss(), !n.died())
+		if !n.alive() {
+			fmt.Printf("the node died: %s\n", fatal(n.logs()))
+			return nil
+		}
+	}
 	fmt.Printf("NextIDs afterwards: %v\n", errString(n.nextIDs()))
 	return nil
+}
+
+// grpcCreateBiz sends the list attack's CreateBiz arguments as a gRPC
+// call with a Thrift payload over HTTP/2 without TLS.
+func grpcCreateBiz(addr string) error {
+	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, a string, _ *tls.Config) (net.Conn, error) {
+		return (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, a)
+	}}
+	defer tr.CloseIdleConnections()
+	args := []byte{12, 0, 1, 11, 0, 1, 0, 0, 0, 1, 'x', 15, 0, 13, 11, 0x7f, 0xff, 0xff, 0xff, 0, 0}
+	body := append([]byte{0}, binary.BigEndian.AppendUint32(nil, uint32(len(args)))...)
+	body = append(body, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/idgen.IDGenService/CreateBiz", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("content-type", "application/grpc+thrift")
+	req.Header.Set("te", "trailers")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return fmt.Errorf("answered %s, grpc-status %q", resp.Status, resp.Trailer.Get("grpc-status"))
 }
 
 func errString(err error) string {

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/apache/thrift/lib/go/thrift"
-	"golang.org/x/net/http2"
 
 	"github.com/idgen/idgen/internal/testnode"
 	"github.com/idgen/idgen/internal/wait"
@@ -173,9 +172,10 @@ func tlsCallOnce(addr string, tc *tls.Config) error {
 // the node serves.
 func TestE2E_GRPCNotServed(t *testing.T) {
 	rpc, admin := startInProcess(t, callOnce)
-	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-		return (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
-	}}
+	// HTTP/2 with prior knowledge, as gRPC clients speak it without TLS.
+	var h2c http.Protocols
+	h2c.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &h2c}
 	defer tr.CloseIdleConnections()
 	// gRPC framing (not compressed, length) around the Thrift arguments of
 	// the list attack.

@@ -44,7 +44,6 @@ import (
 	"time"
 
 	"github.com/apache/thrift/lib/go/thrift"
-	"golang.org/x/net/http2"
 )
 
 func main() {
@@ -306,9 +305,10 @@ func run(bin string, useTLS, list bool) error {
 // grpcCreateBiz sends the list attack's CreateBiz arguments as a gRPC
 // call with a Thrift payload over HTTP/2 without TLS.
 func grpcCreateBiz(addr string) error {
-	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, a string, _ *tls.Config) (net.Conn, error) {
-		return (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, a)
-	}}
+	// HTTP/2 with prior knowledge, as gRPC clients speak it without TLS.
+	var h2c http.Protocols
+	h2c.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &h2c}
 	defer tr.CloseIdleConnections()
 	args := []byte{12, 0, 1, 11, 0, 1, 0, 0, 0, 1, 'x', 15, 0, 13, 11, 0x7f, 0xff, 0xff, 0xff, 0, 0}
 	body := append([]byte{0}, binary.BigEndian.AppendUint32(nil, uint32(len(args)))...)

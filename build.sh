@@ -4,7 +4,7 @@
 #   ./build.sh build              compile idgen and idctl into output/ (Kitex layout), version from git
 #   ./build.sh run [flags]        build output/bin/idgen (and idctl) and exec idgen (standalone; data in ./data)
 #   ./build.sh test [--quick] [PKG...]
-#                                 lint, promtool, provision ZooKeeper + MariaDB, go test -race;
+#                                 lint, promtool, provision ZooKeeper + MariaDB, go test -race, 15 s decode fuzz;
 #                                 --quick: no staticcheck, no race detector. Ends with one line
 #                                 "TIME: N passed, N failed, N skipped"; full log in output/test/test.log,
 #                                 go test's events in output/test/go-test.json, JUnit in output/test/junit.xml
@@ -30,6 +30,8 @@ STATICCHECK=honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PROMTOOL_DEB=2.42.0+ds-5+deb12u1
 ZKSERVER=/usr/share/zookeeper/bin/zkServer.sh
 LOG=/dev/null # ./build.sh test: output/test/test.log
+# The decode fuzz budget of ./build.sh test (IDGEN_FUZZTIME overrides).
+FUZZTIME=${IDGEN_FUZZTIME:-15s}
 
 log() {
   printf '==> %s\n' "$*" >&2
@@ -455,6 +457,10 @@ cmd_test() {
     NFAIL=$((NFAIL + 1))
     FAILED+=("go test (exit ${st[0]})")
   fi
+  # A short fuzz of the server's request decoding (server/codec_test.go):
+  # no panic, no allocation in proportion to a declared length. An input
+  # that fails is written to server/testdata/fuzz/ and replays in go test.
+  run_check "fuzz FuzzServerDecode ($FUZZTIME)" go test -run '^$' -fuzz '^FuzzServerDecode$' -fuzztime "$FUZZTIME" ./server/
   TEST_DONE=1
 }
 

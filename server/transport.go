@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/cloudwego/kitex/pkg/remote"
-	"github.com/cloudwego/kitex/pkg/remote/codec"
 	"github.com/cloudwego/kitex/pkg/remote/trans/gonet"
+	"github.com/cloudwego/kitex/pkg/remote/trans/netpoll"
 	"github.com/cloudwego/kitex/server"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -155,8 +155,12 @@ func newRPCTransport(cfg Config, ln net.Listener, reg prometheus.Registerer, log
 	if err := t.tracker.register(reg); err != nil {
 		return nil, err
 	}
+	cdc, err := newServerCodec(cfg.MaxFrameBytes, reg, log)
+	if err != nil {
+		return nil, err
+	}
 	t.opts = []server.Option{
-		server.WithCodec(newPeerAddrCodec(codec.NewDefaultCodecWithSizeLimit(cfg.MaxFrameBytes))),
+		server.WithCodec(cdc),
 		server.WithMaxConnIdleTime(cfg.ConnIdleTimeout),
 	}
 	mutual := false
@@ -174,7 +178,13 @@ func newRPCTransport(cfg Config, ln net.Listener, reg prometheus.Registerer, log
 			server.WithBoundHandler(&connInbound{t: t.tracker, gonet: true}))
 	} else {
 		t.name = "netpoll"
-		t.opts = append(t.opts, server.WithListener(ln), server.WithBoundHandler(&connInbound{t: t.tracker}))
+		// Kitex's default netpoll handler also detects gRPC (HTTP/2) and
+		// TTHeader streaming and serves idgen's methods through their own
+		// codecs, which boundedCodec never sees (a CreateBiz over h2c
+		// with a 2^31-1 list killed the node): only the ping-pong Thrift
+		// handler is served, as on the TLS port.
+		t.opts = append(t.opts, server.WithListener(ln), server.WithBoundHandler(&connInbound{t: t.tracker}),
+			server.WithTransHandlerFactory(netpoll.NewSvrTransHandlerFactory()))
 	}
 	go t.tracker.reap(t.stop)
 	log.Info("rpc transport", zap.String("transport", t.name), zap.Bool("tls", cfg.TLSCert != ""), zap.Bool("mutual_tls", mutual),

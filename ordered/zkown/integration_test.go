@@ -20,7 +20,7 @@ import (
 )
 
 // These tests run against the real ZooKeeper of IDGEN_TEST_ZK (source
-// /work/main/.testenv, or ./build.sh test), each in its own cluster.
+// .testenv after ./build.sh servers start, or ./build.sh test), each in its own cluster.
 
 const itLease = 600 * time.Millisecond
 

@@ -105,24 +105,7 @@ func TestE2E_ConnectionLimit(t *testing.T) {
 	testnode.WaitFor(t, 20*time.Second, "42 refusals counted", func() bool {
 		return metric(t, node.AdminAddr, "idgen_rpc_connections_refused_total") >= 42
 	})
-	var (
-		wg         sync.WaitGroup
-		mu         sync.Mutex
-		held, shut int
-	)
-	for _, c := range conns {
-		wg.Go(func() {
-			closed := closedByServer(c, 2*time.Second)
-			mu.Lock()
-			defer mu.Unlock()
-			if closed {
-				shut++
-			} else {
-				held++
-			}
-		})
-	}
-	wg.Wait()
+	held, shut := heldAndClosed(conns)
 	if held != 8 || shut != 42 {
 		t.Fatalf("held %d, closed %d of 50 connections: want 8 held and 42 closed by the server", held, shut)
 	}
@@ -843,24 +826,7 @@ func TestE2E_PerSourceLimit(t *testing.T) {
 	testnode.WaitFor(t, 20*time.Second, "92 per-source refusals counted", func() bool {
 		return metric(t, node.AdminAddr, "idgen_rpc_connections_source_refused_total") >= 92
 	})
-	var (
-		wg         sync.WaitGroup
-		mu         sync.Mutex
-		held, shut int
-	)
-	for _, c := range conns {
-		wg.Go(func() {
-			closed := closedByServer(c, 2*time.Second)
-			mu.Lock()
-			defer mu.Unlock()
-			if closed {
-				shut++
-			} else {
-				held++
-			}
-		})
-	}
-	wg.Wait()
+	held, shut := heldAndClosed(conns)
 	if held != 8 || shut != 92 {
 		t.Fatalf("one source: held %d, closed %d of 100 connections; want 8 held and 92 closed", held, shut)
 	}
@@ -876,4 +842,27 @@ func TestE2E_PerSourceLimit(t *testing.T) {
 	if n := strings.Count(node.Logs(), "max_connections_per_source (callers see"); n < 1 {
 		t.Errorf("no per-source refusal logged:\n%s", node.Logs())
 	}
+}
+
+// heldAndClosed counts the connections the server keeps open and those it
+// closed (each watched for 2 s, all at once).
+func heldAndClosed(conns []net.Conn) (held, shut int) {
+	var (
+		wg sync.WaitGroup
+		mu sync.Mutex
+	)
+	for _, c := range conns {
+		wg.Go(func() {
+			closed := closedByServer(c, 2*time.Second)
+			mu.Lock()
+			defer mu.Unlock()
+			if closed {
+				shut++
+			} else {
+				held++
+			}
+		})
+	}
+	wg.Wait()
+	return held, shut
 }

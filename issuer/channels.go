@@ -2,7 +2,6 @@ package issuer
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,41 +51,24 @@ func (is *Issuer) checkChannel(biz segment.Biz, ch segment.Channel) error {
 	if is.cfg.NoSegments != nil && ch <= segment.ChannelSlowOrdered && ch != segment.ChannelSnowflake {
 		// No business of this deployment can serve a segment channel:
 		// say why (the fix is --mysql), not that this one does not.
-		return is.noSegments(channelLabel(ch))
+		return is.noSegments(segment.ChannelName(ch))
 	}
-	is.chans.refused.WithLabelValues(is.labels.Label(biz.Name), channelLabel(ch)).Inc()
+	is.chans.refused.WithLabelValues(is.labels.Label(biz.Name), segment.ChannelName(ch)).Inc()
 	served := segment.ChannelNames(biz.Channels)
 	var err error
 	if biz.PlainOutput() {
 		err = fmt.Errorf("%w: business %q serves %s, not channel %s: leave channel unset (its default, %s) or name one it serves; an admin can add the channel with 'idctl biz update --biz %s --channels %s,%s'",
-			ErrChannelNotServed, biz.Name, served, is.channelName(ch), biz.Channel, biz.Name, served, channelLabel(canonical(ch)))
+			ErrChannelNotServed, biz.Name, served, is.channelName(ch), biz.Channel, biz.Name, served, segment.ChannelName(segment.CanonicalChannel(ch)))
 	} else {
 		err = fmt.Errorf("%w: business %q serves %s, not channel %s: its obfuscated or code values would repeat across channels; leave channel unset (its default, %s), or use another business for channel %s",
 			ErrChannelNotServed, biz.Name, served, is.channelName(ch), biz.Channel, is.channelName(ch))
 	}
 	if ok, skipped := is.chans.logs.Allow("channel_refused"); ok {
 		is.log.Info("request refused: channel not served by its business", zap.String("biz", biz.Name),
-			zap.String("channel", channelLabel(ch)), zap.String("serves", served),
+			zap.String("channel", segment.ChannelName(ch)), zap.String("serves", served),
 			zap.Int("not_logged_since_last", skipped), zap.Duration("log_window", is.chans.logs.Window()))
 	}
 	return err
-}
-
-// canonical is ch with SLOW_ORDERED as ORDERED, the name channel lists use.
-func canonical(ch segment.Channel) segment.Channel {
-	if isOrdered(ch) {
-		return segment.ChannelOrdered
-	}
-	return ch
-}
-
-// channelLabel names ch as idctl and the channel lists do ("ordered";
-// custom channels and SLOW_ORDERED by number).
-func channelLabel(ch segment.Channel) string {
-	if ch >= segment.ChannelUnordered && ch <= segment.ChannelSnowflake {
-		return ch.String()
-	}
-	return strconv.Itoa(int(ch))
 }
 
 // checkChannelList checks the channels an admin lists for a business:

@@ -11,9 +11,10 @@ import (
 	"github.com/idgen/idgen/segment"
 )
 
-// ChannelSlowOrdered is the older Java service's name for its MySQL strict
-// channel, served by the ORDERED strategy.
-const ChannelSlowOrdered segment.Channel = 3
+// ChannelSlowOrdered is segment.ChannelSlowOrdered, the older Java
+// service's name for its MySQL strict channel, served by the ORDERED
+// strategy.
+const ChannelSlowOrdered = segment.ChannelSlowOrdered
 
 // isOrdered reports whether ch is served by the ORDERED strategy.
 func isOrdered(ch segment.Channel) bool {

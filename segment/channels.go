@@ -51,8 +51,9 @@ func numberSpace(ch Channel) Channel {
 	return ch
 }
 
-// canonicalChannel maps SLOW_ORDERED to ORDERED (one channel in a list).
-func canonicalChannel(ch Channel) Channel {
+// CanonicalChannel maps SLOW_ORDERED to ORDERED, the name channel lists
+// use (one channel in a list).
+func CanonicalChannel(ch Channel) Channel {
 	if ch == ChannelSlowOrdered {
 		return ChannelOrdered
 	}
@@ -65,7 +66,7 @@ func canonicalChannel(ch Channel) Channel {
 // by an older node during a rolling upgrade) cannot widen what an
 // obfuscated business serves.
 func (b Biz) Serves(ch Channel) bool {
-	ch = canonicalChannel(ch)
+	ch = CanonicalChannel(ch)
 	if len(b.Channels) == 0 {
 		return ch == b.Channel
 	}
@@ -75,19 +76,21 @@ func (b Biz) Serves(ch Channel) bool {
 	return b.PlainOutput() || numberSpace(ch) == numberSpace(b.Channel)
 }
 
-// channelName names one channel as ChannelNames does.
-func channelName(ch Channel) string { return ChannelNames([]Channel{ch}) }
+// ChannelName names one channel as idctl and the channel lists do
+// ("ordered"; custom channels and SLOW_ORDERED by number).
+func ChannelName(ch Channel) string {
+	if ch >= ChannelUnordered && ch <= ChannelSnowflake {
+		return ch.String()
+	}
+	return strconv.Itoa(int(ch))
+}
 
 // ChannelNames returns channels as the names used by idctl
 // ("unordered,ordered"; custom ones by number).
 func ChannelNames(chs []Channel) string {
 	names := make([]string, len(chs))
 	for i, ch := range chs {
-		if ch >= ChannelUnordered && ch <= ChannelSnowflake {
-			names[i] = ch.String()
-		} else {
-			names[i] = strconv.Itoa(int(ch))
-		}
+		names[i] = ChannelName(ch)
 	}
 	return strings.Join(names, ",")
 }
@@ -134,9 +137,9 @@ func ParseChannels(s string) ([]Channel, error) {
 func normalizeChannels(chs []Channel, def Channel) []Channel {
 	out := make([]Channel, 0, len(chs)+1)
 	for _, ch := range chs {
-		out = append(out, canonicalChannel(ch))
+		out = append(out, CanonicalChannel(ch))
 	}
-	out = append(out, canonicalChannel(def))
+	out = append(out, CanonicalChannel(def))
 	slices.Sort(out)
 	return slices.Compact(out)
 }
@@ -157,7 +160,7 @@ func validateChannels(b Biz) error {
 	for _, ch := range b.Channels {
 		if numberSpace(ch) != numberSpace(b.Channel) {
 			return fmt.Errorf("%w: biz %q: an obfuscated or code business serves one channel (or unordered and snowflake together, which never share a number), not %s: its values must never repeat, and %s numbers overlap %s's: list only its own channel (idctl biz create|update --channels), or use one business per channel",
-				ErrInvalid, b.Name, ChannelNames(b.Channels), channelName(ch), channelName(b.Channel))
+				ErrInvalid, b.Name, ChannelNames(b.Channels), ChannelName(ch), ChannelName(b.Channel))
 		}
 	}
 	return nil
@@ -181,7 +184,7 @@ func StoredChannels(stored []Channel, b Biz) []Channel {
 	if b.PlainOutput() {
 		return []Channel{ChannelUnordered, ChannelOrdered, ChannelSnowflake}
 	}
-	return []Channel{canonicalChannel(b.Channel)}
+	return []Channel{CanonicalChannel(b.Channel)}
 }
 
 // applyChannelUpdate sets b's default channel and channel list from u. A
@@ -193,7 +196,7 @@ func applyChannelUpdate(b Biz, u BizUpdate) Biz {
 	switch {
 	case u.Channels != nil:
 		chs = slices.Clone(*u.Channels)
-	case u.Channel != nil && len(chs) == 1 && chs[0] == canonicalChannel(b.Channel):
+	case u.Channel != nil && len(chs) == 1 && chs[0] == CanonicalChannel(b.Channel):
 		chs = nil
 	}
 	if u.Channel != nil {
@@ -214,7 +217,7 @@ func channelsLocked(old, b Biz) error {
 	for _, ch := range b.Channels {
 		if !slices.ContainsFunc(was, func(o Channel) bool { return numberSpace(o) == numberSpace(ch) }) {
 			return fmt.Errorf("%w: biz %q has already issued values on %s, and %s numbers would repeat them: keep its channels, or create a new business for %s",
-				ErrOutputLocked, b.Name, ChannelNames(was), channelName(ch), channelName(ch))
+				ErrOutputLocked, b.Name, ChannelNames(was), ChannelName(ch), ChannelName(ch))
 		}
 	}
 	return nil

@@ -16,15 +16,7 @@ import (
 // list edited by hand is refused with the fix named.
 func TestIntegration_MigrateBizChannels(t *testing.T) {
 	ctx := testCtx(t)
-	dsn := newTestDatabase(t, testServer(t), false)
-	db, _, err := openDB(dsn, migrateStatementTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := migrateDB(ctx, db, migrationsUpTo(6)); err != nil {
-		t.Fatal(err)
-	}
+	dsn, db := databaseAtSchema(ctx, t, 6)
 	oldRow := `INSERT INTO biz (name, channel, step, low_water_pct, start_num, fallback, rate_limit, description,
   obfuscate, format, code_min_length, plugins, secret_key, issued, created_at, updated_at)
   VALUES (?, ?, 100, 20, 1, 0, 0, 'from schema 6', ?, ?, 6, '', ?, 1, ?, ?)`

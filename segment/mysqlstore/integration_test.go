@@ -589,15 +589,7 @@ func ptr[T any](v T) *T { return &v }
 // lost version row, changes nothing.
 func TestIntegration_MigrateWorkerRegistry(t *testing.T) {
 	ctx := testCtx(t)
-	dsn := newTestDatabase(t, testServer(t), false)
-	db, _, err := openDB(dsn, migrateStatementTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := migrateDB(ctx, db, migrationsUpTo(3)); err != nil {
-		t.Fatal(err)
-	}
+	_, db := databaseAtSchema(ctx, t, 3)
 	if cur, err := schemaVersionDB(ctx, db); err != nil || cur != 3 {
 		t.Fatalf("schema version %d, %v; want 3", cur, err)
 	}

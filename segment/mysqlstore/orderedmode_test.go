@@ -13,15 +13,7 @@ import (
 // keeps the stored mode.
 func TestIntegration_MigrateBizOrderedMode(t *testing.T) {
 	ctx := testCtx(t)
-	dsn := newTestDatabase(t, testServer(t), false)
-	db, _, err := openDB(dsn, migrateStatementTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := migrateDB(ctx, db, migrationsUpTo(5)); err != nil {
-		t.Fatal(err)
-	}
+	dsn, db := databaseAtSchema(ctx, t, 5)
 	ts := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
 	if _, err := db.ExecContext(ctx, `INSERT INTO biz (name, channel, step, low_water_pct, start_num, fallback, rate_limit,
   description, created_at, updated_at) VALUES ('old', 1, 100, 20, 1, 0, 0, 'from schema 5', ?, ?)`, ts, ts); err != nil {

@@ -14,15 +14,7 @@ import (
 // credential and is not found in any scope; the longest scoped id fits.
 func TestIntegration_MigrateRequestScopes(t *testing.T) {
 	ctx := testCtx(t)
-	dsn := newTestDatabase(t, testServer(t), false)
-	db, _, err := openDB(dsn, migrateStatementTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := migrateDB(ctx, db, migrationsUpTo(6)); err != nil {
-		t.Fatal(err)
-	}
+	dsn, db := databaseAtSchema(ctx, t, 6)
 	// What a schema-6 build leaves: a business, its key's row and a
 	// request id of the longest length, unscoped.
 	ts := time.Now().UTC()

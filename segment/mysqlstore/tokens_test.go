@@ -2,6 +2,7 @@ package mysqlstore
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"database/sql"
 	"slices"
@@ -23,6 +24,23 @@ func migrationsUpTo(v int) []Migration {
 	return out
 }
 
+// databaseAtSchema creates a test database at schema version v (the
+// schema of an older build) and returns its DSN and a connection to it,
+// closed when the test ends.
+func databaseAtSchema(ctx context.Context, t *testing.T, v int) (string, *sql.DB) {
+	t.Helper()
+	dsn := newTestDatabase(t, testServer(t), false)
+	db, _, err := openDB(dsn, migrateStatementTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := migrateDB(ctx, db, migrationsUpTo(v)); err != nil {
+		t.Fatal(err)
+	}
+	return dsn, db
+}
+
 // TestIntegration_MigrateBizTokens: schema 5 on a database at schema 4
 // with businesses in it: they read as before (no quota, no burst, no
 // tokens; key and plugins intact), the new columns have the documented
@@ -32,15 +50,7 @@ func migrationsUpTo(v int) []Migration {
 // touching the rows.
 func TestIntegration_MigrateBizTokens(t *testing.T) {
 	ctx := testCtx(t)
-	dsn := newTestDatabase(t, testServer(t), false)
-	db, _, err := openDB(dsn, migrateStatementTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := migrateDB(ctx, db, migrationsUpTo(4)); err != nil {
-		t.Fatal(err)
-	}
+	dsn, db := databaseAtSchema(ctx, t, 4)
 	plainKey := bytes.Repeat([]byte{0x5a}, segment.KeySize)
 	oldRow := `INSERT INTO biz (name, channel, step, low_water_pct, start_num, fallback, rate_limit, description,
   obfuscate, format, code_min_length, plugins, secret_key, issued, created_at, updated_at)

@@ -40,21 +40,24 @@ func waiters(a *Allocator, key Key) int {
 	return n
 }
 
-// TestAbandonedRequestDoesNotBreakItsGroupCommit is issue 29's hole i. A
-// gapless request whose caller gave up stays queued for the next persist;
-// the caller's retry, with the same request id, lands in the same group
-// commit. Before the fix the batch held the id twice, the store refused
-// it as invalid, and every request of the commit failed as
-// INVALID_ARGUMENT, an unrelated key's included. Now the retry joins the
-// queued attempt and gets its range; the unrelated key is served.
-func TestAbandonedRequestDoesNotBreakItsGroupCommit(t *testing.T) {
-	store := newFakeStore()
-	clk := newFakeClock()
-	n := newNode(t, store, clk, "a:1")
+// takeResult is what one Take answered.
+type takeResult struct {
+	r   segment.Range
+	err error
+}
+
+// abandonedRetry sets up issue 29's hole i on a fresh node of store: a
+// persist of key held in flight; a gapless attempt of request id req-1
+// (count 2) queued behind it, whose caller gives up; then, after between
+// ran (nil: nothing), the attempt's retry and a request of other (a key of
+// key's shard) queued for the same group commit. It releases the held
+// persist and returns the node, and the retry's and the unrelated
+// request's answers.
+func abandonedRetry(t *testing.T, store *fakeStore, clk *fakeClock, key Key, other string, between func(*node)) (n *node, retry, unrelated takeResult) {
+	t.Helper()
+	n = newNode(t, store, clk, "a:1")
 	n.acquireAll(t, 1, time.Time{})
-	biz := bizMode("chat", segment.OrderedGapless)
-	key := Key{"chat", "room-1"}
-	other := sameShardKey(t, key.SubKey)
+	biz := bizMode(key.Biz, segment.OrderedGapless)
 	bg := context.Background()
 
 	// A persist in flight, held, so that what follows queues behind it.
@@ -72,36 +75,49 @@ func TestAbandonedRequestDoesNotBreakItsGroupCommit(t *testing.T) {
 	if err := <-first; !errors.Is(err, segment.ErrUnavailable) {
 		t.Fatalf("abandoned attempt: %v, want a retryable refusal", err)
 	}
+	if between != nil {
+		between(n)
+	}
 
 	// Its retry, and an unrelated key of the shard, queue for the same
 	// group commit.
-	type result struct {
-		r   segment.Range
-		err error
-	}
-	retry, unrelated := make(chan result, 1), make(chan result, 1)
+	retryc, unrelatedc := make(chan takeResult, 1), make(chan takeResult, 1)
 	go func() {
 		r, err := n.a.Take(bg, biz, key.SubKey, 2, segment.RequestID{ID: "req-1"})
-		retry <- result{r, err}
+		retryc <- takeResult{r, err}
 	}()
-	go func() { r, err := n.a.Take(bg, biz, other, 1, segment.RequestID{}); unrelated <- result{r, err} }()
+	go func() { r, err := n.a.Take(bg, biz, other, 1, segment.RequestID{}); unrelatedc <- takeResult{r, err} }()
 	wait.For(t, 10*time.Second, "the retry and the unrelated request to queue", func() bool {
-		return waiters(n.a, Key{"chat", other}) == 1 && waiters(n.a, key) == 3
+		return waiters(n.a, Key{key.Biz, other}) == 1 && waiters(n.a, key) == 3
 	})
 	close(store.hold)
 	if err := <-blocker; err != nil {
 		t.Fatalf("request before the abandoned one: %v", err)
 	}
-	u := <-unrelated
+	return n, <-retryc, <-unrelatedc
+}
+
+// TestAbandonedRequestDoesNotBreakItsGroupCommit is issue 29's hole i. A
+// gapless request whose caller gave up stays queued for the next persist;
+// the caller's retry, with the same request id, lands in the same group
+// commit. Before the fix the batch held the id twice, the store refused
+// it as invalid, and every request of the commit failed as
+// INVALID_ARGUMENT, an unrelated key's included. Now the retry joins the
+// queued attempt and gets its range; the unrelated key is served.
+func TestAbandonedRequestDoesNotBreakItsGroupCommit(t *testing.T) {
+	store := newFakeStore()
+	clk := newFakeClock()
+	key := Key{"chat", "room-1"}
+	n, got, u := abandonedRetry(t, store, clk, key, sameShardKey(t, key.SubKey), nil)
 	if u.err != nil {
 		t.Fatalf("unrelated key of the same group commit: %v (code would be %s)", u.err, codeOf(u.err))
 	}
-	got := <-retry
 	if got.err != nil {
 		t.Fatalf("retry of the abandoned request: %v (code would be %s)", got.err, codeOf(got.err))
 	}
 	// The retry got the range stored for the id: a later retry, from
 	// memory or from the store on a new owner, gets the same.
+	biz, bg := bizMode("chat", segment.OrderedGapless), context.Background()
 	if again, err := n.a.Take(bg, biz, key.SubKey, 2, segment.RequestID{ID: "req-1"}); err != nil || again != got.r {
 		t.Fatalf("second retry: %v %v, want %v", again, err, got.r)
 	}
@@ -134,50 +150,16 @@ func codeOf(err error) string {
 // unrelated key fails, and the id has one answer.
 func TestRoundNeverHoldsARequestIDTwice(t *testing.T) {
 	store := newFakeStore()
-	clk := newFakeClock()
-	n := newNode(t, store, clk, "a:1")
-	n.acquireAll(t, 1, time.Time{})
-	biz := bizMode("chat", segment.OrderedGapless)
 	key := Key{"chat", "room-1"}
-	other := sameShardKey(t, key.SubKey)
-	bg := context.Background()
-	sh := n.a.shards[segment.Shard(key.SubKey)].Load()
-
-	store.hold = make(chan struct{})
-	blocker := make(chan error, 1)
-	go func() { _, err := n.a.Take(bg, biz, key.SubKey, 1, segment.RequestID{}); blocker <- err }()
-	wait.For(t, 10*time.Second, "the first persist to start", func() bool { return waiters(n.a, key) == 1 })
-	ctx, cancel := context.WithCancel(bg)
-	first := make(chan error, 1)
-	go func() { _, err := n.a.Take(ctx, biz, key.SubKey, 2, segment.RequestID{ID: "req-1"}); first <- err }()
-	wait.For(t, 10*time.Second, "the first attempt to queue", func() bool { return waiters(n.a, key) == 2 })
-	cancel()
-	<-first
-	sh.mu.Lock()
-	clear(sh.reqs) // as if join had missed the queued attempt
-	sh.mu.Unlock()
-
-	type result struct {
-		r   segment.Range
-		err error
-	}
-	retry, unrelated := make(chan result, 1), make(chan result, 1)
-	go func() {
-		r, err := n.a.Take(bg, biz, key.SubKey, 2, segment.RequestID{ID: "req-1"})
-		retry <- result{r, err}
-	}()
-	go func() { r, err := n.a.Take(bg, biz, other, 1, segment.RequestID{}); unrelated <- result{r, err} }()
-	wait.For(t, 10*time.Second, "the retry and the unrelated request to queue", func() bool {
-		return waiters(n.a, Key{"chat", other}) == 1 && waiters(n.a, key) == 3
+	_, got, u := abandonedRetry(t, store, newFakeClock(), key, sameShardKey(t, key.SubKey), func(n *node) {
+		sh := n.a.shards[segment.Shard(key.SubKey)].Load()
+		sh.mu.Lock()
+		clear(sh.reqs) // as if join had missed the queued attempt
+		sh.mu.Unlock()
 	})
-	close(store.hold)
-	if err := <-blocker; err != nil {
-		t.Fatal(err)
-	}
-	if u := <-unrelated; u.err != nil {
+	if u.err != nil {
 		t.Fatalf("unrelated key: %v", u.err)
 	}
-	got := <-retry
 	stored, ok := store.reqs[RequestKey{Biz: "chat", ID: "req-1"}]
 	if got.err != nil || !ok || got.r != stored.Range {
 		t.Fatalf("retry: %v, %v; stored %+v (%v): want the stored range", got.r, got.err, stored, ok)

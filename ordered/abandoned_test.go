@@ -124,6 +124,12 @@ func TestAbandonedRequestDoesNotBreakItsGroupCommit(t *testing.T) {
 	if s, ok := store.reqs[RequestKey{Biz: "chat", ID: "req-1"}]; !ok || s.Range != got.r {
 		t.Fatalf("stored request %+v (stored %v), answered %v", s, ok, got.r)
 	}
+	// The retry joined the queued attempt: nothing was allocated for it,
+	// so the key's next number follows the id's range (a gapless key
+	// leaves no gap behind an abandoned request).
+	if next, err := n.a.Take(bg, biz, key.SubKey, 1, segment.RequestID{}); err != nil || next.First != got.r.Last+1 {
+		t.Fatalf("next number after the retry: %v %v, want %d", next, err, got.r.Last+1)
+	}
 	b := newNode(t, store, clk, "b:1")
 	b.acquireAll(t, 2, time.Time{})
 	if again, err := b.a.Take(bg, biz, key.SubKey, 2, segment.RequestID{ID: "req-1"}); err != nil || again != got.r {

@@ -487,13 +487,14 @@ func (c *Coordinator) Fenced(shard int, epoch int64) {
 	}
 	c.mu.Lock()
 	e, ok := c.held[shard]
-	if ok && e == epoch {
+	current := ok && e == epoch // else an older term's report: the shard changed hands since
+	if current {
 		delete(c.held, shard)
 		c.storeAhead[shard] = true
 	}
 	c.mu.Unlock()
-	if !ok || e != epoch {
-		return // an older term's report: the shard changed hands since
+	if !current {
+		return
 	}
 	c.fencedDrops.Add(1)
 	c.dirty[shard].Store(true)

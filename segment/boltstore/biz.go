@@ -37,11 +37,12 @@ type bizRecord struct {
 	// which reads as a business open to the shared client token, as
 	// before.
 	Tokens []segment.BizToken `json:"tokens,omitempty"`
-	// Channels: records written before channel lists existed have none;
+	// Channels, as numbers (custom strategies' channels included):
+	// records written before channel lists existed have none;
 	// segment.StoredChannels says what they serve.
-	Channels  []int8    `json:"channels,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Channels  []segment.Channel `json:"channels,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
 }
 
 func encodeBiz(b segment.Biz) ([]byte, error) {
@@ -51,29 +52,8 @@ func encodeBiz(b segment.Biz) ([]byte, error) {
 		IDQuota: b.IDQuota, IDBurst: b.IDBurst, Description: b.Description,
 		Obfuscate: b.Obfuscate, Format: int8(b.Format), CodeMinLen: b.CodeMinLength, Plugins: b.Plugins,
 		Key: []byte(b.Key), Issued: b.Issued, OrderedMode: int8(b.OrderedMode), Tokens: b.Tokens,
-		Channels: channelsToInts(b.Channels), CreatedAt: b.CreatedAt.UTC(), UpdatedAt: b.UpdatedAt.UTC(),
+		Channels: b.Channels, CreatedAt: b.CreatedAt.UTC(), UpdatedAt: b.UpdatedAt.UTC(),
 	})
-}
-
-// channelsToInts and intsToChannels convert a channel list to and from
-// its stored form (numbers, so that custom strategies' channels fit).
-func channelsToInts(chs []segment.Channel) []int8 {
-	out := make([]int8, len(chs))
-	for i, ch := range chs {
-		out[i] = int8(ch)
-	}
-	return out
-}
-
-func intsToChannels(v []int8) []segment.Channel {
-	if len(v) == 0 {
-		return nil
-	}
-	out := make([]segment.Channel, len(v))
-	for i, ch := range v {
-		out[i] = segment.Channel(ch)
-	}
-	return out
 }
 
 func decodeBiz(v []byte) (segment.Biz, error) {
@@ -89,7 +69,7 @@ func decodeBiz(v []byte) (segment.Biz, error) {
 		Key: r.Key, Issued: segment.StoredIssued(r.Issued, r.Key), OrderedMode: segment.OrderedMode(r.OrderedMode), Tokens: r.Tokens,
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 	}
-	b.Channels = segment.StoredChannels(intsToChannels(r.Channels), b)
+	b.Channels = segment.StoredChannels(r.Channels, b)
 	return b, nil
 }
 

@@ -68,7 +68,7 @@ func CanonicalChannel(ch Channel) Channel {
 func (b Biz) Serves(ch Channel) bool {
 	ch = CanonicalChannel(ch)
 	if len(b.Channels) == 0 {
-		return ch == b.Channel
+		return ch == CanonicalChannel(b.Channel)
 	}
 	if !slices.Contains(b.Channels, ch) {
 		return false

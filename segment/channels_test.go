@@ -22,6 +22,7 @@ func TestServes(t *testing.T) {
 	}{
 		{"default only", Biz{Channel: U, Channels: []Channel{U}}, []Channel{U}, []Channel{O, S, SO, 16}},
 		{"no list: default only", Biz{Channel: S}, []Channel{S}, []Channel{U, O, SO}},
+		{"no list, slow_ordered default: as its normalized list", Biz{Channel: SO}, []Channel{O, SO}, []Channel{U, S}},
 		{"ordered serves slow_ordered", Biz{Channel: O, Channels: []Channel{O}}, []Channel{O, SO}, []Channel{U, S}},
 		{"plain lists three", Biz{Channel: U, Channels: []Channel{U, O, S}}, []Channel{U, O, S, SO}, []Channel{16}},
 		{"plain custom", Biz{Channel: S, Channels: []Channel{S, 16}}, []Channel{S, 16}, []Channel{U, O, 17}},

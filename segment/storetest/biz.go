@@ -222,11 +222,11 @@ func (s *suite) testChannels(t *testing.T, st segment.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range all {
-		if b.Name == plain.Name {
-			wantChannels(t, "listed", b, U, O, S)
-		}
+	i := slices.IndexFunc(all, func(b segment.Biz) bool { return b.Name == plain.Name })
+	if i < 0 {
+		t.Fatalf("ListBiz does not list %q", plain.Name)
 	}
+	wantChannels(t, "listed", all[i], U, O, S)
 
 	obf := s.name("chans_obf")
 	_, err = st.CreateBiz(ctx(t), segment.Biz{Name: obf, Channel: U, Channels: []segment.Channel{O}, Obfuscate: true})

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -368,15 +367,11 @@ func channelsLabel(b *idl.Biz) string {
 	if len(b.Channels) == 0 {
 		return "-"
 	}
-	names := make([]string, len(b.Channels))
+	chs := make([]segment.Channel, len(b.Channels))
 	for i, c := range b.Channels {
-		if c >= idl.Channel_UNORDERED && c <= idl.Channel_SLOW_ORDERED {
-			names[i] = c.String()
-		} else {
-			names[i] = strconv.Itoa(int(c))
-		}
+		chs[i] = segment.Channel(c)
 	}
-	return strings.Join(names, ",")
+	return strings.ToUpper(segment.ChannelNames(chs))
 }
 
 // orderedModeLabel is the business's ordered_mode: gapless when the node

@@ -8,18 +8,18 @@ import (
 	"github.com/idgen/idgen/internal/testnode"
 )
 
-// bizModeRow returns the ORDERED-MODE cell of biz's row in the text
+// bizColumn returns the cell of column col in biz's row of the text
 // output of biz get or list ("" when there is no such row).
-func bizModeRow(t *testing.T, out, biz string) string {
+func bizColumn(t *testing.T, out, biz, col string) string {
 	t.Helper()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	col := strings.Index(lines[0], "ORDERED-MODE")
-	if col < 0 {
-		t.Fatalf("no ORDERED-MODE column in:\n%s", out)
+	at := strings.Index(lines[0], col)
+	if at < 0 {
+		t.Fatalf("no %s column in:\n%s", col, out)
 	}
 	for _, l := range lines[1:] {
-		if f := strings.Fields(l); len(f) > 0 && f[0] == biz && len(l) > col {
-			return strings.Fields(l[col:])[0]
+		if f := strings.Fields(l); len(f) > 0 && f[0] == biz && len(l) > at {
+			return strings.Fields(l[at:])[0]
 		}
 	}
 	return ""
@@ -41,14 +41,14 @@ func TestBizOrderedMode(t *testing.T) {
 		return out
 	}
 	out := run("biz", "create", "--biz", "fast", "--channel", "ordered", "--ordered-mode", "cached")
-	if got := bizModeRow(t, out, "fast"); got != "cached" {
+	if got := bizColumn(t, out, "fast", "ORDERED-MODE"); got != "cached" {
 		t.Fatalf("biz create --ordered-mode cached shows %q:\n%s", got, out)
 	}
 	out = run("biz", "create", "--biz", "plain", "--channel", "ordered")
-	if got := bizModeRow(t, out, "plain"); got != "gapless" {
+	if got := bizColumn(t, out, "plain", "ORDERED-MODE"); got != "gapless" {
 		t.Fatalf("biz create without --ordered-mode shows %q:\n%s", got, out)
 	}
-	if got := bizModeRow(t, run("biz", "get", "--biz", "fast"), "fast"); got != "cached" {
+	if got := bizColumn(t, run("biz", "get", "--biz", "fast"), "fast", "ORDERED-MODE"); got != "cached" {
 		t.Errorf("biz get shows %q, want cached", got)
 	}
 	var one []struct {
@@ -59,15 +59,15 @@ func TestBizOrderedMode(t *testing.T) {
 		t.Errorf("biz get --json: %+v, %v; want ordered_mode cached", one, err)
 	}
 	// An update of another setting keeps the mode.
-	if got := bizModeRow(t, run("biz", "update", "--biz", "fast", "--step", "50"), "fast"); got != "cached" {
+	if got := bizColumn(t, run("biz", "update", "--biz", "fast", "--step", "50"), "fast", "ORDERED-MODE"); got != "cached" {
 		t.Errorf("biz update --step changed the mode to %q", got)
 	}
-	if got := bizModeRow(t, run("biz", "update", "--biz", "fast", "--ordered-mode", "gapless"), "fast"); got != "gapless" {
+	if got := bizColumn(t, run("biz", "update", "--biz", "fast", "--ordered-mode", "gapless"), "fast", "ORDERED-MODE"); got != "gapless" {
 		t.Errorf("biz update --ordered-mode gapless shows %q", got)
 	}
 	run("biz", "update", "--biz", "plain", "--ordered-mode", "cached")
 	out = run("biz", "list")
-	if a, b := bizModeRow(t, out, "fast"), bizModeRow(t, out, "plain"); a != "gapless" || b != "cached" {
+	if a, b := bizColumn(t, out, "fast", "ORDERED-MODE"), bizColumn(t, out, "plain", "ORDERED-MODE"); a != "gapless" || b != "cached" {
 		t.Errorf("biz list shows fast %q plain %q, want gapless, cached:\n%s", a, b, out)
 	}
 	var all []struct {

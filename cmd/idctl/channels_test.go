@@ -8,23 +8,6 @@ import (
 	"github.com/idgen/idgen/internal/testnode"
 )
 
-// bizColumn returns the cell of column col in biz's row of the text
-// output of biz get or list ("" when there is no such row).
-func bizColumn(t *testing.T, out, biz, col string) string {
-	t.Helper()
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	at := strings.Index(lines[0], col)
-	if at < 0 {
-		t.Fatalf("no %s column in:\n%s", col, out)
-	}
-	for _, l := range lines[1:] {
-		if f := strings.Fields(l); len(f) > 0 && f[0] == biz && len(l) > at {
-			return strings.Fields(l[at:])[0]
-		}
-	}
-	return ""
-}
-
 // TestBizChannels: on a real node, --channels sets the channels a
 // business serves (the first listed is the default when --channel is not
 // given), biz get shows them as text and JSON, and an obfuscated business

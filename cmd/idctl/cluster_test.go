@@ -18,7 +18,6 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/idgen/idgen/cluster"
-	"github.com/idgen/idgen/internal/testdb"
 	"github.com/idgen/idgen/worker"
 	"github.com/idgen/idgen/worker/mysqllease"
 )
@@ -382,13 +381,9 @@ func zkMarks(t *testing.T, conn *zk.Conn, name string) map[[2]int]int64 {
 
 func TestClusterMigrate(t *testing.T) {
 	zkAddr := clusterZK(t)
-	base := os.Getenv("IDGEN_TEST_MYSQL")
-	if base == "" {
-		t.Skip("IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB), or source .testenv")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	dsn := testdb.New(t, base)
+	dsn := testDB(t)
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		t.Fatal(err)

@@ -50,11 +50,7 @@ func TestPrintReplication(t *testing.T) {
 // --strict-replication; the flag belongs to check only.
 func TestDBCheckPrintsReplication(t *testing.T) {
 	cleanEnv(t)
-	base := os.Getenv("IDGEN_TEST_MYSQL")
-	if base == "" {
-		t.Skip("IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB), or source .testenv")
-	}
-	dsn := testdb.New(t, base)
+	dsn := testDB(t)
 	for _, args := range [][]string{{"db", "check", "--mysql", dsn}, {"db", "check", "--strict-replication", "--mysql", dsn}} {
 		code, out, errOut := runCLI(t, args...)
 		if code != 0 {
@@ -76,11 +72,7 @@ func TestDBCheckPrintsReplication(t *testing.T) {
 // bound one it names the cluster it forgot (issue 29, hole k).
 func TestDBUnbind(t *testing.T) {
 	cleanEnv(t)
-	base := os.Getenv("IDGEN_TEST_MYSQL")
-	if base == "" {
-		t.Skip("IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB), or source .testenv")
-	}
-	dsn := testdb.New(t, base)
+	dsn := testDB(t)
 	if code, out, errOut := runCLI(t, "db", "unbind", "--mysql", dsn); code != 0 || !strings.Contains(out, "belongs to no cluster") {
 		t.Fatalf("unbind of an unbound database: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
@@ -99,4 +91,16 @@ func TestDBUnbind(t *testing.T) {
 	if err := db.QueryRow(`SELECT COUNT(*) FROM cluster_binding`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("bindings left: %d, %v", n, err)
 	}
+}
+
+// testDB returns a migrated database of the test's own on the test
+// server (IDGEN_TEST_MYSQL), dropped when the test ends; it skips the test
+// without one.
+func testDB(t *testing.T) string {
+	t.Helper()
+	base := os.Getenv("IDGEN_TEST_MYSQL")
+	if base == "" {
+		t.Skip("IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB), or source .testenv")
+	}
+	return testdb.New(t, base)
 }

@@ -90,6 +90,7 @@ func framed(msg []byte) []byte {
 
 type node struct {
 	cmd        *exec.Cmd
+	dir        string // the node's data directory (and the certificate), removed by stop
 	rpc, admin string
 	tls        *tls.Config // client side; nil for plaintext
 	mu         sync.Mutex
@@ -181,11 +182,12 @@ func start(bin string, useTLS bool) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &node{rpc: freeAddr(), admin: freeAddr(), done: make(chan struct{})}
+	n := &node{dir: dir, rpc: freeAddr(), admin: freeAddr(), done: make(chan struct{})}
 	args := []string{"--rpc-addr", n.rpc, "--admin-addr", n.admin, "--data-dir", dir, "--admin-token", "attackframes-admin-token-0123456789abcdef"}
 	if useTLS {
 		cert, key, pool, err := selfSigned(dir)
 		if err != nil {
+			os.RemoveAll(dir)
 			return nil, err
 		}
 		args = append(args, "--tls-cert", cert, "--tls-key", key)
@@ -194,6 +196,7 @@ func start(bin string, useTLS bool) (*node, error) {
 	n.cmd = exec.Command(bin, args...)
 	n.cmd.Stdout, n.cmd.Stderr = n, n
 	if err := n.cmd.Start(); err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
 	go func() { _ = n.cmd.Wait(); close(n.done) }()
@@ -211,6 +214,7 @@ func start(bin string, useTLS bool) (*node, error) {
 func (n *node) stop() {
 	_ = n.cmd.Process.Kill()
 	<-n.done
+	os.RemoveAll(n.dir)
 }
 
 func run(bin string, useTLS, list bool) error {

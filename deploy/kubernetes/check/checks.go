@@ -527,6 +527,7 @@ func (c *checker) checkSecrets(pod *corev1.PodSpec, ctr *corev1.Container, s set
 		c.bad("container idgen: no --admin-token-file: every node of a cluster needs the same admin token, from the Secret")
 	}
 	fsGroup := pod.SecurityContext != nil && pod.SecurityContext.FSGroup != nil
+	mounts := map[string]bool{} // Secret mounts checked: the files in one share them
 	for _, opt := range fileOptions {
 		file, from, set := s.get(opt, "")
 		if !set {
@@ -537,8 +538,9 @@ func (c *checker) checkSecrets(pod *corev1.PodSpec, ctr *corev1.Container, s set
 			c.bad("container idgen: %s=%s is not in a Secret volume", from, file)
 			continue
 		}
-		if !vm.ReadOnly {
-			c.bad("container idgen: the Secret volume %s is mounted writable", vm.Name)
+		if !mounts[vm.Name] {
+			mounts[vm.Name] = true
+			c.checkSecretMount(pod, ctr, vm, fsGroup)
 		}
 		sv := volumes[vm.Name].Secret
 		mode := int32(0o644) // Kubernetes' default
@@ -560,11 +562,20 @@ func (c *checker) checkSecrets(pod *corev1.PodSpec, ctr *corev1.Container, s set
 		if mode&0o077 != 0 {
 			c.bad("container idgen: %s: Secret volume %s gives mode %#o, readable or writable by users other than idgen: want defaultMode 0400", from, vm.Name, mode)
 		}
-		if !fsGroup {
-			c.bad("container idgen: Secret volume %s: the pod sets no fsGroup: its files stay root's and idgen's user cannot read them", vm.Name)
-		} else if g := runAsGroup(pod, ctr); g == nil || *g != *pod.SecurityContext.FSGroup {
-			c.bad("container idgen: Secret volume %s: runAsGroup must equal fsGroup (%d): idgen accepts a group-readable secret file only from its own group", vm.Name, *pod.SecurityContext.FSGroup)
-		}
+	}
+}
+
+// checkSecretMount checks what the secret files of one Secret mount share:
+// read-only, and files idgen's user can read and accepts (see the mode
+// check in checkSecrets).
+func (c *checker) checkSecretMount(pod *corev1.PodSpec, ctr *corev1.Container, vm *corev1.VolumeMount, fsGroup bool) {
+	if !vm.ReadOnly {
+		c.bad("container idgen: the Secret volume %s is mounted writable", vm.Name)
+	}
+	if !fsGroup {
+		c.bad("container idgen: Secret volume %s: the pod sets no fsGroup: its files stay root's and idgen's user cannot read them", vm.Name)
+	} else if g := runAsGroup(pod, ctr); g == nil || *g != *pod.SecurityContext.FSGroup {
+		c.bad("container idgen: Secret volume %s: runAsGroup must equal fsGroup (%d): idgen accepts a group-readable secret file only from its own group", vm.Name, *pod.SecurityContext.FSGroup)
 	}
 }
 

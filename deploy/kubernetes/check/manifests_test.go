@@ -201,3 +201,26 @@ func TestChecksCatchBreakage(t *testing.T) {
 		})
 	}
 }
+
+// TestSecretMountProblemsOnce: a problem of the Secret mount itself (no
+// fsGroup, mounted writable) is reported once, not once per secret file in
+// it (the manifests put every secret file in one mount).
+func TestSecretMountProblemsOnce(t *testing.T) {
+	m := load(t)
+	pod := &m.StatefulSets[0].Spec.Template.Spec
+	pod.SecurityContext.FSGroup = nil
+	for i := range pod.Containers[0].VolumeMounts {
+		pod.Containers[0].VolumeMounts[i].ReadOnly = false
+	}
+	for _, want := range []string{"sets no fsGroup", "is mounted writable"} {
+		n := 0
+		for _, p := range Check(m) {
+			if strings.Contains(p, want) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d problems mention %q, want 1", n, want)
+		}
+	}
+}

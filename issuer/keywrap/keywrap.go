@@ -26,9 +26,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 
 	"github.com/idgen/idgen/internal/secretfile"
 	"github.com/idgen/idgen/segment"
@@ -73,27 +71,14 @@ type Key struct {
 // exception, Kubernetes Secret volumes): a master key that every local
 // user can read protects nothing.
 func Load(path string) (*Key, error) {
-	f, err := os.Open(path)
+	// The rule of every secret file (internal/secretfile): owner only,
+	// or root's file for this process's own group (Kubernetes fsGroup).
+	data, err := secretfile.Read(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("keywrap: master key file %s does not exist: make one with: head -c 48 /dev/urandom | base64 > %s; chmod 600 %s", path, path, path)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("keywrap: master key file: %w", err)
-	}
-	defer f.Close()
-	// Stat the open file, not the path: what is checked is what is read.
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("keywrap: master key file: %w", err)
-	}
-	// The rule of every secret file (internal/secretfile): owner only,
-	// or root's file for this process's own group (Kubernetes fsGroup).
-	if err := secretfile.Check(path, fi); err != nil {
-		return nil, fmt.Errorf("keywrap: master key file %w", err)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, 1<<16))
-	if err != nil {
-		return nil, fmt.Errorf("keywrap: read master key file %s: %w", path, err)
 	}
 	secret := bytes.TrimSpace(data)
 	if len(secret) < MinSecretLen {

@@ -383,8 +383,10 @@ func tokenOK(got *string, want string) bool {
 }
 
 // callerAddr is the RPC peer's address ("" when unknown), for plugins.
-func callerAddr(ctx context.Context) string {
-	ri := rpcinfo.GetRPCInfo(ctx)
+func callerAddr(ctx context.Context) string { return peerOf(rpcinfo.GetRPCInfo(ctx)) }
+
+// peerOf is ri's peer address ("" when unknown).
+func peerOf(ri rpcinfo.RPCInfo) string {
 	if ri == nil || ri.From() == nil || ri.From().Address() == nil {
 		return ""
 	}

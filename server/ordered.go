@@ -316,12 +316,8 @@ func (h *handler) OrderedTake(ctx context.Context, req *idl.OrderedTakeRequest) 
 	r := issuer.Request{Biz: req.Biz, Channel: &ch, Count: int(req.Count), SubKey: req.SubKey, RequestID: req.GetRequestId(),
 		Caller: callerAddr(ctx), Token: req.GetToken(), PlainOnly: true}
 	out, err := s.is.Next(ctx, r)
-	h.m.observe(out, err)
-	if err != nil {
-		if errors.Is(err, issuer.ErrUnauthenticated) {
-			h.authFailed(ctx, "OrderedTake", authClient, req.GetToken() != "")
-		}
-		return nil, h.toIDLError(req.Biz, err)
+	if err := h.issued(ctx, "OrderedTake", req.Biz, req.GetToken() != "", out, err); err != nil {
+		return nil, err
 	}
 	if len(out.Ranges) != 1 {
 		return nil, h.toIDLError(req.Biz, fmt.Errorf("OrderedTake served %d ranges, want 1", len(out.Ranges)))

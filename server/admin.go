@@ -255,7 +255,7 @@ func (l *adminListener) track(c net.Conn, probe bool) *adminConn {
 func (l *adminListener) oldestIdle() *adminConn {
 	var v *adminConn
 	for c := range l.conns {
-		if c.idle && (v == nil || c.idleSince.Before(v.idleSince)) {
+		if !c.idleSince.IsZero() && (v == nil || c.idleSince.Before(v.idleSince)) {
 			v = c
 		}
 	}
@@ -269,13 +269,14 @@ func (l *adminListener) connState(c net.Conn, st http.ConnState) {
 	if !ok {
 		return
 	}
+	idle := st == http.StateIdle
 	l.mu.Lock()
-	ac.idle = st == http.StateIdle
-	if ac.idle {
+	ac.idleSince = time.Time{}
+	if idle {
 		ac.idleSince = l.now()
 	}
 	l.mu.Unlock()
-	if st == http.StateIdle {
+	if idle {
 		l.signal()
 	}
 }
@@ -342,8 +343,8 @@ type adminConn struct {
 	l     *adminListener
 	probe bool // in a probe slot: /healthz and /readyz only, one request
 
-	// Guarded by l.mu.
-	idle      bool
+	// Guarded by l.mu: since when the connection is between requests
+	// (net/http's StateIdle); zero while it is not.
 	idleSince time.Time
 
 	// The request budget; used by the connection's own serving goroutine

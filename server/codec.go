@@ -86,12 +86,8 @@ func (c *boundedCodec) refused(msg remote.Message, fe *frameCheckErr) {
 	if !ok {
 		return
 	}
-	peer := ""
-	if ri := msg.RPCInfo(); ri != nil && ri.From() != nil && ri.From().Address() != nil {
-		peer = ri.From().Address().String()
-	}
 	c.log.Warn("refused an RPC request before decoding it; the connection is closed",
-		zap.String("reason", fe.reason), zap.String("peer", peer), zap.String("error", fe.msg),
+		zap.String("reason", fe.reason), zap.String("peer", peerOf(msg.RPCInfo())), zap.String("error", fe.msg),
 		zap.Int("max_frame_bytes", c.max), zap.Int("held_back", held), zap.Duration("window", frameLogEvery),
 		zap.String("fix", "a client sending a malformed or oversized request (or an attack): if it is a legitimate client with large requests, raise max_frame_bytes; idgen_rpc_frames_rejected_total counts them all"))
 }

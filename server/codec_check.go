@@ -118,7 +118,7 @@ func (k *walker) need(end int) error {
 
 // overrun is the refusal of n bytes that do not fit before k.end.
 func (k *walker) overrun(n int) error {
-	if !k.known && k.end == k.limit {
+	if !k.known { // buffered: bounded by max_frame_bytes alone
 		return refuse(rejectTooLarge, "an unframed request longer than max_frame_bytes (%d)", k.max)
 	}
 	return refuse(rejectDeclared, "the request declares %d bytes where %d are left in its frame", n, k.end-k.pos)
@@ -157,7 +157,7 @@ func (k *walker) length(what string, unit int) (int, error) {
 		return 0, refuse(rejectMalformed, "negative %s length %d", what, n)
 	}
 	if left := k.end - k.pos; int64(n)*int64(unit) > int64(left) {
-		if !k.known && k.end == k.limit {
+		if !k.known { // buffered: bounded by max_frame_bytes alone
 			return 0, refuse(rejectTooLarge, "a %s of %d declared in an unframed request, more than max_frame_bytes (%d) holds", what, n, k.max)
 		}
 		return 0, refuse(rejectDeclared, "a %s of %d declared where %d bytes are left in the frame", what, n, left)

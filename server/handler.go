@@ -102,12 +102,8 @@ func (h *handler) NextIDs(ctx context.Context, req *idl.NextIDsRequest) (resp *i
 
 // nextIDsAnswer turns the issuer's answer to req into NextIDs' answer.
 func (h *handler) nextIDsAnswer(ctx context.Context, req *idl.NextIDsRequest, out issuer.Response, err error) (*idl.NextIDsResponse, error) {
-	h.m.observe(out, err)
-	if err != nil {
-		if errors.Is(err, issuer.ErrUnauthenticated) {
-			h.authFailed(ctx, "NextIDs", authClient, req.GetToken() != "")
-		}
-		return nil, h.toIDLError(req.Biz, err)
+	if err := h.issued(ctx, "NextIDs", req.Biz, req.GetToken() != "", out, err); err != nil {
+		return nil, err
 	}
 	resp := &idl.NextIDsResponse{Ranges: make([]*idl.IDRange, len(out.Ranges)), Channel: idl.Channel(out.Channel),
 		Fallback: out.Fallback, Count: out.Count()}
@@ -124,6 +120,21 @@ func (h *handler) nextIDsAnswer(ctx context.Context, req *idl.NextIDsRequest, ou
 		h.log.Debug("snowflake fallback served", zap.String("biz", req.Biz), zap.NamedError("refusal", out.Refusal))
 	}
 	return resp, nil
+}
+
+// issued records the issuer's answer to method's request for biz in the
+// metrics and returns its refusal as the IDL error (nil when it served),
+// a refused token counted against method; tokenGiven: the request
+// carried one.
+func (h *handler) issued(ctx context.Context, method, biz string, tokenGiven bool, out issuer.Response, err error) error {
+	h.m.observe(out, err)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, issuer.ErrUnauthenticated) {
+		h.authFailed(ctx, method, authClient, tokenGiven)
+	}
+	return h.toIDLError(biz, err)
 }
 
 // ParseID decodes a snowflake ID.
@@ -383,8 +394,10 @@ func tokenOK(got *string, want string) bool {
 }
 
 // callerAddr is the RPC peer's address ("" when unknown), for plugins.
-func callerAddr(ctx context.Context) string {
-	ri := rpcinfo.GetRPCInfo(ctx)
+func callerAddr(ctx context.Context) string { return peerOf(rpcinfo.GetRPCInfo(ctx)) }
+
+// peerOf is ri's peer address ("" when unknown).
+func peerOf(ri rpcinfo.RPCInfo) string {
 	if ri == nil || ri.From() == nil || ri.From().Address() == nil {
 		return ""
 	}

@@ -63,26 +63,37 @@ func (o *owners) Take(ctx context.Context, biz segment.Biz, subKey string, n int
 	// moments of a node) is refused for tens of milliseconds: ride it out
 	// here, briefly, instead of answering the caller a refusal. A lease
 	// wait (seconds) is answered at once with its retry hint, never held.
+	return rideOut(ctx, func() (segment.Range, bool, error) {
+		r, err := o.alloc.Take(ctx, biz, subKey, n, rid)
+		return r, inTransition(err) && o.ownedElsewhere(err) == "", err
+	})
+}
+
+// rideOut calls try until it succeeds, says not to try again, or the next
+// pause would pass transitionBudget (or ctx's deadline): pauses of 5 ms,
+// doubling up to 80 ms. It returns try's last answer.
+func rideOut[T any](ctx context.Context, try func() (out T, again bool, err error)) (T, error) {
 	deadline := time.Now().Add(transitionBudget)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
 	pause := 5 * time.Millisecond
 	for {
-		r, err := o.alloc.Take(ctx, biz, subKey, n, rid)
-		if err == nil || !inTransition(err) || o.ownedElsewhere(err) != "" || time.Now().Add(pause).After(deadline) {
-			return r, err
+		out, again, err := try()
+		if err == nil || !again || time.Now().Add(pause).After(deadline) {
+			return out, err
 		}
 		select {
 		case <-ctx.Done():
-			return r, err
+			return out, err
 		case <-time.After(pause):
 		}
 		pause = min(2*pause, 80*time.Millisecond)
 	}
 }
 
-// transitionBudget bounds how long Take rides out a shard changing hands.
+// transitionBudget bounds how long Take and nextOrdered ride out a shard
+// changing hands (rideOut).
 const transitionBudget = 500 * time.Millisecond
 
 // inTransition reports a refusal that passes within milliseconds: the
@@ -140,33 +151,16 @@ func routedOrdered(req *idl.NextIDsRequest) bool {
 // again each time; a refused attempt was counted by the node that refused
 // it (its limits and plugins ran), which errs on the side of the limits.
 func (h *handler) nextOrdered(ctx context.Context, is *issuer.Issuer, o *owners, req *idl.NextIDsRequest, r issuer.Request) (*idl.NextIDsResponse, error) {
-	deadline := time.Now().Add(transitionBudget)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
-	}
-	pause := 5 * time.Millisecond
-	for {
-		var resp *idl.NextIDsResponse
-		var err error
-		again := false
+	return rideOut(ctx, func() (*idl.NextIDsResponse, bool, error) {
 		if addr := o.ownerOf(r.SubKey); addr != "" {
-			resp, err = o.forward(ctx, addr, req, r.Count)
-			again = forwardedTransition(err)
-		} else {
-			out, nerr := is.Next(ctx, r)
-			again = o.ownedElsewhere(nerr) != ""
-			resp, err = h.nextIDsAnswer(ctx, req, out, nerr)
+			resp, err := o.forward(ctx, addr, req, r.Count)
+			return resp, forwardedTransition(err), err
 		}
-		if err == nil || !again || time.Now().Add(pause).After(deadline) {
-			return resp, err
-		}
-		select {
-		case <-ctx.Done():
-			return resp, err
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, 80*time.Millisecond)
-	}
+		out, err := is.Next(ctx, r)
+		again := o.ownedElsewhere(err) != ""
+		resp, err := h.nextIDsAnswer(ctx, req, out, err)
+		return resp, again, err
+	})
 }
 
 // forwardedTransition reports an owner's refusal that passes within
@@ -322,12 +316,8 @@ func (h *handler) OrderedTake(ctx context.Context, req *idl.OrderedTakeRequest) 
 	r := issuer.Request{Biz: req.Biz, Channel: &ch, Count: int(req.Count), SubKey: req.SubKey, RequestID: req.GetRequestId(),
 		Caller: callerAddr(ctx), Token: req.GetToken(), PlainOnly: true}
 	out, err := s.is.Next(ctx, r)
-	h.m.observe(out, err)
-	if err != nil {
-		if errors.Is(err, issuer.ErrUnauthenticated) {
-			h.authFailed(ctx, "OrderedTake", authClient, req.GetToken() != "")
-		}
-		return nil, h.toIDLError(req.Biz, err)
+	if err := h.issued(ctx, "OrderedTake", req.Biz, req.GetToken() != "", out, err); err != nil {
+		return nil, err
 	}
 	if len(out.Ranges) != 1 {
 		return nil, h.toIDLError(req.Biz, fmt.Errorf("OrderedTake served %d ranges, want 1", len(out.Ranges)))

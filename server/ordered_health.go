@@ -24,7 +24,6 @@ import (
 type shardHealth struct {
 	grace atomic.Int64 // time.Duration
 	check func() []int // the shards unserved now
-	now   func() time.Time
 	log   *zap.Logger
 	warn  *logevery.Limiter
 
@@ -39,7 +38,7 @@ type shardHealth struct {
 const shardHealthEvery = 500 * time.Millisecond
 
 func newShardHealth(o *owners, grace time.Duration, log *zap.Logger) *shardHealth {
-	h := &shardHealth{now: time.Now, log: log, warn: logevery.New(time.Minute, nil), stop: make(chan struct{}),
+	h := &shardHealth{log: log, warn: logevery.New(time.Minute, nil), stop: make(chan struct{}),
 		check: func() []int { return ordered.Unserved(o.coord.Owners(), o.self, o.alloc.Serves) }}
 	h.grace.Store(int64(grace))
 	go func() {
@@ -61,7 +60,7 @@ func newShardHealth(o *owners, grace time.Duration, log *zap.Logger) *shardHealt
 // longer, in shard order.
 func (h *shardHealth) stuck() []int {
 	unserved := h.check()
-	now, grace := h.now(), h.graceDur()
+	now, grace := time.Now(), h.graceDur()
 	h.mu.Lock()
 	var out []int
 	was := h.since

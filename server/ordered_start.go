@@ -98,11 +98,7 @@ func startOwners(ctx context.Context, cfg Config, store ordered.Store, gate segm
 	if !allOwned(o.coord.Owners()) {
 		log.Warn("ORDERED: some shards have no owner yet; requests for them are refused (retryable) until one takes them")
 	}
-	lease := cfg.OrderedLease
-	if lease <= 0 {
-		lease = zkown.DefaultLease
-	}
-	o.health = newShardHealth(o, 3*lease, log)
+	o.health = newShardHealth(o, 3*cfg.OrderedLease, log) // ordered_lease is validated (300ms..1m)
 	m.reg.MustRegister(newOwnersCollector(o))
 	return o, nil
 }

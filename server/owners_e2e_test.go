@@ -109,22 +109,39 @@ func TestE2E_OrderedOwnersStandalone(t *testing.T) {
 	t.Logf("cached key after a crash: %d after %d (gap %d)", last["oc"], before, last["oc"]-before-1)
 }
 
+// startOwnersCluster starts n nodes of a fresh cluster (its name prefix
+// and a number) on zkAddr and dsn, serving ORDERED through shard owners on
+// 1 s leases, with extra flags; it returns the nodes, their clients and
+// their data dirs.
+func startOwnersCluster(t *testing.T, n int, prefix, zkAddr, dsn string, extra ...string) ([]*testnode.Node, []idgensvc.Client, []string) {
+	t.Helper()
+	cluster := fmt.Sprintf("%s%d", prefix, time.Now().UnixNano()%1_000_000)
+	var nodes []*testnode.Node
+	var clients []idgensvc.Client
+	var dirs []string
+	for range n {
+		dir := t.TempDir()
+		args := append([]string{"--zk", zkAddr, "--cluster", cluster, "--mysql", dsn, "--ordered-lease", "1s",
+			"--advertise-host", "127.0.0.1", "--properties-dir", t.TempDir()}, extra...)
+		nd := testnode.Start(t, testnode.Options{DataDir: dir, Args: args})
+		nodes = append(nodes, nd)
+		clients = append(clients, nd.Client(t))
+		dirs = append(dirs, dir)
+	}
+	return nodes, clients, dirs
+}
+
+// fastFailover are the flags that have a killed node's slot and shards
+// taken over within seconds.
+var fastFailover = []string{"--zk-session-timeout", "3s", "--heartbeat-interval", "500ms", "--outage-tolerance", "2s"}
+
 // TestE2E_OrderedOwnersCluster: three nodes share the 64 shards; the same
 // key asked from every node in turn (forwarded to its owner) is strictly
 // increasing; the owner's SIGKILL costs a lease wait, never order; its
 // planned hand-off (SIGTERM) leaves a gapless key without a gap.
 func TestE2E_OrderedOwnersCluster(t *testing.T) {
 	zkAddr, dsn := clusterEnv(t)
-	cluster := fmt.Sprintf("own%d", time.Now().UnixNano()%1_000_000)
-	var nodes []*testnode.Node
-	var clients []idgensvc.Client
-	for range 3 {
-		nd := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{
-			"--zk", zkAddr, "--cluster", cluster, "--mysql", dsn, "--zk-session-timeout", "3s",
-			"--heartbeat-interval", "500ms", "--outage-tolerance", "2s", "--ordered-lease", "1s", "--advertise-host", "127.0.0.1", "--properties-dir", t.TempDir()}})
-		nodes = append(nodes, nd)
-		clients = append(clients, nd.Client(t))
-	}
+	nodes, clients, _ := startOwnersCluster(t, 3, "own", zkAddr, dsn, fastFailover...)
 	ctx := context.Background()
 	for name, mode := range map[string]string{"og": "gapless", "oc": "cached"} {
 		if _, err := clients[0].CreateBiz(ctx, &idl.CreateBizRequest{Name: name, Channel: ch(idl.Channel_ORDERED), OrderedMode: ptr(mode)}); err != nil {

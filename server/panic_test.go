@@ -1,18 +1,17 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"reflect"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/idgen/idgen/clock/clocktest"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
@@ -113,7 +112,7 @@ func TestEveryRPCEmptyRequest(t *testing.T) {
 // handler's fake clock stands still, so the count does not depend on the
 // machine's speed.
 func TestPanicLogBounded(t *testing.T) {
-	var buf syncBuffer
+	var buf zaptest.Buffer // the calls are sequential: no lock needed
 	core := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), &buf, zapcore.DebugLevel)
 	clk := clocktest.New(time.Unix(1_800_000_000, 0))
 	h := &handler{log: zap.New(core), m: newMetrics(), clk: clk}
@@ -151,30 +150,4 @@ func TestPanicLogBounded(t *testing.T) {
 	if lines := strings.Count(buf.String(), "\n"); lines != 2 || !strings.Contains(buf.String(), `"suppressed":1999`) {
 		t.Fatalf("the next window logged %d lines in all (want 2, the second with suppressed 1999):\n%.4000s", lines, buf.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Sync() error { return nil }
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Len()
 }

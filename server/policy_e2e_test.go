@@ -12,7 +12,6 @@ import (
 
 	"github.com/idgen/idgen/internal/testnode"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
-	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -158,19 +157,7 @@ func TestE2E_OrderedTakeOnePolicy(t *testing.T) {
 // owner audited nothing.
 func TestE2E_ForwardedOrderedOnePolicy(t *testing.T) {
 	zkAddr, dsn := clusterEnv(t)
-	cluster := fmt.Sprintf("pol%d", time.Now().UnixNano()%1_000_000)
-	var nodes []*testnode.Node
-	var clients []idgensvc.Client
-	var dirs []string
-	for range 2 {
-		dir := t.TempDir()
-		nd := testnode.Start(t, testnode.Options{DataDir: dir, Args: []string{
-			"--zk", zkAddr, "--cluster", cluster, "--mysql", dsn, "--zk-session-timeout", "3s",
-			"--heartbeat-interval", "500ms", "--outage-tolerance", "2s", "--ordered-lease", "1s", "--advertise-host", "127.0.0.1", "--properties-dir", t.TempDir()}})
-		nodes = append(nodes, nd)
-		clients = append(clients, nd.Client(t))
-		dirs = append(dirs, dir)
-	}
+	nodes, clients, dirs := startOwnersCluster(t, 2, "pol", zkAddr, dsn, fastFailover...)
 	ctx := context.Background()
 	for _, b := range []*idl.CreateBizRequest{
 		{Name: "fq", Channel: ch(idl.Channel_ORDERED), IdQuota: ptr(int64(1)), IdBurst: ptr(int64(10)), Plugins: []string{"audit"}},

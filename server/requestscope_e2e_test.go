@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/idgen/idgen/internal/testnode"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
-	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 )
 
 // TestE2E_RequestIDsScopedToTheToken is issue 30, item 3, on a real
@@ -25,16 +23,7 @@ import (
 // key or count.
 func TestE2E_RequestIDsScopedToTheToken(t *testing.T) {
 	zkAddr, dsn := clusterEnv(t)
-	cluster := fmt.Sprintf("rid%d", time.Now().UnixNano()%1_000_000)
-	var nodes []*testnode.Node
-	var clients []idgensvc.Client
-	for range 2 {
-		nd := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{
-			"--zk", zkAddr, "--cluster", cluster, "--mysql", dsn, "--ordered-lease", "1s",
-			"--advertise-host", "127.0.0.1", "--properties-dir", t.TempDir()}})
-		nodes = append(nodes, nd)
-		clients = append(clients, nd.Client(t))
-	}
+	nodes, clients, _ := startOwnersCluster(t, 2, "rid", zkAddr, dsn)
 	ctx := context.Background()
 	if _, err := clients[0].CreateBiz(ctx, &idl.CreateBizRequest{Name: "scoped", Channel: ch(idl.Channel_ORDERED), OrderedMode: ptr("gapless")}); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,23 +17,7 @@ import (
 // statusGet fetches url with the Authorization header auth ("": none).
 func statusGet(t *testing.T, url, auth string) (*http.Response, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if auth != "" {
-		req.Header.Set("Authorization", auth)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, string(b)
+	return fetchStatus(t, http.MethodGet, url, auth)
 }
 
 func mustNotContain(t *testing.T, what, text string, unwanted ...string) {

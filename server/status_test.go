@@ -48,12 +48,21 @@ func startStatusNode(t *testing.T, adminTok string) (*node, *handler, *httptest.
 	return nd, h, srv
 }
 
-// getStatus fetches path and returns the answer and its body.
+// getStatus fetches url and returns the answer and its body.
 func getStatus(t *testing.T, method, url string) (*http.Response, string) {
+	t.Helper()
+	return fetchStatus(t, method, url, "")
+}
+
+// fetchStatus is getStatus with the Authorization header auth ("": none).
+func fetchStatus(t *testing.T, method, url, auth string) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -297,7 +297,9 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	})
 	meta := lease.Meta()
 	floor := layout.Floor(meta.CreatedMs)
-	if ms != nil {
+	if ms != nil && faultNoClusterBinding() {
+		log.Error("IDGEN_FAULT_NO_CLUSTER_BINDING=1: the database's cluster binding is not checked (fault injection's negative control)")
+	} else if ms != nil {
 		// One database, one cluster: refused before anything serves from
 		// it (segment/mysqlstore/binding.go).
 		nd.setStarting("checking the database belongs to this cluster")

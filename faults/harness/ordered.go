@@ -168,6 +168,22 @@ func (h *Hold) Resume() {
 // WaitExit waits up to d for the process to exit.
 func (n *Node) WaitExit(d time.Duration) bool { return n.wait(d) }
 
+// ExitCode returns the exit code of the process once it has exited, else
+// -1.
+func (n *Node) ExitCode() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return -1
+	}
+	select {
+	case <-n.done:
+		return n.cmd.ProcessState.ExitCode()
+	default:
+		return -1
+	}
+}
+
 // LogSize returns the current size of the node's log: an offset for
 // WaitLog.
 func (n *Node) LogSize() int64 {

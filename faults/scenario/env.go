@@ -258,8 +258,11 @@ type Run struct {
 	ens      *zkensemble.Ensemble
 	// negOrder: this control also fails by order violations (not only by
 	// duplicates); violations are the scenario's own findings.
-	negOrder   bool
-	violations []string
+	negOrder bool
+	// negViolation: this control also fails by the scenario's own
+	// violations (a gap bound; the holes of issue 29).
+	negViolation bool
+	violations   []string
 	// keepHistory: write the history even when the scenario passes (it
 	// found something worth a look).
 	keepHistory bool

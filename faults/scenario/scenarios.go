@@ -53,6 +53,10 @@ func All() []Scenario {
 		{"neg-restore", "CONTROL: zk-restore with IDGEN_FAULT_IGNORE_RESTORE=1 (the restored cluster's wait switched off)", true, zkRestore(true)},
 		{"neg-ordered-lease", "CONTROL: ordered-owner-zk-partition with IDGEN_FAULT_ORDERED_NO_LEASE_WAIT=1 on every node, lease 3 s, window 10 s: in the cached-only shards (no persist to fence it) the partitioned owner keeps answering from its reservations for 0.35-1.35 s after the new owner took over and answers above them: real-time order violations", true, orderedZKPartition(true)},
 		{"neg-ordered-epoch", "CONTROL: ordered-stale-handoff with IDGEN_FAULT_ORDERED_NO_EPOCH=1 on every node: A's stale write-back lowers the quiet cached keys' rows below numbers B answered, and C, loading them, repeats those numbers", true, orderedStaleHandoff(true)},
+		{"ordered-fence-row-pause", "ORDERED issue 29 hole j: the hot shard's owner SIGSTOPped for 30 s inside a persist after its fence UPDATE (IDGEN_FAULT_ORDERED_PERSIST_STALL): the server ends its idle session (wait_timeout), the others take the shard; hot keys' outage below half the pause", false, orderedFenceRowPause(false)},
+		{"neg-fence-row-pause", "CONTROL: ordered-fence-row-pause with IDGEN_FAULT_NO_SESSION_IDLE_LIMIT=1 on every node: the paused owner's transaction holds the fence row for the whole pause; hot keys' outage above the bound", true, orderedFenceRowPause(true)},
+		{"two-clusters-one-db", "ORDERED issue 29 hole k: a node of a second cluster starts on the first cluster's database under ORDERED load: refused at start (non-zero exit, the fix in its log); the first cluster keeps serving (hot keys' outage below 5 s)", false, twoClustersOneDB(false)},
+		{"neg-two-clusters-one-db", "CONTROL: two-clusters-one-db with IDGEN_FAULT_NO_CLUSTER_BINDING=1 on the second cluster's node: it starts and claims every ORDERED shard in the shared table under the first cluster's owners", true, twoClustersOneDB(true)},
 	}
 }
 

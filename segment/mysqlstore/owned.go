@@ -347,6 +347,7 @@ func (s *Store) persistOnce(ctx context.Context, shard int, epoch int64, reqs []
 	if err := s.fence(ctx, tx, shard, epoch, s.ignoreEpoch.Load()); err != nil {
 		return err
 	}
+	faultAfterFence(s, shard)
 	for _, st := range reqStmts {
 		_, err := tx.ExecContext(ctx, st.sql, st.args...)
 		if isDupEntry(err) {

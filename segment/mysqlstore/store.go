@@ -124,7 +124,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: %w", segment.ErrInvalid, err)
 	}
 	idle := sessionIdleLimit(cfg.Timeout)
-	mc.Params["wait_timeout"] = strconv.Itoa(int(idle.Seconds()))
+	if !faultNoSessionIdleLimit() {
+		mc.Params["wait_timeout"] = strconv.Itoa(int(idle.Seconds()))
+	}
 	connector, err := mysql.NewConnector(mc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: mysqlstore: DSN: %w", segment.ErrInvalid, err)

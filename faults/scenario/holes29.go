@@ -1,0 +1,213 @@
+package scenario
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/idgen/idgen/faults/checker"
+	"github.com/idgen/idgen/faults/harness"
+)
+
+// The real-server scenarios of issue 29's holes j (a paused owner holding
+// its shard's fence row) and k (two clusters on one database), each with
+// its negative control.
+
+const (
+	// fencePause is how long the owner stays frozen inside its persist.
+	fencePause = 30 * time.Second
+	// fenceStall is the stall after the fence UPDATE in which the suite
+	// SIGSTOPs the node (IDGEN_FAULT_ORDERED_PERSIST_STALL).
+	fenceStall = 3 * time.Second
+	// clusterGapBound is the most the first cluster's hot keys may go
+	// without an answer while a second cluster's node starts on its
+	// database.
+	clusterGapBound = 5 * time.Second
+)
+
+// hotGaps records a violation for each ORDERED business whose hot keys
+// went longer than bound without an answer, and returns the longest.
+func (s *ordSetup) hotGaps(r *Run, bound time.Duration, why string) time.Duration {
+	var worst time.Duration
+	for _, biz := range []string{bizGapless, bizCached} {
+		out := checker.KeyOutage(r.calls, biz, keyList(s.hotKeys(biz)), r.from, r.to)
+		worst = max(worst, out.Len)
+		if out.Len > bound {
+			r.Violation("%s (%s) hot keys went %v without an answer (%s..%s), bound %v: %s", biz, modeOf(biz),
+				out.Len.Round(time.Millisecond), clock(out.From), clock(out.To), bound, why)
+		}
+	}
+	return worst
+}
+
+// orderedFenceRowPause (hole j): the hot shard's owner A stalls a persist
+// after its fence UPDATE (IDGEN_FAULT_ORDERED_PERSIST_STALL, armed for the
+// hot shard once ownership settled) and is SIGSTOPped there, its
+// transaction open on the shard's fence row, for fencePause; then
+// SIGCONTed. The server ends A's idle session after the store's
+// sessionIdleLimit (5 s with the 2 s store timeout), so the others' Claim
+// gets the row and the hot keys' outage stays well below the pause (bound:
+// half of it). neg (IDGEN_FAULT_NO_SESSION_IDLE_LIMIT=1 on every node):
+// the sessions keep the server's wait_timeout (8 h), A's transaction holds
+// the row for the whole pause, every Claim fails on the lock: the outage
+// is the pause, above the bound.
+func orderedFenceRowPause(neg bool) func(*Run) error {
+	return func(r *Run) error {
+		dir := filepath.Join(r.Env.WorkDir, r.Name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		arm := filepath.Join(dir, "persist-stall")
+		_ = os.Remove(arm)
+		o := ordOpts{Victim: 1, ClusterOpts: ClusterOpts{FaultInject: true, Env: map[int][]string{}}}
+		o.Env[1] = []string{"IDGEN_FAULT_ORDERED_PERSIST_STALL=" + arm}
+		if neg {
+			r.negViolation = true
+			for i := range 3 {
+				o.Env[i] = append(o.Env[i], "IDGEN_FAULT_NO_SESSION_IDLE_LIMIT=1")
+			}
+		}
+		s, err := ordCluster(r, o)
+		if err != nil {
+			return err
+		}
+		a := s.victim
+		s.startLoad(r)
+		r.Sleep(3 * time.Second)
+		off := a.LogSize()
+		offs := s.logOffsets()
+		if err := os.WriteFile(arm, fmt.Appendf(nil, "%d %s\n", s.shard, fenceStall), 0o644); err != nil {
+			return err
+		}
+		line, err := a.WaitLog(off, "faultinject: persist stalled after the fence", 10*time.Second)
+		if err != nil {
+			return err
+		}
+		a.Signal(syscall.SIGSTOP)
+		stop := time.Now()
+		if m := stallShard.FindStringSubmatch(line); m == nil || m[1] != strconv.Itoa(s.shard) {
+			a.Signal(syscall.SIGCONT)
+			return fmt.Errorf("%s stalled in another shard than the hot shard %d: %q: the scenario did not happen", a.Name, s.shard, line)
+		}
+		r.Note("%s (owner of shard %d) stalled a persist after its fence UPDATE; SIGSTOP %s for %v", a.Name, s.shard, a.Name, fencePause)
+		b, werr := s.waitOwner(s.others(), []*harness.Node{a}, fencePause-time.Second)
+		if werr == nil {
+			r.Note("shard %d leased (ZooKeeper) by %s %v after the SIGSTOP; served once its Claim gets the fence row", s.shard, b.Name, time.Since(stop).Round(10*time.Millisecond))
+		} else {
+			r.Note("shard %d not taken over while %s was stopped: %v", s.shard, a.Name, werr)
+			b = s.others()[0]
+		}
+		sleepUntil(stop.Add(fencePause))
+		a.Signal(syscall.SIGCONT)
+		r.Note("SIGCONT %s", a.Name)
+		s.finish(r, b, 7*time.Second, offs)
+		worst := s.hotGaps(r, fencePause/2, "a paused owner's open transaction kept its shard's fence row from the others")
+		r.Note("hot keys' longest outage %v (bound %v, pause %v)", worst.Round(time.Millisecond), fencePause/2, fencePause)
+		return nil
+	}
+}
+
+// twoClustersOneDB (hole k): under ORDERED load on cluster 1, a node of a
+// second cluster (created with `idctl cluster init` under another name on
+// the same ZooKeeper) starts with cluster 1's database. It must be refused
+// at start (exit non-zero, its log naming the fix: a database per
+// cluster), and cluster 1's hot keys keep being served (gap bound). neg
+// (IDGEN_FAULT_NO_CLUSTER_BINDING=1 on the intruder): it starts, owns all
+// 64 shards of its one-node cluster and claims them in the shared
+// ordered_shard table, raising their epochs under cluster 1's owners:
+// their persists are fenced and the gapless business shows holes no
+// failed call explains (the violation the control fails by; the hot
+// keys' outage stayed below the bound in the runs).
+func twoClustersOneDB(neg bool) func(*Run) error {
+	return func(r *Run) error {
+		s, err := ordCluster(r, ordOpts{Victim: 1})
+		if err != nil {
+			return err
+		}
+		c := s.c
+		// The intruder: cluster 1's flags (minus the addresses NewNode
+		// adds) with another cluster name and directory.
+		name := c.Name + "_b"
+		dir := filepath.Join(r.Env.WorkDir, r.Name)
+		nd := filepath.Join(dir, "x0")
+		if err := os.MkdirAll(nd, 0o755); err != nil {
+			return err
+		}
+		args := append([]string(nil), c.Nodes[0].Args[6:]...)
+		for i := 0; i+1 < len(args); i++ {
+			switch args[i] {
+			case "--cluster":
+				args[i+1] = name
+			case "--properties-dir", "--data-dir":
+				args[i+1] = nd
+			}
+		}
+		if err := r.initCluster(name, args); err != nil {
+			return err
+		}
+		bin, env := r.Env.Bin, []string(nil)
+		if neg {
+			r.negViolation = true
+			bin, env = r.Env.BinFI, []string{"IDGEN_FAULT_NO_CLUSTER_BINDING=1"}
+		}
+		x := harness.NewNode("x0", bin, dir, args, env)
+		s.startLoad(r)
+		r.Sleep(3 * time.Second)
+		offs := s.logOffsets()
+		if err := x.StartNoWait(); err != nil {
+			return err
+		}
+		start := time.Now()
+		r.Note("node x0 of cluster %s started on cluster %s's database", name, c.Name)
+		if !neg {
+			if !x.WaitExit(30 * time.Second) {
+				x.Kill()
+				r.Violation("x0 of cluster %s still runs 30 s after its start on cluster %s's database", name, c.Name)
+			} else {
+				code := x.ExitCode()
+				fix := x.LogLines(0, "give each cluster its own database")
+				r.Note("x0 exited %v after its start, code %d; %d log lines name the fix", time.Since(start).Round(10*time.Millisecond), code, len(fix))
+				if code == 0 {
+					r.Violation("x0 exited 0 after its refusal")
+				}
+				if len(fix) == 0 || !strings.Contains(fix[0], "belongs to cluster") {
+					r.Violation("x0's log does not name the fix (%q)", x.LastLogLine())
+				}
+			}
+			r.Sleep(5 * time.Second)
+		} else {
+			if err := x.WaitStarted(30 * time.Second); err != nil {
+				x.Kill()
+				return fmt.Errorf("x0 (binding check skipped) did not start: %w", err)
+			}
+			r.Note("x0 started %v after its start, binding not checked", time.Since(start).Round(10*time.Millisecond))
+			r.Sleep(12 * time.Second)
+			if own, err := ownersOf(x); err == nil {
+				r.Note("x0 sees itself owning the hot shard %d: %v", s.shard, own[s.shard] == x.RPCAddr)
+			}
+			x.Kill()
+			r.Note("SIGKILL x0")
+		}
+		// finish, keeping the gapless business's holes: a hole no failed
+		// call explains is a violation (x0's claims fence cluster 1's
+		// owners mid-persist in the control).
+		b := s.others()[0]
+		s.watchOwner(r, b, 5*time.Second)
+		r.Note("shard %d owner at the end: %s", s.shard, s.ownerName(b))
+		r.StopLoad()
+		s.acquisitions(r, offs)
+		assertGapless(r, s.report(r))
+		fenced := 0
+		for _, n := range c.Active() {
+			fenced += len(n.LogLines(offs[n], "epoch changed"))
+		}
+		r.Note("cluster %s's log lines naming a changed epoch since x0 started: %d", c.Name, fenced)
+		worst := s.hotGaps(r, clusterGapBound, "a second cluster's node on the first cluster's database")
+		r.Note("hot keys' longest outage %v (bound %v)", worst.Round(time.Millisecond), clusterGapBound)
+		return nil
+	}
+}

@@ -1,0 +1,10 @@
+//go:build !faultinject
+
+package mysqlstore
+
+// faultNoSessionIdleLimit is false: normal builds always bound the
+// sessions' idle time (sessionIdleLimit; see fault_faultinject.go).
+func faultNoSessionIdleLimit() bool { return false }
+
+// faultAfterFence does nothing: normal builds never stall a persist.
+func faultAfterFence(*Store, int) {}

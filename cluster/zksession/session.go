@@ -234,6 +234,12 @@ func (s *Session) Wait(ctx context.Context) error {
 // Its Close does nothing (guards never close the shared session).
 func (s *Session) Conn() ZK { return s.h }
 
+// Client returns the current underlying client, for tests and
+// diagnostics (which fake connection to disconnect, say). Guards use Conn:
+// a client taken here goes stale at the next replacement, and closing it
+// would cut every guard's session.
+func (s *Session) Client() ZK { return s.h.get() }
+
 // View returns a snapshot of the session.
 func (s *Session) View() View {
 	v, _ := s.view()

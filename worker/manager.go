@@ -55,9 +55,9 @@ type manager struct {
 	mode         State
 	seenExpired  uint64
 	seenRestores uint64
-	needResume  bool // same session back after a fence: re-acquire
-	needReclaim bool // new session (or ZooKeeper back after degraded)
-	broken      error
+	needResume   bool // same session back after a fence: re-acquire
+	needReclaim  bool // new session (or ZooKeeper back after degraded)
+	broken       error
 
 	lossLogged bool // the current connection loss was logged
 	retryTimer *time.Timer

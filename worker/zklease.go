@@ -24,7 +24,7 @@ type ZKLease struct {
 	conn    ZK                 // the session's stable client handle
 	sess    *zksession.Session // shared with the node's other guards, or the lease's own
 	ownSess bool               // the lease opened sess and closes it
-	props   string // properties file path
+	props   string             // properties file path
 	pid     int
 	started time.Time
 

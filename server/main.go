@@ -262,20 +262,22 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 		return nil, err
 	}
 
+	// zs is the node's one ZooKeeper session (nil without --zk): every
+	// guard below takes it, none closes it; it is closed after all of
+	// them (closers run in reverse). Not waited for here: the worker lease
+	// decides how long to wait (and may start degraded without ZooKeeper).
+	var zs *zksession.Session
 	if cfg.ZK != "" {
 		warnOpenZooKeeper(cfg, m, log)
-		// One session for every guard, closed after all of them (closers
-		// run in reverse). Not waited for here: the worker lease decides
-		// how long to wait (and may start degraded without ZooKeeper).
-		zs, err := openSession(cfg, log)
-		if err != nil {
+		var err error
+		if zs, err = openSession(cfg, log); err != nil {
 			return fail(err)
 		}
-		nd.zk = zs
+		nd.zk.Store(zs)
 		closers = append(closers, zs.Close)
 	}
 	nd.setStarting("opening the segment store")
-	store, noSegments, err := openStore(ctx, cfg, nd.zk, log)
+	store, noSegments, err := openStore(ctx, cfg, zs, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -293,7 +295,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	layout := cfg.Layout()
 	holder := &lateHolder{}
 	nd.setStarting("claiming a worker slot")
-	lease, err := startLease(ctx, cfg, layout, holder, clk, rpcPort, store, nd.zk, log)
+	lease, err := startLease(ctx, cfg, layout, holder, clk, rpcPort, store, zs, log)
 	if err != nil {
 		return fail(err)
 	}

@@ -40,8 +40,8 @@ type node struct {
 	// zk is the node's one ZooKeeper session (nil without --zk), opened
 	// first in start and closed last; every guard takes it (package
 	// cluster/zksession: one session, one membership lifetime) and none
-	// closes it.
-	zk *zksession.Session
+	// closes it. Atomic: metrics read it while the node starts.
+	zk atomic.Pointer[zksession.Session]
 }
 
 // handOffShards hands this node's ORDERED shards off before the RPC server

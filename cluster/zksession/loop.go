@@ -216,7 +216,9 @@ func (s *Session) step(ls *loopState, judgedCh chan judged, checkedCh chan check
 				}
 			}
 			if s.cfg.Check != nil {
-				r.restored, r.why, r.err = s.cfg.Check(s.ctx, s.h)
+				// The client itself: the handle refuses requests until
+				// the check has passed.
+				r.restored, r.why, r.err = s.cfg.Check(s.ctx, s.h.get())
 				if needAuth && r.err != nil {
 					// The credential is on the client: do not add it twice.
 					r.err = &authedErr{r.err}

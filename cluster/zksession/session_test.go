@@ -321,6 +321,9 @@ func TestCheckHook(t *testing.T) {
 	if s.View().Has {
 		t.Fatal("usable before the check passed")
 	}
+	if _, _, err := s.Conn().Get("/x"); !errors.Is(err, ErrNotUsable) || !errors.Is(err, zk.ErrNoServer) {
+		t.Fatalf("a request before the check passed: %v, want ErrNotUsable (matching zk.ErrNoServer), unsent", err)
+	}
 	answers <- answer{restored: true, why: "incarnation went back"}
 	waitFor(t, "usable after the check", 5*time.Second, func() bool { return s.View().Has })
 	if v := s.View(); v.Restores != 1 || v.RestoreWhy != "incarnation went back" {

@@ -408,3 +408,36 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+// TestCloseDuringAProbe: Close waits for a running probe and closes the
+// client it connected; nothing is left open.
+func TestCloseDuringAProbe(t *testing.T) {
+	f := newStub()
+	cfg := f.config(t)
+	release := make(chan struct{})
+	var probing atomic.Bool
+	cfg.ServerStats = func([]string, time.Duration) []ServerStat {
+		probing.Store(true)
+		<-release
+		return []ServerStat{{Server: "a:2181", Err: errors.New("srvr not allowed")}}
+	}
+	s := open(t, cfg)
+	s.NoteZxid(5)
+	f.conn(0).refuse(RedialAfter)
+	waitFor(t, "a probe running", 5*time.Second, probing.Load)
+	closed := make(chan struct{})
+	go func() { s.Close(); close(closed) }()
+	time.Sleep(3 * tick)
+	f.advance(2 * cfg.Lead) // the probe's verdict: replace (nobody explains the refusals, for longer than the lead)
+	close(release)
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hung during a probe")
+	}
+	for i := range f.clients() {
+		if !f.conn(i).closed {
+			t.Fatalf("client %d left open after Close", i)
+		}
+	}
+}

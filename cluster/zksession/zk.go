@@ -182,6 +182,22 @@ func (h *handle) Multi(ops ...any) ([]zk.MultiResponse, error) {
 	return c.Multi(ops...)
 }
 
+// Sync makes the server the client talks to catch up with the leader
+// (zk.Conn.Sync), for a read that must see every write committed before it.
+// It is not part of ZK (the fakes need not have it): callers type-assert
+// interface{ Sync(string) (string, error) }.
+func (h *handle) Sync(path string) (string, error) {
+	c, err := h.use()
+	if err != nil {
+		return "", err
+	}
+	s, ok := c.(interface{ Sync(string) (string, error) })
+	if !ok {
+		return path, nil // a fake: one server, always in sync
+	}
+	return s.Sync(path)
+}
+
 func (h *handle) AddAuth(scheme string, auth []byte) error { return h.get().AddAuth(scheme, auth) }
 func (h *handle) SessionID() int64                         { return h.get().SessionID() }
 func (h *handle) State() zk.State                          { return h.get().State() }

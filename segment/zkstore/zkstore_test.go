@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idgen/idgen/cluster/zksession"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/storetest"
 )
@@ -96,5 +97,41 @@ func TestUnreachableAnswersInTime(t *testing.T) {
 	defer s.Close()
 	if _, err := s.GetBiz(context.Background(), "x"); !errors.Is(err, segment.ErrUnavailable) {
 		t.Fatalf("err = %v, want ErrUnavailable", err)
+	}
+}
+
+// TestIntegration_SharedSession: a store given the node's session uses it
+// (its calls go through the session's client) and leaves it open when it
+// closes; calls after the session closed fail fast with ErrUnavailable.
+func TestIntegration_SharedSession(t *testing.T) {
+	addr := testZK(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	zs, err := zksession.Open(ctx, zksession.Config{Servers: []string{addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zs.Close()
+	s, err := Open(ctx, Config{Session: zs, Root: "/idgen-zkstore-test", Cluster: fmt.Sprintf("c%d", rand.Uint32())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateBiz(ctx, segment.Biz{Name: "shared", Channel: segment.ChannelSnowflake}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetBiz(ctx, "shared"); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	if v := zs.View(); !v.Has || v.Closed {
+		t.Fatalf("the shared session after the store closed: %+v", v)
+	}
+	s2, err := Open(ctx, Config{Session: zs, Root: "/idgen-zkstore-test", Cluster: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zs.Close()
+	if _, err := s2.GetBiz(ctx, "shared"); !errors.Is(err, segment.ErrUnavailable) {
+		t.Fatalf("after the session closed: %v, want ErrUnavailable", err)
 	}
 }

@@ -249,10 +249,9 @@ func (s *Session) View() View {
 	return v
 }
 
-// Changed returns a channel closed at the next View change. Take View,
-// then Changed, and compare: a change between the two closes the channel
-// at once only if Changed was taken first, so take Changed first when
-// waiting for a condition (see Wait).
+// Changed returns a channel closed at the next View change. A change
+// between a View call and a Changed call would be missed: take Changed
+// first, then View, or use ViewChanged, which takes both atomically.
 func (s *Session) Changed() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()

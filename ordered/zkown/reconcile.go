@@ -642,7 +642,26 @@ func (c *Coordinator) handoff(ctx context.Context, h ordered.Handler, s int) err
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.HandlerTimeout)
 	err := h.Release(rctx, s)
 	cancel()
-	if err != nil {
+	leaving := ordered.IsLeaving(ctx)
+	switch {
+	case errors.Is(err, ordered.ErrHandOffDeferred) && !leaving:
+		// The handler still serves the shard (its barrier's gate is
+		// closed, a write-back would be refused): keep it, try later.
+		c.log.Debug("ORDERED hand-off deferred by the handler; the shard stays this node's for now",
+			zap.Int("shard", s), zap.Int64("epoch", epoch), zap.Error(err))
+		return nil
+	case errors.Is(err, ordered.ErrHandOffDeferred):
+		// Leaving, and the gate stayed closed until the deadline: stop
+		// serving without a write-back (Lost), and release with a wait.
+		c.log.Warn("ORDERED hand-off while leaving: the handler's gate stayed closed; the shard is dropped and released with a lease wait",
+			zap.Int("shard", s), zap.Int64("epoch", epoch), zap.Error(err))
+		h.Lost(s)
+		c.markUnclean(s)
+	case errors.Is(err, ordered.ErrUncleanHandOff):
+		c.log.Warn("ORDERED hand-off without the exact write-back; the shard is released with a lease wait",
+			zap.Int("shard", s), zap.Int64("epoch", epoch), zap.Error(err))
+		c.markUnclean(s)
+	case err != nil:
 		c.log.Warn("ORDERED hand-off: the handler's release failed (its reservations stay a gap); releasing anyway",
 			zap.Int("shard", s), zap.Int64("epoch", epoch), zap.Error(err))
 	}
@@ -658,6 +677,16 @@ func (c *Coordinator) handoff(ctx context.Context, h ordered.Handler, s int) err
 	}
 	c.releaseZnode(ctx, s, v)
 	return err
+}
+
+// markUnclean makes the shard's next release carry a lease wait: a
+// hand-off whose exact write-back did not happen (ordered.ErrUncleanHandOff)
+// may leave the store below what this node handed out after a lossy MySQL
+// failover, so the next owner must not serve at once.
+func (c *Coordinator) markUnclean(s int) {
+	c.mu.Lock()
+	c.storeAhead[s] = true
+	c.mu.Unlock()
 }
 
 // releaseZnode writes shards/NN released (same epoch) when it is still

@@ -295,7 +295,8 @@ type Coordinator struct {
 	// record does not cover (Stored above the grant, or equal to it but
 	// another owner's: a wiped or restored ensemble handed the same
 	// epoch out twice). That owner may still answer from memory for one
-	// lease, so the release carries a lease wait. Cleared once the
+	// lease, so the release carries a lease wait. Also set by a hand-off
+	// without its exact write-back (markUnclean). Cleared once the
 	// release is written. Guarded by mu.
 	storeAhead [Shards]bool
 	// wait is, per shard, the latest NotBefore this node computed for
@@ -547,7 +548,7 @@ func (c *Coordinator) Close(ctx context.Context) error {
 	}
 	var first error
 	if h != nil {
-		first = c.releaseAll(ctx, h)
+		first = c.releaseAll(ordered.Leaving(ctx), h)
 	}
 	close(c.stopRenew)
 	if renewing {

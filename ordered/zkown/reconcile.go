@@ -11,6 +11,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
 
+	"github.com/idgen/idgen/cluster"
 	"github.com/idgen/idgen/ordered"
 )
 
@@ -85,7 +86,7 @@ func (c *Coordinator) round(ctx context.Context) {
 	}
 	defer c.publish()
 	c.dropIfLapsed(h)
-	if c.conn.State() != zk.StateHasSession {
+	if !c.usable() {
 		// ZooKeeper unreachable: nothing changes hands; do not wait for a
 		// session here, so the lease check above runs every tick.
 		return
@@ -231,7 +232,15 @@ func (c *Coordinator) readShard(ctx context.Context, s int, arm bool) error {
 				return err
 			}
 			rec := shardRecord{State: StateReleased, UpdatedAtMs: time.Now().UnixMilli()}
-			if _, err := c.conn.Create(p, mustJSON(rec), 0, c.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			_, err = c.conn.Create(p, mustJSON(rec), 0, c.acl)
+			if errors.Is(err, zk.ErrNoNode) {
+				// The layout is gone (a wiped ensemble): create it again.
+				if err := cluster.EnsurePath(c.conn, c.shardsDir, c.acl); err != nil {
+					return err
+				}
+				continue
+			}
+			if err != nil && !errors.Is(err, zk.ErrNodeExists) {
 				return err
 			}
 		}
@@ -244,6 +253,7 @@ func (c *Coordinator) readShard(ctx context.Context, s int, arm bool) error {
 		c.shardWatch[s] = ch
 		c.watchKick(s, ch)
 	}
+	c.noteStat(st)
 	var rec shardRecord
 	if err := json.Unmarshal(data, &rec); err != nil {
 		c.mu.Lock()
@@ -325,6 +335,7 @@ func (c *Coordinator) pollNodes(ctx context.Context) bool {
 			c.log.Debug("ORDERED coordinator: reading a node failed", zap.String("id", k), zap.Error(err))
 			return false
 		}
+		c.noteStat(st)
 		present[k] = true
 		if p == nil {
 			p = &peer{id: k}
@@ -510,7 +521,7 @@ func (c *Coordinator) takeover(ctx context.Context, h ordered.Handler, s int, v 
 	if c.cfg.UnsafeNoLeaseWait {
 		notBefore = now
 	} else {
-		notBefore = laterOf(notBefore, c.wait[s])
+		notBefore = laterOf(laterOf(notBefore, c.wait[s]), c.restoreWait())
 	}
 	notBefore = laterOf(now, notBefore)
 	c.mu.Lock()

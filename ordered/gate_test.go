@@ -351,3 +351,39 @@ func TestLeavingHandOffGateNeverOpens(t *testing.T) {
 		t.Fatalf("Release = %v, want ErrHandOffDeferred at the deadline", err)
 	}
 }
+
+// BenchmarkCachedTakeGate: a cached answer from memory with and without a
+// gate (the hole a check on the hot path: one Gate.Enter per answer), 8
+// keys taken in parallel.
+func BenchmarkCachedTakeGate(b *testing.B) {
+	for _, gated := range []bool{false, true} {
+		b.Run(fmt.Sprintf("gate=%v", gated), func(b *testing.B) {
+			store, clk := newFakeStore(), newFakeClock()
+			var g segment.Gate
+			if gated {
+				g = newFakeGate()
+			}
+			coord := newFakeCoord("a:1", clk.Now().Add(time.Hour))
+			a, _ := New(Config{Store: store, Coordinator: coord, Clock: clk, Self: "a:1", Gate: g, MaxReservation: 1 << 40})
+			for s := range segment.OrderedShards {
+				_ = a.Acquire(context.Background(), Grant{Shard: s, Epoch: 1})
+			}
+			biz := bizMode("chat", segment.OrderedCached)
+			var next sync.Mutex
+			k := 0
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				next.Lock()
+				sub := fmt.Sprintf("k%d", k%8)
+				k++
+				next.Unlock()
+				for pb.Next() {
+					if _, err := a.Take(context.Background(), biz, sub, 1, segment.RequestID{}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.ReportMetric(float64(a.Stats().FromMemory)/float64(b.N), "memory/op")
+		})
+	}
+}

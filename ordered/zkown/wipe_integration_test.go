@@ -78,6 +78,7 @@ func TestIntegrationWipeRecovers(t *testing.T) {
 	}
 	wait.OK(t, 60*time.Second, "every shard held", held)
 	before := c.sess.View()
+	mark := j.len()
 
 	// The wipe: the server restarted on an emptied data dir (myid kept).
 	if err := ens.Stop(0); err != nil {
@@ -95,13 +96,25 @@ func TestIntegrationWipeRecovers(t *testing.T) {
 	}
 	start()
 	wiped := time.Now()
-	wait.OK(t, 60*time.Second, "the shards dropped", func() error {
-		if n := len(h.heldShards()); n != 0 {
-			return fmt.Errorf("%d shards still held after the wipe", n)
+	wait.OK(t, 60*time.Second, "every shard lost and taken again after the wipe", func() error {
+		// (Through the journal: the shards may be taken again before a
+		// poll of the handler would see them dropped.)
+		lost, taken := map[int]bool{}, map[int]bool{}
+		for _, e := range j.since(mark) {
+			switch e.kind {
+			case "lost":
+				lost[e.shard] = true
+			case "acquire":
+				if lost[e.shard] {
+					taken[e.shard] = true
+				}
+			}
 		}
-		return nil
+		if len(lost) != Shards || len(taken) != Shards {
+			return fmt.Errorf("%d shards lost, %d taken again after their loss", len(lost), len(taken))
+		}
+		return held()
 	})
-	wait.OK(t, 90*time.Second, "every shard held again after the wipe", held)
 	after := c.sess.View()
 	if after.Client == before.Client || after.Restores == before.Restores {
 		t.Fatalf("session before %+v, after %+v: want a new client and a restore counted", before, after)

@@ -26,6 +26,10 @@ type wipeWorld struct {
 
 	mu      sync.Mutex
 	clients []*wipeClient
+	wiped   bool
+	// reconnected is when the first client after the wipe was connected:
+	// the session detects the restore after it.
+	reconnected time.Time
 }
 
 type wipeClient struct {
@@ -40,6 +44,9 @@ func (w *wipeWorld) connect(servers []string, timeout time.Duration) (zksession.
 	c := &wipeClient{fakeConn: w.fz.connect(), events: make(chan zk.Event, 64), refused: make(chan struct{}), stop: make(chan struct{})}
 	w.mu.Lock()
 	w.clients = append(w.clients, c)
+	if w.wiped && w.reconnected.IsZero() {
+		w.reconnected = time.Now()
+	}
 	w.mu.Unlock()
 	for _, st := range []zk.State{zk.StateConnecting, zk.StateConnected, zk.StateHasSession} {
 		c.events <- zk.Event{Type: zk.EventSession, State: st}
@@ -96,6 +103,7 @@ func (w *wipeWorld) wipe() {
 	f.mu.Unlock()
 	w.mu.Lock()
 	old := append([]*wipeClient(nil), w.clients...)
+	w.wiped = true
 	w.mu.Unlock()
 	for _, c := range old {
 		c.setDown(true)
@@ -161,22 +169,36 @@ func TestWipeRefusedClientRecovers(t *testing.T) {
 
 	w.wipe()
 	wiped := time.Now()
-	wait.OK(t, 30*time.Second, "the shards dropped", func() error {
-		if n := len(h.heldShards()); n != 0 {
-			return fmt.Errorf("%d shards still held after the wipe", n)
+	wait.OK(t, 60*time.Second, "every shard lost and taken again after the wipe", func() error {
+		// (Through the journal: the shards may be taken again before a
+		// poll of the handler would see them dropped.)
+		lost, taken := map[int]bool{}, map[int]bool{}
+		for _, e := range j.since(mark) {
+			switch e.kind {
+			case "lost":
+				lost[e.shard] = true
+			case "acquire":
+				if lost[e.shard] {
+					taken[e.shard] = true
+				}
+			}
 		}
-		return nil
+		if len(lost) != Shards || len(taken) != Shards {
+			return fmt.Errorf("%d shards lost, %d taken again after their loss", len(lost), len(taken))
+		}
+		return held()
 	})
-	// Recovers: the old client stays refused, a new one takes over.
-	wait.OK(t, 60*time.Second, "every shard held again after the wipe", held)
 	if v := sess.View(); v.Restores == restores || v.Client < 2 {
 		t.Fatalf("session after the wipe: %+v: want a new client and a restore counted", v)
 	}
+	w.mu.Lock()
+	detectedAfter := w.reconnected
+	w.mu.Unlock()
 	early := 0
 	for _, e := range j.since(mark) {
-		// Granted right after the detection (the next round), the grant
-		// waits about a lease; half a lease leaves room for a slow round.
-		if e.kind == "acquire" && e.grant.NotBefore.Sub(e.at) < lease/2 {
+		// The restore is detected after the new client connected; every
+		// grant from then on serves one lease after the detection.
+		if e.kind == "acquire" && e.grant.NotBefore.Before(detectedAfter.Add(lease)) {
 			early++
 			if !control {
 				t.Fatalf("shard %d granted at %v after the wipe, serving from %v: the restore rule's lease wait (%v) is missing",

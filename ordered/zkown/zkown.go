@@ -56,6 +56,15 @@
 // passed, the shard is neither written released nor granted again earlier
 // by this node: a released shard is served at once by the next owner.
 // Without an answer from ZooKeeper nothing changes hands.
+//
+// The ZooKeeper client is the node's session manager (cluster/zksession,
+// Config.Session), shared with the other guards: it replaces a client the
+// ensemble will never take back (a wiped ensemble refuses its handshakes
+// forever) and runs the cluster incarnation check before any write. When
+// it reports a wipe or restore (View.Restores grows) the coordinator
+// applies the restore rule (restore.go): it stops serving, re-joins under
+// a new id, and every shard it takes serves one lease after the detection
+// at the earliest; a store epoch at or above the grant is waited out too.
 package zkown
 
 import (

@@ -214,3 +214,95 @@ func TestWipeRefusedClientRecovers(t *testing.T) {
 	}
 	t.Logf("recovered %v after the wipe (session replaced, restore rule applied)", time.Since(wiped).Round(time.Millisecond))
 }
+
+// After a wipe ZooKeeper's shard records restart at epoch 0 while the store
+// still holds the epochs claimed before it. The restore rule's last part:
+// a stored epoch at or above the new grant is waited out (the store refuses
+// the claim with a FencedError; the shard is released above the store's
+// epoch with a lease wait, hole b's path) and the shard is served again,
+// above the stored epoch, one lease after the refusal at the earliest.
+func TestWipeStoreEpochsWaitedOut(t *testing.T) {
+	w := &wipeWorld{fz: newFakeZK()}
+	log := zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel))
+	sess, err := zksession.Open(context.Background(), zksession.Config{Servers: []string{"fake:2181"},
+		Connect: w.connect, ServerStats: w.stats, SessionTimeout: 4 * time.Second, Logger: log.Named("zk")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	const lease = time.Second
+	cfg := Config{Session: sess, Root: "/idgen-test", Cluster: "wipe", Self: "127.0.0.1:17001", Lease: lease,
+		Timeout: 500 * time.Millisecond, Logger: log.Named("owners"), Version: "test"}
+	c, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &journal{}
+	h := newRecorder(cfg.Self, ordered.SystemClock{}, j)
+	// The store: the highest epoch claimed per shard, a claim at or below
+	// it refused as the real stores do.
+	var mu sync.Mutex
+	stored := map[int]int64{}
+	refusedAt := map[int]time.Time{}
+	h.acquireErr = func(g ordered.Grant) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if s := stored[g.Shard]; g.Epoch <= s {
+			if _, ok := refusedAt[g.Shard]; !ok {
+				refusedAt[g.Shard] = time.Now()
+			}
+			return &ordered.FencedError{Shard: g.Shard, Epoch: g.Epoch, Stored: s}
+		}
+		stored[g.Shard] = g.Epoch
+		return nil
+	}
+	if err := c.Start(context.Background(), h); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Close(ctx)
+	}()
+	held := func() error {
+		if n := len(h.heldShards()); n != Shards {
+			return fmt.Errorf("%d of %d shards held", n, Shards)
+		}
+		return nil
+	}
+	wait.OK(t, 30*time.Second, "every shard held", held)
+	mu.Lock()
+	before := map[int]int64{}
+	for s, e := range stored {
+		before[s] = e
+	}
+	mu.Unlock()
+	mark := j.len()
+	w.wipe()
+	wait.OK(t, 60*time.Second, "every shard taken again above the store's epoch", func() error {
+		n := 0
+		for s, g := range h.heldShards() {
+			if g.Epoch > before[s] {
+				n++
+			}
+		}
+		if n != Shards {
+			return fmt.Errorf("%d of %d shards held above their stored epoch", n, Shards)
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, e := range j.since(mark) {
+		if e.kind != "acquire" {
+			continue
+		}
+		at, ok := refusedAt[e.shard]
+		if !ok {
+			t.Fatalf("shard %d granted at epoch %d after the wipe without the store refusing the epochs ZooKeeper restarted from", e.shard, e.grant.Epoch)
+		}
+		if e.grant.NotBefore.Before(at.Add(lease)) {
+			t.Fatalf("shard %d served from %v, less than a lease after the store refused the claim at %v", e.shard, e.grant.NotBefore, at)
+		}
+	}
+}

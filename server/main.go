@@ -358,7 +358,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	)
 	if path := orderedPath(cfg, store, noSegments); path == orderedOwners {
 		nd.setStarting("electing ORDERED shard owners")
-		if own, err = startOwners(ctx, cfg, store.(ordered.Store), gate, rpcPort, m, log.Named("ordered")); err != nil {
+		if own, err = startOwners(ctx, cfg, store.(ordered.Store), gate, rpcPort, zs, m, log.Named("ordered")); err != nil {
 			return fail(err)
 		}
 		closers = append(closers, own.close)

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/idgen/idgen/cluster/zksession"
 	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/ordered/zkown"
 	"github.com/idgen/idgen/segment"
@@ -44,8 +45,10 @@ func orderedPath(cfg Config, store segment.Store, noSegments error) int {
 }
 
 // startOwners starts this node's allocator and its coordinator: ZooKeeper
-// leases in a cluster, every shard for a standalone node.
-func startOwners(ctx context.Context, cfg Config, store ordered.Store, gate segment.Gate, rpcPort int, m *metrics, log *zap.Logger) (*owners, error) {
+// leases in a cluster (on zs, the node's one ZooKeeper session), every
+// shard for a standalone node.
+func startOwners(ctx context.Context, cfg Config, store ordered.Store, gate segment.Gate, rpcPort int, zs *zksession.Session,
+	m *metrics, log *zap.Logger) (*owners, error) {
 	self := fmt.Sprintf("%s:%d", advertiseHost(cfg), rpcPort)
 	if faultOrderedNoEpoch() {
 		u, ok := store.(interface{ UnsafeIgnoreEpoch() })
@@ -65,7 +68,7 @@ func startOwners(ctx context.Context, cfg Config, store ordered.Store, gate segm
 		if noWait {
 			log.Error("IDGEN_FAULT_ORDERED_NO_LEASE_WAIT=1: a new ORDERED shard owner does not wait out the old owner's lease (fault injection's negative control); answers will go backwards")
 		}
-		zc, err := zkown.Open(ctx, zkown.Config{Servers: strings.Split(cfg.ZK, ","), Root: cfg.ZKRoot, Cluster: cfg.Cluster,
+		zc, err := zkown.Open(ctx, zkown.Config{Session: zs, Servers: strings.Split(cfg.ZK, ","), Root: cfg.ZKRoot, Cluster: cfg.Cluster,
 			Auth: cfg.ZKAuth, SessionTimeout: cfg.ZKSessionTimeout, Self: self, Lease: cfg.OrderedLease,
 			UnsafeNoLeaseWait: noWait, Logger: log.Named("owners"), Version: version})
 		if err != nil {

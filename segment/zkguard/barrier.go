@@ -152,6 +152,7 @@ func (g *Guard) barrierLoop(store Server, flush func(ctx context.Context) error)
 func (g *Guard) barrierStep(store Server, flush func(ctx context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.BarrierWait)
 	defer cancel()
+	g.recordPending(ctx)
 	err := g.round(ctx, store, flush)
 	g.mu.Lock()
 	open, closedAt := g.open, g.closedAt

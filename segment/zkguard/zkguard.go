@@ -88,17 +88,39 @@ type Config struct {
 	Logger   *zap.Logger
 }
 
+// zkConn is the ZooKeeper client calls the guard makes (*zk.Conn, and the
+// shared session's handle, implement it; tests wrap it to cut the guard
+// off).
+type zkConn interface {
+	Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
+	Get(path string) ([]byte, *zk.Stat, error)
+	Set(path string, data []byte, version int32) (*zk.Stat, error)
+	Children(path string) ([]string, *zk.Stat, error)
+	Exists(path string) (bool, *zk.Stat, error)
+	Delete(path string, version int32) error
+	SessionID() int64
+	State() zk.State
+}
+
 // Guard is a cluster's ledger and barrier. It is a segment.Ledger and a
 // segment.Gate.
 type Guard struct {
-	cfg  Config
-	log  *zap.Logger
-	conn *zk.Conn
-	acl  []zk.ACL
-	base string // /<root>/<cluster>
+	cfg    Config
+	log    *zap.Logger
+	conn   zkConn
+	closer func() // closes the guard's own client
+	acl    []zk.ACL
+	base   string // /<root>/<cluster>
 
 	claims, conflicts, errs, unverified atomic.Uint64
 	complete, timeouts                  atomic.Uint64
+	// Segments served unverified, recorded in the ledger once ZooKeeper
+	// answered again; overlapping ones overlapped a recorded segment
+	// (served twice, or by the same node before a crash).
+	lateRecorded, lateOverlaps atomic.Uint64
+
+	pendMu  sync.Mutex
+	pending []pendingSegment // served unverified, not in the ledger yet
 
 	mu       sync.Mutex
 	open     bool
@@ -162,7 +184,7 @@ func Open(cfg Config) (*Guard, error) {
 			return nil, fmt.Errorf("zkguard: add auth: %w", err)
 		}
 	}
-	g.conn = c
+	g.conn, g.closer = c, c.Close
 	return g, nil
 }
 
@@ -180,8 +202,8 @@ func (g *Guard) Close() {
 	if started {
 		<-g.done
 	}
-	if g.conn != nil {
-		g.conn.Close()
+	if g.closer != nil {
+		g.closer()
 	}
 }
 
@@ -216,8 +238,11 @@ func (g *Guard) ensure(p string) error {
 // Stats are the guard's counters, for metrics.
 type Stats struct {
 	Claims, Conflicts, Errors, Unverified uint64 // ledger
-	BarriersComplete, BarrierTimeouts     uint64
-	GateOpen                              bool
+	// Segments served unverified: waiting to be recorded, recorded late,
+	// and recorded late over a segment the ledger already held.
+	UnverifiedPending, LateRecorded, LateOverlaps uint64
+	BarriersComplete, BarrierTimeouts             uint64
+	GateOpen                                      bool
 }
 
 // Stats returns the counters.
@@ -225,7 +250,11 @@ func (g *Guard) Stats() Stats {
 	g.mu.Lock()
 	open := g.open
 	g.mu.Unlock()
+	g.pendMu.Lock()
+	pend := len(g.pending)
+	g.pendMu.Unlock()
 	return Stats{Claims: g.claims.Load(), Conflicts: g.conflicts.Load(), Errors: g.errs.Load(), Unverified: g.unverified.Load(),
+		UnverifiedPending: uint64(pend), LateRecorded: g.lateRecorded.Load(), LateOverlaps: g.lateOverlaps.Load(),
 		BarriersComplete: g.complete.Load(), BarrierTimeouts: g.timeouts.Load(), GateOpen: open}
 }
 
@@ -242,17 +271,58 @@ func (g *Guard) Claim(ctx context.Context, biz string, r segment.Range) (int64, 
 	if g.cfg.Disabled {
 		return 0, nil
 	}
-	p := path.Join(g.base, "segments", biz)
 	var high int64
 	var conflict bool
-	err := g.call(ctx, func() error {
+	err := g.modifyLedger(ctx, biz, func(l *ledger) bool {
+		if h, overlaps := l.overlaps(r); overlaps {
+			high, conflict = h, true
+			return false
+		}
+		l.add(r)
+		return true
+	})
+	switch {
+	case err == nil && conflict:
+		g.conflicts.Add(1)
+		return high, fmt.Errorf("zkguard: biz %q: segment %d..%d overlaps segments already handed out (up to %d): %w",
+			biz, r.First, r.Last, high, segment.ErrRegressed)
+	case err == nil:
+		g.claims.Add(1)
+		return 0, nil
+	}
+	g.errs.Add(1)
+	if g.cfg.ServeUnverified != nil && g.cfg.ServeUnverified() {
+		g.unverified.Add(1)
+		// Recorded once ZooKeeper answers again (recordPending): a later
+		// failover that turns lossy must not hand this segment out again.
+		if !faultUnverifiedNotRecorded() {
+			g.pendMu.Lock()
+			g.pending = append(g.pending, pendingSegment{biz: biz, r: r})
+			g.pendMu.Unlock()
+		}
+		g.log.Warn("segment ledger unreachable; serving the segment unverified (the MySQL replication cannot lose it); it is recorded in the ledger once ZooKeeper answers",
+			zap.String("biz", biz), zap.Int64("first", r.First), zap.Int64("last", r.Last), zap.Error(err))
+		return 0, nil
+	}
+	return 0, fmt.Errorf("zkguard: biz %q: record segment %d..%d in the ledger: %w: %w", biz, r.First, r.Last, segment.ErrUnavailable, err)
+}
+
+// modifyLedger reads biz's ledger, lets fn change it, and writes it back
+// when fn returns true (compare-and-set on the znode version, retried).
+func (g *Guard) modifyLedger(ctx context.Context, biz string, fn func(l *ledger) bool) error {
+	p := path.Join(g.base, "segments", biz)
+	return g.call(ctx, func() error {
 		for attempt := 0; attempt < 20; attempt++ {
 			data, st, err := g.conn.Get(p)
 			if errors.Is(err, zk.ErrNoNode) {
+				var l ledger
+				if !fn(&l) {
+					return nil
+				}
 				if err := g.ensure(path.Dir(p)); err != nil {
 					return err
 				}
-				b, _ := json.Marshal(ledger{Ranges: [][2]int64{{r.First, r.Last}}})
+				b, _ := json.Marshal(l)
 				_, err := g.conn.Create(p, b, 0, g.acl)
 				if errors.Is(err, zk.ErrNodeExists) {
 					continue
@@ -268,11 +338,9 @@ func (g *Guard) Claim(ctx context.Context, biz string, r segment.Range) (int64, 
 					return fmt.Errorf("zkguard: %s holds %q, not a ledger: %w (remove it only when no node runs)", p, data, err)
 				}
 			}
-			if h, overlaps := l.overlaps(r); overlaps {
-				high, conflict = h, true
+			if !fn(&l) {
 				return nil
 			}
-			l.add(r)
 			b, _ := json.Marshal(l)
 			if _, err := g.conn.Set(p, b, st.Version); errors.Is(err, zk.ErrBadVersion) {
 				continue
@@ -282,23 +350,68 @@ func (g *Guard) Claim(ctx context.Context, biz string, r segment.Range) (int64, 
 		}
 		return errors.New("zkguard: the ledger changed under 20 attempts in a row")
 	})
-	switch {
-	case err == nil && conflict:
-		g.conflicts.Add(1)
-		return high, fmt.Errorf("zkguard: biz %q: segment %d..%d overlaps segments already handed out (up to %d): %w",
-			biz, r.First, r.Last, high, segment.ErrRegressed)
-	case err == nil:
-		g.claims.Add(1)
-		return 0, nil
+}
+
+// pendingSegment is a segment served unverified (ZooKeeper unreachable,
+// replication judged lossless), not yet in the ledger.
+type pendingSegment struct {
+	biz string
+	r   segment.Range
+}
+
+// recordPending records the segments served unverified in the ledger
+// (the barrier loop calls it every round). Without that, a segment served
+// while ZooKeeper was down is unknown to the ledger, and a later lossy
+// failover hands it out again (issue 29 hole f). A segment that overlaps
+// a recorded one is recorded anyway (merged) and logged as an error: its
+// numbers may have been served twice already.
+func (g *Guard) recordPending(ctx context.Context) {
+	g.pendMu.Lock()
+	todo := append([]pendingSegment(nil), g.pending...)
+	g.pendMu.Unlock()
+	done := 0
+	for _, p := range todo {
+		var overlap bool
+		var high int64
+		err := g.modifyLedger(ctx, p.biz, func(l *ledger) bool {
+			high, overlap = l.overlaps(p.r)
+			l.merge(p.r)
+			return true
+		})
+		if err != nil {
+			break // ZooKeeper still unreachable: keep the rest, in order
+		}
+		done++
+		g.lateRecorded.Add(1)
+		if overlap {
+			g.lateOverlaps.Add(1)
+			g.log.Error("a segment served while ZooKeeper was unreachable overlaps a segment in the ledger: numbers in the overlap may have been served twice (the replication was judged lossless when it was served)",
+				zap.String("biz", p.biz), zap.Int64("first", p.r.First), zap.Int64("last", p.r.Last), zap.Int64("ledger_high", high))
+		} else {
+			g.log.Info("segment served while ZooKeeper was unreachable recorded in the ledger",
+				zap.String("biz", p.biz), zap.Int64("first", p.r.First), zap.Int64("last", p.r.Last))
+		}
 	}
-	g.errs.Add(1)
-	if g.cfg.ServeUnverified != nil && g.cfg.ServeUnverified() {
-		g.unverified.Add(1)
-		g.log.Warn("segment ledger unreachable; serving the segment unverified (the MySQL replication cannot lose it)",
-			zap.String("biz", biz), zap.Int64("first", r.First), zap.Int64("last", r.Last), zap.Error(err))
-		return 0, nil
+	if done > 0 {
+		g.pendMu.Lock()
+		g.pending = g.pending[done:]
+		g.pendMu.Unlock()
 	}
-	return 0, fmt.Errorf("zkguard: biz %q: record segment %d..%d in the ledger: %w: %w", biz, r.First, r.Last, segment.ErrUnavailable, err)
+}
+
+// merge adds r whether or not it overlaps recorded ranges (a segment
+// already served: the ledger must cover it).
+func (l *ledger) merge(r segment.Range) {
+	var keep [][2]int64
+	for _, x := range l.Ranges {
+		if x[0] <= r.Last && r.First <= x[1] {
+			r.First, r.Last = min(r.First, x[0]), max(r.Last, x[1])
+			continue
+		}
+		keep = append(keep, x)
+	}
+	l.Ranges = keep
+	l.add(r)
 }
 
 // overlaps reports whether r overlaps a recorded range, with the highest

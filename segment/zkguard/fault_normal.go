@@ -1,0 +1,7 @@
+//go:build !faultinject
+
+package zkguard
+
+// Normal builds never reopen a hole (see fault_faultinject.go).
+
+func faultUnverifiedNotRecorded() bool { return false }

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/cluster/zksession"
 )
 
 // ZK is the part of the ZooKeeper client the worker package uses. It is
@@ -87,3 +88,11 @@ func isConnErr(err error) bool {
 	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
 		errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrSessionMoved)
 }
+
+// ServerStat is one ZooKeeper server's answer to srvr (see zksession).
+type ServerStat = zksession.ServerStat
+
+// ServerStatsFunc asks each server with srvr (see zksession).
+type ServerStatsFunc = zksession.ServerStatsFunc
+
+var srvrStats ServerStatsFunc = zksession.SrvrStats

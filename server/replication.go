@@ -139,7 +139,7 @@ func startGuard(cfg Config, ms *mysqlstore.Store, repl *replicationWatch, rpcPor
 	}
 	g, err := zkguard.Open(zkguard.Config{Servers: strings.Split(cfg.ZK, ","), Root: cfg.ZKRoot, Cluster: cfg.Cluster,
 		Auth: cfg.ZKAuth, SessionTimeout: cfg.ZKSessionTimeout, Timeout: cfg.StoreTimeout,
-		Self: fmt.Sprintf("%s:%d", advertiseHost(cfg), rpcPort), BarrierWait: cfg.OrderedBarrierWait,
+		Self: fmt.Sprintf("%s:%d", advertiseHost(cfg), rpcPort), BarrierWait: cfg.OrderedBarrierWait, MaxClockSkew: cfg.MaxPeerSkew,
 		ServeUnverified: repl.safe, Disabled: disabled, Logger: log.Named("guard")})
 	if err != nil {
 		return nil, err
@@ -176,8 +176,12 @@ var (
 		"Reservations the store returned at or below numbers already handed out (a lossy failover), dropped and repaired by raising the store; nothing was served twice.",
 		[]string{"channel"}, nil)
 	descBarriers = prometheus.NewDesc("idgen_ordered_failover_barriers_total",
-		"ORDERED barriers after a MySQL server change, by outcome: complete (every live node raised what it remembers) or timeout (the gate opened without some node).",
+		"ORDERED barriers after a MySQL server change, by outcome: complete (every member raised what it remembers, or its serving bound passed) or timeout (a member that may still serve had not raised its rows after --ordered-barrier-wait; the gate stays closed until it does or its bound passes).",
 		[]string{"outcome"}, nil)
+	descBarrierExpired = prometheus.NewDesc("idgen_ordered_barrier_members_expired_total",
+		"Barrier members counted gone because their serving bound passed without raising their rows (paused, or cut off from ZooKeeper): ORDERED keys only they remembered are protected only by lossless replication.", nil, nil)
+	descGuardRestores = prometheus.NewDesc("idgen_replication_guard_restores_total",
+		"Times the replication guard applied the restore rule (ZooKeeper wiped or restored from an older copy): ORDERED rows raised and ledger segments recorded again.", nil, nil)
 	descGate = prometheus.NewDesc("idgen_ordered_gate_open",
 		"1 while ORDERED may reserve; 0 while the barrier after a MySQL server change holds it.", nil, nil)
 	descLedger = prometheus.NewDesc("idgen_segment_ledger_claims_total",
@@ -192,7 +196,7 @@ var (
 )
 
 func (c guardCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descStoreRegr, descBarriers, descGate, descLedger, descLedgerPending, descServerChanges, descConflicts} {
+	for _, d := range []*prometheus.Desc{descStoreRegr, descBarriers, descBarrierExpired, descGuardRestores, descGate, descLedger, descLedgerPending, descServerChanges, descConflicts} {
 		ch <- d
 	}
 }
@@ -214,6 +218,8 @@ func (c guardCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.g.Stats()
 	ch <- prometheus.MustNewConstMetric(descBarriers, prometheus.CounterValue, float64(s.BarriersComplete), "complete")
 	ch <- prometheus.MustNewConstMetric(descBarriers, prometheus.CounterValue, float64(s.BarrierTimeouts), "timeout")
+	ch <- prometheus.MustNewConstMetric(descBarrierExpired, prometheus.CounterValue, float64(s.MembersExpired))
+	ch <- prometheus.MustNewConstMetric(descGuardRestores, prometheus.CounterValue, float64(s.Restores))
 	ch <- prometheus.MustNewConstMetric(descGate, prometheus.GaugeValue, b2f(s.GateOpen))
 	for _, x := range []struct {
 		r string

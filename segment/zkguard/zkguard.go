@@ -47,6 +47,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/cluster/zksession"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -55,6 +56,11 @@ const (
 	DefaultSessionTimeout = 10 * time.Second
 	DefaultTimeout        = 2 * time.Second
 	DefaultBarrierWait    = 10 * time.Second
+	DefaultMemberLease    = 10 * time.Second
+	DefaultMaxClockSkew   = time.Second
+	// memberGC is how long past its bound a member record is kept before
+	// any node deletes it (a node that crashed leaves one behind).
+	memberGC = time.Hour
 	// maxRanges bounds the ranges kept per business: beyond it the two
 	// lowest are merged with the hole between them (numbers never served:
 	// treating them as served only refuses a segment that was safe).
@@ -66,6 +72,11 @@ const (
 
 // Config configures Open.
 type Config struct {
+	// Session is the node's shared ZooKeeper session (package
+	// cluster/zksession: one reconnect and redial policy, the incarnation
+	// check, View.Restores). Nil: Open starts its own from Servers, Auth
+	// and SessionTimeout, and Close closes it.
+	Session        *zksession.Session
 	Servers        []string
 	Root, Cluster  string
 	Auth           string // optional digest "user:password" (the znodes get its ACL)
@@ -74,9 +85,23 @@ type Config struct {
 	Timeout time.Duration
 	// Self names this node in the barrier (host:port of its RPC address).
 	Self string
-	// BarrierWait bounds how long the ORDERED gate stays closed waiting
-	// for the other nodes after a server change (default 10s).
+	// BarrierWait is how long the ORDERED gate waits for the other
+	// members after a server change before the round counts as a timeout
+	// (default 10s). The gate stays closed after it while an
+	// unacknowledged member may still serve (its bound has not passed),
+	// at most MemberLease plus twice MaxClockSkew longer.
 	BarrierWait time.Duration
+	// MemberLease is how far ahead of each renewal a member's "serving
+	// until" bound reaches (default 10s): a node that could not renew it
+	// refuses ORDERED once it passed, and the others count it gone once
+	// it passed by MaxClockSkew on their clocks.
+	MemberLease time.Duration
+	// MaxClockSkew is the largest difference between two nodes' wall
+	// clocks the bounds allow for (default 1s; the server passes
+	// --max-peer-clock-skew, which it enforces at start).
+	MaxClockSkew time.Duration
+	// Now is the wall clock of the bounds (nil: time.Now).
+	Now func() time.Time
 	// ServeUnverified says whether a segment may be served when the
 	// ledger cannot be reached (ZooKeeper down): true when the store's
 	// replication cannot lose reservations (then the ledger is only a
@@ -108,12 +133,13 @@ type Guard struct {
 	cfg    Config
 	log    *zap.Logger
 	conn   zkConn
-	closer func() // closes the guard's own client
+	sess   *zksession.Session // nil: the guard's own plain client (fault injection only)
+	closer func()             // closes the guard's own session or client
 	acl    []zk.ACL
 	base   string // /<root>/<cluster>
 
-	claims, conflicts, errs, unverified atomic.Uint64
-	complete, timeouts                  atomic.Uint64
+	claims, conflicts, errs, unverified   atomic.Uint64
+	complete, timeouts, expired, restores atomic.Uint64
 	// Segments served unverified, recorded in the ledger once ZooKeeper
 	// answered again; overlapping ones overlapped a recorded segment
 	// (served twice, or by the same node before a crash).
@@ -128,13 +154,26 @@ type Guard struct {
 	closedAt time.Time // when the gate closed
 	why      string    // why it closed
 	acked    int64     // generation acknowledged
-	// ackSession is the ZooKeeper session the acknowledgement was written
-	// in (the barrier loop's own; it writes it again in a new session).
-	ackSession int64
-	kick       chan struct{}
-	stop       chan struct{}
-	done       chan struct{}
-	started    bool
+	// selfUntil is this node's own bound: the monotonic time its member
+	// record's "serving until" was computed from, plus MemberLease (zero:
+	// none written yet). Enter refuses past it (and past selfUntilMs on
+	// the wall clock): the other nodes count this node gone then.
+	selfUntil   time.Time
+	selfUntilMs int64
+	renewedAt   time.Time // last successful write of the member record
+	timedOut    bool      // this closed round was counted as a timeout
+	// lastMzxid is the modification zxid of the server record last read,
+	// seenRestores the session's View.Restores applied: either going back
+	// means ZooKeeper was restored from an older copy (the restore rule).
+	lastMzxid    int64
+	seenRestores uint64
+	// mine are the segments this node recorded in the ledger, per
+	// business (bounded like the ledger): recorded again after a restore.
+	mine    map[string]*ledger
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	started bool
 }
 
 var (
@@ -159,6 +198,15 @@ func Open(cfg Config) (*Guard, error) {
 	if cfg.BarrierWait <= 0 {
 		cfg.BarrierWait = DefaultBarrierWait
 	}
+	if cfg.MemberLease <= 0 {
+		cfg.MemberLease = DefaultMemberLease
+	}
+	if cfg.MaxClockSkew <= 0 {
+		cfg.MaxClockSkew = DefaultMaxClockSkew
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
@@ -166,7 +214,7 @@ func Open(cfg Config) (*Guard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zkguard: Auth: %w", err)
 	}
-	g := &Guard{cfg: cfg, log: cfg.Logger, base: path.Join(cfg.Root, cfg.Cluster), acl: acl,
+	g := &Guard{cfg: cfg, log: cfg.Logger, base: path.Join(cfg.Root, cfg.Cluster), acl: acl, mine: map[string]*ledger{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), closedAt: time.Now(),
 		why: "starting: reading the cluster's MySQL server record in ZooKeeper"}
 	if cfg.Disabled {
@@ -174,17 +222,35 @@ func Open(cfg Config) (*Guard, error) {
 		close(g.done)
 		return g, nil
 	}
-	c, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout, zk.WithLogger(cluster.ZKLogger(g.log)), zk.WithLogInfo(false))
-	if err != nil {
-		return nil, fmt.Errorf("zkguard: %w", err)
-	}
-	if cfg.Auth != "" {
-		if err := c.AddAuth("digest", []byte(cfg.Auth)); err != nil {
-			c.Close()
-			return nil, fmt.Errorf("zkguard: add auth: %w", err)
+	switch {
+	case faultGuardOwnClient():
+		// Hole e reopened: a plain client that never recovers from a wipe.
+		g.log.Error("IDGEN_FAULT_GUARD_OWN_CLIENT=1: the replication guard dials its own plain ZooKeeper client, which never recovers from a wipe (fault injection's negative control)")
+		c, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout, zk.WithLogger(cluster.ZKLogger(g.log)), zk.WithLogInfo(false))
+		if err != nil {
+			return nil, fmt.Errorf("zkguard: %w", err)
 		}
+		if cfg.Auth != "" {
+			if err := c.AddAuth("digest", []byte(cfg.Auth)); err != nil {
+				c.Close()
+				return nil, fmt.Errorf("zkguard: add auth: %w", err)
+			}
+		}
+		g.conn, g.closer = c, c.Close
+	case cfg.Session != nil:
+		g.sess = cfg.Session
+		g.conn = g.sess.Conn()
+	default:
+		s, err := zksession.Start(zksession.Config{Servers: cfg.Servers, SessionTimeout: cfg.SessionTimeout, Auth: cfg.Auth,
+			Logger: g.log.Named("zk")})
+		if err != nil {
+			return nil, fmt.Errorf("zkguard: %w", err)
+		}
+		g.sess, g.conn, g.closer = s, s.Conn(), s.Close
 	}
-	g.conn, g.closer = c, c.Close
+	if g.sess != nil {
+		g.seenRestores = g.sess.View().Restores
+	}
 	return g, nil
 }
 
@@ -202,6 +268,9 @@ func (g *Guard) Close() {
 	if started {
 		<-g.done
 	}
+	if started && !g.cfg.Disabled {
+		g.leave()
+	}
 	if g.closer != nil {
 		g.closer()
 	}
@@ -212,11 +281,23 @@ func (g *Guard) Close() {
 // an operation that cannot finish in time is abandoned). Errors from
 // cluster.Call are reported unavailable.
 func (g *Guard) call(ctx context.Context, f func() error) error {
-	err := cluster.Call(ctx, g.conn, g.cfg.Timeout, f)
+	err := cluster.Call(ctx, usable{g}, g.cfg.Timeout, f)
 	if errors.Is(err, cluster.ErrNoSession) || errors.Is(err, cluster.ErrNoAnswer) {
 		return fmt.Errorf("%w: zkguard: %w", segment.ErrUnavailable, err)
 	}
 	return err
+}
+
+// usable is the guard's session state for cluster.Call: a session counts
+// only once the shared session reports it usable (its incarnation check
+// passed since it reconnected).
+type usable struct{ g *Guard }
+
+func (u usable) State() zk.State {
+	if u.g.sess != nil && !u.g.sess.View().Has {
+		return zk.StateDisconnected
+	}
+	return u.g.conn.State()
 }
 
 // ensure creates p and its missing parents (persistent, empty).
@@ -241,8 +322,12 @@ type Stats struct {
 	// Segments served unverified: waiting to be recorded, recorded late,
 	// and recorded late over a segment the ledger already held.
 	UnverifiedPending, LateRecorded, LateOverlaps uint64
-	BarriersComplete, BarrierTimeouts             uint64
-	GateOpen                                      bool
+	// BarriersComplete counts rounds that opened with every member
+	// acknowledging or provably gone (its bound passed); MembersExpired
+	// the members counted gone that way (what only they remembered is
+	// unprotected, as after a crash); Restores the restore rule applied.
+	BarriersComplete, BarrierTimeouts, MembersExpired, Restores uint64
+	GateOpen                                                    bool
 }
 
 // Stats returns the counters.
@@ -255,7 +340,8 @@ func (g *Guard) Stats() Stats {
 	g.pendMu.Unlock()
 	return Stats{Claims: g.claims.Load(), Conflicts: g.conflicts.Load(), Errors: g.errs.Load(), Unverified: g.unverified.Load(),
 		UnverifiedPending: uint64(pend), LateRecorded: g.lateRecorded.Load(), LateOverlaps: g.lateOverlaps.Load(),
-		BarriersComplete: g.complete.Load(), BarrierTimeouts: g.timeouts.Load(), GateOpen: open}
+		BarriersComplete: g.complete.Load(), BarrierTimeouts: g.timeouts.Load(), MembersExpired: g.expired.Load(), Restores: g.restores.Load(),
+		GateOpen: open}
 }
 
 // ---- the ledger ----
@@ -288,6 +374,7 @@ func (g *Guard) Claim(ctx context.Context, biz string, r segment.Range) (int64, 
 			biz, r.First, r.Last, high, segment.ErrRegressed)
 	case err == nil:
 		g.claims.Add(1)
+		g.remember(biz, r)
 		return 0, nil
 	}
 	g.errs.Add(1)
@@ -299,6 +386,7 @@ func (g *Guard) Claim(ctx context.Context, biz string, r segment.Range) (int64, 
 			g.pendMu.Lock()
 			g.pending = append(g.pending, pendingSegment{biz: biz, r: r})
 			g.pendMu.Unlock()
+			g.remember(biz, r)
 		}
 		g.log.Warn("segment ledger unreachable; serving the segment unverified (the MySQL replication cannot lose it); it is recorded in the ledger once ZooKeeper answers",
 			zap.String("biz", biz), zap.Int64("first", r.First), zap.Int64("last", r.Last), zap.Error(err))
@@ -355,8 +443,9 @@ func (g *Guard) modifyLedger(ctx context.Context, biz string, fn func(l *ledger)
 // pendingSegment is a segment served unverified (ZooKeeper unreachable,
 // replication judged lossless), not yet in the ledger.
 type pendingSegment struct {
-	biz string
-	r   segment.Range
+	biz   string
+	r     segment.Range
+	again bool // recorded before a restore: overlapping is expected
 }
 
 // recordPending records the segments served unverified in the ledger
@@ -382,6 +471,9 @@ func (g *Guard) recordPending(ctx context.Context) {
 			break // ZooKeeper still unreachable: keep the rest, in order
 		}
 		done++
+		if p.again {
+			continue // after a restore: this node's own ranges, recorded again
+		}
 		g.lateRecorded.Add(1)
 		if overlap {
 			g.lateOverlaps.Add(1)
@@ -396,6 +488,31 @@ func (g *Guard) recordPending(ctx context.Context) {
 		g.pendMu.Lock()
 		g.pending = g.pending[done:]
 		g.pendMu.Unlock()
+	}
+}
+
+// remember keeps r among the segments this node handed out.
+func (g *Guard) remember(biz string, r segment.Range) {
+	g.pendMu.Lock()
+	defer g.pendMu.Unlock()
+	l := g.mine[biz]
+	if l == nil {
+		l = &ledger{}
+		g.mine[biz] = l
+	}
+	l.merge(r)
+}
+
+// requeueMine queues every segment this node remembers handing out to be
+// recorded again (the ledger's restore rule: a ZooKeeper restored from an
+// older copy lost the ranges recorded after the copy).
+func (g *Guard) requeueMine() {
+	g.pendMu.Lock()
+	defer g.pendMu.Unlock()
+	for biz, l := range g.mine {
+		for _, x := range l.Ranges {
+			g.pending = append(g.pending, pendingSegment{biz: biz, r: segment.Range{First: x[0], Last: x[1]}, again: true})
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package zkguard
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -169,7 +170,6 @@ func TestIntegration_Barrier(t *testing.T) {
 	a, b := newGuard(t, c, "a:1", nil), newGuard(t, c, "b:1", nil)
 	a.StartBarrier(srv, flush("a"))
 	b.StartBarrier(srv, flush("b"))
-	open := func(g *Guard) bool { _, err := g.Enter(); return err == nil }
 	waitFor(t, "both gates open at start", 30*time.Second, func() bool { return open(a) && open(b) })
 	tokA, _ := a.Enter()
 
@@ -193,59 +193,210 @@ func TestIntegration_Barrier(t *testing.T) {
 	}
 }
 
-// TestIntegration_BarrierTimeout: a live node that never acknowledges keeps
-// the gates closed for BarrierWait, then they open and the timeout is
-// counted.
-func TestIntegration_BarrierTimeout(t *testing.T) {
-	c := clusterName(t)
-	srv := &fakeServer{id: "server/1"}
-	a := newGuard(t, c, "a:1", func(c *Config) { c.BarrierWait = 2 * time.Second })
-	a.StartBarrier(srv, func(context.Context) error { return nil })
-	waitFor(t, "gate open at start", 30*time.Second, func() bool { _, err := a.Enter(); return err == nil })
-	// A silent node: its acknowledgement znode stays at generation 0.
-	zc, _, err := zk.Connect(testZK(t), 4*time.Second, zk.WithLogInfo(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer zc.Close()
-	if _, err := zc.Create("/idgen-test-zkguard/"+c+"/mysql/nodes/silent:1", []byte(`{"gen":0}`), zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
-		t.Fatal(err)
-	}
-	srv.set("server/2")
-	a.ServerChanged("server/1", "server/2")
-	waitFor(t, "gate open after the wait", 30*time.Second, func() bool { _, err := a.Enter(); return err == nil })
-	if s := a.Stats(); s.BarrierTimeouts != 1 {
-		t.Errorf("stats %+v; want one timeout", s)
-	}
-}
-
-// TestIntegration_AckReplacesPreviousProcess: the acknowledgement left by
-// this node's previous process (same name, its session not expired yet)
-// is replaced by one in this process's session; otherwise it would vanish
-// with the old session and leave the node out of the next barrier.
-func TestIntegration_AckReplacesPreviousProcess(t *testing.T) {
-	c := clusterName(t)
-	zc, _, err := zk.Connect(testZK(t), 4*time.Second, zk.WithLogInfo(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer zc.Close()
-	dir := "/idgen-test-zkguard/" + c + "/mysql/nodes"
-	for _, p := range []string{"/idgen-test-zkguard", "/idgen-test-zkguard/" + c, "/idgen-test-zkguard/" + c + "/mysql", dir} {
-		if _, err := zc.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+// writeRecord writes a raw znode (and its parents) in the test cluster.
+func writeRecord(t *testing.T, zc *zk.Conn, p string, data []byte) {
+	t.Helper()
+	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	for i := 1; i < len(parts); i++ {
+		if _, err := zc.Create("/"+strings.Join(parts[:i], "/"), nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := zc.Create(dir+"/a:1", []byte(`{"gen":99}`), zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+	if _, err := zc.Create(p, data, 0, zk.WorldACL(zk.PermAll)); errors.Is(err, zk.ErrNodeExists) {
+		_, err = zc.Set(p, data, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+	} else if err != nil {
 		t.Fatal(err)
 	}
+}
+
+func testConn(t *testing.T) *zk.Conn {
+	t.Helper()
+	zc, _, err := zk.Connect(testZK(t), 4*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(zc.Close)
+	return zc
+}
+
+func open(g *Guard) bool { _, err := g.Enter(); return err == nil }
+
+// TestIntegration_BarrierTimeout: a member that never acknowledges but
+// may still serve (its bound has not passed) keeps the gate closed past
+// BarrierWait (counted as a timeout); the gate opens only once its bound
+// passed by the skew allowance, and it is counted as expired.
+func TestIntegration_BarrierTimeout(t *testing.T) {
+	c := clusterName(t)
+	srv := &fakeServer{id: "server/1"}
+	a := newGuard(t, c, "a:1", func(c *Config) { c.BarrierWait = time.Second; c.MaxClockSkew = 500 * time.Millisecond })
+	a.StartBarrier(srv, func(context.Context) error { return nil })
+	waitFor(t, "gate open at start", 30*time.Second, func() bool { return open(a) })
+	// A silent member: it raised nothing for the next generation and may
+	// serve for 4 s more.
+	zc := testConn(t)
+	until := time.Now().Add(4 * time.Second)
+	b, _ := json.Marshal(memberRecord{Gen: 0, UntilMs: until.UnixMilli()})
+	writeRecord(t, zc, "/idgen-test-zkguard/"+c+"/mysql/members/silent:1", b)
+	srv.set("server/2")
+	a.ServerChanged("server/1", "server/2")
+	waitFor(t, "the timeout counted", 30*time.Second, func() bool { return a.Stats().BarrierTimeouts == 1 })
+	if now := time.Now(); now.Before(until) && open(a) {
+		t.Fatalf("gate open at %v, before the silent member's bound %v", now, until)
+	}
+	waitFor(t, "gate open after the silent member's bound", 30*time.Second, func() bool { return open(a) })
+	if seen := time.Now(); seen.Before(until.Add(500 * time.Millisecond)) {
+		t.Fatalf("gate open at %v, before the bound %v plus the skew", seen, until)
+	}
+	if s := a.Stats(); s.BarrierTimeouts != 1 || s.MembersExpired != 1 {
+		t.Errorf("stats %+v; want one timeout, one expired member", s)
+	}
+}
+
+// TestIntegration_PreviousProcessRecord: the member record left by this
+// node's previous process (same name) is taken over by this process.
+func TestIntegration_PreviousProcessRecord(t *testing.T) {
+	c := clusterName(t)
+	zc := testConn(t)
+	p := "/idgen-test-zkguard/" + c + "/mysql/members/a:1"
+	writeRecord(t, zc, p, []byte(`{"gen":99,"until_ms":1}`))
 	a := newGuard(t, c, "a:1", nil)
 	a.StartBarrier(&fakeServer{id: "server/1"}, func(context.Context) error { return nil })
-	waitFor(t, "the acknowledgement in the guard's own session", 30*time.Second, func() bool {
-		_, st, err := zc.Get(dir + "/a:1")
-		return err == nil && st.EphemeralOwner == a.conn.SessionID()
+	waitFor(t, "gate open", 30*time.Second, func() bool { return open(a) })
+	data, _, err := zc.Get(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m memberRecord
+	if err := json.Unmarshal(data, &m); err != nil || m.Gen != 1 || m.UntilMs <= time.Now().UnixMilli() {
+		t.Fatalf("record %s (%v); want gen 1 with a bound ahead", data, err)
+	}
+}
+
+// pause stops g's barrier and closes its ZooKeeper session without a
+// clean stop: a node paused past its session, or cut off from ZooKeeper
+// but not from MySQL. Its memory and its bound stay.
+func pause(g *Guard) {
+	close(g.stop)
+	<-g.done
+	g.closer()
+}
+
+// TestIntegration_PausedMemberCounts (issue 29 hole c): a member paused
+// past its ZooKeeper session still counts in the barrier until its bound
+// passed; the gate does not reopen at once. The paused node refuses
+// ORDERED once its bound passed. Before the fix (and with
+// IDGEN_FAULT_BARRIER_EPHEMERAL_MEMBERS=1) its acknowledgement vanished
+// with its session and a's gate opened at once.
+func TestIntegration_PausedMemberCounts(t *testing.T) {
+	c := clusterName(t)
+	srv := &fakeServer{id: "server/1"}
+	edit := func(c *Config) { c.MemberLease = 3 * time.Second; c.MaxClockSkew = 500 * time.Millisecond }
+	a := newGuard(t, c, "a:1", edit)
+	cfg := Config{Servers: testZK(t), Root: "/idgen-test-zkguard", Cluster: c, Self: "b:1",
+		SessionTimeout: 4 * time.Second, Timeout: 5 * time.Second, BarrierWait: 20 * time.Second}
+	edit(&cfg)
+	b, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.StartBarrier(srv, func(context.Context) error { return nil })
+	b.StartBarrier(srv, func(context.Context) error { return nil })
+	waitFor(t, "both gates open", 30*time.Second, func() bool { return open(a) && open(b) })
+	pause(b)
+	b.mu.Lock()
+	bUntil := time.UnixMilli(b.selfUntilMs)
+	b.mu.Unlock()
+
+	srv.set("server/2")
+	a.ServerChanged("server/1", "server/2")
+	waitFor(t, "a's gate open again", 30*time.Second, func() bool { return open(a) })
+	if seen := time.Now(); seen.Before(bUntil.Add(500 * time.Millisecond)) {
+		t.Fatalf("a's gate open at %v while b may still serve (until %v plus the skew)", seen.Format(time.StampMilli), bUntil.Format(time.StampMilli))
+	}
+	if s := a.Stats(); s.MembersExpired != 1 || s.BarriersComplete < 1 {
+		t.Errorf("a stats %+v; want b counted expired", s)
+	}
+	if err := b.Serving(); !errors.Is(err, ErrNotMember) || !errors.Is(err, segment.ErrUnavailable) {
+		t.Fatalf("paused b past its bound: Serving() = %v; want ErrNotMember", err)
+	}
+}
+
+// TestIntegration_CleanStopLeaves: a node that stops cleanly removes its
+// member record, so the next barrier does not wait for it.
+func TestIntegration_CleanStopLeaves(t *testing.T) {
+	c := clusterName(t)
+	srv := &fakeServer{id: "server/1"}
+	edit := func(c *Config) { c.MemberLease = time.Minute }
+	a := newGuard(t, c, "a:1", edit)
+	cfg := Config{Servers: testZK(t), Root: "/idgen-test-zkguard", Cluster: c, Self: "b:1",
+		SessionTimeout: 4 * time.Second, Timeout: 5 * time.Second, BarrierWait: time.Minute}
+	edit(&cfg)
+	b, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.StartBarrier(srv, func(context.Context) error { return nil })
+	b.StartBarrier(srv, func(context.Context) error { return nil })
+	waitFor(t, "both gates open", 30*time.Second, func() bool { return open(a) && open(b) })
+	b.Close()
+	if open(b) {
+		t.Fatal("b's gate open after Close")
+	}
+	zc := testConn(t)
+	if ok, _, err := zc.Exists("/idgen-test-zkguard/" + c + "/mysql/members/b:1"); err != nil || ok {
+		t.Fatalf("b's member record after a clean stop: exists %v, %v", ok, err)
+	}
+	srv.set("server/2")
+	a.ServerChanged("server/1", "server/2")
+	// b's lease is a minute: a gate that opens within the test's wait did
+	// not wait for it.
+	waitFor(t, "a's gate open again", 30*time.Second, func() bool { return open(a) })
+	if s := a.Stats(); s.MembersExpired != 0 || s.BarrierTimeouts != 0 {
+		t.Errorf("a stats %+v", s)
+	}
+}
+
+// TestIntegration_RestoredGeneration (issue 29 hole d): ZooKeeper restored
+// from an older copy brings the generation back; the next failover's
+// generation is then not above what the guard acknowledged before. The
+// guard must raise its rows on the new server anyway. Before the fix (and
+// with IDGEN_FAULT_BARRIER_NO_RESTORE_RESET=1) it never flushed on
+// server/4.
+func TestIntegration_RestoredGeneration(t *testing.T) {
+	c := clusterName(t)
+	srv := &fakeServer{id: "server/1"}
+	var mu sync.Mutex
+	flushed := map[string]int{}
+	a := newGuard(t, c, "a:1", nil)
+	a.StartBarrier(srv, func(context.Context) error {
+		mu.Lock()
+		flushed[srv.Server()]++
+		mu.Unlock()
+		return nil
 	})
-	waitFor(t, "gate open", 30*time.Second, func() bool { _, err := a.Enter(); return err == nil })
+	count := func(s string) int { mu.Lock(); defer mu.Unlock(); return flushed[s] }
+	waitFor(t, "gate open", 30*time.Second, func() bool { return open(a) })
+	for _, next := range []string{"server/2", "server/3"} {
+		old := srv.Server()
+		srv.set(next)
+		a.ServerChanged(old, next)
+		waitFor(t, "gate open on "+next, 30*time.Second, func() bool { return open(a) && count(next) == 1 })
+	}
+	// The restore: the record of generation 1 (server/1) comes back, and
+	// the MySQL server fails over at the same time.
+	zc := testConn(t)
+	b, _ := json.Marshal(serverRecord{Server: "server/1", Gen: 1})
+	writeRecord(t, zc, "/idgen-test-zkguard/"+c+"/mysql/server", b)
+	srv.set("server/4")
+	a.ServerChanged("server/3", "server/4")
+	waitFor(t, "the rows raised on server/4", 30*time.Second, func() bool { return count("server/4") >= 1 })
+	waitFor(t, "gate open", 30*time.Second, func() bool { return open(a) })
+	if s := a.Stats(); s.Restores < 1 {
+		t.Errorf("stats %+v; want the restore rule applied", s)
+	}
 }
 
 // cutConn cuts a guard off ZooKeeper while down is set: no session, and

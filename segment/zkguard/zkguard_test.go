@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/idgen/idgen/cluster/zksession"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -453,5 +455,66 @@ func TestIntegration_UnverifiedRecordedLater(t *testing.T) {
 	}
 	if s := a.Stats(); s.UnverifiedPending != 0 || s.LateOverlaps != 0 {
 		t.Errorf("stats %+v", s)
+	}
+}
+
+// refusingServer accepts TCP connections and closes them before any
+// handshake: what a ZooKeeper ensemble that lost its state does to every
+// client that saw a newer zxid ("authentication failed: EOF" forever).
+func refusingServer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// TestIntegration_GuardRecoversWithSession (issue 29 hole e): the guard's
+// first client is refused forever (a wiped ensemble); its session manager
+// replaces the client, and the guard's barrier and ledger work again
+// without a restart. Before the fix (and with
+// IDGEN_FAULT_GUARD_OWN_CLIENT=1) the guard dialled its own plain client,
+// which retried the refusing server forever.
+func TestIntegration_GuardRecoversWithSession(t *testing.T) {
+	real := testZK(t)
+	bad := refusingServer(t)
+	var dials atomic.Int32
+	connect := zksession.GoZK(nil)
+	sess, err := zksession.Start(zksession.Config{Servers: []string{bad}, SessionTimeout: 2 * time.Second,
+		Connect: func(servers []string, timeout time.Duration) (zksession.ZK, <-chan zk.Event, error) {
+			if dials.Add(1) == 1 {
+				return connect(servers, timeout) // the wiped ensemble
+			}
+			return connect(real, timeout) // the same ensemble, answering a new client
+		},
+		// Every server serves: a serving ensemble that keeps refusing the
+		// client for a session timeout has lost its session.
+		ServerStats: func(servers []string, _ time.Duration) []zksession.ServerStat {
+			return []zksession.ServerStat{{Server: bad, Serving: true, Zxid: 1}}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sess.Close)
+	c := clusterName(t)
+	a := newGuard(t, c, "a:1", func(c *Config) { c.Session = sess; c.Servers = []string{bad}; c.Timeout = time.Second })
+	a.StartBarrier(&fakeServer{id: "server/1"}, func(context.Context) error { return nil })
+	waitFor(t, "gate open through a replaced client", 60*time.Second, func() bool { return open(a) })
+	if _, err := a.Claim(context.Background(), "biz", segment.Range{First: 1, Last: 10}); err != nil {
+		t.Fatalf("ledger claim after the recovery: %v", err)
+	}
+	if v := sess.View(); v.Client < 2 {
+		t.Errorf("view %+v; want a replaced client", v)
 	}
 }

@@ -21,15 +21,36 @@
 //     a statement, records the new server and a new generation under
 //     /<root>/<cluster>/mysql/server, raises every ORDERED row it remembers
 //     (segment.Ordered.Remembered) on the new server, and acknowledges the
-//     generation in its ephemeral /<root>/<cluster>/mysql/nodes/<node>. Every
-//     node that sees the new generation does the same. A gate opens again
-//     when every live node acknowledged the generation, or after
-//     Config.BarrierWait (counted as a timeout: keys remembered only by the
-//     silent nodes are unprotected). So no node reserves on the new server
-//     below a number any live node remembers. Keys no live node remembers
-//     (the node that served them died with the primary, or its memory
-//     evicted them) are protected only by lossless replication: run
-//     semi-synchronous AFTER_SYNC or Galera when ORDERED matters.
+//     generation in its member record /<root>/<cluster>/mysql/members/<node>.
+//     Every node that sees the new generation does the same. A gate opens
+//     again when every member acknowledged the generation or provably cannot
+//     serve any more. So no node reserves on the new server below a number
+//     any member may still hand out from memory.
+//
+// Membership means memory (issue 29 hole c): a node paused past its
+// ZooKeeper session, or cut off from ZooKeeper but not from MySQL, still
+// remembers keys and can serve them. So the member record is persistent,
+// not ephemeral, and carries a "serving until" bound the node renews while
+// it is at the current generation and refuses ORDERED past (Enter, Check,
+// Serving). The others count a member gone once its bound passed by
+// Config.MaxClockSkew on their clocks. A node that cannot raise its rows
+// does not renew, so the wait for it is bounded. A clean stop deletes the
+// record. Config.BarrierWait only decides when a round counts as a
+// timeout: the gate stays closed while a member may still serve.
+//
+// The restore rule (hole d): a generation or a server record that went
+// back, or a restore reported by the ZooKeeper session (the incarnation
+// check), makes the node raise its rows and acknowledge again, and record
+// its own ledger ranges again.
+//
+// Keys no member remembers (the node that served them died with the
+// primary, or its memory evicted them) are protected only by lossless
+// replication: run semi-synchronous AFTER_SYNC or Galera when ORDERED
+// matters.
+//
+// The guard runs on the node's cluster/zksession Session (one reconnect
+// and redial policy for every guard: a wiped ensemble refuses the old
+// client's handshakes forever, hole e).
 package zkguard
 
 import (

@@ -507,6 +507,32 @@ func (g *Guard) members(ctx context.Context, gen int64) (missing, gone []string,
 				missing = append(missing, fmt.Sprintf("%s (may serve until %s)", k, time.UnixMilli(m.UntilMs).UTC().Format(time.RFC3339Nano)))
 			}
 		}
+		// Nodes of the version before member records acknowledge in an
+		// ephemeral /mysql/nodes/<node> (a rolling upgrade): such a node
+		// has no bound, so it is waited for up to the hard cap.
+		legacy := path.Join(g.base, "mysql", "nodes")
+		kids, _, err = g.conn.Children(legacy)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		for _, k := range kids {
+			data, _, err := g.conn.Get(path.Join(legacy, k))
+			if errors.Is(err, zk.ErrNoNode) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			var a struct {
+				Gen int64 `json:"gen"`
+			}
+			if json.Unmarshal(data, &a) != nil || a.Gen < gen {
+				missing = append(missing, k+" (a node of the previous version)")
+			}
+		}
 		return nil
 	})
 	return missing, gone, err

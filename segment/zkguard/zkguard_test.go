@@ -518,3 +518,35 @@ func TestIntegration_GuardRecoversWithSession(t *testing.T) {
 		t.Errorf("view %+v; want a replaced client", v)
 	}
 }
+
+// TestIntegration_LegacyAckWaited: a node of the previous version (an
+// ephemeral acknowledgement under /mysql/nodes, no member record) that
+// has not acknowledged keeps the gate closed past BarrierWait, up to the
+// hard cap (a rolling upgrade does not drop it from the barrier).
+func TestIntegration_LegacyAckWaited(t *testing.T) {
+	c := clusterName(t)
+	srv := &fakeServer{id: "server/1"}
+	a := newGuard(t, c, "a:1", func(c *Config) {
+		c.BarrierWait, c.MemberLease, c.MaxClockSkew = time.Second, time.Second, 100*time.Millisecond
+	})
+	a.StartBarrier(srv, func(context.Context) error { return nil })
+	waitFor(t, "gate open at start", 30*time.Second, func() bool { return open(a) })
+	zc := testConn(t)
+	writeRecord(t, zc, "/idgen-test-zkguard/"+c+"/mysql/nodes/old:1", nil)
+	if err := zc.Delete("/idgen-test-zkguard/"+c+"/mysql/nodes/old:1", -1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zc.Create("/idgen-test-zkguard/"+c+"/mysql/nodes/old:1", []byte(`{"gen":1}`), zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	closed := time.Now()
+	srv.set("server/2")
+	a.ServerChanged("server/1", "server/2")
+	waitFor(t, "gate open at the cap", 30*time.Second, func() bool { return open(a) })
+	if waited := time.Since(closed); waited < 2*time.Second {
+		t.Fatalf("gate open after %v: the old node was not waited for (cap 2.2s)", waited)
+	}
+	if s := a.Stats(); s.BarrierTimeouts != 1 {
+		t.Errorf("stats %+v; want a timeout", s)
+	}
+}

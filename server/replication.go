@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"sync"
@@ -27,10 +28,16 @@ const replicationEvery = 15 * time.Second
 // turns a safe verdict lossy (issue 29 hole f).
 const safeFresh = 2 * time.Second
 
+// replicationSource is what the watch reads: *mysqlstore.Store.
+type replicationSource interface {
+	DB() *sql.DB
+	OnServerChange(fn func(old, new string))
+}
+
 // replicationWatch keeps the replication verdict of the MySQL server
 // current, logs it at start and when it changes, and exports it.
 type replicationWatch struct {
-	ms   *mysqlstore.Store
+	ms   replicationSource
 	m    *metrics
 	log  *zap.Logger
 	hist mysqlstore.ReplicaHistory // replicas seen, so a reconnecting one still counts
@@ -44,7 +51,7 @@ type replicationWatch struct {
 	done   chan struct{}
 }
 
-func startReplicationWatch(ctx context.Context, ms *mysqlstore.Store, m *metrics, log *zap.Logger) *replicationWatch {
+func startReplicationWatch(ctx context.Context, ms replicationSource, m *metrics, log *zap.Logger) *replicationWatch {
 	w := &replicationWatch{ms: ms, m: m, log: log, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	w.read(ctx, true)
 	// A new server has its own replication: the verdict read on the old

@@ -228,7 +228,10 @@ func (g *Guard) barrierStep(store Server, flush func(ctx context.Context) error)
 	// of any of this node's reads; a record further ahead has a clock
 	// running ahead (it stops serving earlier than its record says) or is
 	// not a live node's. Past this cap the gate opens.
-	if limit := g.cfg.BarrierWait + g.cfg.MemberLease + 2*g.cfg.MaxClockSkew; waited >= limit {
+	// Without an answer from ZooKeeper nothing is known about the members:
+	// the gate stays closed (this node's own bound runs out meanwhile, so
+	// it would refuse ORDERED anyway).
+	if limit := g.cfg.BarrierWait + g.cfg.MemberLease + 2*g.cfg.MaxClockSkew; waited >= limit && !errors.Is(err, segment.ErrUnavailable) {
 		g.openGate()
 		g.log.Error("ORDERED gate opened without every member's acknowledgement after the longest a live member's bound can last: a member record's bound lies too far ahead (a clock ahead of this node's by more than the allowed skew); keys remembered only by that member may repeat numbers",
 			zap.Duration("waited", waited), zap.Error(err))

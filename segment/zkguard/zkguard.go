@@ -303,7 +303,7 @@ func (g *Guard) Close() {
 // cluster.Call are reported unavailable.
 func (g *Guard) call(ctx context.Context, f func() error) error {
 	err := cluster.Call(ctx, usable{g}, g.cfg.Timeout, f)
-	if errors.Is(err, cluster.ErrNoSession) || errors.Is(err, cluster.ErrNoAnswer) {
+	if errors.Is(err, cluster.ErrNoSession) || errors.Is(err, cluster.ErrNoAnswer) || zksession.IsConnErr(err) {
 		return fmt.Errorf("%w: zkguard: %w", segment.ErrUnavailable, err)
 	}
 	return err

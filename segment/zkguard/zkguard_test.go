@@ -550,3 +550,26 @@ func TestIntegration_LegacyAckWaited(t *testing.T) {
 		t.Errorf("stats %+v; want a timeout", s)
 	}
 }
+
+// TestIntegration_CutOffStaysClosed: a node cut off from ZooKeeper during
+// a barrier knows nothing about the members: its gate stays closed past
+// the cap (and its own bound runs out), and opens once ZooKeeper answers.
+func TestIntegration_CutOffStaysClosed(t *testing.T) {
+	c := clusterName(t)
+	srv := &fakeServer{id: "server/1"}
+	a := newGuard(t, c, "a:1", func(c *Config) {
+		c.BarrierWait, c.MemberLease, c.MaxClockSkew, c.Timeout = 300*time.Millisecond, time.Second, 100*time.Millisecond, 300*time.Millisecond
+	})
+	cc := cut(a)
+	a.StartBarrier(srv, func(context.Context) error { return nil })
+	waitFor(t, "gate open at start", 30*time.Second, func() bool { return open(a) })
+	cc.down.Store(true)
+	srv.set("server/2")
+	a.ServerChanged("server/1", "server/2")
+	time.Sleep(3 * time.Second) // past the cap (1.5 s) and a's own bound (1 s)
+	if _, err := a.Enter(); err == nil {
+		t.Fatal("gate open while cut off from ZooKeeper")
+	}
+	cc.down.Store(false)
+	waitFor(t, "gate open once ZooKeeper answers", 30*time.Second, func() bool { return open(a) })
+}

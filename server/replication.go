@@ -46,9 +46,12 @@ type replicationWatch struct {
 	// invalidated it.
 	at     atomic.Int64
 	readMu sync.Mutex // one read at a time
-	kick   chan struct{}
-	stop   chan struct{}
-	done   chan struct{}
+	// guard keeps the replicas seen in ZooKeeper for the other nodes and
+	// this node's next process (nil without ZooKeeper).
+	guard atomic.Pointer[zkguard.Guard]
+	kick  chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
 }
 
 func startReplicationWatch(ctx context.Context, ms replicationSource, m *metrics, log *zap.Logger) *replicationWatch {
@@ -82,6 +85,9 @@ func (w *replicationWatch) read(ctx context.Context, first bool) {
 		}
 		r = mysqlstore.Replication{Verdict: mysqlstore.VerdictUnknown, Detail: err.Error()}
 	}
+	if g := w.guard.Load(); g != nil {
+		g.NoteReplicas(w.hist.Seen())
+	}
 	old := w.cur.Swap(&r)
 	w.at.Store(time.Now().UnixNano())
 	w.m.setReplication(r)
@@ -109,6 +115,19 @@ func (w *replicationWatch) loop() {
 			w.read(context.Background(), false)
 		case <-w.kick:
 			w.read(context.Background(), false)
+		}
+	}
+}
+
+// replicasSeen takes the replicas another node (or this node's previous
+// process) saw: the verdict is read again when that is more than this
+// node saw.
+func (w *replicationWatch) replicasSeen(n int) {
+	if w.hist.Note(n) {
+		w.at.Store(0)
+		select {
+		case w.kick <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -147,10 +166,12 @@ func startGuard(cfg Config, ms *mysqlstore.Store, repl *replicationWatch, rpcPor
 	g, err := zkguard.Open(zkguard.Config{Servers: strings.Split(cfg.ZK, ","), Root: cfg.ZKRoot, Cluster: cfg.Cluster,
 		Auth: cfg.ZKAuth, SessionTimeout: cfg.ZKSessionTimeout, Timeout: cfg.StoreTimeout,
 		Self: fmt.Sprintf("%s:%d", advertiseHost(cfg), rpcPort), BarrierWait: cfg.OrderedBarrierWait, MaxClockSkew: cfg.MaxPeerSkew,
-		ServeUnverified: repl.safe, Disabled: disabled, Logger: log.Named("guard")})
+		ServeUnverified: repl.safe, OnReplicasSeen: repl.replicasSeen, Disabled: disabled, Logger: log.Named("guard")})
 	if err != nil {
 		return nil, err
 	}
+	repl.guard.Store(g)
+	g.NoteReplicas(repl.hist.Seen())
 	ms.OnServerChange(g.ServerChanged)
 	return g, nil
 }

@@ -500,6 +500,19 @@ func (h *ReplicaHistory) Seen() int {
 	return h.seen
 }
 
+// Note raises the replicas seen to n (what other nodes, or this node's
+// previous processes, saw: the replication guard keeps it in ZooKeeper)
+// and reports whether it grew.
+func (h *ReplicaHistory) Note(n int) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if n <= h.seen {
+		return false
+	}
+	h.seen = n
+	return true
+}
+
 // Read reads the replication setup over db like ReadReplication, judged
 // with what this history saw before, and remembers what it sees now.
 func (h *ReplicaHistory) Read(ctx context.Context, db *sql.DB) (Replication, error) {

@@ -440,3 +440,15 @@ func TestReplicaHistory(t *testing.T) {
 		t.Fatalf("seen %d after 2 semi-synchronous clients", h2.Seen())
 	}
 }
+
+// TestReplicaHistoryNote: replicas another node saw make a node that saw
+// none judge a replica reconnecting as async.
+func TestReplicaHistoryNote(t *testing.T) {
+	var h ReplicaHistory
+	if !h.Note(1) || h.Note(1) || h.Note(0) {
+		t.Fatal("Note does not report growth only")
+	}
+	if r := h.judge(mariaFacts(nil)); r.Verdict != VerdictAsync {
+		t.Fatalf("replica seen by another node, none attached now: %s; want async", r)
+	}
+}

@@ -191,6 +191,7 @@ func (g *Guard) barrierStep(store Server, flush func(ctx context.Context) error)
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.BarrierWait)
 	defer cancel()
 	g.recordPending(ctx)
+	g.replicasStep(ctx)
 	err := g.round(ctx, store, flush)
 	g.mu.Lock()
 	open, closedAt, timedOut := g.open, g.closedAt, g.timedOut

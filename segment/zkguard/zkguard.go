@@ -128,6 +128,12 @@ type Config struct {
 	// replication cannot lose reservations (then the ledger is only a
 	// second line). Nil: never.
 	ServeUnverified func() bool
+	// OnReplicasSeen receives the most MySQL replicas any node of the
+	// cluster recorded as seen (NoteReplicas), once it was read from
+	// ZooKeeper and whenever it grows: a node that starts while the only
+	// replica is reconnecting still judges replication lossy (issue 29
+	// hole f). Nil: not read.
+	OnReplicasSeen func(n int)
 	// Disabled switches both mechanisms off (fault injection's negative
 	// control only).
 	Disabled bool
@@ -188,6 +194,10 @@ type Guard struct {
 	// means ZooKeeper was restored from an older copy (the restore rule).
 	lastMzxid    int64
 	seenRestores uint64
+	// replicas: the most MySQL replicas seen, by this node (local) and as
+	// recorded in ZooKeeper (stored; -1 until read).
+	replicasLocal, replicasStored int
+	replicasReadAt                time.Time
 	// mine are the segments this node recorded in the ledger, per
 	// business (bounded like the ledger): recorded again after a restore.
 	mine    map[string]*ledger
@@ -235,7 +245,7 @@ func Open(cfg Config) (*Guard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zkguard: Auth: %w", err)
 	}
-	g := &Guard{cfg: cfg, log: cfg.Logger, base: path.Join(cfg.Root, cfg.Cluster), acl: acl, mine: map[string]*ledger{},
+	g := &Guard{cfg: cfg, log: cfg.Logger, base: path.Join(cfg.Root, cfg.Cluster), acl: acl, mine: map[string]*ledger{}, replicasStored: -1,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), closedAt: time.Now(),
 		why: "starting: reading the cluster's MySQL server record in ZooKeeper"}
 	if cfg.Disabled {
@@ -414,6 +424,85 @@ func (g *Guard) Claim(ctx context.Context, biz string, r segment.Range) (int64, 
 		return 0, nil
 	}
 	return 0, fmt.Errorf("zkguard: biz %q: record segment %d..%d in the ledger: %w: %w", biz, r.First, r.Last, segment.ErrUnavailable, err)
+}
+
+// NoteReplicas records that this node saw n MySQL replicas reading the
+// cluster's binary log; the barrier loop keeps the most any node saw in
+// /<root>/<cluster>/mysql/replicas. An operator who removed every replica
+// for good deletes that znode (and restarts the nodes) to let the verdict
+// say no-replica again.
+func (g *Guard) NoteReplicas(n int) {
+	g.mu.Lock()
+	g.replicasLocal = max(g.replicasLocal, n)
+	g.mu.Unlock()
+}
+
+// replicasEvery is how often the recorded replica count is read again.
+const replicasEvery = 30 * time.Second
+
+// replicasStep reads the recorded replica count (at start, then every
+// replicasEvery) and raises it to what this node saw.
+func (g *Guard) replicasStep(ctx context.Context) {
+	if g.cfg.OnReplicasSeen == nil {
+		return
+	}
+	g.mu.Lock()
+	local, stored, readAt := g.replicasLocal, g.replicasStored, g.replicasReadAt
+	g.mu.Unlock()
+	if stored >= 0 && local <= stored && time.Since(readAt) < replicasEvery {
+		return
+	}
+	p := path.Join(g.base, "mysql", "replicas")
+	var seen int
+	err := g.call(ctx, func() error {
+		for attempt := 0; attempt < 5; attempt++ {
+			data, st, err := g.conn.Get(p)
+			var rec struct {
+				Seen int `json:"seen"`
+			}
+			switch {
+			case errors.Is(err, zk.ErrNoNode):
+				rec.Seen = 0
+			case err != nil:
+				return err
+			default:
+				if json.Unmarshal(data, &rec) != nil {
+					rec.Seen = 0 // unreadable: rewritten below
+				}
+			}
+			seen = rec.Seen
+			if local <= seen {
+				return nil
+			}
+			b, _ := json.Marshal(map[string]any{"seen": local, "at_ms": time.Now().UnixMilli(), "by": g.cfg.Self})
+			if errors.Is(err, zk.ErrNoNode) {
+				if err := g.ensure(path.Dir(p)); err != nil {
+					return err
+				}
+				_, err = g.conn.Create(p, b, 0, g.acl)
+			} else {
+				_, err = g.conn.Set(p, b, st.Version)
+			}
+			if errors.Is(err, zk.ErrNodeExists) || errors.Is(err, zk.ErrBadVersion) {
+				continue
+			}
+			if err == nil {
+				seen = local
+			}
+			return err
+		}
+		return errors.New("zkguard: the replica record changed under 5 attempts in a row")
+	})
+	if err != nil {
+		return
+	}
+	g.mu.Lock()
+	grew := seen > g.replicasStored
+	g.replicasStored, g.replicasReadAt = seen, time.Now()
+	g.mu.Unlock()
+	if grew && seen > 0 {
+		g.cfg.OnReplicasSeen(seen)
+	}
 }
 
 // modifyLedger reads biz's ledger, lets fn change it, and writes it back

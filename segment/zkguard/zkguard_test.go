@@ -573,3 +573,25 @@ func TestIntegration_CutOffStaysClosed(t *testing.T) {
 	cc.down.Store(false)
 	waitFor(t, "gate open once ZooKeeper answers", 30*time.Second, func() bool { return open(a) })
 }
+
+// TestIntegration_ReplicasSeenShared (issue 29 hole f): the replicas one
+// node saw are kept in ZooKeeper; a node that starts later (and sees none
+// connected, a replica reconnecting) learns them, so its verdict stays
+// lossy. The count only grows.
+func TestIntegration_ReplicasSeenShared(t *testing.T) {
+	c := clusterName(t)
+	srv := &fakeServer{id: "server/1"}
+	a := newGuard(t, c, "a:1", func(c *Config) { c.OnReplicasSeen = func(int) {} })
+	a.NoteReplicas(2)
+	a.StartBarrier(srv, func(context.Context) error { return nil })
+	waitFor(t, "a's gate open", 30*time.Second, func() bool { return open(a) })
+	var got atomic.Int64
+	b := newGuard(t, c, "b:1", func(c *Config) { c.OnReplicasSeen = func(n int) { got.Store(int64(n)) } })
+	b.NoteReplicas(1)
+	b.StartBarrier(srv, func(context.Context) error { return nil })
+	waitFor(t, "b learns the replicas a saw", 30*time.Second, func() bool { return got.Load() == 2 })
+	data, _, err := testConn(t).Get("/idgen-test-zkguard/" + c + "/mysql/replicas")
+	if err != nil || !strings.Contains(string(data), `"seen":2`) {
+		t.Fatalf("record %s, %v; want seen 2", data, err)
+	}
+}

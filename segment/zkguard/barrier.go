@@ -229,10 +229,11 @@ func (g *Guard) barrierStep(store Server, flush func(ctx context.Context) error)
 	// of any of this node's reads; a record further ahead has a clock
 	// running ahead (it stops serving earlier than its record says) or is
 	// not a live node's. Past this cap the gate opens.
-	// Without an answer from ZooKeeper nothing is known about the members:
-	// the gate stays closed (this node's own bound runs out meanwhile, so
-	// it would refuse ORDERED anyway).
-	if limit := g.cfg.BarrierWait + g.cfg.MemberLease + 2*g.cfg.MaxClockSkew; waited >= limit && !errors.Is(err, segment.ErrUnavailable) {
+	// Only a round that got as far as reading the members applies it:
+	// without an answer from ZooKeeper nothing is known about them, and a
+	// node that has not raised its own rows must not open (it does not
+	// renew its bound meanwhile, so it would refuse ORDERED anyway).
+	if limit := g.cfg.BarrierWait + g.cfg.MemberLease + 2*g.cfg.MaxClockSkew; waited >= limit && errors.Is(err, errWaiting) {
 		g.openGate()
 		g.log.Error("ORDERED gate opened without every member's acknowledgement after the longest a live member's bound can last: a member record's bound lies too far ahead (a clock ahead of this node's by more than the allowed skew); keys remembered only by that member may repeat numbers",
 			zap.Duration("waited", waited), zap.Error(err))
@@ -390,7 +391,7 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 	if err != nil {
 		return err
 	} else if len(missing) > 0 {
-		return fmt.Errorf("waiting for %s", strings.Join(missing, ", "))
+		return fmt.Errorf("%w %s", errWaiting, strings.Join(missing, ", "))
 	}
 	g.complete.Add(1)
 	g.expired.Add(uint64(len(gone)))
@@ -407,7 +408,10 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 	return nil
 }
 
-var errRetry = errors.New("server record changed")
+var (
+	errRetry   = errors.New("server record changed")
+	errWaiting = errors.New("waiting for") // this node acknowledged; members have not
+)
 
 // renewDue reports whether this node's bound should be renewed now (a
 // third of the lease has gone by since the last renewal).

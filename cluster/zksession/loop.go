@@ -164,7 +164,9 @@ func (s *Session) run() {
 		s.step(&ls, judgedCh, checkedCh)
 		select {
 		case <-s.ctx.Done():
-			// Wait for what runs: it may hold a client to close.
+			// Wait for what runs (a probe is bounded by srvrTimeout, a
+			// check by the cancelled context): it may hold a client to
+			// close.
 			for ls.judging || ls.checking {
 				select {
 				case r := <-judgedCh:
@@ -216,7 +218,9 @@ func (s *Session) step(ls *loopState, judgedCh chan judged, checkedCh chan check
 				}
 			}
 			if s.cfg.Check != nil {
-				r.restored, r.why, r.err = s.cfg.Check(s.ctx, s.h)
+				// The client itself: the handle refuses requests until
+				// the check has passed.
+				r.restored, r.why, r.err = s.cfg.Check(s.ctx, s.h.get())
 				if needAuth && r.err != nil {
 					// The credential is on the client: do not add it twice.
 					r.err = &authedErr{r.err}
@@ -246,13 +250,7 @@ func (s *Session) step(ls *loopState, judgedCh chan judged, checkedCh chan check
 				zap.Int("refused_handshakes", r.refused), zap.String("why", r.v.why))
 			r.conn, r.events, r.err = s.cfg.Connect(s.cfg.Servers, s.cfg.SessionTimeout)
 		}
-		select {
-		case judgedCh <- r:
-		case <-s.ctx.Done():
-			if r.conn != nil {
-				r.conn.Close()
-			}
-		}
+		judgedCh <- r // buffer 1, one probe at a time: never blocks; Close waits for it
 	}()
 }
 

@@ -185,9 +185,10 @@ func Start(cfg Config) (*Session, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Session{
-		cfg: cfg, log: cfg.Logger, h: &handle{}, wake: make(chan struct{}, 1),
+		cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1),
 		ctx: ctx, cancel: cancel, done: make(chan struct{}), changed: make(chan struct{}),
 	}
+	s.h = &handle{s: s}
 	s.v.LostAt = cfg.Now()
 	s.attach(conn, events)
 	go s.run()
@@ -231,8 +232,16 @@ func (s *Session) Wait(ctx context.Context) error {
 
 // Conn returns the session's client handle. It is stable: every call goes
 // to the current client, so it stays valid across client replacements.
-// Its Close does nothing (guards never close the shared session).
+// While the session is not usable (View.Has false) its requests are
+// refused with ErrNotUsable, unsent. Its Close does nothing (guards never
+// close the shared session).
 func (s *Session) Conn() ZK { return s.h }
+
+// Client returns the current underlying client, for tests and
+// diagnostics (which fake connection to disconnect, say). Guards use Conn:
+// a client taken here goes stale at the next replacement, and closing it
+// would cut every guard's session.
+func (s *Session) Client() ZK { return s.h.get() }
 
 // View returns a snapshot of the session.
 func (s *Session) View() View {
@@ -258,6 +267,23 @@ func (s *Session) view() (View, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.v, s.changed
+}
+
+// unusable says why requests are refused now ("" while usable).
+func (s *Session) unusable() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.v.Has:
+		return ""
+	case s.v.Closed:
+		return "session closed"
+	case s.v.Refused != "":
+		return s.v.Refused
+	case s.zkHas:
+		return "the cluster check has not passed since the client reconnected"
+	}
+	return "disconnected"
 }
 
 // NoteZxid records a zxid a guard saw in an answer (Stat.Mzxid, Czxid,

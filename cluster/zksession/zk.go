@@ -57,11 +57,30 @@ func IsConnErr(err error) bool {
 		errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrSessionMoved)
 }
 
+// ErrNotUsable is returned by the Session's handle (Session.Conn) for a
+// request made while the session is not usable (View.Has false: no
+// session, or the credential or the cluster check has not passed since
+// the client (re)connected). The request was not sent. It also matches
+// zk.ErrNoServer, so guards treat it as a lost connection and retry.
+var ErrNotUsable = errors.New("no usable ZooKeeper session")
+
+type notUsableError struct{ why string }
+
+func (e *notUsableError) Error() string {
+	return "zksession: " + ErrNotUsable.Error() + " (" + e.why + "): request not sent; retry when the session is back"
+}
+func (e *notUsableError) Is(target error) bool {
+	return target == ErrNotUsable || target == zk.ErrNoServer
+}
+
 // handle is the stable ZK the Session hands out (Session.Conn): every
 // call goes to the current client, so a guard keeps one handle across
-// client replacements. Close is a no-op: a guard never closes the shared
+// client replacements. Requests are refused (ErrNotUsable) while the
+// session is not usable: no guard writes after a (re)connect before the
+// cluster check passed. Close is a no-op: a guard never closes the shared
 // session (Session.Close does).
 type handle struct {
+	s   *Session
 	mu  sync.RWMutex
 	cur ZK
 }
@@ -74,6 +93,14 @@ func (h *handle) get() ZK {
 	return h.cur
 }
 
+// use returns the current client if the session is usable.
+func (h *handle) use() (ZK, error) {
+	if why := h.s.unusable(); why != "" {
+		return nil, &notUsableError{why}
+	}
+	return h.get(), nil
+}
+
 // swap installs next and returns the previous client (the caller closes it).
 func (h *handle) swap(next ZK) ZK {
 	h.mu.Lock()
@@ -84,24 +111,93 @@ func (h *handle) swap(next ZK) ZK {
 }
 
 func (h *handle) Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error) {
-	return h.get().Create(path, data, flags, acl)
+	c, err := h.use()
+	if err != nil {
+		return "", err
+	}
+	return c.Create(path, data, flags, acl)
 }
-func (h *handle) Get(path string) ([]byte, *zk.Stat, error) { return h.get().Get(path) }
+
+func (h *handle) Get(path string) ([]byte, *zk.Stat, error) {
+	c, err := h.use()
+	if err != nil {
+		return nil, nil, err
+	}
+	return c.Get(path)
+}
+
 func (h *handle) GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error) {
-	return h.get().GetW(path)
+	c, err := h.use()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return c.GetW(path)
 }
+
 func (h *handle) Set(path string, data []byte, version int32) (*zk.Stat, error) {
-	return h.get().Set(path, data, version)
+	c, err := h.use()
+	if err != nil {
+		return nil, err
+	}
+	return c.Set(path, data, version)
 }
-func (h *handle) Children(path string) ([]string, *zk.Stat, error) { return h.get().Children(path) }
+
+func (h *handle) Children(path string) ([]string, *zk.Stat, error) {
+	c, err := h.use()
+	if err != nil {
+		return nil, nil, err
+	}
+	return c.Children(path)
+}
+
 func (h *handle) ChildrenW(path string) ([]string, *zk.Stat, <-chan zk.Event, error) {
-	return h.get().ChildrenW(path)
+	c, err := h.use()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return c.ChildrenW(path)
 }
-func (h *handle) Exists(path string) (bool, *zk.Stat, error) { return h.get().Exists(path) }
-func (h *handle) Delete(path string, version int32) error    { return h.get().Delete(path, version) }
+
+func (h *handle) Exists(path string) (bool, *zk.Stat, error) {
+	c, err := h.use()
+	if err != nil {
+		return false, nil, err
+	}
+	return c.Exists(path)
+}
+
+func (h *handle) Delete(path string, version int32) error {
+	c, err := h.use()
+	if err != nil {
+		return err
+	}
+	return c.Delete(path, version)
+}
+
 func (h *handle) Multi(ops ...any) ([]zk.MultiResponse, error) {
-	return h.get().Multi(ops...)
+	c, err := h.use()
+	if err != nil {
+		return nil, err
+	}
+	return c.Multi(ops...)
 }
+
+// Sync makes the server the client talks to catch up with the leader
+// (zk.Conn.Sync), for a read that must see every write committed before it.
+// It is not part of ZK (the fakes need not have it): callers type-assert
+// interface{ Sync(string) (string, error) }.
+func (h *handle) Sync(path string) (string, error) {
+	c, err := h.use()
+	if err != nil {
+		return "", err
+	}
+	s, ok := c.(interface{ Sync(string) (string, error) })
+	if !ok {
+		return path, nil // a fake: one server, always in sync
+	}
+	return s.Sync(path)
+}
+
 func (h *handle) AddAuth(scheme string, auth []byte) error { return h.get().AddAuth(scheme, auth) }
 func (h *handle) SessionID() int64                         { return h.get().SessionID() }
 func (h *handle) State() zk.State                          { return h.get().State() }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/idgen/idgen/cluster/zksession"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/mysqlstore"
 	"github.com/idgen/idgen/segment/zkguard"
@@ -158,12 +159,12 @@ func (w *replicationWatch) close() {
 // with ZooKeeper and MySQL. Without ZooKeeper there is nothing shared but
 // MySQL itself, so nothing to start: the README says what that means on
 // asynchronous replication.
-func startGuard(cfg Config, ms *mysqlstore.Store, repl *replicationWatch, rpcPort int, log *zap.Logger) (*zkguard.Guard, error) {
+func startGuard(cfg Config, ms *mysqlstore.Store, repl *replicationWatch, rpcPort int, zs *zksession.Session, log *zap.Logger) (*zkguard.Guard, error) {
 	disabled := faultNoReplicationGuard()
 	if disabled {
 		log.Error("IDGEN_FAULT_NO_REPLICATION_GUARD=1: the cross-node replication guard is OFF (fault injection's negative control); a lossy MySQL failover will repeat numbers")
 	}
-	g, err := zkguard.Open(zkguard.Config{Servers: strings.Split(cfg.ZK, ","), Root: cfg.ZKRoot, Cluster: cfg.Cluster,
+	g, err := zkguard.Open(zkguard.Config{Session: zs, Servers: strings.Split(cfg.ZK, ","), Root: cfg.ZKRoot, Cluster: cfg.Cluster,
 		Auth: cfg.ZKAuth, SessionTimeout: cfg.ZKSessionTimeout, Timeout: cfg.StoreTimeout,
 		Self: fmt.Sprintf("%s:%d", advertiseHost(cfg), rpcPort), BarrierWait: cfg.OrderedBarrierWait, MaxClockSkew: cfg.MaxPeerSkew,
 		ServeUnverified: repl.safe, OnReplicasSeen: repl.replicasSeen, Disabled: disabled, Logger: log.Named("guard")})

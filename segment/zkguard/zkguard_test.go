@@ -508,7 +508,7 @@ func TestIntegration_GuardRecoversWithSession(t *testing.T) {
 	}
 	t.Cleanup(sess.Close)
 	c := clusterName(t)
-	a := newGuard(t, c, "a:1", func(c *Config) { c.Session = sess; c.Servers = []string{bad}; c.Timeout = time.Second })
+	a := newGuard(t, c, "a:1", func(c *Config) { c.Session = sess; c.Servers = []string{bad} })
 	a.StartBarrier(&fakeServer{id: "server/1"}, func(context.Context) error { return nil })
 	waitFor(t, "gate open through a replaced client", 60*time.Second, func() bool { return open(a) })
 	if _, err := a.Claim(context.Background(), "biz", segment.Range{First: 1, Last: 10}); err != nil {

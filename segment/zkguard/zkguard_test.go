@@ -595,3 +595,29 @@ func TestIntegration_ReplicasSeenShared(t *testing.T) {
 		t.Fatalf("record %s, %v; want seen 2", data, err)
 	}
 }
+
+// TestOwnBoundRefuses (issue 29 hole c, no servers): a node refuses
+// ORDERED once its own serving bound passed on either clock: the wall
+// clock the others compare with, and the monotonic one.
+func TestOwnBoundRefuses(t *testing.T) {
+	var wall atomic.Int64
+	wall.Store(1_000_000)
+	g := &Guard{cfg: Config{Now: func() time.Time { return time.UnixMilli(wall.Load()) }}, open: true}
+	if _, err := g.Enter(); !errors.Is(err, ErrNotMember) {
+		t.Fatalf("no bound written yet: %v; want ErrNotMember", err)
+	}
+	g.selfUntil, g.selfUntilMs = time.Now().Add(time.Hour), 1_010_000
+	tok, err := g.Enter()
+	if err != nil {
+		t.Fatalf("within the bound: %v", err)
+	}
+	wall.Store(1_010_000) // the wall clock reached the bound
+	if err := g.Check(tok); !errors.Is(err, ErrNotMember) || !errors.Is(err, segment.ErrUnavailable) {
+		t.Fatalf("wall clock at the bound: Check = %v; want ErrNotMember (retryable)", err)
+	}
+	wall.Store(1_000_000)
+	g.selfUntil = time.Now().Add(-time.Millisecond) // the monotonic clock passed it
+	if err := g.Serving(); !errors.Is(err, ErrNotMember) {
+		t.Fatalf("monotonic clock past the bound: %v", err)
+	}
+}

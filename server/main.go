@@ -331,7 +331,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 		gate      segment.Gate
 	)
 	if ms != nil && cfg.ZK != "" {
-		if replGuard, err = startGuard(cfg, ms, repl, rpcPort, log); err != nil {
+		if replGuard, err = startGuard(cfg, ms, repl, rpcPort, zs, log); err != nil {
 			return fail(err)
 		}
 		closers = append(closers, replGuard.Close)

@@ -131,6 +131,11 @@ type Config struct {
 	HandlerTimeout time.Duration
 	// MaxHandoffs bounds the planned hand-offs of one round (default 8).
 	MaxHandoffs int
+	// Connect, when set, opens the ZooKeeper client instead of dialling
+	// Servers with go-zookeeper: the cluster simulator (package sim) passes
+	// its in-memory ZooKeeper here. The coordinator reads the returned
+	// session events and closes the client on Close.
+	Connect func(ctx context.Context) (ZK, <-chan zk.Event, error)
 }
 
 func (cfg *Config) defaults() error {
@@ -323,7 +328,16 @@ func Open(ctx context.Context, cfg Config) (*Coordinator, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	conn, events, err := dial(ctx, cfg)
+	var (
+		conn   ZK
+		events <-chan zk.Event
+		err    error
+	)
+	if cfg.Connect != nil {
+		conn, events, err = cfg.Connect(ctx)
+	} else {
+		conn, events, err = dial(ctx, cfg)
+	}
 	if err != nil {
 		return nil, err
 	}

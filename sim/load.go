@@ -1,0 +1,116 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/idgen/idgen/faults/checker"
+	"github.com/idgen/idgen/issuer"
+	"github.com/idgen/idgen/ordered"
+	"github.com/idgen/idgen/segment"
+)
+
+// caller is one sequential client: it sends requests of every channel to
+// random nodes until ctx ends. A gapless ORDERED request carries a request
+// id half of the time and is retried with it after a failure; now and then
+// a caller replays an id that was answered, which must return the same
+// range.
+func (c *cluster) caller(ctx context.Context, name string, rng *rand.Rand, rec *recorder) {
+	seq := 0
+	for ctx.Err() == nil {
+		seq++
+		req := issuer.Request{Count: 1 + rng.IntN(5)}
+		var ch segment.Channel
+		replay := false
+		switch p := rng.IntN(100); {
+		case p < 30:
+			req.Biz, ch = bizSnowflake, segment.ChannelSnowflake
+		case p < 50:
+			req.Biz, ch = bizUnordered, segment.ChannelUnordered
+		case p < 75:
+			req.Biz, ch = bizCached, segment.ChannelOrdered
+			req.SubKey = fmt.Sprintf("k%d", rng.IntN(8))
+		default:
+			req.Biz, ch = bizGapless, segment.ChannelOrdered
+			req.SubKey = fmt.Sprintf("k%d", rng.IntN(8))
+			if rng.IntN(2) == 0 {
+				req.RequestID = fmt.Sprintf("%s-%d", name, seq)
+			}
+			if rng.IntN(10) == 0 {
+				if rid, a, ok := rec.pick(rng); ok {
+					req.RequestID, req.SubKey, req.Count, replay = rid, a.subKey, a.count, true
+				}
+			}
+		}
+		req.Channel = &ch
+		attempts := 1
+		if req.RequestID != "" {
+			attempts = 3
+		}
+		for a := 0; a < attempts && ctx.Err() == nil; a++ {
+			call, ok := c.send(rng, name, req)
+			if call.Transport != "" || call.Err != nil {
+				if call.Transport != "" {
+					time.Sleep(5 * time.Millisecond)
+				}
+				continue
+			}
+			if !ok {
+				break
+			}
+			if req.RequestID != "" && !rec.answered(req.RequestID, ridAnswer{subKey: req.SubKey, count: req.Count, ranges: call.Ranges}, call.String()) {
+				break // a replay: checked, not counted twice
+			}
+			_ = replay
+			rec.add(call)
+			break
+		}
+		time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+	}
+}
+
+// send sends req to a random node, forwarding an ORDERED request to the
+// shard's owner as the RPC handler does (at most twice). ok is false when
+// the call got no IDs.
+func (c *cluster) send(rng *rand.Rand, caller string, req issuer.Request) (checker.Call, bool) {
+	n := c.nodes[rng.IntN(len(c.nodes))]
+	chName := map[segment.Channel]string{segment.ChannelSnowflake: checker.Snowflake, segment.ChannelUnordered: checker.Unordered,
+		segment.ChannelOrdered: checker.Ordered}[*req.Channel]
+	call := checker.Call{Caller: caller, Biz: req.Biz, SubKey: req.SubKey, Channel: chName, Count: int32(req.Count), Start: time.Now()}
+	for hop := 0; hop < 3; hop++ {
+		n.mu.Lock()
+		call.Node, call.Inc = n.addr, n.inc
+		n.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		resp, err, up := n.serve(ctx, req)
+		cancel()
+		call.End = time.Now()
+		if !up {
+			// Connection refused, or the node died before answering: the
+			// outcome is unknown.
+			call.Transport = "node down"
+			return call, false
+		}
+		var ue *ordered.UnavailableError
+		if err != nil && errors.As(err, &ue) && ue.NotOwner && ue.Owner.Addr != "" && c.byAdr[ue.Owner.Addr] != nil && hop < 2 {
+			n = c.byAdr[ue.Owner.Addr]
+			continue
+		}
+		if err != nil {
+			call.Err = &checker.Refusal{Code: -1, Message: err.Error()}
+			return call, false
+		}
+		call.Served = map[segment.Channel]string{segment.ChannelSnowflake: checker.Snowflake, segment.ChannelUnordered: checker.Unordered,
+			segment.ChannelOrdered: checker.Ordered}[resp.Channel]
+		call.Fallback = resp.Fallback
+		for _, r := range resp.Ranges {
+			call.Ranges = append(call.Ranges, [2]int64{r.First, r.Last})
+		}
+		return call, len(call.Ranges) > 0
+	}
+	call.Err = &checker.Refusal{Code: -1, Message: "forwarded too often"}
+	return call, false
+}

@@ -21,28 +21,31 @@ type kind string
 // or stopped node restarts, a partition heals), so the settling period
 // sees the whole cluster again.
 const (
-	kPause     kind = "pause"         // SIGSTOP one node for d, then SIGCONT
-	kKill      kind = "kill"          // SIGKILL one node, restart it after d (properties file kept)
-	kTerm      kind = "sigterm"       // SIGTERM one node (hand-off), restart after d
-	kTermStall kind = "sigterm-stall" // SIGTERM whose hand-off stalls before the write-back
-	kPartition kind = "zk-partition"  // cut one node from ZooKeeper for d
-	kExpire    kind = "zk-expire"     // the server ends one node's sessions
-	kElect     kind = "zk-elect"      // a leader election (every client reconnects, new epoch)
-	kLag       kind = "zk-lag"        // a follower lags far behind for d (seen through srvr)
-	kDown      kind = "zk-down"       // the whole ensemble unreachable for d
-	kWipe      kind = "zk-wipe"       // the ensemble restarts empty
-	kRestore   kind = "zk-restore"    // the ensemble restarts from a copy taken d earlier
-	kStep      kind = "clock-step"    // one node's wall clock steps by d (back or forward)
-	kStall     kind = "db-stall"      // every MySQL statement hangs for d
-	kDBFail    kind = "db-fail"       // the next statements fail (connection lost)
-	kFailover  kind = "db-failover"   // lossy failover to a replica d behind
+	kPause     kind = "pause"             // SIGSTOP one node for d, then SIGCONT
+	kKill      kind = "kill"              // SIGKILL one node, restart it after d (properties file kept)
+	kTerm      kind = "sigterm"           // SIGTERM one node (hand-off), restart after d
+	kTermStall kind = "sigterm-stall"     // SIGTERM whose hand-off stalls before the write-back
+	kPartition kind = "zk-partition"      // cut one node from ZooKeeper for d
+	kExpire    kind = "zk-expire"         // the server ends one node's sessions
+	kElect     kind = "zk-elect"          // a leader election (every client reconnects, new epoch)
+	kLag       kind = "zk-lag"            // a follower lags far behind for d (seen through srvr)
+	kDown      kind = "zk-down"           // the whole ensemble unreachable for d
+	kWipe      kind = "zk-wipe"           // the ensemble restarts empty
+	kRestore   kind = "zk-restore"        // the ensemble restarts from a copy taken d earlier
+	kStep      kind = "clock-step"        // one node's wall clock steps by d (back or forward)
+	kStall     kind = "db-stall"          // every MySQL statement hangs for d
+	kDBFail    kind = "db-fail"           // the next statements fail (connection lost)
+	kFailover  kind = "db-failover"       // lossy failover to a replica d behind
+	kKillBack  kind = "kill-clockback"    // SIGKILL, restart after d with the wall clock 250 ms further back
+	kTermBack  kind = "sigterm-clockback" // SIGTERM, restart after d with the wall clock 250 ms further back
+	kFresh     kind = "kill-fresh"        // SIGKILL, restart after d with an empty properties dir (a replaced machine)
 )
 
 // defaultMix is what a run without a control draws: the faults the
 // current code is expected to survive without a violation. The others
 // are drawn by the controls (and by --mix); see notes for which hole of
 // issue 29 each one opens on the current code.
-var defaultMix = []kind{kPause, kKill, kTerm, kPartition, kExpire, kElect, kLag, kDown, kStep, kStall, kDBFail}
+var defaultMix = []kind{kPause, kKill, kKillBack, kFresh, kTerm, kTermBack, kTermStall, kPartition, kExpire, kElect, kLag, kDown, kStep, kStall, kDBFail}
 
 // controls are the switches a negative control turns on inside the
 // simulated nodes (the in-process twin of the faultinject switch).
@@ -65,11 +68,11 @@ type Control struct {
 var Controls = []Control{
 	{"IDGEN_FAULT_ORDERED_NO_LEASE_WAIT", "a new ORDERED owner serves while the old owner's lease runs", []kind{kPause, kPartition, kExpire},
 		func(c *controls) { c.noLeaseWait = true }},
-	{"IDGEN_FAULT_ORDERED_NO_EPOCH", "ORDERED persists ignore the shard epoch (a deposed owner's write-back lowers rows)", []kind{kTermStall, kPause},
+	{"IDGEN_FAULT_ORDERED_NO_EPOCH", "ORDERED persists ignore the shard epoch (a deposed owner's write-back lowers rows)", []kind{kTermStall, kKill, kPause},
 		func(c *controls) { c.noFence = true }},
-	{"IDGEN_FAULT_IGNORE_NOT_BEFORE", "a slot's new holder issues at once, below its previous holders' marks", []kind{kKill, kTerm, kExpire},
+	{"IDGEN_FAULT_IGNORE_NOT_BEFORE", "a slot's new holder issues at once, below its previous holders' marks", []kind{kTermBack, kKillBack, kKill, kStep},
 		func(c *controls) { c.slot = func(s worker.Slot) worker.Slot { s.NotBefore = 0; return s } }},
-	{"IDGEN_FAULT_IGNORE_RESTORE", "a restored cluster's marks are trusted (no wait of one lead)", []kind{kRestore, kKill},
+	{"IDGEN_FAULT_IGNORE_RESTORE", "a restored cluster's marks are trusted (no wait of one lead)", []kind{kRestore, kFresh, kKillBack},
 		func(c *controls) {
 			c.slot = func(s worker.Slot) worker.Slot { s.NotBefore = s.MarkNotBefore; return s }
 		}},
@@ -116,8 +119,14 @@ func (e event) String() string {
 }
 
 // draw is the fault schedule of a seed: a pure function of its arguments.
-func draw(seed uint64, nodes int, dur time.Duration, mix []kind) []event {
+//
+// skews are the nodes' wall clock offsets from the true time at start,
+// up to 200 ms either way (within the 1 s the peer clock check accepts).
+func draw(seed uint64, nodes int, dur time.Duration, mix []kind) (sched []event, skews []time.Duration) {
 	rng := rand.New(rand.NewPCG(seed, 0x51a))
+	for range nodes {
+		skews = append(skews, time.Duration(rng.IntN(401)-200)*time.Millisecond)
+	}
 	k := 2 + rng.IntN(4)
 	var out []event
 	for range k {
@@ -129,7 +138,7 @@ func draw(seed uint64, nodes int, dur time.Duration, mix []kind) []event {
 		out = append(out, e)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].at < out[j].at })
-	return out
+	return out, skews
 }
 
 // warmup is how long the load runs before the first fault.
@@ -185,10 +194,19 @@ func (c *cluster) play(ctx context.Context, t0 time.Time, sched []event) {
 		case kPause:
 			n.pause()
 			c.later(e.d, n.thaw)
-		case kKill:
+		case kKill, kKillBack, kFresh:
 			n.kill()
-			c.later(e.d, func() { c.restart(n) })
-		case kTerm, kTermStall:
+			c.later(e.d, func() {
+				if e.kind == kKillBack {
+					n.clk.Set(n.clk.Get() - 250*time.Millisecond)
+				}
+				if e.kind == kFresh {
+					_ = os.RemoveAll(n.dir)
+					_ = os.MkdirAll(n.dir, 0o700)
+				}
+				c.restart(n)
+			})
+		case kTerm, kTermStall, kTermBack:
 			if e.kind == kTermStall {
 				n.mu.Lock()
 				n.stall = 3 * orderedLease
@@ -199,6 +217,9 @@ func (c *cluster) play(ctx context.Context, t0 time.Time, sched []event) {
 				defer c.bg.Done()
 				n.stop()
 				time.Sleep(e.d)
+				if e.kind == kTermBack {
+					n.clk.Set(n.clk.Get() - 250*time.Millisecond)
+				}
 				c.restart(n)
 			}()
 		case kPartition:

@@ -50,8 +50,16 @@ func (c *cluster) caller(ctx context.Context, name string, rng *rand.Rand, rec *
 		if req.RequestID != "" {
 			attempts = 3
 		}
+		var first time.Time
 		for a := 0; a < attempts && ctx.Err() == nil; a++ {
 			call, ok := c.send(rng, name, req)
+			if a == 0 {
+				first = call.Start
+			} else {
+				// A retry with the request id may return what the first
+				// attempt stored: the call began with the first attempt.
+				call.Start = first
+			}
 			if call.Transport != "" || call.Err != nil {
 				if call.Transport != "" {
 					time.Sleep(5 * time.Millisecond)
@@ -64,8 +72,9 @@ func (c *cluster) caller(ctx context.Context, name string, rng *rand.Rand, rec *
 			if req.RequestID != "" && !rec.answered(req.RequestID, ridAnswer{subKey: req.SubKey, count: req.Count, ranges: call.Ranges}, call.String()) {
 				break // a replay: checked, not counted twice
 			}
-			_ = replay
-			rec.add(call)
+			if !replay {
+				rec.add(call)
+			}
 			break
 		}
 		time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)

@@ -127,14 +127,15 @@ func (n *node) start(ctx context.Context) error {
 	store := &nodeDB{Store: c.db.mem, d: c.db, n: n}
 	holder := &lateHolder{fault: c.ctl.slot}
 	lease, err := worker.Register(ctx, worker.Config{Servers: []string{"zk0:2181"}, Root: "/idgen", Cluster: "sim",
-		App: "idgen", Host: host, Port: port, PropertiesDir: n.dir, SessionTimeout: sessionTimeout,
+		Meta: worker.Meta{EpochMs: worker.DefaultEpochMs, IDCBits: idcBits, NodeBits: nodeBits},
+		App:  "idgen", Host: host, Port: port, PropertiesDir: n.dir, SessionTimeout: sessionTimeout,
 		HeartbeatInterval: heartbeat, OutageTolerance: outageTol, HighWaterMargin: hwMargin, MaxStartWait: 10 * time.Second,
 		ConnectTimeout: 2 * time.Second, Connect: connect, ServerStats: stats, Clock: wall, Holder: holder,
 		Logger: log.Named("worker")})
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	layout := snowflake.Layout{}.Normalize()
+	layout := snowflake.Layout{IDCBits: idcBits, NodeBits: nodeBits}.Normalize()
 	floor := layout.Floor(lease.Meta().CreatedMs)
 	guard := clock.NewGuard(clock.GuardConfig{Clock: wall, Logger: log.Named("clock")}, 0)
 	un, err := segment.NewUnordered(segment.UnorderedConfig{Store: store, Floor: floor, Logger: log.Named("unordered")})
@@ -191,7 +192,12 @@ func (n *node) beforeWriteBack(int) {
 	n.stall = 0
 	n.mu.Unlock()
 	if d > 0 {
+		// Frozen in the middle of the hand-off, past the node's
+		// ZooKeeper session and its lease: another node takes the shard,
+		// and the write-back that follows is a deposed owner's.
+		n.pause()
 		time.Sleep(d)
+		n.thaw()
 	}
 }
 

@@ -119,6 +119,15 @@ func (c *cluster) graveyard(p incarnation) {
 	c.gmu.Unlock()
 }
 
+// The bit split: 4 slots per IDC (all nodes run in IDC 0), so that slots
+// change hands between nodes often (a crash restart takes another free
+// slot, the next node the freed one), exercising rules 2 and 3 of the
+// slot invariant far more than 256 slots would.
+const (
+	idcBits  = 8
+	nodeBits = 2
+)
+
 // Businesses of the load.
 const (
 	bizSnowflake = "sf"
@@ -145,7 +154,8 @@ func Run(seed uint64, o Options) *Result {
 		res.Err = err
 		return res
 	}
-	sched := draw(seed, o.Nodes, o.Duration, mix)
+	sched, skews := draw(seed, o.Nodes, o.Duration, mix)
+	res.Schedule = append(res.Schedule, fmt.Sprintf("clock skews %v, control %q, mix %v", skews, o.Control, mix))
 	for _, e := range sched {
 		res.Schedule = append(res.Schedule, e.String())
 	}
@@ -158,7 +168,7 @@ func Run(seed uint64, o Options) *Result {
 	c := &cluster{zk: zkfake.New(), db: newDB(), byAdr: map[string]*node{}, ctl: ctl, log: o.Logger}
 	defer c.zk.Close()
 	c.db.noFence = ctl.noFence
-	if err := c.setup(dir, o.Nodes); err != nil {
+	if err := c.setup(dir, skews); err != nil {
 		res.Err = err
 		c.shutdown()
 		return res
@@ -190,12 +200,13 @@ func Run(seed uint64, o Options) *Result {
 
 // setup creates the cluster (idctl cluster init), its businesses, and
 // starts the nodes.
-func (c *cluster) setup(dir string, nodes int) error {
+func (c *cluster) setup(dir string, skews []time.Duration) error {
+	nodes := len(skews)
 	conn, _ := c.zk.Connect("idctl", sessionTimeout)
 	for conn.State() != zk.StateHasSession {
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := zkcluster.Init(conn, "/idgen", "sim", zkcluster.Settings{EpochMs: worker.DefaultEpochMs, IDCBits: 2, NodeBits: 8}, nil); err != nil {
+	if _, err := zkcluster.Init(conn, "/idgen", "sim", zkcluster.Settings{EpochMs: worker.DefaultEpochMs, IDCBits: idcBits, NodeBits: nodeBits}, nil); err != nil {
 		conn.Close()
 		return fmt.Errorf("cluster init: %w", err)
 	}
@@ -226,6 +237,7 @@ func (c *cluster) setup(dir string, nodes int) error {
 			return err
 		}
 		n := &node{c: c, idx: i, addr: fmt.Sprintf("10.0.0.%d:8888", i+1), dir: d, clk: newClock()}
+		n.clk.Set(skews[i])
 		c.nodes = append(c.nodes, n)
 		c.byAdr[n.addr] = n
 	}

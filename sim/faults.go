@@ -78,11 +78,30 @@ var Controls = []Control{
 		}},
 }
 
+// Holes are fault mixes that find a hole of issue 29 on the code this
+// simulator was written against, with no switch: "--control hole:NAME"
+// runs one. When a fix lands, its kinds move into defaultMix (and the
+// fix's switch into Controls).
+var Holes = []struct {
+	Name, Hole string
+	Mix        []kind
+}{
+	{"zk-wipe", "l (and e): the ORDERED coordinator's ZooKeeper client never recovers from a wipe; ORDERED stays down", []kind{kWipe, kKill, kPause}},
+	{"zk-restore", "l after a restore from a copy (and h: the restore is not detected by every guard)", []kind{kRestore, kFresh, kKill}},
+}
+
 // controlFor returns the switches and the mix of a control name ("" for
 // none; "mix:a,b" draws the named faults on the real code).
 func controlFor(name string) (controls, []kind, error) {
 	if name == "" {
 		return controls{}, defaultMix, nil
+	}
+	if h, ok := strings.CutPrefix(name, "hole:"); ok {
+		for _, x := range Holes {
+			if x.Name == h {
+				return controls{}, x.Mix, nil
+			}
+		}
 	}
 	if m, ok := strings.CutPrefix(name, "mix:"); ok {
 		var mix []kind
@@ -103,7 +122,7 @@ func controlFor(name string) (controls, []kind, error) {
 	for _, ct := range Controls {
 		names = append(names, ct.Switch)
 	}
-	return controls{}, nil, fmt.Errorf("unknown control %q: known are %s (or mix:KIND,...)", name, strings.Join(names, ", "))
+	return controls{}, nil, fmt.Errorf("unknown control %q: known are %s (or hole:NAME, mix:KIND,...)", name, strings.Join(names, ", "))
 }
 
 // event is one drawn fault.

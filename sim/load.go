@@ -85,7 +85,11 @@ func (c *cluster) caller(ctx context.Context, name string, rng *rand.Rand, rec *
 // shard's owner as the RPC handler does (at most twice). ok is false when
 // the call got no IDs.
 func (c *cluster) send(rng *rand.Rand, caller string, req issuer.Request) (checker.Call, bool) {
-	n := c.nodes[rng.IntN(len(c.nodes))]
+	return c.sendTo(rng, c.nodes[rng.IntN(len(c.nodes))], caller, req)
+}
+
+// sendTo is send to node n.
+func (c *cluster) sendTo(_ *rand.Rand, n *node, caller string, req issuer.Request) (checker.Call, bool) {
 	chName := map[segment.Channel]string{segment.ChannelSnowflake: checker.Snowflake, segment.ChannelUnordered: checker.Unordered,
 		segment.ChannelOrdered: checker.Ordered}[*req.Channel]
 	call := checker.Call{Caller: caller, Biz: req.Biz, SubKey: req.SubKey, Channel: chName, Count: int32(req.Count), Start: time.Now()}
@@ -122,4 +126,55 @@ func (c *cluster) send(rng *rand.Rand, caller string, req issuer.Request) (check
 	}
 	call.Err = &checker.Refusal{Code: -1, Message: "forwarded too often"}
 	return call, false
+}
+
+// probeWait is how long after the last fault ended every node must serve
+// every channel again: many leases, sessions and heartbeats of the scaled
+// timings (node.go), so only a node that does not recover by itself
+// fails it.
+const probeWait = 5 * time.Second
+
+// probe asks every node for every channel (and an ORDERED key on every
+// shard's owner, through the forwarding) until each answered, or wait
+// passed. It returns what never answered: availability holes (a client
+// that never reconnects, a guard that never reopens).
+func (c *cluster) probe(wait time.Duration) []string {
+	type ask struct {
+		biz string
+		ch  segment.Channel
+		sub string
+	}
+	asks := []ask{{bizSnowflake, segment.ChannelSnowflake, ""}, {bizUnordered, segment.ChannelUnordered, ""}}
+	for i := range 8 {
+		asks = append(asks, ask{bizCached, segment.ChannelOrdered, fmt.Sprintf("k%d", i)}, ask{bizGapless, segment.ChannelOrdered, fmt.Sprintf("k%d", i)})
+	}
+	deadline := time.Now().Add(wait)
+	var stuck []string
+	for _, n := range c.nodes {
+		for _, a := range asks {
+			ch := a.ch
+			req := issuer.Request{Biz: a.biz, Channel: &ch, SubKey: a.sub, Count: 1}
+			var last string
+			for {
+				rng := rand.New(rand.NewPCG(1, 2))
+				call, ok := c.sendTo(rng, n, "probe", req)
+				if ok {
+					last = ""
+					break
+				}
+				last = call.Transport
+				if call.Err != nil {
+					last = call.Err.Message
+				}
+				if time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if last != "" {
+				stuck = append(stuck, fmt.Sprintf("%s %s %s/%s: not served %v after the last fault: %s", n.addr, ch, a.biz, a.sub, wait, last))
+			}
+		}
+	}
+	return stuck
 }

@@ -58,13 +58,14 @@ type Result struct {
 	Report   *checker.Report
 	Replays  int      // request-id replays checked
 	Replay   []string // replays that returned another range
+	Stuck    []string // availability: what a node could not serve after the faults ended
 	Err      error    // the run itself failed (a node could not start)
 	Took     time.Duration
 }
 
 // Failed reports a violation (or a run that could not be judged).
 func (r *Result) Failed() bool {
-	return r.Err != nil || len(r.Replay) > 0 || (r.Report != nil && r.Report.Failed())
+	return r.Err != nil || len(r.Replay) > 0 || len(r.Stuck) > 0 || (r.Report != nil && r.Report.Failed())
 }
 
 // String is the seed's verdict with, on failure, its schedule and findings.
@@ -94,6 +95,13 @@ func (r *Result) String() string {
 		}
 		for _, s := range r.Replay {
 			b.WriteString("\n  replay: " + s)
+		}
+		for i, s := range r.Stuck {
+			if i == 6 {
+				fmt.Fprintf(&b, "\n  availability: ... and %d more", len(r.Stuck)-i)
+				break
+			}
+			b.WriteString("\n  availability: " + s)
 		}
 	}
 	return b.String()
@@ -191,6 +199,7 @@ func Run(seed uint64, o Options) *Result {
 	cancel()
 	load.Wait()
 	c.bg.Wait()
+	res.Stuck = c.probe(probeWait)
 	c.shutdown()
 	res.Report = checker.Check(rec.okCalls(), checker.Options{Layout: checker.DefaultLayout})
 	res.Replays, res.Replay = rec.replays, rec.replayDiffs

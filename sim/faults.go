@@ -58,7 +58,9 @@ type controls struct {
 // Control is a negative control: a faultinject switch that reopens a hole,
 // and the fault mix that should find it.
 type Control struct {
-	Switch string // the IDGEN_FAULT_* name (also set in the process's environment)
+	// Switch is the IDGEN_FAULT_* name. cmd/idgen-sim also sets it in the
+	// process's environment, for switches the packages read themselves.
+	Switch string
 	Hole   string // what it reopens
 	Mix    []kind
 	apply  func(*controls)
@@ -114,7 +116,6 @@ func controlFor(name string) (controls, []kind, error) {
 		if ct.Switch == name {
 			var c controls
 			ct.apply(&c)
-			_ = os.Setenv(ct.Switch, "1") // for switches the packages read themselves
 			return c, ct.Mix, nil
 		}
 	}

@@ -43,9 +43,19 @@ func run() int {
 	flag.Parse()
 	if *list {
 		for _, c := range sim.Controls {
-			fmt.Printf("%-36s %s (mix %v)\n", c.Switch, c.Hole, c.Mix)
+			fmt.Printf("--control %-36s %s (mix %v)\n", c.Switch, c.Hole, c.Mix)
+		}
+		for _, h := range sim.Holes {
+			fmt.Printf("--control hole:%-31s %s (mix %v)\n", h.Name, h.Hole, h.Mix)
 		}
 		return 0
+	}
+	for _, c := range sim.Controls {
+		if c.Switch == *control {
+			// Switches that the packages read from the environment take
+			// effect in-process (the binary is built with -tags faultinject).
+			_ = os.Setenv(c.Switch, "1")
+		}
 	}
 	log := zap.NewNop()
 	if *verbose {

@@ -41,6 +41,11 @@ type node struct {
 	dir  string // properties dir, kept across restarts
 	clk  *clock.Offset
 
+	// life serializes the lifecycle (start, stop, kill): two faults of
+	// one node that overlap (a SIGTERM while the last restart is still
+	// starting) act one after the other, as on one machine.
+	life sync.Mutex
+
 	mu     sync.Mutex
 	inc    int           // incarnation: 1 for the first start
 	paused chan struct{} // non-nil while paused; closed at the thaw
@@ -102,7 +107,15 @@ func (p pausingClock) Now() time.Time {
 // start runs a new incarnation. It returns once the node serves (or fails
 // to start).
 func (n *node) start(ctx context.Context) error {
+	n.life.Lock()
+	defer n.life.Unlock()
 	n.mu.Lock()
+	if n.up {
+		// Already running: two overlapping faults each scheduled a
+		// restart.
+		n.mu.Unlock()
+		return nil
+	}
 	n.inc++
 	n.dead = false
 	inc := n.inc
@@ -248,6 +261,8 @@ func (n *node) thaw() {
 // the server), and its store calls fail. Its goroutines are stopped
 // later, without a hand-off (closeQuietly).
 func (n *node) kill() {
+	n.life.Lock()
+	defer n.life.Unlock()
 	n.thaw()
 	n.mu.Lock()
 	n.up, n.dead = false, true
@@ -262,6 +277,8 @@ func (n *node) kill() {
 // written back), then the lease writes its exact mark and releases the
 // slot.
 func (n *node) stop() {
+	n.life.Lock()
+	defer n.life.Unlock()
 	n.thaw()
 	n.mu.Lock()
 	n.up = false

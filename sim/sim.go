@@ -68,6 +68,13 @@ func (r *Result) Failed() bool {
 	return r.Err != nil || len(r.Replay) > 0 || len(r.Stuck) > 0 || (r.Report != nil && r.Report.Failed())
 }
 
+// Unsafe reports a safety violation: a number twice, an order violation,
+// a (worker, ms) of two incarnations, or a replay with another range (not
+// availability).
+func (r *Result) Unsafe() bool {
+	return len(r.Replay) > 0 || (r.Report != nil && r.Report.Failed())
+}
+
 // String is the seed's verdict with, on failure, its schedule and findings.
 func (r *Result) String() string {
 	var b strings.Builder

@@ -38,14 +38,20 @@ const (
 	kFailover  kind = "db-failover"       // lossy failover to a replica d behind
 	kKillBack  kind = "kill-clockback"    // SIGKILL, restart after d with the wall clock 250 ms further back
 	kTermBack  kind = "sigterm-clockback" // SIGTERM, restart after d with the wall clock 250 ms further back
-	kFresh     kind = "kill-fresh"        // SIGKILL, restart after d with an empty properties dir (a replaced machine)
+	// sigterm-stall-kill: a SIGTERM whose hand-off freezes before the
+	// write-back (past the node's lease: another node takes its shards),
+	// then, once the late write-back is done, SIGKILL of the next node
+	// (which took some of those shards), so a third owner loads what the
+	// write-back left. The epoch must have refused it.
+	kStallKill kind = "sigterm-stall-kill"
+	kFresh     kind = "kill-fresh" // SIGKILL, restart after d with an empty properties dir (a replaced machine)
 )
 
 // defaultMix is what a run without a control draws: the faults the
 // current code is expected to survive without a violation. The others
 // are drawn by the controls (and by --mix); see notes for which hole of
 // issue 29 each one opens on the current code.
-var defaultMix = []kind{kPause, kKill, kKillBack, kFresh, kTerm, kTermBack, kTermStall, kPartition, kExpire, kElect, kLag, kDown, kStep, kStall, kDBFail}
+var defaultMix = []kind{kPause, kKill, kKillBack, kFresh, kTerm, kTermBack, kTermStall, kStallKill, kPartition, kExpire, kElect, kLag, kDown, kStep, kStall, kDBFail}
 
 // controls are the switches a negative control turns on inside the
 // simulated nodes (the in-process twin of the faultinject switch).
@@ -70,7 +76,7 @@ type Control struct {
 var Controls = []Control{
 	{"IDGEN_FAULT_ORDERED_NO_LEASE_WAIT", "a new ORDERED owner serves while the old owner's lease runs", []kind{kPause, kPartition, kExpire},
 		func(c *controls) { c.noLeaseWait = true }},
-	{"IDGEN_FAULT_ORDERED_NO_EPOCH", "ORDERED persists ignore the shard epoch (a deposed owner's write-back lowers rows)", []kind{kTermStall, kKill, kPause},
+	{"IDGEN_FAULT_ORDERED_NO_EPOCH", "ORDERED persists ignore the shard epoch (a deposed owner's write-back lowers rows)", []kind{kStallKill},
 		func(c *controls) { c.noFence = true }},
 	{"IDGEN_FAULT_IGNORE_NOT_BEFORE", "a slot's new holder issues at once, below its previous holders' marks", []kind{kTermBack, kKillBack, kKill, kStep},
 		func(c *controls) { c.slot = func(s worker.Slot) worker.Slot { s.NotBefore = 0; return s } }},
@@ -226,8 +232,16 @@ func (c *cluster) play(ctx context.Context, t0 time.Time, sched []event) {
 				}
 				c.restart(n)
 			})
-		case kTerm, kTermStall, kTermBack:
-			if e.kind == kTermStall {
+		case kTerm, kTermStall, kTermBack, kStallKill:
+			if e.kind == kStallKill {
+				other := c.nodes[(e.node+1)%len(c.nodes)]
+				c.later(3*orderedLease+150*time.Millisecond, func() {
+					other.kill()
+					time.Sleep(300 * time.Millisecond)
+					c.restart(other)
+				})
+			}
+			if e.kind == kTermStall || e.kind == kStallKill {
 				n.mu.Lock()
 				n.stall = 3 * orderedLease
 				n.mu.Unlock()

@@ -336,7 +336,7 @@ func (c *cluster) restart(n *node) {
 		n.mu.Lock()
 		name := n.zkName()
 		n.mu.Unlock()
-		c.zk.SetPartitioned(name, true) // that incarnation's clients are gone
+		c.zk.Kill(name) // that incarnation's clients are gone
 		time.Sleep(100 * time.Millisecond)
 	}
 }

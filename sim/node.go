@@ -269,7 +269,7 @@ func (n *node) kill() {
 	name := n.zkName()
 	parts := n.parts()
 	n.mu.Unlock()
-	n.c.zk.SetPartitioned(name, true)
+	n.c.zk.Kill(name) // for good: a partition's heal does not revive it
 	n.c.graveyard(parts)
 }
 

@@ -51,7 +51,7 @@ func (c *Conn) Refused() int {
 
 // reachable: the client can talk to the server; s.mu is held.
 func (c *Conn) reachable() bool {
-	return !c.s.down && !c.s.cut[c.name] && c.s.pausedCh[c.name] == nil && !c.closed
+	return !c.s.down && !c.s.cut[c.name] && !c.s.killed[c.name] && c.s.pausedCh[c.name] == nil && !c.closed
 }
 
 // send emits a session event; s.mu is held. A full channel drops it, like

@@ -57,6 +57,7 @@ type Server struct {
 	// cut: names whose clients are partitioned; pausedCh: names whose
 	// clients are frozen (closed at the thaw).
 	cut      map[string]bool
+	killed   map[string]bool
 	pausedCh map[string]chan struct{}
 	stop     chan struct{}
 	stopped  sync.Once
@@ -205,6 +206,25 @@ func (s *Server) SetPartitioned(name string, cut bool) {
 	}
 	for _, c := range s.conns {
 		if c.name == name && !c.closed && cut && c.has {
+			c.has = false
+			c.send(zk.StateDisconnected)
+			c.send(zk.StateConnecting)
+		}
+	}
+}
+
+// Kill cuts every client of name for good, as the death of its process:
+// a later SetPartitioned(name, false) does not bring them back. Their
+// sessions expire on the server after their timeout.
+func (s *Server) Kill(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.killed == nil {
+		s.killed = map[string]bool{}
+	}
+	s.killed[name] = true
+	for _, c := range s.conns {
+		if c.name == name && !c.closed && c.has {
 			c.has = false
 			c.send(zk.StateDisconnected)
 			c.send(zk.StateConnecting)

@@ -163,3 +163,18 @@ func TestPauseBlocksAndExpires(t *testing.T) {
 		t.Fatal("the session survived a pause past its timeout")
 	}
 }
+
+// A killed client stays cut off when a partition of its name heals.
+func TestKillOutlivesAPartitionHeal(t *testing.T) {
+	s := New()
+	defer s.Close()
+	c, _ := s.Connect("n1", 30*time.Millisecond)
+	waitState(t, c, zk.StateHasSession)
+	s.SetPartitioned("n1", true)
+	s.Kill("n1")
+	s.SetPartitioned("n1", false)
+	time.Sleep(100 * time.Millisecond)
+	if c.State() == zk.StateHasSession {
+		t.Fatal("a killed client came back with the partition's heal")
+	}
+}

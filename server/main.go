@@ -36,6 +36,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/cluster/zksession"
 	"github.com/idgen/idgen/ext"
 	"github.com/idgen/idgen/internal/bizlabel"
 	"github.com/idgen/idgen/issuer"
@@ -261,11 +262,22 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 		return nil, err
 	}
 
+	// zs is the node's one ZooKeeper session (nil without --zk): every
+	// guard below takes it, none closes it; it is closed after all of
+	// them (closers run in reverse). Not waited for here: the worker lease
+	// decides how long to wait (and may start degraded without ZooKeeper).
+	var zs *zksession.Session
 	if cfg.ZK != "" {
 		warnOpenZooKeeper(cfg, m, log)
+		var err error
+		if zs, err = openSession(cfg, log); err != nil {
+			return fail(err)
+		}
+		nd.zk.Store(zs)
+		closers = append(closers, zs.Close)
 	}
 	nd.setStarting("opening the segment store")
-	store, noSegments, err := openStore(ctx, cfg, log)
+	store, noSegments, err := openStore(ctx, cfg, zs, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -283,7 +295,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	layout := cfg.Layout()
 	holder := &lateHolder{}
 	nd.setStarting("claiming a worker slot")
-	lease, err := startLease(ctx, cfg, layout, holder, clk, rpcPort, store, log)
+	lease, err := startLease(ctx, cfg, layout, holder, clk, rpcPort, store, zs, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -485,7 +497,7 @@ var errNoSegmentsZK = errors.New("this cluster runs with --zk and no --mysql: UN
 //   - --mysql: the MySQL store (businesses and counters shared by every node);
 //   - --zk alone: businesses in ZooKeeper, no counters (noSegments says why);
 //   - neither: the embedded store under data_dir (one node per data dir).
-func openStore(ctx context.Context, cfg Config, log *zap.Logger) (segment.Store, error, error) {
+func openStore(ctx context.Context, cfg Config, zs *zksession.Session, log *zap.Logger) (segment.Store, error, error) {
 	switch {
 	case cfg.MySQL != "":
 		s, err := mysqlstore.Open(ctx, mysqlstore.Config{DSN: cfg.MySQL, MaxOpenConns: cfg.MySQLMaxConns,
@@ -495,7 +507,7 @@ func openStore(ctx context.Context, cfg Config, log *zap.Logger) (segment.Store,
 		}
 		return s, nil, nil
 	case cfg.ZK != "":
-		s, err := zkstore.Open(ctx, zkstore.Config{Servers: strings.Split(cfg.ZK, ","), Root: cfg.ZKRoot, Cluster: cfg.Cluster,
+		s, err := zkstore.Open(ctx, zkstore.Config{Session: zs, Servers: strings.Split(cfg.ZK, ","), Root: cfg.ZKRoot, Cluster: cfg.Cluster,
 			Auth: cfg.ZKAuth, SessionTimeout: cfg.ZKSessionTimeout, Timeout: cfg.StoreTimeout, Logger: log.Named("zkstore")})
 		if err != nil {
 			return nil, nil, fmt.Errorf("zk business store: %w", err)
@@ -516,11 +528,25 @@ func openStore(ctx context.Context, cfg Config, log *zap.Logger) (segment.Store,
 	return s, nil, nil
 }
 
+// openSession opens the node's one ZooKeeper session (--zk), shared by
+// every guard. Its "no server explains the refusals" rule waits out the
+// worker lease's lead, after which the lease's marks have run out anyway.
+// The cluster incarnation check (Config.Check) is not wired yet: nil.
+func openSession(cfg Config, log *zap.Logger) (*zksession.Session, error) {
+	lead := worker.Config{SessionTimeout: cfg.ZKSessionTimeout, HeartbeatInterval: cfg.Heartbeat, OutageTolerance: cfg.OutageTolerance}.Lead()
+	zs, err := zksession.Start(zksession.Config{Servers: strings.Split(cfg.ZK, ","), SessionTimeout: cfg.ZKSessionTimeout,
+		Auth: cfg.ZKAuth, Lead: lead, Logger: log.Named("zk")})
+	if err != nil {
+		return nil, fmt.Errorf("zk: %w", err)
+	}
+	return zs, nil
+}
+
 // startLease claims the worker slot: through ZooKeeper with --zk, through
 // the MySQL worker table with --mysql alone, else from configuration and
 // the properties file (standalone).
 func startLease(ctx context.Context, cfg Config, layout snowflake.Layout, h worker.Holder, clk clock.Clock, port int,
-	store segment.Store, log *zap.Logger) (worker.Lease, error) {
+	store segment.Store, zs *zksession.Session, log *zap.Logger) (worker.Lease, error) {
 	layout = layout.Normalize()
 	want := worker.Meta{EpochMs: layout.EpochMs(), IDCBits: layout.IDCBits, NodeBits: layout.NodeBits}
 	propsDir := cfg.PropertiesDir
@@ -530,7 +556,7 @@ func startLease(ctx context.Context, cfg Config, layout snowflake.Layout, h work
 	host := advertiseHost(cfg)
 	switch {
 	case cfg.ZK != "":
-		l, err := worker.Register(ctx, worker.Config{Servers: strings.Split(cfg.ZK, ","), Root: cfg.ZKRoot, Cluster: cfg.Cluster,
+		l, err := worker.Register(ctx, worker.Config{Session: zs, Servers: strings.Split(cfg.ZK, ","), Root: cfg.ZKRoot, Cluster: cfg.Cluster,
 			IDC: cfg.IDC, App: "idgen", Host: host, Port: port, PropertiesDir: propsDir, Meta: want,
 			SessionTimeout: cfg.ZKSessionTimeout, HeartbeatInterval: cfg.Heartbeat, OutageTolerance: cfg.OutageTolerance,
 			AllowCachedSlotWithoutZK: worker.Bool(cfg.AllowCachedSlot),

@@ -279,6 +279,13 @@ var (
 	descZK   = prometheus.NewDesc("idgen_zookeeper_connected", "1 when the ZooKeeper session is connected (cluster mode).", nil, nil)
 	descLoss = prometheus.NewDesc("idgen_zookeeper_state_losses_total",
 		"Losses of ZooKeeper state this node detected (a mark of its own went back or vanished, the cluster record was gone or re-created, the ensemble refused its zxid); each marked the cluster restored.", nil, nil)
+	// The node's one ZooKeeper session (cluster/zksession), shared by every guard.
+	descZKClients = prometheus.NewDesc("idgen_zookeeper_client_replacements_total",
+		"ZooKeeper clients replaced because the session was gone (expired on a serving ensemble, or the ensemble lost writes and refused the old client).", nil, nil)
+	descZKRestores = prometheus.NewDesc("idgen_zookeeper_restores_total",
+		"ZooKeeper wipes or restores from an older copy detected by the node's session (cluster check, or lost writes); every guard applies the restore rule.", nil, nil)
+	descZKRefused = prometheus.NewDesc("idgen_zookeeper_session_refused",
+		"1 when the cluster check refused this node for good (e.g. the cluster was re-created): every guard stops; see the log and /readyz.", nil, nil)
 	descBadMark = prometheus.NewDesc("idgen_worker_unreadable_marks_total",
 		"Worker slots skipped because their last/<node> high-water mark could not be decoded (repair or delete the znode).", nil, nil)
 	descRemain = prometheus.NewDesc("idgen_segment_remaining", "UNORDERED IDs left in memory for a business (current + next buffer).",
@@ -300,7 +307,7 @@ type stateCollector struct {
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descState, descNode, descReady, descMeta, descWorker, descBehind, descOffset, descZK, descLoss, descBadMark,
-		descRemain, descRemainPct, descStep, descFail, descRegr} {
+		descZKClients, descZKRestores, descZKRefused, descRemain, descRemainPct, descStep, descFail, descRegr} {
 		ch <- d
 	}
 }
@@ -312,6 +319,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for name, cs := range st.Channels {
 		ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, b2f(cs.Ready), name, cs.State)
+	}
+	if zs := c.nd.zk.Load(); zs != nil {
+		v := zs.View()
+		ch <- prometheus.MustNewConstMetric(descZKClients, prometheus.CounterValue, float64(max(v.Client-1, 0)))
+		ch <- prometheus.MustNewConstMetric(descZKRestores, prometheus.CounterValue, float64(v.Restores))
+		ch <- prometheus.MustNewConstMetric(descZKRefused, prometheus.GaugeValue, b2f(v.Refused != ""))
 	}
 	sv := c.nd.serving.Load()
 	if sv == nil {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"github.com/idgen/idgen/cluster/zksession"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,11 @@ type node struct {
 	floor   int64                   // snowflake floor, set before serving
 	gate    segment.Gate            // ORDERED's barrier gate (nil: none), set before serving
 	handOff func()                  // hands the ORDERED shards off (nil: none), set before serving
+	// zk is the node's one ZooKeeper session (nil without --zk), opened
+	// first in start and closed last; every guard takes it (package
+	// cluster/zksession: one session, one membership lifetime) and none
+	// closes it. Atomic: metrics read it while the node starts.
+	zk atomic.Pointer[zksession.Session]
 }
 
 // handOffShards hands this node's ORDERED shards off before the RPC server

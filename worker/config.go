@@ -7,10 +7,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
 
 	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/cluster/zksession"
 )
 
 // Defaults of Config and StandaloneConfig. A zero field means its default.
@@ -40,9 +40,8 @@ const (
 // DefaultEpochMs is the default snowflake epoch, 2020-01-01T00:00:00Z.
 var DefaultEpochMs = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
 
-// ConnectFunc opens a ZooKeeper client. The returned channel carries the
-// client's session events; the lease reads it until it is closed.
-type ConnectFunc func(servers []string, sessionTimeout time.Duration) (ZK, <-chan zk.Event, error)
+// ConnectFunc opens a ZooKeeper client (see zksession.ConnectFunc).
+type ConnectFunc = zksession.ConnectFunc
 
 // PeerClockFunc asks the idgen node at host:port for its wall clock (Unix
 // milliseconds), typically with the Clock() RPC.
@@ -130,12 +129,17 @@ type Config struct {
 	// set, the cluster subtree is created with a digest ACL for that user
 	// only. It is never logged.
 	Auth string
+	// Session is the node's ZooKeeper session (package
+	// cluster/zksession), shared with the node's other guards; the lease
+	// never closes it. nil: the lease opens its own from Servers,
+	// SessionTimeout, Auth, ServerStats and Connect, and closes it.
+	Session *zksession.Session
 	// ServerStats asks the servers for their mode and zxid when they keep
-	// refusing the client's handshakes (see redial.go). nil: the srvr
-	// four-letter word. Tests pass a fake here.
+	// refusing the client's handshakes (see zksession). nil: the srvr
+	// four-letter word. Tests pass a fake here. Unused with Session.
 	ServerStats ServerStatsFunc
 	// Connect opens the ZooKeeper client. nil: the go-zookeeper client.
-	// Tests pass a fake here; a deployment may wrap the dialer.
+	// Tests pass a fake here. Unused with Session.
 	Connect ConnectFunc
 	// Clock is the wall clock that high-water marks are read from; it must
 	// be the clock the holder issues IDs with. nil: clock.System.
@@ -211,12 +215,6 @@ func (c Config) withDefaults() Config {
 	if c.PeerClockTimeout == 0 {
 		c.PeerClockTimeout = DefaultPeerClockTimeout
 	}
-	if c.ServerStats == nil {
-		c.ServerStats = srvrStats
-	}
-	if c.Connect == nil {
-		c.Connect = connectZK(c.Logger)
-	}
 	if c.Clock == nil {
 		c.Clock = clock.System{}
 	}
@@ -230,7 +228,7 @@ func (c Config) withDefaults() Config {
 // applied), naming it. Register calls it; call it early to fail fast.
 func (c Config) Validate() error {
 	c = c.withDefaults()
-	if len(c.Servers) == 0 {
+	if len(c.Servers) == 0 && c.Session == nil {
 		return invalid("Servers", "is empty: give at least one ZooKeeper host:port")
 	}
 	for i, s := range c.Servers {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/idgen/idgen/cluster/zksession"
+
 	"github.com/idgen/idgen/clock/clocktest"
 	"github.com/idgen/idgen/cluster"
 )
@@ -190,9 +192,9 @@ func TestElectionRefusalsKeepTheSession(t *testing.T) {
 	f.notServing = true
 	f.mu.Unlock()
 	c := connOf(a)
-	c.refuseHandshakes(2 * redialAfter)
-	time.Sleep(2*refusalCheckEvery + 200*time.Millisecond) // judged at least twice
-	c.refuseHandshakes(redialAfter)
+	c.refuseHandshakes(2 * zksession.RedialAfter)
+	time.Sleep(2*zksession.RefusalCheckEvery + 200*time.Millisecond) // judged at least twice
+	c.refuseHandshakes(zksession.RedialAfter)
 	f.mu.Lock()
 	f.notServing = false
 	f.mu.Unlock()

@@ -470,3 +470,9 @@ func (c *fakeConn) Close() {
 		close(c.events)
 	}
 }
+
+// Multi is not used by the worker lease; the fake refuses it (the shared
+// fake of the simulator, internal/zkfake, implements it).
+func (c *fakeConn) Multi(ops ...any) ([]zk.MultiResponse, error) {
+	return nil, zk.ErrAPIError
+}

@@ -421,7 +421,7 @@ func TestIntegration_DegradedStartThenZooKeeperReturns(t *testing.T) {
 	// mark and the time ZooKeeper last confirmed it); its session is gone.
 	a.cancel()
 	<-a.done
-	a.conn.Close()
+	a.sess.Close() // the lease's own session: its client
 
 	proxy.Block()
 	h := newTestHolder("b", nil, nil)

@@ -80,7 +80,7 @@ func register(t *testing.T, cfg Config) *ZKLease {
 	return l
 }
 
-func connOf(l *ZKLease) *fakeConn { return l.zk.get().(*fakeConn) }
+func connOf(l *ZKLease) *fakeConn { return l.sess.Client().(*fakeConn) }
 
 func TestConfigValidateNamesField(t *testing.T) {
 	h := newTestHolder("h", nil, nil)

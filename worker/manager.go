@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
+
+	"github.com/idgen/idgen/cluster/zksession"
 )
 
 // The manager is the lease's one goroutine that calls the Holder and
@@ -51,43 +52,28 @@ type manager struct {
 	busy    bool
 	gen     uint64 // bumped whenever the holder is fenced or acquires
 
-	mode        State
-	seenExpired uint64
-	needResume  bool // same session back after a fence: re-acquire
-	needReclaim bool // new session (or ZooKeeper back after degraded)
-	broken      error
+	mode         State
+	seenExpired  uint64
+	seenRestores uint64
+	needResume   bool // same session back after a fence: re-acquire
+	needReclaim  bool // new session (or ZooKeeper back after degraded)
+	broken       error
 
 	lossLogged bool // the current connection loss was logged
 	retryTimer *time.Timer
 	retryDue   bool // false while a failed task's retry delay runs
-
-	redialing     bool            // servers are asked, or a new client is being connected
-	redialed      chan redialDone // the redial goroutine's result
-	nextCheck     time.Time       // refusals are judged again from then on
-	servingSince  time.Time       // refused while some server serves, since then
-	refusalLogged bool            // the current run of refusals was logged
-}
-
-// redialDone is a new client, or why there is none (kept: the session may
-// come back).
-type redialDone struct {
-	conn    ZK
-	events  <-chan zk.Event
-	err     error
-	kept    bool
-	verdict refusalVerdict
 }
 
 func (l *ZKLease) run(ctx context.Context) {
 	defer close(l.done)
-	v, _ := l.sess.view()
+	v := l.sess.View()
 	l.mu.Lock()
 	mode := l.state
 	l.mu.Unlock()
 	m := &manager{
 		l: l, ctx: ctx, results: make(chan taskResult, 4),
-		mode: mode, seenExpired: v.expired, retryDue: true,
-		retryTimer: stoppedTimer(), redialed: make(chan redialDone, 1),
+		mode: mode, seenExpired: v.Expired, seenRestores: v.Restores, retryDue: true,
+		retryTimer: stoppedTimer(),
 	}
 	m.loop()
 }
@@ -103,62 +89,24 @@ func (m *manager) loop() {
 	defer tick.Stop()
 	defer m.retryTimer.Stop()
 	for {
-		v, changed := m.l.sess.view()
+		v, changed := m.l.sess.ViewChanged()
 		m.observe(v)
-		m.maybeRedial(v)
 		m.startTask(v, false)
 		select {
 		case <-m.ctx.Done():
 			m.shutdown()
 			return
-		case r := <-m.redialed:
-			m.redialing = false
-			if r.kept {
-				m.nextCheck = time.Now().Add(refusalCheckEvery)
-				if r.verdict.serving && m.servingSince.IsZero() {
-					m.servingSince = time.Now()
-				}
-				if v, _ := m.l.sess.view(); v.refused >= redialAfter && !m.refusalLogged {
-					m.refusalLogged = true // once per run of refusals
-					m.l.log.Info("ZooKeeper refuses this client's handshakes: keeping the session", zap.String("why", r.verdict.why))
-				}
-				continue
-			}
-			if r.err != nil {
-				m.l.log.Warn("connecting a new ZooKeeper client failed; trying again", zap.Error(r.err))
-				continue
-			}
-			m.servingSince = time.Time{}
-			if r.verdict.lost != "" {
-				m.l.mu.Lock()
-				m.l.lostReason = r.verdict.lost
-				m.l.mu.Unlock()
-			}
-			// The new client has seen nothing of any ensemble: zxids are
-			// compared from its own answers on (a wiped ensemble starts at
-			// zero, and the old client's zxids would condemn every new
-			// client as well).
-			m.l.mu.Lock()
-			m.l.maxZxid = 0
-			m.l.mu.Unlock()
-			m.l.zk.swap(r.conn)
-			m.l.sess.attach(r.conn, r.events)
-			// Digest credentials belong to a client: the re-claim's
-			// prepare adds them to the new one before its first request.
-			m.l.mu.Lock()
-			m.l.authOK = false
-			m.l.mu.Unlock()
 		case <-changed:
 		case <-m.retryTimer.C:
 			m.retryDue = true
 		case <-tick.C:
-			v, _ := m.l.sess.view()
+			v := m.l.sess.View()
 			m.observe(v)
 			m.startTask(v, true)
 		case <-m.l.extend:
 			// The holder's clock is near or past the mark: write the next
 			// one now (if a task runs, the next loop turn or tick does).
-			v, _ := m.l.sess.view()
+			v := m.l.sess.View()
 			m.observe(v)
 			m.startTask(v, true)
 		case r := <-m.results:
@@ -172,19 +120,37 @@ func (m *manager) loop() {
 // resume. A lost connection does not fence: the holder keeps serving up to
 // its durable mark (the generator's ceiling), which a next holder of the
 // slot waits past, so uniqueness does not depend on noticing the loss.
-func (m *manager) observe(v sessionView) {
+//
+// A restore counted by the session (View.Restores: the incarnation check,
+// or the lost-writes rule) is recorded in the cluster record at the next
+// re-claim, before any slot is taken on stale marks; when the session
+// itself survived (the check found the restore on the same session), the
+// slot is fenced and claimed again, so that re-claim happens now.
+func (m *manager) observe(v zksession.View) {
 	l := m.l
 	l.mu.Lock()
 	sid, hasSlot := l.sid, l.hasSlot
 	l.mu.Unlock()
-	if v.expired != m.seenExpired {
-		m.seenExpired = v.expired
+	if v.Restores != m.seenRestores {
+		m.seenRestores = v.Restores
+		l.mu.Lock()
+		l.lostReason = v.RestoreWhy
+		l.mu.Unlock()
+		if v.Has && v.ID == sid && sid != 0 && !m.needReclaim {
+			if m.mode == StateRegistered {
+				m.fence(fmt.Errorf("%w: ZooKeeper was wiped or restored (%s): the slot is claimed again, above every mark", ErrSlotTaken, v.RestoreWhy))
+			}
+			m.needResume, m.needReclaim = false, true
+		}
+	}
+	if v.Expired != m.seenExpired {
+		m.seenExpired = v.Expired
 		if m.mode == StateRegistered {
 			m.fence(fmt.Errorf("%w: session %s of slot idc %d node %d is gone and the slot may be another node's now",
 				ErrSessionExpired, sessionHex(sid), l.cfg.IDC, l.slotNode()))
 		}
 	}
-	if !v.has {
+	if !v.Has {
 		if m.mode == StateRegistered && !m.lossLogged {
 			m.lossLogged = true // logged once per loss
 			l.mu.Lock()
@@ -197,59 +163,16 @@ func (m *manager) observe(v sessionView) {
 	}
 	m.disarmFence()
 	switch {
-	case v.id != sid:
+	case v.ID != sid:
 		// A session other than the slot's: the old one expired (its
 		// ephemeral znodes are gone), or ZooKeeper is back after a degraded
 		// start. Either way the slot must be claimed again.
 		if m.mode == StateRegistered {
-			m.fence(fmt.Errorf("%w: new session %s replaced %s", ErrSessionExpired, sessionHex(v.id), sessionHex(sid)))
+			m.fence(fmt.Errorf("%w: new session %s replaced %s", ErrSessionExpired, sessionHex(v.ID), sessionHex(sid)))
 		}
 		m.needReclaim = true
 	case m.mode == StateFenced && hasSlot && !m.needReclaim:
 		m.needResume = true
-	}
-}
-
-// maybeRedial asks the servers why they refuse the client's handshakes
-// once redialAfter were refused in a row, and replaces the client only
-// when the session is gone (see redial.go). Both run in their own
-// goroutine: the manager never blocks on ZooKeeper.
-func (m *manager) maybeRedial(v sessionView) {
-	if v.has {
-		m.servingSince, m.refusalLogged = time.Time{}, false
-	}
-	if m.redialing || v.has || v.closed || time.Now().Before(m.nextCheck) {
-		return
-	}
-	if v.refused < redialAfter && time.Since(v.lostAt) < refusalCheckEvery {
-		return
-	}
-	m.redialing = true
-	l := m.l
-	since, servingSince, refused := v.lostAt, m.servingSince, v.refused
-	go func() {
-		verdict := l.judgeRefusals(since, servingSince, refused)
-		if !verdict.replace {
-			m.deliver(redialDone{kept: true, verdict: verdict})
-			return
-		}
-		l.log.Warn("the ZooKeeper session is gone: connecting a new client; the slot is then claimed again, above every mark",
-			zap.Int("refused_handshakes", v.refused), zap.String("why", verdict.why))
-		conn, events, err := l.cfg.Connect(l.cfg.Servers, l.cfg.SessionTimeout)
-		if !m.deliver(redialDone{conn: conn, events: events, err: err, verdict: verdict}) && conn != nil {
-			conn.Close()
-		}
-	}()
-}
-
-// deliver hands the redial goroutine's result to the manager (false: the
-// lease is closing).
-func (m *manager) deliver(r redialDone) bool {
-	select {
-	case m.redialed <- r:
-		return true
-	case <-m.ctx.Done():
-		return false
 	}
 }
 
@@ -258,7 +181,7 @@ func (m *manager) disarmFence() {
 }
 
 // startTask starts the most urgent pending task, if none runs.
-func (m *manager) startTask(v sessionView, tick bool) {
+func (m *manager) startTask(v zksession.View, tick bool) {
 	if m.busy || m.broken != nil {
 		return
 	}
@@ -267,14 +190,14 @@ func (m *manager) startTask(v sessionView, tick bool) {
 	s, sid, meta := l.slot, l.sid, l.meta
 	l.mu.Unlock()
 	switch {
-	case m.needReclaim && v.has && m.retryDue:
+	case m.needReclaim && v.Has && m.retryDue:
 		degraded := m.mode == StateDegraded
 		m.run(func(ctx context.Context, fenceNow func(error)) taskResult {
-			return l.reclaim(ctx, degraded, s, v.id, fenceNow)
+			return l.reclaim(ctx, degraded, s, v.ID, fenceNow)
 		})
-	case m.needResume && v.has && v.id == sid && m.retryDue:
+	case m.needResume && v.Has && v.ID == sid && m.retryDue:
 		m.run(func(ctx context.Context, _ func(error)) taskResult { return l.resume(ctx, s, meta, sid) })
-	case tick && m.mode == StateRegistered && v.has && v.id == sid:
+	case tick && m.mode == StateRegistered && v.Has && v.ID == sid:
 		m.run(func(context.Context, func(error)) taskResult { return l.heartbeat(s, meta, true) })
 	case tick && m.mode == StateDegraded:
 		m.run(func(context.Context, func(error)) taskResult { return l.heartbeat(s, meta, false) })
@@ -308,7 +231,7 @@ func (m *manager) handle(r taskResult) {
 		m.failed(r)
 		return
 	}
-	v, _ := l.sess.view()
+	v := l.sess.View()
 	switch r.kind {
 	case taskHeartbeat:
 		l.mu.Lock()
@@ -334,7 +257,7 @@ func (m *manager) handle(r taskResult) {
 		}
 		l.mu.Unlock()
 		m.needResume, m.needReclaim = false, false
-		if !v.has || v.id != r.sid {
+		if !v.Has || v.ID != r.sid {
 			return // lost again meanwhile: observe decides what next
 		}
 		m.acquire(r.slot)

@@ -38,7 +38,7 @@ func (l *ZKLease) loadCluster() (Meta, error) {
 	if err2 != nil {
 		return Meta{}, err2
 	}
-	l.noteZxid(now.Zxid)
+	l.sess.NoteZxid(now.Zxid)
 	ctime := int64(0)
 	switch {
 	case errors.Is(err, cluster.ErrNotFound):
@@ -121,11 +121,11 @@ func (l *ZKLease) noteEpoch(rec cluster.Record, epoch, seenMs int64) (cluster.Re
 }
 
 // afterWrite learns from the stat of a successful write: the highest zxid
-// seen (see redial.go) and, on a write in a newer ensemble epoch, records
+// seen (the session's lost-writes rule, see zksession) and, on a write in a newer ensemble epoch, records
 // that epoch in the cluster record so that nodes taking slots in the next
 // lead wait past it. Errors are logged: the write itself succeeded.
 func (l *ZKLease) afterWrite(mzxid, mtime int64) {
-	l.noteZxid(mzxid)
+	l.sess.NoteZxid(mzxid)
 	epoch := mzxid >> 32
 	l.mu.Lock()
 	known := l.knownEpoch

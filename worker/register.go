@@ -13,6 +13,7 @@ import (
 
 	"github.com/idgen/idgen/clock"
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/cluster/zksession"
 )
 
 // Register claims a worker slot in ZooKeeper and hands it to cfg.Holder
@@ -58,23 +59,34 @@ func Register(ctx context.Context, cfg Config) (*ZKLease, error) {
 		l.log.Warn("properties file unreadable: its cached slot is ignored", zap.Error(cacheErr))
 	}
 	l.cached, l.hasCached = cached, hasCache
-	conn, events, err := cfg.Connect(cfg.Servers, cfg.SessionTimeout)
-	if err != nil {
-		return nil, fmt.Errorf("%w: connect to %s: %v", ErrZKUnavailable, strings.Join(cfg.Servers, ","), err)
+	l.sess = cfg.Session
+	if l.sess == nil {
+		s, err := zksession.Start(zksession.Config{Servers: cfg.Servers, SessionTimeout: cfg.SessionTimeout, Auth: cfg.Auth,
+			Connect: cfg.Connect, ServerStats: cfg.ServerStats, Lead: cfg.Lead(), Logger: cfg.Logger.Named("zk")})
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrZKUnavailable, err)
+		}
+		l.sess, l.ownSess = s, true
 	}
-	l.zk = &swapZK{cur: conn}
-	l.conn = l.zk
-	l.sess = watchSession(conn, events)
+	l.conn = l.sess.Conn()
 
-	if l.sess.waitSession(ctx, cfg.ConnectTimeout) {
+	wctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	err := l.sess.Wait(wctx)
+	cancel()
+	switch {
+	case err == nil:
 		err = l.startZK(ctx, cached, hasCache)
-	} else if ctx.Err() != nil {
+	case errors.Is(err, zksession.ErrRefused):
+		err = fmt.Errorf("%w: %w", ErrZKUnavailable, err)
+	case ctx.Err() != nil:
 		err = fmt.Errorf("%w: waiting for a session: %w", ErrZKUnavailable, ctx.Err())
-	} else {
+	default:
 		err = l.startDegraded(ctx, cached, hasCache, cacheErr)
 	}
 	if err != nil {
-		conn.Close()
+		if l.ownSess {
+			l.sess.Close()
+		}
 		return nil, err
 	}
 	mctx, cancel := context.WithCancel(context.Background())
@@ -143,20 +155,10 @@ func (l *ZKLease) startZK(ctx context.Context, cached properties, hasCache bool)
 	return nil
 }
 
-// prepare authenticates, checks or creates the cluster meta and the IDC's
-// directories. It runs at start and again after ZooKeeper comes back.
+// prepare checks or creates the cluster meta and the IDC's directories.
+// It runs at start and again after ZooKeeper comes back. (The session
+// adds the digest credential to every client before it is usable.)
 func (l *ZKLease) prepare() (Meta, error) {
-	l.mu.Lock()
-	authOK := l.authOK
-	l.mu.Unlock()
-	if l.cfg.Auth != "" && !authOK {
-		if err := l.conn.AddAuth("digest", []byte(l.cfg.Auth)); err != nil {
-			return Meta{}, fmt.Errorf("ZooKeeper digest authentication: %w", err)
-		}
-		l.mu.Lock()
-		l.authOK = true
-		l.mu.Unlock()
-	}
 	// The root may be shared by clusters: it stays open, the cluster's
 	// subtree carries the ACL.
 	if err := cluster.EnsurePath(l.conn, l.cfg.Root, zk.WorldACL(zk.PermAll)); err != nil {

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/cluster/zksession"
 )
 
 // ZKLease is a worker slot claimed in ZooKeeper (see Register). Its
@@ -20,10 +21,10 @@ type ZKLease struct {
 	log     *zap.Logger
 	l       layout
 	acl     []zk.ACL
-	conn    ZK      // the swappable client below (see redial.go)
-	zk      *swapZK // the same, for replacing the client
-	sess    *sessionWatch
-	props   string // properties file path
+	conn    ZK                 // the session's stable client handle
+	sess    *zksession.Session // shared with the node's other guards, or the lease's own
+	ownSess bool               // the lease opened sess and closes it
+	props   string             // properties file path
 	pid     int
 	started time.Time
 
@@ -40,7 +41,6 @@ type ZKLease struct {
 	state        State
 	meta         Meta
 	metaOK       bool // meta compared with ZooKeeper's (false while degraded)
-	authOK       bool // digest credential added to the client
 	slot         Slot
 	hasSlot      bool
 	sid          int64  // session that holds the slot (0: degraded or none)
@@ -62,12 +62,10 @@ type ZKLease struct {
 	rec      cluster.Record
 	recCtime int64
 	zkNow    cluster.Time
-	// knownEpoch is the newest ensemble epoch this lease recorded;
-	// maxZxid the highest zxid it saw in an answer (see redial.go).
+	// knownEpoch is the newest ensemble epoch this lease recorded.
 	knownEpoch int64
-	maxZxid    int64
 	losses     int    // losses of ZooKeeper state detected (countLoss)
-	lostReason string // why the client was replaced, to record at the re-claim
+	lostReason string // why the session counted a restore, to record at the re-claim
 	skipped    int    // unreadable last/<node> marks skipped (claimLRU)
 	// cached is the properties file read at start (hasCached: found).
 	cached    properties
@@ -142,7 +140,7 @@ func (l *ZKLease) Slot() (Slot, bool) {
 // Status returns a snapshot for metrics: the state, ZooKeeper
 // connectivity and the last measured clock offset against ZooKeeper.
 func (l *ZKLease) Status() Status {
-	v, _ := l.sess.view()
+	v := l.sess.View()
 	bound := l.claimBound(true)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -151,8 +149,8 @@ func (l *ZKLease) Status() Status {
 		UnreadableMarks:  l.skipped,
 		ClusterBoundMs:   bound,
 		State:            l.state,
-		ZKConnected:      v.has,
-		SessionID:        v.id,
+		ZKConnected:      v.Has,
+		SessionID:        v.ID,
 		Slot:             l.slot,
 		HasSlot:          l.hasSlot,
 		HighWater:        l.hw,
@@ -186,8 +184,12 @@ func (l *ZKLease) close(ctx context.Context) error {
 	select {
 	case <-l.done:
 	case <-ctx.Done():
-		// A task is stuck in a ZooKeeper call: closing the client ends it.
-		l.conn.Close()
+		// A task is stuck in a ZooKeeper call: closing the lease's own
+		// client ends it (a shared session's client ends the call with its
+		// own timeouts: a guard never closes the node's session).
+		if l.ownSess {
+			l.sess.Close()
+		}
 		<-l.done
 	}
 	// The manager has exited, after fencing the holder: nothing issues IDs
@@ -198,8 +200,8 @@ func (l *ZKLease) close(ctx context.Context) error {
 	var errs []error
 	if hasSlot {
 		exact := max(l.cfg.Holder.LastUsed(), s.NotBefore)
-		v, _ := l.sess.view()
-		if v.has && v.id == sid && sid != 0 && ctx.Err() == nil {
+		v := l.sess.View()
+		if v.Has && v.ID == sid && sid != 0 && ctx.Err() == nil {
 			if err := l.closeZK(s, sid, member, exact); err != nil {
 				errs = append(errs, err)
 			}
@@ -210,7 +212,9 @@ func (l *ZKLease) close(ctx context.Context) error {
 		l.log.Info("worker lease closed", zap.Int("idc", s.IDC), zap.Int("node", s.Node),
 			zap.Int("worker", s.Worker), zap.Int64("last_used_ms", exact))
 	}
-	l.conn.Close()
+	if l.ownSess {
+		l.sess.Close()
+	}
 	l.mu.Lock()
 	l.state, l.hasSlot, l.member = StateNone, false, ""
 	l.mu.Unlock()

@@ -30,6 +30,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/cluster/zksession"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -41,9 +42,14 @@ const (
 	DefaultTimeout        = 2 * time.Second
 )
 
-// Config configures Open. Servers is required; every other zero field is a
-// documented default.
+// Config configures Open. Servers (or Session) is required; every other
+// zero field is a documented default.
 type Config struct {
+	// Session is the node's ZooKeeper session (package cluster/zksession),
+	// shared with its other guards; the store never closes it. nil: the
+	// store opens its own from Servers, SessionTimeout and Auth, and
+	// closes it.
+	Session        *zksession.Session
 	Servers        []string
 	Root           string // default "/idgen"
 	Cluster        string // default "default"
@@ -62,19 +68,21 @@ type Store struct {
 	dir string // /<root>/<cluster>/biz
 	acl []zk.ACL
 
-	mu      sync.Mutex
-	conn    *zk.Conn
-	noSince time.Time // when the client was last seen without a session
-	closed  bool
+	sess    *zksession.Session
+	ownSess bool // opened by the store, closed by Close
+
+	mu     sync.Mutex
+	closed bool
 }
 
 var _ segment.Store = (*Store)(nil)
 
-// Open connects to ZooKeeper. It does not wait for a session: calls made
-// while ZooKeeper is unreachable fail with segment.ErrUnavailable within
-// Config.Timeout (the business cache keeps serving what it read before).
+// Open connects to ZooKeeper, or uses Config.Session. It does not wait for
+// a session: calls made while ZooKeeper is unreachable fail with
+// segment.ErrUnavailable within Config.Timeout (the business cache keeps
+// serving what it read before).
 func Open(ctx context.Context, cfg Config) (*Store, error) {
-	if len(cfg.Servers) == 0 {
+	if len(cfg.Servers) == 0 && cfg.Session == nil {
 		return nil, fmt.Errorf("zkstore: Config.Servers is empty: give at least one ZooKeeper host:port")
 	}
 	if cfg.Root == "" {
@@ -99,72 +107,60 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zkstore: Auth: %w", err)
 	}
-	s := &Store{cfg: cfg, log: cfg.Logger, dir: path.Join(cfg.Root, cfg.Cluster, "biz"), acl: acl}
-	if err := s.dial(); err != nil {
-		return nil, err
+	s := &Store{cfg: cfg, log: cfg.Logger, dir: path.Join(cfg.Root, cfg.Cluster, "biz"), acl: acl, sess: cfg.Session}
+	if s.sess == nil {
+		// Recovery (a new client after a wipe, the credential on every
+		// client) is the session's: one policy for every guard.
+		zs, err := zksession.Start(zksession.Config{Servers: cfg.Servers, SessionTimeout: cfg.SessionTimeout, Auth: cfg.Auth,
+			Logger: cfg.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("zkstore: %w: %w", segment.ErrUnavailable, err)
+		}
+		s.sess, s.ownSess = zs, true
 	}
 	return s, nil
 }
 
-// dial (re)creates the client. Called with s.mu held or before use.
-func (s *Store) dial() error {
-	c, events, err := zk.Connect(s.cfg.Servers, s.cfg.SessionTimeout, zk.WithLogger(cluster.ZKLogger(s.log)), zk.WithLogInfo(false))
-	if err != nil {
-		return fmt.Errorf("zkstore: %w: %v", segment.ErrUnavailable, err)
-	}
-	go func() {
-		for range events { // drain: an unread event channel stalls nothing, but keep it empty
-		}
-	}()
-	if s.cfg.Auth != "" {
-		if err := c.AddAuth("digest", []byte(s.cfg.Auth)); err != nil {
-			c.Close()
-			return fmt.Errorf("zkstore: ZooKeeper digest authentication: %w", err)
-		}
-	}
-	s.conn, s.noSince = c, time.Time{}
-	return nil
-}
-
-// client returns the current client. A client that has had no session for
-// two session timeouts while calls keep coming is replaced: after the
-// ensemble lost its state (wiped), the old client keeps offering a zxid the
-// empty servers refuse, forever.
-func (s *Store) client() (*zk.Conn, error) {
+// client returns the session's client once it is usable, waiting at most
+// until ctx ends (the call's bound): a call while ZooKeeper is unreachable
+// is refused in time, never queued behind a reconnect.
+func (s *Store) client(ctx context.Context) (zksession.ZK, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
 		return nil, fmt.Errorf("zkstore: %w: store closed", segment.ErrUnavailable)
 	}
-	if s.conn.State() == zk.StateHasSession {
-		s.noSince = time.Time{}
-		return s.conn, nil
-	}
-	switch {
-	case s.noSince.IsZero():
-		s.noSince = time.Now()
-	case time.Since(s.noSince) > 2*s.cfg.SessionTimeout:
-		s.log.Warn("no ZooKeeper session for two session timeouts: recreating the client", zap.Duration("without_session", time.Since(s.noSince)))
-		s.conn.Close()
-		if err := s.dial(); err != nil {
-			return nil, err
+	for {
+		v, ch := s.sess.ViewChanged()
+		switch {
+		case v.Has:
+			return s.sess.Conn(), nil
+		case v.Closed:
+			return nil, fmt.Errorf("zkstore: %w: ZooKeeper session closed", segment.ErrUnavailable)
+		case v.Refused != "":
+			return nil, fmt.Errorf("zkstore: %w: %s", segment.ErrUnavailable, v.Refused)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("zkstore: %w: no ZooKeeper session (%v)", segment.ErrUnavailable, ctx.Err())
 		}
 	}
-	return s.conn, nil
 }
 
 // call runs op against the current client, bounded by ctx and
 // Config.Timeout. The go-zookeeper client has no per-call context: a call
 // that outlives the bound is abandoned (it ends with the client's own
 // timeouts) and the caller gets segment.ErrUnavailable.
-func call[T any](ctx context.Context, s *Store, what string, op func(c *zk.Conn) (T, error)) (T, error) {
+func call[T any](ctx context.Context, s *Store, what string, op func(c zksession.ZK) (T, error)) (T, error) {
 	var zero T
-	c, err := s.client()
-	if err != nil {
-		return zero, err
-	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
+	c, err := s.client(ctx)
+	if err != nil {
+		return zero, fmt.Errorf("%s: %w", what, err)
+	}
 	type result struct {
 		v   T
 		err error
@@ -281,7 +277,7 @@ func decode(v []byte) (segment.Biz, error) {
 // of its path) open, since clusters with different credentials share it,
 // as cluster.Init and the worker lease create it; the cluster's znode and
 // everything below with the cluster's ACL.
-func (s *Store) ensureDir(c *zk.Conn) error {
+func (s *Store) ensureDir(c zksession.ZK) error {
 	if ok, _, err := c.Exists(s.dir); err == nil && ok {
 		return nil
 	}
@@ -309,7 +305,7 @@ func (s *Store) CreateBiz(ctx context.Context, b segment.Biz) (segment.Biz, erro
 	now := time.Now().UTC()
 	b.CreatedAt, b.UpdatedAt = now, now
 	p := path.Join(s.dir, b.Name)
-	_, err = call(ctx, s, "create biz "+b.Name, func(c *zk.Conn) (struct{}, error) {
+	_, err = call(ctx, s, "create biz "+b.Name, func(c zksession.ZK) (struct{}, error) {
 		if err := s.ensureDir(c); err != nil {
 			return struct{}{}, err
 		}
@@ -333,8 +329,9 @@ func (s *Store) UpdateBiz(ctx context.Context, name string, u segment.BizUpdate)
 	}
 	p := path.Join(s.dir, name)
 	for attempt := 0; attempt < 20; attempt++ {
-		raw, err := call(ctx, s, "read biz "+name, func(c *zk.Conn) (getResult, error) {
+		raw, err := call(ctx, s, "read biz "+name, func(c zksession.ZK) (getResult, error) {
 			b, st, err := c.Get(p)
+			s.noteStat(st)
 			return getResult{b, st}, err
 		})
 		if errors.Is(err, zk.ErrNoNode) {
@@ -351,8 +348,10 @@ func (s *Store) UpdateBiz(ctx context.Context, name string, u segment.BizUpdate)
 		if err != nil {
 			return segment.Biz{}, fmt.Errorf("zkstore: update biz %q: %w", name, err)
 		}
-		_, err = call(ctx, s, "update biz "+name, func(c *zk.Conn) (*zk.Stat, error) {
-			return c.Set(p, encode(next), raw.stat.Version)
+		_, err = call(ctx, s, "update biz "+name, func(c zksession.ZK) (*zk.Stat, error) {
+			st, err := c.Set(p, encode(next), raw.stat.Version)
+			s.noteStat(st)
+			return st, err
 		})
 		if errors.Is(err, zk.ErrBadVersion) {
 			continue // changed by another node meanwhile: apply u to the new value
@@ -368,6 +367,14 @@ func (s *Store) UpdateBiz(ctx context.Context, name string, u segment.BizUpdate)
 	return segment.Biz{}, fmt.Errorf("zkstore: update biz %q: %w: too many concurrent updates, retry", name, segment.ErrUnavailable)
 }
 
+// noteStat reports the zxid of an answer to the session (its lost-writes
+// rule compares the servers' zxids with the highest one seen).
+func (s *Store) noteStat(st *zk.Stat) {
+	if st != nil {
+		s.sess.NoteZxid(max(st.Mzxid, st.Czxid))
+	}
+}
+
 type getResult struct {
 	data []byte
 	stat *zk.Stat
@@ -378,8 +385,9 @@ func (s *Store) GetBiz(ctx context.Context, name string) (segment.Biz, error) {
 	if err := segment.ValidateBizName(name); err != nil {
 		return segment.Biz{}, err
 	}
-	raw, err := call(ctx, s, "read biz "+name, func(c *zk.Conn) (getResult, error) {
+	raw, err := call(ctx, s, "read biz "+name, func(c zksession.ZK) (getResult, error) {
 		b, st, err := c.Get(path.Join(s.dir, name))
+		s.noteStat(st)
 		return getResult{b, st}, err
 	})
 	if errors.Is(err, zk.ErrNoNode) {
@@ -393,7 +401,7 @@ func (s *Store) GetBiz(ctx context.Context, name string) (segment.Biz, error) {
 
 // ListBiz lists every business, by name.
 func (s *Store) ListBiz(ctx context.Context) ([]segment.Biz, error) {
-	names, err := call(ctx, s, "list businesses", func(c *zk.Conn) ([]string, error) {
+	names, err := call(ctx, s, "list businesses", func(c zksession.ZK) ([]string, error) {
 		n, _, err := c.Children(s.dir)
 		return n, err
 	})
@@ -430,20 +438,22 @@ func (s *Store) ReserveOrdered(context.Context, segment.OrderedRequest) (segment
 
 // Ping reports whether ZooKeeper answers (readiness).
 func (s *Store) Ping(ctx context.Context) error {
-	_, err := call(ctx, s, "ping", func(c *zk.Conn) (bool, error) {
+	_, err := call(ctx, s, "ping", func(c zksession.ZK) (bool, error) {
 		ok, _, err := c.Exists(s.cfg.Root)
 		return ok, err
 	})
 	return err
 }
 
-// Close closes the client.
+// Close closes the store's own session (a shared one stays open).
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.closed {
 		s.closed = true
-		s.conn.Close()
+		if s.ownSess {
+			s.sess.Close()
+		}
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package worker
+package zksession
 
 import (
 	"bufio"
@@ -28,12 +28,12 @@ type ServerStat struct {
 // for each.
 type ServerStatsFunc func(servers []string, timeout time.Duration) []ServerStat
 
-// srvrStats is the default ServerStatsFunc: the srvr four-letter word,
+// SrvrStats is the default ServerStatsFunc: the srvr four-letter word,
 // which ZooKeeper 3.5+ allows by default (4lw.commands.whitelist=srvr).
 // go-zookeeper's FLWSrvr would do, but it rejects the whole answer when
-// the build line's format differs (Debian's does), and the lease needs
+// the build line's format differs (Debian's does), and the session needs
 // only the mode and the zxid.
-func srvrStats(servers []string, timeout time.Duration) []ServerStat {
+func SrvrStats(servers []string, timeout time.Duration) []ServerStat {
 	out := make([]ServerStat, len(servers))
 	done := make(chan struct{}, len(servers))
 	for i, s := range servers {
@@ -101,7 +101,15 @@ func parseSrvr(st ServerStat, answer string) ServerStat {
 	case (mode == "leader" || mode == "follower" || mode == "standalone" || mode == "observer") && haveZxid:
 		st.Serving, st.Zxid = true, zxid
 	default:
-		st.Err = fmt.Errorf("unreadable srvr answer %q", truncate([]byte(answer)))
+		st.Err = fmt.Errorf("unreadable srvr answer %q", truncate(answer))
 	}
 	return st
+}
+
+// truncate shortens an unreadable answer for an error message.
+func truncate(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
 }

@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,40 +20,70 @@ import (
 // replicationEvery is how often the replication verdict is read again:
 // semi-synchronous replication falls back to asynchronous by itself when
 // its replica is slow, and a failover changes the server.
-const replicationEvery = time.Minute
+const replicationEvery = 15 * time.Second
+
+// safeFresh is how old a safe verdict may be when the guard relies on it
+// to serve a segment without the ledger (ZooKeeper unreachable): older,
+// safe() reads it again first. A replica that connects between two reads
+// turns a safe verdict lossy (issue 29 hole f).
+const safeFresh = 2 * time.Second
+
+// replicationSource is what the watch reads: *mysqlstore.Store.
+type replicationSource interface {
+	DB() *sql.DB
+	OnServerChange(fn func(old, new string))
+}
 
 // replicationWatch keeps the replication verdict of the MySQL server
 // current, logs it at start and when it changes, and exports it.
 type replicationWatch struct {
-	ms   *mysqlstore.Store
+	ms   replicationSource
 	m    *metrics
 	log  *zap.Logger
+	hist mysqlstore.ReplicaHistory // replicas seen, so a reconnecting one still counts
 	cur  atomic.Pointer[mysqlstore.Replication]
-	stop chan struct{}
-	done chan struct{}
+	// at is when cur was read (unix ns); 0 after a MySQL server change
+	// invalidated it.
+	at     atomic.Int64
+	readMu sync.Mutex // one read at a time
+	kick   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
 }
 
-func startReplicationWatch(ctx context.Context, ms *mysqlstore.Store, m *metrics, log *zap.Logger) *replicationWatch {
-	w := &replicationWatch{ms: ms, m: m, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+func startReplicationWatch(ctx context.Context, ms replicationSource, m *metrics, log *zap.Logger) *replicationWatch {
+	w := &replicationWatch{ms: ms, m: m, log: log, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	w.read(ctx, true)
+	// A new server has its own replication: the verdict read on the old
+	// one says nothing about it.
+	ms.OnServerChange(func(string, string) {
+		w.at.Store(0)
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	})
 	go w.loop()
 	return w
 }
 
 func (w *replicationWatch) read(ctx context.Context, first bool) {
+	w.readMu.Lock()
+	defer w.readMu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	r, err := mysqlstore.ReadReplication(ctx, w.ms.DB())
+	r, err := w.hist.Read(ctx, w.ms.DB())
 	if err != nil {
 		if first {
 			w.log.Warn("could not read the MySQL replication setup", zap.Error(err))
 		}
 		if w.cur.Load() != nil {
-			return // keep the last verdict
+			return // keep the last verdict (for the logs and metrics; safe() needs a fresh one)
 		}
 		r = mysqlstore.Replication{Verdict: mysqlstore.VerdictUnknown, Detail: err.Error()}
 	}
 	old := w.cur.Swap(&r)
+	w.at.Store(time.Now().UnixNano())
 	w.m.setReplication(r)
 	if old != nil && old.Verdict == r.Verdict {
 		return
@@ -75,12 +107,25 @@ func (w *replicationWatch) loop() {
 			return
 		case <-t.C:
 			w.read(context.Background(), false)
+		case <-w.kick:
+			w.read(context.Background(), false)
 		}
 	}
 }
 
-// safe reports whether the current verdict says a failover loses nothing.
+// safe reports whether a verdict at most safeFresh old says a failover
+// loses nothing; an older one (or one from before a server change) is
+// read again first, bounded by 2s. The guard asks only when the ledger
+// cannot be reached, so the read is rare.
 func (w *replicationWatch) safe() bool {
+	if time.Since(time.Unix(0, w.at.Load())) > safeFresh {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		w.read(ctx, false)
+		cancel()
+		if time.Since(time.Unix(0, w.at.Load())) > safeFresh {
+			return false // could not read it: not proven safe
+		}
+	}
 	r := w.cur.Load()
 	return r != nil && r.Safe()
 }
@@ -101,7 +146,7 @@ func startGuard(cfg Config, ms *mysqlstore.Store, repl *replicationWatch, rpcPor
 	}
 	g, err := zkguard.Open(zkguard.Config{Servers: strings.Split(cfg.ZK, ","), Root: cfg.ZKRoot, Cluster: cfg.Cluster,
 		Auth: cfg.ZKAuth, SessionTimeout: cfg.ZKSessionTimeout, Timeout: cfg.StoreTimeout,
-		Self: fmt.Sprintf("%s:%d", advertiseHost(cfg), rpcPort), BarrierWait: cfg.OrderedBarrierWait,
+		Self: fmt.Sprintf("%s:%d", advertiseHost(cfg), rpcPort), BarrierWait: cfg.OrderedBarrierWait, MaxClockSkew: cfg.MaxPeerSkew,
 		ServeUnverified: repl.safe, Disabled: disabled, Logger: log.Named("guard")})
 	if err != nil {
 		return nil, err
@@ -138,13 +183,19 @@ var (
 		"Reservations the store returned at or below numbers already handed out (a lossy failover), dropped and repaired by raising the store; nothing was served twice.",
 		[]string{"channel"}, nil)
 	descBarriers = prometheus.NewDesc("idgen_ordered_failover_barriers_total",
-		"ORDERED barriers after a MySQL server change, by outcome: complete (every live node raised what it remembers) or timeout (the gate opened without some node).",
+		"ORDERED barriers after a MySQL server change, by outcome: complete (every member raised what it remembers, or its serving bound passed) or timeout (a member that may still serve had not raised its rows after --ordered-barrier-wait; the gate stays closed until it does or its bound passes).",
 		[]string{"outcome"}, nil)
+	descBarrierExpired = prometheus.NewDesc("idgen_ordered_barrier_members_expired_total",
+		"Barrier members counted gone because their serving bound passed without raising their rows (paused, or cut off from ZooKeeper): ORDERED keys only they remembered are protected only by lossless replication.", nil, nil)
+	descGuardRestores = prometheus.NewDesc("idgen_replication_guard_restores_total",
+		"Times the replication guard applied the restore rule (ZooKeeper wiped or restored from an older copy): ORDERED rows raised and ledger segments recorded again.", nil, nil)
 	descGate = prometheus.NewDesc("idgen_ordered_gate_open",
 		"1 while ORDERED may reserve; 0 while the barrier after a MySQL server change holds it.", nil, nil)
 	descLedger = prometheus.NewDesc("idgen_segment_ledger_claims_total",
-		"UNORDERED segments recorded in the cluster's ledger, by result: ok, conflict (refused: already served), error (ZooKeeper unreachable), unverified (served without the ledger: lossless replication).",
+		"UNORDERED segments recorded in the cluster's ledger, by result: ok, conflict (refused: already served), error (ZooKeeper unreachable), unverified (served without the ledger: lossless replication), late (an unverified one recorded once ZooKeeper answered), late_overlap (recorded late over a segment the ledger held: numbers may have been served twice; alert on it).",
 		[]string{"result"}, nil)
+	descLedgerPending = prometheus.NewDesc("idgen_segment_ledger_unverified_pending",
+		"Segments served unverified (ZooKeeper unreachable, lossless replication) not yet recorded in the ledger; recorded as soon as ZooKeeper answers.", nil, nil)
 	descServerChanges = prometheus.NewDesc("idgen_mysql_server_changes_total",
 		"New MySQL connections that reached another server than the one before (a failover or switchover).", nil, nil)
 	descConflicts = prometheus.NewDesc("idgen_mysql_conflict_retries_total",
@@ -152,7 +203,7 @@ var (
 )
 
 func (c guardCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descStoreRegr, descBarriers, descGate, descLedger, descServerChanges, descConflicts} {
+	for _, d := range []*prometheus.Desc{descStoreRegr, descBarriers, descBarrierExpired, descGuardRestores, descGate, descLedger, descLedgerPending, descServerChanges, descConflicts} {
 		ch <- d
 	}
 }
@@ -174,11 +225,15 @@ func (c guardCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.g.Stats()
 	ch <- prometheus.MustNewConstMetric(descBarriers, prometheus.CounterValue, float64(s.BarriersComplete), "complete")
 	ch <- prometheus.MustNewConstMetric(descBarriers, prometheus.CounterValue, float64(s.BarrierTimeouts), "timeout")
+	ch <- prometheus.MustNewConstMetric(descBarrierExpired, prometheus.CounterValue, float64(s.MembersExpired))
+	ch <- prometheus.MustNewConstMetric(descGuardRestores, prometheus.CounterValue, float64(s.Restores))
 	ch <- prometheus.MustNewConstMetric(descGate, prometheus.GaugeValue, b2f(s.GateOpen))
 	for _, x := range []struct {
 		r string
 		n uint64
-	}{{"ok", s.Claims}, {"conflict", s.Conflicts}, {"error", s.Errors}, {"unverified", s.Unverified}} {
+	}{{"ok", s.Claims}, {"conflict", s.Conflicts}, {"error", s.Errors}, {"unverified", s.Unverified},
+		{"late", s.LateRecorded}, {"late_overlap", s.LateOverlaps}} {
 		ch <- prometheus.MustNewConstMetric(descLedger, prometheus.CounterValue, float64(x.n), x.r)
 	}
+	ch <- prometheus.MustNewConstMetric(descLedgerPending, prometheus.GaugeValue, float64(s.UnverifiedPending))
 }

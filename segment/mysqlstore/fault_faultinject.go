@@ -50,3 +50,9 @@ func faultAfterFence(s *Store, shard int) {
 		time.Sleep(d)
 	})
 }
+
+// faultNoReplicaNowIsNone is the negative control of issue 29 hole f
+// (IDGEN_FAULT_NO_REPLICA_NOW_IS_NONE=1): the replication verdict reads
+// "0 replicas connected right now" as no replica at all (no-replica,
+// safe), whatever the history and the semi-synchronous configuration say.
+func faultNoReplicaNowIsNone() bool { return os.Getenv("IDGEN_FAULT_NO_REPLICA_NOW_IS_NONE") == "1" }

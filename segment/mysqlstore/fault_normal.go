@@ -8,3 +8,7 @@ func faultNoSessionIdleLimit() bool { return false }
 
 // faultAfterFence does nothing: normal builds never stall a persist.
 func faultAfterFence(*Store, int) {}
+
+// faultNoReplicaNowIsNone is false: normal builds never read "no replica
+// connected right now" as "no replica" (see fault_faultinject.go).
+func faultNoReplicaNowIsNone() bool { return false }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Verdict is what the replication setup of the server a Store talks to
@@ -175,6 +176,13 @@ type replicationFacts struct {
 	// GroupReplication: a group_replication_applier channel was seen (a
 	// MySQL Group Replication member); its channels are not in Sources.
 	GroupReplication bool
+
+	// SeenDumps is the most replicas a ReplicaHistory saw reading this
+	// cluster's binary log before (0: none seen, or no history kept).
+	// "No replica connected right now" is not "no replica": an
+	// asynchronous replica that is reconnecting is exactly the lagging
+	// one a failover promotes.
+	SeenDumps int
 }
 
 // semisync returns the prefix of the semi-sync variables in use
@@ -328,6 +336,15 @@ func judgeReplication(f replicationFacts) Replication {
 	if f.DumpsKnown {
 		add("%d %s attached", f.Dumps, plural(f.Dumps, "replica", "replicas"))
 	}
+	// legacy reopens issue 29 hole f (fault injection's negative control):
+	// "0 replicas connected right now" reads as no replica at all.
+	legacy := faultNoReplicaNowIsNone()
+	// seenBefore: no replica is attached now, but this node saw one: it
+	// is reconnecting (or was removed: only a restart forgets it).
+	seenBefore := !legacy && f.DumpsKnown && f.Dumps == 0 && f.SeenDumps > 0
+	if seenBefore {
+		add("%d %s seen attached earlier (a replica that is reconnecting is still the one a failover promotes)", f.SeenDumps, plural(f.SeenDumps, "replica", "replicas"))
+	}
 
 	prefix, loaded := f.semisync()
 	enabled := loaded && isOn(f.Vars[prefix+"enabled"])
@@ -342,10 +359,10 @@ func judgeReplication(f replicationFacts) Replication {
 			add("semi-synchronous replication not loaded")
 		}
 		switch {
-		case f.DumpsKnown && f.Dumps > 0:
+		case f.DumpsKnown && (f.Dumps > 0 || seenBefore):
 			return Replication{Verdict: VerdictAsync, Detail: detail(), Fix: f.semisyncFix()}
 		case f.DumpsKnown:
-			return noReplica("")
+			return noReplica("no replica seen since this node started")
 		}
 		missing = append(missing, "whether replicas read the binary log ("+f.DumpsWhy+")")
 		grants = append(grants, "PROCESS")
@@ -372,7 +389,9 @@ func judgeReplication(f replicationFacts) Replication {
 
 	switch waitPoint {
 	case "AFTER_COMMIT":
-		if nothingAttached {
+		// Semi-synchronous replication enabled is a configured replica,
+		// connected or not (legacy: none attached read as none at all).
+		if legacy && nothingAttached {
 			return noReplica("set " + prefix + "wait_point=AFTER_SYNC before adding a replica")
 		}
 		return Replication{Verdict: VerdictSemisyncAfterCommit, Detail: detail(),
@@ -395,8 +414,15 @@ func judgeReplication(f replicationFacts) Replication {
 		}
 		return Replication{Verdict: VerdictSemisyncLossless, Detail: detail()}
 	}
-	if nothingAttached {
+	if legacy && nothingAttached {
 		return noReplica("semi-synchronous replication is on but no replica is connected: commits may wait " + prefix + "timeout")
+	}
+	// Semi-synchronous replication is enabled, so a replica is configured,
+	// but none acknowledges now: it is reconnecting or lagging (MySQL 8
+	// with wait_no_replica=OFF, or after the timeout, commits go on
+	// without it), and it is the replica a failover promotes.
+	if nothingAttached {
+		add("no replica is connected now: the configured semi-synchronous replica is reconnecting or gone")
 	}
 	if v, ok := f.Vars[prefix+"timeout"]; ok {
 		add("%stimeout=%s ms", prefix, v)
@@ -453,6 +479,54 @@ func ReadReplication(ctx context.Context, db *sql.DB) (Replication, error) {
 		return Replication{Verdict: VerdictUnknown, Detail: err.Error()}, err
 	}
 	return judgeReplication(f), nil
+}
+
+// ReplicaHistory remembers across reads the most replicas seen reading
+// the binary log (binlog dump threads, or semi-synchronous clients), so
+// that a replica reconnecting at the moment of a read is not taken for no
+// replica at all (issue 29 hole f). One history per node, kept across
+// MySQL server changes: a cluster that had replicas counts as replicated
+// until this node restarts. Safe for concurrent use; the zero value is
+// ready.
+type ReplicaHistory struct {
+	mu   sync.Mutex
+	seen int
+}
+
+// Seen returns the most replicas seen attached so far.
+func (h *ReplicaHistory) Seen() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.seen
+}
+
+// Read reads the replication setup over db like ReadReplication, judged
+// with what this history saw before, and remembers what it sees now.
+func (h *ReplicaHistory) Read(ctx context.Context, db *sql.DB) (Replication, error) {
+	f, err := readReplicationFacts(ctx, db)
+	if err != nil {
+		err = fmt.Errorf("read replication setup: %w", err)
+		return Replication{Verdict: VerdictUnknown, Detail: err.Error()}, err
+	}
+	return h.judge(f), nil
+}
+
+// judge notes the replicas in f and judges f with the history.
+func (h *ReplicaHistory) judge(f replicationFacts) Replication {
+	now := 0
+	if f.DumpsKnown {
+		now = f.Dumps
+	}
+	for _, k := range []string{"rpl_semi_sync_master_clients", "rpl_semi_sync_source_clients"} {
+		if n, err := strconv.Atoi(strings.TrimSpace(f.Status[k])); err == nil {
+			now = max(now, n)
+		}
+	}
+	h.mu.Lock()
+	h.seen = max(h.seen, now)
+	f.SeenDumps = h.seen
+	h.mu.Unlock()
+	return judgeReplication(f)
 }
 
 // replicationVars and replicationStatus are the names read.

@@ -148,15 +148,29 @@ func TestReplicationVerdicts(t *testing.T) {
 
 		{"no replica: binary log off", mariaFacts(func(f *replicationFacts) { f.Vars["log_bin"] = "OFF"; f.DumpsKnown = false }), VerdictNoReplica,
 			[]string{"no-replica (binary log OFF, so nothing replicates from this server, not a replica): safe", "A replica added later makes failovers lossy unless it is semi-synchronous with wait point AFTER_SYNC"}, []string{"LOSSY", "Fix"}},
-		{"no replica: binary log on, none attached", mariaFacts(nil), VerdictNoReplica, []string{"binary log ON, 0 replicas attached", "semi-synchronous"}, nil},
-		{"no replica: semi-sync on, nothing attached", mariaFacts(func(f *replicationFacts) {
+		{"no replica: binary log on, none attached, none seen", mariaFacts(nil), VerdictNoReplica, []string{"binary log ON, 0 replicas attached", "semi-synchronous", "no replica seen since this node started"}, nil},
+		{"no replica: binary log off, replicas seen before", mariaFacts(func(f *replicationFacts) { f.Vars["log_bin"] = "OFF"; f.SeenDumps = 2 }), VerdictNoReplica, []string{"binary log OFF"}, nil},
+		// Issue 29 hole f: semi-synchronous replication enabled is a
+		// configured replica; none connected right now is one reconnecting
+		// (the lagging replica a failover promotes), not "no replica".
+		{"semi-sync AFTER_SYNC on, nothing attached (fallen back)", mariaFacts(func(f *replicationFacts) {
 			afterSync(f)
 			f.Dumps = 0
+			f.Status["rpl_semi_sync_master_status"] = "OFF"
 			f.Status["rpl_semi_sync_master_clients"] = "0"
-		}), VerdictNoReplica, []string{"no replica is connected: commits may wait rpl_semi_sync_master_timeout"}, nil},
-		{"no replica: AFTER_COMMIT, nothing attached", mariaFacts(func(f *replicationFacts) {
+		}), VerdictSemisyncDegraded, []string{"no replica is connected now", "LOSSY"}, nil},
+		{"semi-sync AFTER_SYNC on, status ON, 0 clients (MySQL 8 wait_no_replica)", mysqlFacts(func(f *replicationFacts) {
+			f.Vars["rpl_semi_sync_source_enabled"] = "ON"
+			f.Vars["rpl_semi_sync_source_wait_point"] = "AFTER_SYNC"
+			f.Vars["rpl_semi_sync_source_wait_no_replica"] = "OFF"
+			f.Status["rpl_semi_sync_source_status"] = "ON"
+			f.Status["rpl_semi_sync_source_clients"] = "0"
+		}), VerdictSemisyncDegraded, []string{"rpl_semi_sync_source_wait_no_replica=OFF", "LOSSY"}, nil},
+		{"semi-sync AFTER_COMMIT on, nothing attached", mariaFacts(func(f *replicationFacts) {
 			f.Vars["rpl_semi_sync_master_enabled"] = "ON"
-		}), VerdictNoReplica, []string{"set rpl_semi_sync_master_wait_point=AFTER_SYNC before adding a replica"}, nil},
+		}), VerdictSemisyncAfterCommit, []string{"SET GLOBAL rpl_semi_sync_master_wait_point=AFTER_SYNC"}, nil},
+		{"async: none attached now, one seen before (reconnecting)", mariaFacts(func(f *replicationFacts) { f.SeenDumps = 1 }),
+			VerdictAsync, []string{"0 replicas attached", "1 replica seen attached earlier", "LOSSY"}, nil},
 		{"no replica: MySQL with PROCESS", mysqlFacts(nil), VerdictNoReplica, []string{"semi-synchronous replication not loaded"}, nil},
 
 		{"unknown: no PROCESS, no REPLICATION CLIENT (MySQL)", mysqlFacts(func(f *replicationFacts) {
@@ -402,4 +416,27 @@ func newPlainUser(t *testing.T, root *sql.DB) *sql.DB {
 	}
 	t.Cleanup(func() { db.Close() })
 	return db
+}
+
+// TestReplicaHistory (issue 29 hole f): a replica seen attached once keeps
+// the verdict lossy while it reconnects (0 attached at the next read); a
+// node that never saw one judges the same facts no-replica.
+func TestReplicaHistory(t *testing.T) {
+	var h ReplicaHistory
+	if r := h.judge(mariaFacts(nil)); r.Verdict != VerdictNoReplica {
+		t.Fatalf("nothing seen yet: %s", r)
+	}
+	if r := h.judge(mariaFacts(func(f *replicationFacts) { f.Dumps = 1 })); r.Verdict != VerdictAsync {
+		t.Fatalf("one attached: %s", r)
+	}
+	r := h.judge(mariaFacts(nil)) // the replica reconnects
+	if r.Verdict != VerdictAsync || r.Safe() {
+		t.Fatalf("replica reconnecting: %s; want async (lossy)", r)
+	}
+	// Semi-synchronous clients count as seen too.
+	var h2 ReplicaHistory
+	h2.judge(mariaFacts(func(f *replicationFacts) { afterSync(f) }))
+	if h2.Seen() != 2 {
+		t.Fatalf("seen %d after 2 semi-synchronous clients", h2.Seen())
+	}
 }

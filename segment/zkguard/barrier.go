@@ -33,11 +33,18 @@ type serverRecord struct {
 	By        string `json:"by"`
 }
 
-// ackRecord is /<root>/<cluster>/mysql/nodes/<node>.
-type ackRecord struct {
-	Gen    int64  `json:"gen"`
-	Server string `json:"server"`
-	AtMs   int64  `json:"at_ms"`
+// memberRecord is /<root>/<cluster>/mysql/members/<node>: persistent, so
+// a node paused past its ZooKeeper session, or cut off from ZooKeeper but
+// not from MySQL, still counts (issue 29 hole c). Membership means memory:
+// a node that may still serve ORDERED from memory counts in every barrier
+// until it provably cannot, which is when UntilMs (on its wall clock) has
+// passed by the clock-skew allowance: it refuses ORDERED past its bound
+// unless it renewed it. A clean stop deletes the record.
+type memberRecord struct {
+	Gen     int64  `json:"gen"` // the generation whose rows it raised
+	Server  string `json:"server"`
+	AtMs    int64  `json:"at_ms"`
+	UntilMs int64  `json:"until_ms"` // serving until (wall clock, ms)
 }
 
 // ErrBarrier wraps the refusal of ORDERED while the gate is closed.
@@ -50,7 +57,37 @@ func (g *Guard) Enter() (uint64, error) {
 	if !g.open {
 		return 0, fmt.Errorf("%w: %w (%s)", segment.ErrUnavailable, ErrBarrier, g.why)
 	}
+	if err := g.boundLocked(); err != nil {
+		return 0, err
+	}
 	return g.token, nil
+}
+
+// ErrNotMember wraps the refusal of ORDERED once this node's membership
+// bound passed without a renewal: the other nodes count it gone then, and
+// may reserve below what it remembers.
+var ErrNotMember = errors.New("ORDERED paused: this node could not renew its membership of the cluster's failover barrier in ZooKeeper in time, so the other nodes no longer wait for it; it serves again once renewed")
+
+// boundLocked is nil while this node's own "serving until" bound has not
+// passed, on the monotonic clock and on the wall clock (a frozen VM's
+// monotonic clock may stop; the wall clock is what the others compare).
+func (g *Guard) boundLocked() error {
+	if faultEphemeralMembers() {
+		return nil
+	}
+	if g.selfUntil.IsZero() || !time.Now().Before(g.selfUntil) || g.cfg.Now().UnixMilli() >= g.selfUntilMs {
+		return fmt.Errorf("%w: %w", segment.ErrUnavailable, ErrNotMember)
+	}
+	return nil
+}
+
+// Serving is nil while this node may answer ORDERED from what it
+// remembers: its gate is open and its membership bound has not passed.
+// An owner answering from a cached reservation (no store call, so no
+// Enter) asks it first.
+func (g *Guard) Serving() error {
+	_, err := g.Enter()
+	return err
 }
 
 // WaitOpen waits until the gate is open or ctx ends, and reports whether
@@ -78,7 +115,7 @@ func (g *Guard) Check(token uint64) error {
 	if !g.open || g.token != token {
 		return fmt.Errorf("%w: %w", segment.ErrUnavailable, ErrBarrier)
 	}
-	return nil
+	return g.boundLocked()
 }
 
 // ServerChanged closes the gate at once (register it with the store's
@@ -148,13 +185,15 @@ func (g *Guard) barrierLoop(store Server, flush func(ctx context.Context) error)
 }
 
 // barrierStep is one round: agree on the server record, acknowledge its
-// generation once the rows are raised, open the gate when everybody has.
+// generation once the rows are raised, open the gate when every member
+// has, or provably cannot serve any more.
 func (g *Guard) barrierStep(store Server, flush func(ctx context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.BarrierWait)
 	defer cancel()
+	g.recordPending(ctx)
 	err := g.round(ctx, store, flush)
 	g.mu.Lock()
-	open, closedAt := g.open, g.closedAt
+	open, closedAt, timedOut := g.open, g.closedAt, g.timedOut
 	g.mu.Unlock()
 	if open {
 		if err != nil && !errors.Is(err, segment.ErrUnavailable) {
@@ -162,10 +201,39 @@ func (g *Guard) barrierStep(store Server, flush func(ctx context.Context) error)
 		}
 		return
 	}
-	if waited := time.Since(closedAt); waited >= g.cfg.BarrierWait {
+	waited := time.Since(closedAt)
+	if faultEphemeralMembers() {
+		// Hole c reopened: the gate opens after BarrierWait whoever may
+		// still serve.
+		if waited >= g.cfg.BarrierWait {
+			g.timeouts.Add(1)
+			g.openGate()
+			g.log.Error("ORDERED gate opened without every node's acknowledgement (IDGEN_FAULT_BARRIER_EPHEMERAL_MEMBERS=1)", zap.Duration("waited", waited), zap.Error(err))
+		}
+		return
+	}
+	if waited >= g.cfg.BarrierWait && !timedOut {
+		// A member that may still serve keeps the gate closed: opening
+		// would let this node reserve below a number it may still hand
+		// out. Its bound ends the wait (it renews only while it can raise
+		// its rows), so this is counted and logged, not acted on.
+		g.mu.Lock()
+		g.timedOut = true
+		g.mu.Unlock()
 		g.timeouts.Add(1)
+		g.log.Warn("ORDERED barrier: a member has not raised its rows within the barrier wait; the gate stays closed until it does or its serving bound passes",
+			zap.Duration("waited", waited), zap.Duration("member_lease", g.cfg.MemberLease), zap.Error(err))
+	}
+	// An honest member's bound is at most MemberLease plus the skew ahead
+	// of any of this node's reads; a record further ahead has a clock
+	// running ahead (it stops serving earlier than its record says) or is
+	// not a live node's. Past this cap the gate opens.
+	// Without an answer from ZooKeeper nothing is known about the members:
+	// the gate stays closed (this node's own bound runs out meanwhile, so
+	// it would refuse ORDERED anyway).
+	if limit := g.cfg.BarrierWait + g.cfg.MemberLease + 2*g.cfg.MaxClockSkew; waited >= limit && !errors.Is(err, segment.ErrUnavailable) {
 		g.openGate()
-		g.log.Error("ORDERED gate opened without every node's acknowledgement: keys remembered only by the silent nodes may repeat numbers",
+		g.log.Error("ORDERED gate opened without every member's acknowledgement after the longest a live member's bound can last: a member record's bound lies too far ahead (a clock ahead of this node's by more than the allowed skew); keys remembered only by that member may repeat numbers",
 			zap.Duration("waited", waited), zap.Error(err))
 	}
 }
@@ -173,6 +241,7 @@ func (g *Guard) barrierStep(store Server, flush func(ctx context.Context) error)
 func (g *Guard) openGate() {
 	g.mu.Lock()
 	g.open = true
+	g.timedOut = false
 	g.mu.Unlock()
 }
 
@@ -183,10 +252,23 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 	// server this node's connections reach now.
 	cur := store.Server()
 	var rec serverRecord
+	restored := ""
+	if g.sess != nil {
+		if v := g.sess.View(); v.Restores != g.seenRestores {
+			g.seenRestores = v.Restores
+			restored = "the ZooKeeper session detected a wipe or a restore: " + v.RestoreWhy
+		}
+	}
 	recPath := path.Join(g.base, "mysql", "server")
+	g.mu.Lock()
+	acked, lastMzxid := g.acked, g.lastMzxid
+	g.mu.Unlock()
 	err := g.call(ctx, func() error {
 		data, st, err := g.conn.Get(recPath)
 		if errors.Is(err, zk.ErrNoNode) {
+			if acked > 0 && restored == "" {
+				restored = "the cluster's MySQL server record is gone from ZooKeeper"
+			}
 			if cur == "" {
 				return nil
 			}
@@ -206,6 +288,22 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 		if err := json.Unmarshal(data, &rec); err != nil {
 			return fmt.Errorf("zkguard: %s holds %q: %w", recPath, data, err)
 		}
+		if g.sess != nil {
+			g.sess.NoteZxid(st.Mzxid)
+		}
+		// The record never goes back by itself: a lower generation than
+		// this node acknowledged, or an older modification, is ZooKeeper
+		// restored from an older copy (issue 29 hole d).
+		switch {
+		case restored != "":
+		case rec.Gen < acked:
+			restored = fmt.Sprintf("the generation of the cluster's MySQL server went back from %d to %d", acked, rec.Gen)
+		case st.Mzxid < lastMzxid:
+			restored = fmt.Sprintf("the cluster's MySQL server record went back from zxid 0x%x to 0x%x", lastMzxid, st.Mzxid)
+		}
+		g.mu.Lock()
+		g.lastMzxid = st.Mzxid
+		g.mu.Unlock()
 		if cur != "" && rec.Server != cur {
 			// This node reaches another server than the record names: a
 			// failover the record has not seen yet (or this node is the
@@ -221,6 +319,22 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 		}
 		return nil
 	})
+	if restored != "" && !faultNoRestoreReset() {
+		// The restore rule: what this node acknowledged, and the ledger
+		// ranges it recorded, may be gone from ZooKeeper. Forget the
+		// acknowledgement, so this round raises every remembered row
+		// again and acknowledges the generation ZooKeeper holds now, and
+		// record this node's segments again.
+		g.restores.Add(1)
+		g.mu.Lock()
+		g.acked, g.lastMzxid = 0, 0
+		g.mu.Unlock()
+		acked = 0
+		g.requeueMine()
+		g.log.Warn("ZooKeeper was restored from an older copy or wiped: raising the remembered ORDERED rows again and recording this node's segments in the ledger again",
+			zap.String("why", restored))
+		g.close("ZooKeeper restored: " + restored)
+	}
 	if errors.Is(err, errRetry) {
 		g.close("the cluster's MySQL server record changed")
 		return err
@@ -231,15 +345,15 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 	if rec.Gen == 0 {
 		return errors.New("zkguard: no MySQL server known yet")
 	}
-	g.mu.Lock()
-	acked := g.acked
-	g.mu.Unlock()
 	if rec.Gen > acked {
 		if acked > 0 {
 			g.close(fmt.Sprintf("generation %d of the cluster's MySQL server", rec.Gen))
 		}
 		// Reach the recorded server first: idle connections to a dead
 		// one are replaced by a new connection, which reports its server.
+		// A node that cannot raise its rows does not renew its bound
+		// either: it stops serving from memory once the bound passes, and
+		// the others stop waiting for it.
 		if err := store.Ping(ctx); err != nil {
 			return fmt.Errorf("reach the MySQL server: %w", err)
 		}
@@ -254,15 +368,14 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 			g.log.Info("ORDERED rows this node remembers raised on the new MySQL server",
 				zap.String("server", rec.Server), zap.Int64("gen", rec.Gen), zap.Duration("took", time.Since(start)))
 		}
-		if err := g.ack(ctx, rec); err != nil {
+		if err := g.writeMember(ctx, rec); err != nil {
 			return err
 		}
 		g.mu.Lock()
 		g.acked = rec.Gen
 		g.mu.Unlock()
-	} else if sid := g.conn.SessionID(); sid != g.ackSession {
-		// A new session lost the ephemeral acknowledgement: write it again.
-		if err := g.ack(ctx, rec); err != nil {
+	} else if g.renewDue() {
+		if err := g.writeMember(ctx, rec); err != nil {
 			return err
 		}
 	}
@@ -272,89 +385,181 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 	if open {
 		return nil
 	}
-	if missing, err := g.unacked(ctx, rec.Gen); err != nil {
+	missing, gone, err := g.members(ctx, rec.Gen)
+	if err != nil {
 		return err
 	} else if len(missing) > 0 {
 		return fmt.Errorf("waiting for %s", strings.Join(missing, ", "))
 	}
 	g.complete.Add(1)
+	g.expired.Add(uint64(len(gone)))
 	g.openGate()
 	g.mu.Lock()
 	waited := time.Since(g.closedAt)
 	g.mu.Unlock()
-	g.log.Warn("ORDERED gate open again: every node raised the rows it remembers on the new MySQL server",
+	if len(gone) > 0 {
+		g.log.Warn("ORDERED barrier: members whose serving bound passed without raising their rows count as gone (they cannot serve from memory any more); ORDERED keys only they remembered are protected only by lossless replication, as after a crash",
+			zap.Strings("members", gone), zap.Int64("gen", rec.Gen))
+	}
+	g.log.Warn("ORDERED gate open again: every member raised the rows it remembers on the new MySQL server, or cannot serve any more",
 		zap.String("server", rec.Server), zap.Int64("gen", rec.Gen), zap.Duration("closed_for", waited))
 	return nil
 }
 
 var errRetry = errors.New("server record changed")
 
-// ack writes this node's acknowledgement (ephemeral), unless it is there,
-// and remembers the session it was written in.
-func (g *Guard) ack(ctx context.Context, rec serverRecord) error {
-	p := path.Join(g.base, "mysql", "nodes", g.cfg.Self)
-	b, _ := json.Marshal(ackRecord{Gen: rec.Gen, Server: rec.Server, AtMs: time.Now().UnixMilli()})
-	sid := g.conn.SessionID()
+// renewDue reports whether this node's bound should be renewed now (a
+// third of the lease has gone by since the last renewal).
+func (g *Guard) renewDue() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.renewedAt.IsZero() || time.Since(g.renewedAt) >= g.cfg.MemberLease/3
+}
+
+// memberPath is this node's member record.
+func (g *Guard) memberPath() string { return path.Join(g.base, "mysql", "members", g.cfg.Self) }
+
+// writeMember writes this node's member record: the generation whose rows
+// it raised and its new bound, computed from before the write (so the
+// node's own bound never ends later than the one the others read).
+func (g *Guard) writeMember(ctx context.Context, rec serverRecord) error {
+	start, startWall := time.Now(), g.cfg.Now()
+	untilMs := startWall.Add(g.cfg.MemberLease).UnixMilli()
+	b, _ := json.Marshal(memberRecord{Gen: rec.Gen, Server: rec.Server, AtMs: startWall.UnixMilli(), UntilMs: untilMs})
+	p := g.memberPath()
+	flags := int32(0)
+	if faultEphemeralMembers() {
+		flags = zk.FlagEphemeral // hole c reopened: membership is a session
+	}
 	err := g.call(ctx, func() error {
-		data, st, err := g.conn.Get(p)
+		_, st, err := g.conn.Get(p)
 		if errors.Is(err, zk.ErrNoNode) {
 			if err := g.ensure(path.Dir(p)); err != nil {
 				return err
 			}
-			_, err := g.conn.Create(p, b, zk.FlagEphemeral, g.acl)
-			if errors.Is(err, zk.ErrNodeExists) {
-				return errRetry
-			}
-			return err
+			_, err := g.conn.Create(p, b, flags, g.acl)
+			return err // ErrNodeExists: a race with this node's previous process; the next round writes again
 		}
 		if err != nil {
 			return err
 		}
-		if st.EphemeralOwner != sid {
-			// Left by this node's previous process (its session not
-			// expired yet): it would vanish with that session and leave
-			// this node out of the next barrier. Replace it with ours.
+		if flags != 0 && st.EphemeralOwner != g.conn.SessionID() {
 			if err := g.conn.Delete(p, st.Version); err != nil && !errors.Is(err, zk.ErrNoNode) {
 				return err
 			}
 			return errRetry
 		}
-		var a ackRecord
-		if json.Unmarshal(data, &a) == nil && a.Gen >= rec.Gen {
-			return nil
-		}
 		_, err = g.conn.Set(p, b, st.Version)
 		return err
 	})
-	if err == nil {
-		g.ackSession = sid
+	if err != nil {
+		return err
 	}
-	return err
+	g.mu.Lock()
+	g.selfUntil, g.selfUntilMs, g.renewedAt = start.Add(g.cfg.MemberLease), untilMs, start
+	g.mu.Unlock()
+	return nil
 }
 
-// unacked lists the live nodes that have not acknowledged gen.
-func (g *Guard) unacked(ctx context.Context, gen int64) ([]string, error) {
-	dir := path.Join(g.base, "mysql", "nodes")
-	var missing []string
-	err := g.call(ctx, func() error {
+// members lists the members that have not acknowledged gen and may still
+// serve (missing), and those whose bound passed (gone); it deletes records
+// long past their bound (a crashed node's).
+func (g *Guard) members(ctx context.Context, gen int64) (missing, gone []string, err error) {
+	dir := path.Join(g.base, "mysql", "members")
+	now := g.cfg.Now()
+	err = g.call(ctx, func() error {
+		missing, gone = nil, nil
 		kids, _, err := g.conn.Children(dir)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
 		for _, k := range kids {
-			data, _, err := g.conn.Get(path.Join(dir, k))
+			data, st, err := g.conn.Get(path.Join(dir, k))
 			if errors.Is(err, zk.ErrNoNode) {
-				continue // gone: nothing it remembers can be served
+				continue // left cleanly: it serves nothing
 			}
 			if err != nil {
 				return err
 			}
-			var a ackRecord
-			if json.Unmarshal(data, &a) != nil || a.Gen < gen {
+			var m memberRecord
+			if json.Unmarshal(data, &m) != nil {
+				missing = append(missing, k+" (unreadable record)")
+				continue
+			}
+			if m.Gen >= gen {
+				continue
+			}
+			if faultEphemeralMembers() {
 				missing = append(missing, k)
+				continue
+			}
+			past := now.Sub(time.UnixMilli(m.UntilMs)) // on this node's clock
+			switch {
+			case past > g.cfg.MaxClockSkew+memberGC:
+				if err := g.conn.Delete(path.Join(dir, k), st.Version); err == nil {
+					g.log.Info("removed the barrier member record of a node gone for long", zap.String("member", k),
+						zap.Time("serving_until", time.UnixMilli(m.UntilMs)))
+				}
+				gone = append(gone, k)
+			case past > g.cfg.MaxClockSkew:
+				gone = append(gone, k)
+			default:
+				missing = append(missing, fmt.Sprintf("%s (may serve until %s)", k, time.UnixMilli(m.UntilMs).UTC().Format(time.RFC3339Nano)))
+			}
+		}
+		// Nodes of the version before member records acknowledge in an
+		// ephemeral /mysql/nodes/<node> (a rolling upgrade): such a node
+		// has no bound, so it is waited for up to the hard cap.
+		legacy := path.Join(g.base, "mysql", "nodes")
+		kids, _, err = g.conn.Children(legacy)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		for _, k := range kids {
+			data, _, err := g.conn.Get(path.Join(legacy, k))
+			if errors.Is(err, zk.ErrNoNode) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			var a struct {
+				Gen int64 `json:"gen"`
+			}
+			if json.Unmarshal(data, &a) != nil || a.Gen < gen {
+				missing = append(missing, k+" (a node of the previous version)")
 			}
 		}
 		return nil
 	})
-	return missing, err
+	return missing, gone, err
+}
+
+// leave deletes this node's member record on a clean stop, so the next
+// barrier does not wait for a node that serves nothing; this node's bound
+// ends first, so nothing is served from memory after it.
+func (g *Guard) leave() {
+	g.mu.Lock()
+	g.selfUntil, g.selfUntilMs = time.Time{}, 0
+	g.open = false
+	g.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.Timeout)
+	defer cancel()
+	err := g.call(ctx, func() error {
+		err := g.conn.Delete(g.memberPath(), -1)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		g.log.Warn("could not remove this node's barrier member record; the next failover barrier waits for its bound to pass", zap.Error(err),
+			zap.Duration("member_lease", g.cfg.MemberLease))
+	}
 }

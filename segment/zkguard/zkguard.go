@@ -21,15 +21,36 @@
 //     a statement, records the new server and a new generation under
 //     /<root>/<cluster>/mysql/server, raises every ORDERED row it remembers
 //     (segment.Ordered.Remembered) on the new server, and acknowledges the
-//     generation in its ephemeral /<root>/<cluster>/mysql/nodes/<node>. Every
-//     node that sees the new generation does the same. A gate opens again
-//     when every live node acknowledged the generation, or after
-//     Config.BarrierWait (counted as a timeout: keys remembered only by the
-//     silent nodes are unprotected). So no node reserves on the new server
-//     below a number any live node remembers. Keys no live node remembers
-//     (the node that served them died with the primary, or its memory
-//     evicted them) are protected only by lossless replication: run
-//     semi-synchronous AFTER_SYNC or Galera when ORDERED matters.
+//     generation in its member record /<root>/<cluster>/mysql/members/<node>.
+//     Every node that sees the new generation does the same. A gate opens
+//     again when every member acknowledged the generation or provably cannot
+//     serve any more. So no node reserves on the new server below a number
+//     any member may still hand out from memory.
+//
+// Membership means memory (issue 29 hole c): a node paused past its
+// ZooKeeper session, or cut off from ZooKeeper but not from MySQL, still
+// remembers keys and can serve them. So the member record is persistent,
+// not ephemeral, and carries a "serving until" bound the node renews while
+// it is at the current generation and refuses ORDERED past (Enter, Check,
+// Serving). The others count a member gone once its bound passed by
+// Config.MaxClockSkew on their clocks. A node that cannot raise its rows
+// does not renew, so the wait for it is bounded. A clean stop deletes the
+// record. Config.BarrierWait only decides when a round counts as a
+// timeout: the gate stays closed while a member may still serve.
+//
+// The restore rule (hole d): a generation or a server record that went
+// back, or a restore reported by the ZooKeeper session (the incarnation
+// check), makes the node raise its rows and acknowledge again, and record
+// its own ledger ranges again.
+//
+// Keys no member remembers (the node that served them died with the
+// primary, or its memory evicted them) are protected only by lossless
+// replication: run semi-synchronous AFTER_SYNC or Galera when ORDERED
+// matters.
+//
+// The guard runs on the node's cluster/zksession Session (one reconnect
+// and redial policy for every guard: a wiped ensemble refuses the old
+// client's handshakes forever, hole e).
 package zkguard
 
 import (
@@ -47,6 +68,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/cluster/zksession"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -55,6 +77,11 @@ const (
 	DefaultSessionTimeout = 10 * time.Second
 	DefaultTimeout        = 2 * time.Second
 	DefaultBarrierWait    = 10 * time.Second
+	DefaultMemberLease    = 10 * time.Second
+	DefaultMaxClockSkew   = time.Second
+	// memberGC is how long past its bound a member record is kept before
+	// any node deletes it (a node that crashed leaves one behind).
+	memberGC = time.Hour
 	// maxRanges bounds the ranges kept per business: beyond it the two
 	// lowest are merged with the hole between them (numbers never served:
 	// treating them as served only refuses a segment that was safe).
@@ -66,6 +93,11 @@ const (
 
 // Config configures Open.
 type Config struct {
+	// Session is the node's shared ZooKeeper session (package
+	// cluster/zksession: one reconnect and redial policy, the incarnation
+	// check, View.Restores). Nil: Open starts its own from Servers, Auth
+	// and SessionTimeout, and Close closes it.
+	Session        *zksession.Session
 	Servers        []string
 	Root, Cluster  string
 	Auth           string // optional digest "user:password" (the znodes get its ACL)
@@ -74,9 +106,23 @@ type Config struct {
 	Timeout time.Duration
 	// Self names this node in the barrier (host:port of its RPC address).
 	Self string
-	// BarrierWait bounds how long the ORDERED gate stays closed waiting
-	// for the other nodes after a server change (default 10s).
+	// BarrierWait is how long the ORDERED gate waits for the other
+	// members after a server change before the round counts as a timeout
+	// (default 10s). The gate stays closed after it while an
+	// unacknowledged member may still serve (its bound has not passed),
+	// at most MemberLease plus twice MaxClockSkew longer.
 	BarrierWait time.Duration
+	// MemberLease is how far ahead of each renewal a member's "serving
+	// until" bound reaches (default 10s): a node that could not renew it
+	// refuses ORDERED once it passed, and the others count it gone once
+	// it passed by MaxClockSkew on their clocks.
+	MemberLease time.Duration
+	// MaxClockSkew is the largest difference between two nodes' wall
+	// clocks the bounds allow for (default 1s; the server passes
+	// --max-peer-clock-skew, which it enforces at start).
+	MaxClockSkew time.Duration
+	// Now is the wall clock of the bounds (nil: time.Now).
+	Now func() time.Time
 	// ServeUnverified says whether a segment may be served when the
 	// ledger cannot be reached (ZooKeeper down): true when the store's
 	// replication cannot lose reservations (then the ledger is only a
@@ -88,17 +134,40 @@ type Config struct {
 	Logger   *zap.Logger
 }
 
+// zkConn is the ZooKeeper client calls the guard makes (*zk.Conn, and the
+// shared session's handle, implement it; tests wrap it to cut the guard
+// off).
+type zkConn interface {
+	Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
+	Get(path string) ([]byte, *zk.Stat, error)
+	Set(path string, data []byte, version int32) (*zk.Stat, error)
+	Children(path string) ([]string, *zk.Stat, error)
+	Exists(path string) (bool, *zk.Stat, error)
+	Delete(path string, version int32) error
+	SessionID() int64
+	State() zk.State
+}
+
 // Guard is a cluster's ledger and barrier. It is a segment.Ledger and a
 // segment.Gate.
 type Guard struct {
-	cfg  Config
-	log  *zap.Logger
-	conn *zk.Conn
-	acl  []zk.ACL
-	base string // /<root>/<cluster>
+	cfg    Config
+	log    *zap.Logger
+	conn   zkConn
+	sess   *zksession.Session // nil: the guard's own plain client (fault injection only)
+	closer func()             // closes the guard's own session or client
+	acl    []zk.ACL
+	base   string // /<root>/<cluster>
 
-	claims, conflicts, errs, unverified atomic.Uint64
-	complete, timeouts                  atomic.Uint64
+	claims, conflicts, errs, unverified   atomic.Uint64
+	complete, timeouts, expired, restores atomic.Uint64
+	// Segments served unverified, recorded in the ledger once ZooKeeper
+	// answered again; overlapping ones overlapped a recorded segment
+	// (served twice, or by the same node before a crash).
+	lateRecorded, lateOverlaps atomic.Uint64
+
+	pendMu  sync.Mutex
+	pending []pendingSegment // served unverified, not in the ledger yet
 
 	mu       sync.Mutex
 	open     bool
@@ -106,13 +175,26 @@ type Guard struct {
 	closedAt time.Time // when the gate closed
 	why      string    // why it closed
 	acked    int64     // generation acknowledged
-	// ackSession is the ZooKeeper session the acknowledgement was written
-	// in (the barrier loop's own; it writes it again in a new session).
-	ackSession int64
-	kick       chan struct{}
-	stop       chan struct{}
-	done       chan struct{}
-	started    bool
+	// selfUntil is this node's own bound: the monotonic time its member
+	// record's "serving until" was computed from, plus MemberLease (zero:
+	// none written yet). Enter refuses past it (and past selfUntilMs on
+	// the wall clock): the other nodes count this node gone then.
+	selfUntil   time.Time
+	selfUntilMs int64
+	renewedAt   time.Time // last successful write of the member record
+	timedOut    bool      // this closed round was counted as a timeout
+	// lastMzxid is the modification zxid of the server record last read,
+	// seenRestores the session's View.Restores applied: either going back
+	// means ZooKeeper was restored from an older copy (the restore rule).
+	lastMzxid    int64
+	seenRestores uint64
+	// mine are the segments this node recorded in the ledger, per
+	// business (bounded like the ledger): recorded again after a restore.
+	mine    map[string]*ledger
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	started bool
 }
 
 var (
@@ -137,6 +219,15 @@ func Open(cfg Config) (*Guard, error) {
 	if cfg.BarrierWait <= 0 {
 		cfg.BarrierWait = DefaultBarrierWait
 	}
+	if cfg.MemberLease <= 0 {
+		cfg.MemberLease = DefaultMemberLease
+	}
+	if cfg.MaxClockSkew <= 0 {
+		cfg.MaxClockSkew = DefaultMaxClockSkew
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
@@ -144,7 +235,7 @@ func Open(cfg Config) (*Guard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zkguard: Auth: %w", err)
 	}
-	g := &Guard{cfg: cfg, log: cfg.Logger, base: path.Join(cfg.Root, cfg.Cluster), acl: acl,
+	g := &Guard{cfg: cfg, log: cfg.Logger, base: path.Join(cfg.Root, cfg.Cluster), acl: acl, mine: map[string]*ledger{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), closedAt: time.Now(),
 		why: "starting: reading the cluster's MySQL server record in ZooKeeper"}
 	if cfg.Disabled {
@@ -152,17 +243,35 @@ func Open(cfg Config) (*Guard, error) {
 		close(g.done)
 		return g, nil
 	}
-	c, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout, zk.WithLogger(cluster.ZKLogger(g.log)), zk.WithLogInfo(false))
-	if err != nil {
-		return nil, fmt.Errorf("zkguard: %w", err)
-	}
-	if cfg.Auth != "" {
-		if err := c.AddAuth("digest", []byte(cfg.Auth)); err != nil {
-			c.Close()
-			return nil, fmt.Errorf("zkguard: add auth: %w", err)
+	switch {
+	case faultGuardOwnClient():
+		// Hole e reopened: a plain client that never recovers from a wipe.
+		g.log.Error("IDGEN_FAULT_GUARD_OWN_CLIENT=1: the replication guard dials its own plain ZooKeeper client, which never recovers from a wipe (fault injection's negative control)")
+		c, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout, zk.WithLogger(cluster.ZKLogger(g.log)), zk.WithLogInfo(false))
+		if err != nil {
+			return nil, fmt.Errorf("zkguard: %w", err)
 		}
+		if cfg.Auth != "" {
+			if err := c.AddAuth("digest", []byte(cfg.Auth)); err != nil {
+				c.Close()
+				return nil, fmt.Errorf("zkguard: add auth: %w", err)
+			}
+		}
+		g.conn, g.closer = c, c.Close
+	case cfg.Session != nil:
+		g.sess = cfg.Session
+		g.conn = g.sess.Conn()
+	default:
+		s, err := zksession.Start(zksession.Config{Servers: cfg.Servers, SessionTimeout: cfg.SessionTimeout, Auth: cfg.Auth,
+			Logger: g.log.Named("zk")})
+		if err != nil {
+			return nil, fmt.Errorf("zkguard: %w", err)
+		}
+		g.sess, g.conn, g.closer = s, s.Conn(), s.Close
 	}
-	g.conn = c
+	if g.sess != nil {
+		g.seenRestores = g.sess.View().Restores
+	}
 	return g, nil
 }
 
@@ -180,8 +289,11 @@ func (g *Guard) Close() {
 	if started {
 		<-g.done
 	}
-	if g.conn != nil {
-		g.conn.Close()
+	if started && !g.cfg.Disabled {
+		g.leave()
+	}
+	if g.closer != nil {
+		g.closer()
 	}
 }
 
@@ -190,11 +302,23 @@ func (g *Guard) Close() {
 // an operation that cannot finish in time is abandoned). Errors from
 // cluster.Call are reported unavailable.
 func (g *Guard) call(ctx context.Context, f func() error) error {
-	err := cluster.Call(ctx, g.conn, g.cfg.Timeout, f)
-	if errors.Is(err, cluster.ErrNoSession) || errors.Is(err, cluster.ErrNoAnswer) {
+	err := cluster.Call(ctx, usable{g}, g.cfg.Timeout, f)
+	if errors.Is(err, cluster.ErrNoSession) || errors.Is(err, cluster.ErrNoAnswer) || zksession.IsConnErr(err) {
 		return fmt.Errorf("%w: zkguard: %w", segment.ErrUnavailable, err)
 	}
 	return err
+}
+
+// usable is the guard's session state for cluster.Call: a session counts
+// only once the shared session reports it usable (its incarnation check
+// passed since it reconnected).
+type usable struct{ g *Guard }
+
+func (u usable) State() zk.State {
+	if u.g.sess != nil && !u.g.sess.View().Has {
+		return zk.StateDisconnected
+	}
+	return u.g.conn.State()
 }
 
 // ensure creates p and its missing parents (persistent, empty).
@@ -216,8 +340,15 @@ func (g *Guard) ensure(p string) error {
 // Stats are the guard's counters, for metrics.
 type Stats struct {
 	Claims, Conflicts, Errors, Unverified uint64 // ledger
-	BarriersComplete, BarrierTimeouts     uint64
-	GateOpen                              bool
+	// Segments served unverified: waiting to be recorded, recorded late,
+	// and recorded late over a segment the ledger already held.
+	UnverifiedPending, LateRecorded, LateOverlaps uint64
+	// BarriersComplete counts rounds that opened with every member
+	// acknowledging or provably gone (its bound passed); MembersExpired
+	// the members counted gone that way (what only they remembered is
+	// unprotected, as after a crash); Restores the restore rule applied.
+	BarriersComplete, BarrierTimeouts, MembersExpired, Restores uint64
+	GateOpen                                                    bool
 }
 
 // Stats returns the counters.
@@ -225,8 +356,13 @@ func (g *Guard) Stats() Stats {
 	g.mu.Lock()
 	open := g.open
 	g.mu.Unlock()
+	g.pendMu.Lock()
+	pend := len(g.pending)
+	g.pendMu.Unlock()
 	return Stats{Claims: g.claims.Load(), Conflicts: g.conflicts.Load(), Errors: g.errs.Load(), Unverified: g.unverified.Load(),
-		BarriersComplete: g.complete.Load(), BarrierTimeouts: g.timeouts.Load(), GateOpen: open}
+		UnverifiedPending: uint64(pend), LateRecorded: g.lateRecorded.Load(), LateOverlaps: g.lateOverlaps.Load(),
+		BarriersComplete: g.complete.Load(), BarrierTimeouts: g.timeouts.Load(), MembersExpired: g.expired.Load(), Restores: g.restores.Load(),
+		GateOpen: open}
 }
 
 // ---- the ledger ----
@@ -242,17 +378,60 @@ func (g *Guard) Claim(ctx context.Context, biz string, r segment.Range) (int64, 
 	if g.cfg.Disabled {
 		return 0, nil
 	}
-	p := path.Join(g.base, "segments", biz)
 	var high int64
 	var conflict bool
-	err := g.call(ctx, func() error {
+	err := g.modifyLedger(ctx, biz, func(l *ledger) bool {
+		if h, overlaps := l.overlaps(r); overlaps {
+			high, conflict = h, true
+			return false
+		}
+		l.add(r)
+		return true
+	})
+	switch {
+	case err == nil && conflict:
+		g.conflicts.Add(1)
+		return high, fmt.Errorf("zkguard: biz %q: segment %d..%d overlaps segments already handed out (up to %d): %w",
+			biz, r.First, r.Last, high, segment.ErrRegressed)
+	case err == nil:
+		g.claims.Add(1)
+		g.remember(biz, r)
+		return 0, nil
+	}
+	g.errs.Add(1)
+	if g.cfg.ServeUnverified != nil && g.cfg.ServeUnverified() {
+		g.unverified.Add(1)
+		// Recorded once ZooKeeper answers again (recordPending): a later
+		// failover that turns lossy must not hand this segment out again.
+		if !faultUnverifiedNotRecorded() {
+			g.pendMu.Lock()
+			g.pending = append(g.pending, pendingSegment{biz: biz, r: r})
+			g.pendMu.Unlock()
+			g.remember(biz, r)
+		}
+		g.log.Warn("segment ledger unreachable; serving the segment unverified (the MySQL replication cannot lose it); it is recorded in the ledger once ZooKeeper answers",
+			zap.String("biz", biz), zap.Int64("first", r.First), zap.Int64("last", r.Last), zap.Error(err))
+		return 0, nil
+	}
+	return 0, fmt.Errorf("zkguard: biz %q: record segment %d..%d in the ledger: %w: %w", biz, r.First, r.Last, segment.ErrUnavailable, err)
+}
+
+// modifyLedger reads biz's ledger, lets fn change it, and writes it back
+// when fn returns true (compare-and-set on the znode version, retried).
+func (g *Guard) modifyLedger(ctx context.Context, biz string, fn func(l *ledger) bool) error {
+	p := path.Join(g.base, "segments", biz)
+	return g.call(ctx, func() error {
 		for attempt := 0; attempt < 20; attempt++ {
 			data, st, err := g.conn.Get(p)
 			if errors.Is(err, zk.ErrNoNode) {
+				var l ledger
+				if !fn(&l) {
+					return nil
+				}
 				if err := g.ensure(path.Dir(p)); err != nil {
 					return err
 				}
-				b, _ := json.Marshal(ledger{Ranges: [][2]int64{{r.First, r.Last}}})
+				b, _ := json.Marshal(l)
 				_, err := g.conn.Create(p, b, 0, g.acl)
 				if errors.Is(err, zk.ErrNodeExists) {
 					continue
@@ -268,11 +447,9 @@ func (g *Guard) Claim(ctx context.Context, biz string, r segment.Range) (int64, 
 					return fmt.Errorf("zkguard: %s holds %q, not a ledger: %w (remove it only when no node runs)", p, data, err)
 				}
 			}
-			if h, overlaps := l.overlaps(r); overlaps {
-				high, conflict = h, true
+			if !fn(&l) {
 				return nil
 			}
-			l.add(r)
 			b, _ := json.Marshal(l)
 			if _, err := g.conn.Set(p, b, st.Version); errors.Is(err, zk.ErrBadVersion) {
 				continue
@@ -282,23 +459,97 @@ func (g *Guard) Claim(ctx context.Context, biz string, r segment.Range) (int64, 
 		}
 		return errors.New("zkguard: the ledger changed under 20 attempts in a row")
 	})
-	switch {
-	case err == nil && conflict:
-		g.conflicts.Add(1)
-		return high, fmt.Errorf("zkguard: biz %q: segment %d..%d overlaps segments already handed out (up to %d): %w",
-			biz, r.First, r.Last, high, segment.ErrRegressed)
-	case err == nil:
-		g.claims.Add(1)
-		return 0, nil
+}
+
+// pendingSegment is a segment served unverified (ZooKeeper unreachable,
+// replication judged lossless), not yet in the ledger.
+type pendingSegment struct {
+	biz   string
+	r     segment.Range
+	again bool // recorded before a restore: overlapping is expected
+}
+
+// recordPending records the segments served unverified in the ledger
+// (the barrier loop calls it every round). Without that, a segment served
+// while ZooKeeper was down is unknown to the ledger, and a later lossy
+// failover hands it out again (issue 29 hole f). A segment that overlaps
+// a recorded one is recorded anyway (merged) and logged as an error: its
+// numbers may have been served twice already.
+func (g *Guard) recordPending(ctx context.Context) {
+	g.pendMu.Lock()
+	todo := append([]pendingSegment(nil), g.pending...)
+	g.pendMu.Unlock()
+	done := 0
+	for _, p := range todo {
+		var overlap bool
+		var high int64
+		err := g.modifyLedger(ctx, p.biz, func(l *ledger) bool {
+			high, overlap = l.overlaps(p.r)
+			l.merge(p.r)
+			return true
+		})
+		if err != nil {
+			break // ZooKeeper still unreachable: keep the rest, in order
+		}
+		done++
+		if p.again {
+			continue // after a restore: this node's own ranges, recorded again
+		}
+		g.lateRecorded.Add(1)
+		if overlap {
+			g.lateOverlaps.Add(1)
+			g.log.Error("a segment served while ZooKeeper was unreachable overlaps a segment in the ledger: numbers in the overlap may have been served twice (the replication was judged lossless when it was served)",
+				zap.String("biz", p.biz), zap.Int64("first", p.r.First), zap.Int64("last", p.r.Last), zap.Int64("ledger_high", high))
+		} else {
+			g.log.Info("segment served while ZooKeeper was unreachable recorded in the ledger",
+				zap.String("biz", p.biz), zap.Int64("first", p.r.First), zap.Int64("last", p.r.Last))
+		}
 	}
-	g.errs.Add(1)
-	if g.cfg.ServeUnverified != nil && g.cfg.ServeUnverified() {
-		g.unverified.Add(1)
-		g.log.Warn("segment ledger unreachable; serving the segment unverified (the MySQL replication cannot lose it)",
-			zap.String("biz", biz), zap.Int64("first", r.First), zap.Int64("last", r.Last), zap.Error(err))
-		return 0, nil
+	if done > 0 {
+		g.pendMu.Lock()
+		g.pending = g.pending[done:]
+		g.pendMu.Unlock()
 	}
-	return 0, fmt.Errorf("zkguard: biz %q: record segment %d..%d in the ledger: %w: %w", biz, r.First, r.Last, segment.ErrUnavailable, err)
+}
+
+// remember keeps r among the segments this node handed out.
+func (g *Guard) remember(biz string, r segment.Range) {
+	g.pendMu.Lock()
+	defer g.pendMu.Unlock()
+	l := g.mine[biz]
+	if l == nil {
+		l = &ledger{}
+		g.mine[biz] = l
+	}
+	l.merge(r)
+}
+
+// requeueMine queues every segment this node remembers handing out to be
+// recorded again (the ledger's restore rule: a ZooKeeper restored from an
+// older copy lost the ranges recorded after the copy).
+func (g *Guard) requeueMine() {
+	g.pendMu.Lock()
+	defer g.pendMu.Unlock()
+	for biz, l := range g.mine {
+		for _, x := range l.Ranges {
+			g.pending = append(g.pending, pendingSegment{biz: biz, r: segment.Range{First: x[0], Last: x[1]}, again: true})
+		}
+	}
+}
+
+// merge adds r whether or not it overlaps recorded ranges (a segment
+// already served: the ledger must cover it).
+func (l *ledger) merge(r segment.Range) {
+	var keep [][2]int64
+	for _, x := range l.Ranges {
+		if x[0] <= r.Last && r.First <= x[1] {
+			r.First, r.Last = min(r.First, x[0]), max(r.Last, x[1])
+			continue
+		}
+		keep = append(keep, x)
+	}
+	l.Ranges = keep
+	l.add(r)
 }
 
 // overlaps reports whether r overlaps a recorded range, with the highest

@@ -2,8 +2,10 @@ package zkguard
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/idgen/idgen/cluster/zksession"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -169,7 +172,6 @@ func TestIntegration_Barrier(t *testing.T) {
 	a, b := newGuard(t, c, "a:1", nil), newGuard(t, c, "b:1", nil)
 	a.StartBarrier(srv, flush("a"))
 	b.StartBarrier(srv, flush("b"))
-	open := func(g *Guard) bool { _, err := g.Enter(); return err == nil }
 	waitFor(t, "both gates open at start", 30*time.Second, func() bool { return open(a) && open(b) })
 	tokA, _ := a.Enter()
 
@@ -193,57 +195,381 @@ func TestIntegration_Barrier(t *testing.T) {
 	}
 }
 
-// TestIntegration_BarrierTimeout: a live node that never acknowledges keeps
-// the gates closed for BarrierWait, then they open and the timeout is
-// counted.
-func TestIntegration_BarrierTimeout(t *testing.T) {
-	c := clusterName(t)
-	srv := &fakeServer{id: "server/1"}
-	a := newGuard(t, c, "a:1", func(c *Config) { c.BarrierWait = 2 * time.Second })
-	a.StartBarrier(srv, func(context.Context) error { return nil })
-	waitFor(t, "gate open at start", 30*time.Second, func() bool { _, err := a.Enter(); return err == nil })
-	// A silent node: its acknowledgement znode stays at generation 0.
-	zc, _, err := zk.Connect(testZK(t), 4*time.Second, zk.WithLogInfo(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer zc.Close()
-	if _, err := zc.Create("/idgen-test-zkguard/"+c+"/mysql/nodes/silent:1", []byte(`{"gen":0}`), zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
-		t.Fatal(err)
-	}
-	srv.set("server/2")
-	a.ServerChanged("server/1", "server/2")
-	waitFor(t, "gate open after the wait", 30*time.Second, func() bool { _, err := a.Enter(); return err == nil })
-	if s := a.Stats(); s.BarrierTimeouts != 1 {
-		t.Errorf("stats %+v; want one timeout", s)
-	}
-}
-
-// TestIntegration_AckReplacesPreviousProcess: the acknowledgement left by
-// this node's previous process (same name, its session not expired yet)
-// is replaced by one in this process's session; otherwise it would vanish
-// with the old session and leave the node out of the next barrier.
-func TestIntegration_AckReplacesPreviousProcess(t *testing.T) {
-	c := clusterName(t)
-	zc, _, err := zk.Connect(testZK(t), 4*time.Second, zk.WithLogInfo(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer zc.Close()
-	dir := "/idgen-test-zkguard/" + c + "/mysql/nodes"
-	for _, p := range []string{"/idgen-test-zkguard", "/idgen-test-zkguard/" + c, "/idgen-test-zkguard/" + c + "/mysql", dir} {
-		if _, err := zc.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+// writeRecord writes a raw znode (and its parents) in the test cluster.
+func writeRecord(t *testing.T, zc *zk.Conn, p string, data []byte) {
+	t.Helper()
+	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	for i := 1; i < len(parts); i++ {
+		if _, err := zc.Create("/"+strings.Join(parts[:i], "/"), nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := zc.Create(dir+"/a:1", []byte(`{"gen":99}`), zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+	if _, err := zc.Create(p, data, 0, zk.WorldACL(zk.PermAll)); errors.Is(err, zk.ErrNodeExists) {
+		_, err = zc.Set(p, data, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+	} else if err != nil {
 		t.Fatal(err)
 	}
+}
+
+func testConn(t *testing.T) *zk.Conn {
+	t.Helper()
+	zc, _, err := zk.Connect(testZK(t), 4*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(zc.Close)
+	return zc
+}
+
+func open(g *Guard) bool { _, err := g.Enter(); return err == nil }
+
+// TestIntegration_BarrierTimeout: a member that never acknowledges but
+// may still serve (its bound has not passed) keeps the gate closed past
+// BarrierWait (counted as a timeout); the gate opens only once its bound
+// passed by the skew allowance, and it is counted as expired.
+func TestIntegration_BarrierTimeout(t *testing.T) {
+	c := clusterName(t)
+	srv := &fakeServer{id: "server/1"}
+	a := newGuard(t, c, "a:1", func(c *Config) { c.BarrierWait = time.Second; c.MaxClockSkew = 500 * time.Millisecond })
+	a.StartBarrier(srv, func(context.Context) error { return nil })
+	waitFor(t, "gate open at start", 30*time.Second, func() bool { return open(a) })
+	// A silent member: it raised nothing for the next generation and may
+	// serve for 4 s more.
+	zc := testConn(t)
+	until := time.Now().Add(4 * time.Second)
+	b, _ := json.Marshal(memberRecord{Gen: 0, UntilMs: until.UnixMilli()})
+	writeRecord(t, zc, "/idgen-test-zkguard/"+c+"/mysql/members/silent:1", b)
+	srv.set("server/2")
+	a.ServerChanged("server/1", "server/2")
+	waitFor(t, "the timeout counted", 30*time.Second, func() bool { return a.Stats().BarrierTimeouts == 1 })
+	if now := time.Now(); now.Before(until) && open(a) {
+		t.Fatalf("gate open at %v, before the silent member's bound %v", now, until)
+	}
+	waitFor(t, "gate open after the silent member's bound", 30*time.Second, func() bool { return open(a) })
+	if seen := time.Now(); seen.Before(until.Add(500 * time.Millisecond)) {
+		t.Fatalf("gate open at %v, before the bound %v plus the skew", seen, until)
+	}
+	if s := a.Stats(); s.BarrierTimeouts != 1 || s.MembersExpired != 1 {
+		t.Errorf("stats %+v; want one timeout, one expired member", s)
+	}
+}
+
+// TestIntegration_PreviousProcessRecord: the member record left by this
+// node's previous process (same name) is taken over by this process.
+func TestIntegration_PreviousProcessRecord(t *testing.T) {
+	c := clusterName(t)
+	zc := testConn(t)
+	p := "/idgen-test-zkguard/" + c + "/mysql/members/a:1"
+	writeRecord(t, zc, p, []byte(`{"gen":99,"until_ms":1}`))
 	a := newGuard(t, c, "a:1", nil)
 	a.StartBarrier(&fakeServer{id: "server/1"}, func(context.Context) error { return nil })
-	waitFor(t, "the acknowledgement in the guard's own session", 30*time.Second, func() bool {
-		_, st, err := zc.Get(dir + "/a:1")
-		return err == nil && st.EphemeralOwner == a.conn.SessionID()
+	waitFor(t, "gate open", 30*time.Second, func() bool { return open(a) })
+	data, _, err := zc.Get(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m memberRecord
+	if err := json.Unmarshal(data, &m); err != nil || m.Gen != 1 || m.UntilMs <= time.Now().UnixMilli() {
+		t.Fatalf("record %s (%v); want gen 1 with a bound ahead", data, err)
+	}
+}
+
+// pause stops g's barrier and closes its ZooKeeper session without a
+// clean stop: a node paused past its session, or cut off from ZooKeeper
+// but not from MySQL. Its memory and its bound stay.
+func pause(g *Guard) {
+	close(g.stop)
+	<-g.done
+	g.closer()
+}
+
+// TestIntegration_PausedMemberCounts (issue 29 hole c): a member paused
+// past its ZooKeeper session still counts in the barrier until its bound
+// passed; the gate does not reopen at once. The paused node refuses
+// ORDERED once its bound passed. Before the fix (and with
+// IDGEN_FAULT_BARRIER_EPHEMERAL_MEMBERS=1) its acknowledgement vanished
+// with its session and a's gate opened at once.
+func TestIntegration_PausedMemberCounts(t *testing.T) {
+	c := clusterName(t)
+	srv := &fakeServer{id: "server/1"}
+	edit := func(c *Config) { c.MemberLease = 3 * time.Second; c.MaxClockSkew = 500 * time.Millisecond }
+	a := newGuard(t, c, "a:1", edit)
+	cfg := Config{Servers: testZK(t), Root: "/idgen-test-zkguard", Cluster: c, Self: "b:1",
+		SessionTimeout: 4 * time.Second, Timeout: 5 * time.Second, BarrierWait: 20 * time.Second}
+	edit(&cfg)
+	b, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.StartBarrier(srv, func(context.Context) error { return nil })
+	b.StartBarrier(srv, func(context.Context) error { return nil })
+	waitFor(t, "both gates open", 30*time.Second, func() bool { return open(a) && open(b) })
+	pause(b)
+	b.mu.Lock()
+	bUntil := time.UnixMilli(b.selfUntilMs)
+	b.mu.Unlock()
+
+	srv.set("server/2")
+	a.ServerChanged("server/1", "server/2")
+	waitFor(t, "a's gate open again", 30*time.Second, func() bool { return open(a) })
+	if seen := time.Now(); seen.Before(bUntil.Add(500 * time.Millisecond)) {
+		t.Fatalf("a's gate open at %v while b may still serve (until %v plus the skew)", seen.Format(time.StampMilli), bUntil.Format(time.StampMilli))
+	}
+	if s := a.Stats(); s.MembersExpired != 1 || s.BarriersComplete < 1 {
+		t.Errorf("a stats %+v; want b counted expired", s)
+	}
+	if err := b.Serving(); !errors.Is(err, ErrNotMember) || !errors.Is(err, segment.ErrUnavailable) {
+		t.Fatalf("paused b past its bound: Serving() = %v; want ErrNotMember", err)
+	}
+}
+
+// TestIntegration_CleanStopLeaves: a node that stops cleanly removes its
+// member record, so the next barrier does not wait for it.
+func TestIntegration_CleanStopLeaves(t *testing.T) {
+	c := clusterName(t)
+	srv := &fakeServer{id: "server/1"}
+	edit := func(c *Config) { c.MemberLease = time.Minute }
+	a := newGuard(t, c, "a:1", edit)
+	cfg := Config{Servers: testZK(t), Root: "/idgen-test-zkguard", Cluster: c, Self: "b:1",
+		SessionTimeout: 4 * time.Second, Timeout: 5 * time.Second, BarrierWait: time.Minute}
+	edit(&cfg)
+	b, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.StartBarrier(srv, func(context.Context) error { return nil })
+	b.StartBarrier(srv, func(context.Context) error { return nil })
+	waitFor(t, "both gates open", 30*time.Second, func() bool { return open(a) && open(b) })
+	b.Close()
+	if open(b) {
+		t.Fatal("b's gate open after Close")
+	}
+	zc := testConn(t)
+	if ok, _, err := zc.Exists("/idgen-test-zkguard/" + c + "/mysql/members/b:1"); err != nil || ok {
+		t.Fatalf("b's member record after a clean stop: exists %v, %v", ok, err)
+	}
+	srv.set("server/2")
+	a.ServerChanged("server/1", "server/2")
+	// b's lease is a minute: a gate that opens within the test's wait did
+	// not wait for it.
+	waitFor(t, "a's gate open again", 30*time.Second, func() bool { return open(a) })
+	if s := a.Stats(); s.MembersExpired != 0 || s.BarrierTimeouts != 0 {
+		t.Errorf("a stats %+v", s)
+	}
+}
+
+// TestIntegration_RestoredGeneration (issue 29 hole d): ZooKeeper restored
+// from an older copy brings the generation back; the next failover's
+// generation is then not above what the guard acknowledged before. The
+// guard must raise its rows on the new server anyway. Before the fix (and
+// with IDGEN_FAULT_BARRIER_NO_RESTORE_RESET=1) it never flushed on
+// server/4.
+func TestIntegration_RestoredGeneration(t *testing.T) {
+	c := clusterName(t)
+	srv := &fakeServer{id: "server/1"}
+	var mu sync.Mutex
+	flushed := map[string]int{}
+	a := newGuard(t, c, "a:1", nil)
+	a.StartBarrier(srv, func(context.Context) error {
+		mu.Lock()
+		flushed[srv.Server()]++
+		mu.Unlock()
+		return nil
 	})
-	waitFor(t, "gate open", 30*time.Second, func() bool { _, err := a.Enter(); return err == nil })
+	count := func(s string) int { mu.Lock(); defer mu.Unlock(); return flushed[s] }
+	waitFor(t, "gate open", 30*time.Second, func() bool { return open(a) })
+	for _, next := range []string{"server/2", "server/3"} {
+		old := srv.Server()
+		srv.set(next)
+		a.ServerChanged(old, next)
+		waitFor(t, "gate open on "+next, 30*time.Second, func() bool { return open(a) && count(next) == 1 })
+	}
+	// The restore: the record of generation 1 (server/1) comes back, and
+	// the MySQL server fails over at the same time.
+	zc := testConn(t)
+	b, _ := json.Marshal(serverRecord{Server: "server/1", Gen: 1})
+	writeRecord(t, zc, "/idgen-test-zkguard/"+c+"/mysql/server", b)
+	srv.set("server/4")
+	a.ServerChanged("server/3", "server/4")
+	waitFor(t, "the rows raised on server/4", 30*time.Second, func() bool { return count("server/4") >= 1 })
+	waitFor(t, "gate open", 30*time.Second, func() bool { return open(a) })
+	if s := a.Stats(); s.Restores < 1 {
+		t.Errorf("stats %+v; want the restore rule applied", s)
+	}
+}
+
+// cutConn cuts a guard off ZooKeeper while down is set: no session, and
+// every call fails.
+type cutConn struct {
+	zkConn
+	down atomic.Bool
+}
+
+func (c *cutConn) State() zk.State {
+	if c.down.Load() {
+		return zk.StateDisconnected
+	}
+	return c.zkConn.State()
+}
+
+func (c *cutConn) Get(p string) ([]byte, *zk.Stat, error) {
+	if c.down.Load() {
+		return nil, nil, zk.ErrNoServer
+	}
+	return c.zkConn.Get(p)
+}
+
+func cut(g *Guard) *cutConn {
+	c := &cutConn{zkConn: g.conn}
+	g.conn = c
+	return c
+}
+
+// TestIntegration_UnverifiedRecordedLater (issue 29 hole f): a segment
+// served unverified while ZooKeeper was unreachable is written to the
+// ledger once it answers again, so a store that later goes back cannot
+// make another node serve it. Before the fix it was never recorded (the
+// wait for LateRecorded times out; IDGEN_FAULT_UNVERIFIED_NOT_RECORDED=1
+// reopens it).
+func TestIntegration_UnverifiedRecordedLater(t *testing.T) {
+	c := clusterName(t)
+	a := newGuard(t, c, "a:1", func(c *Config) { c.Timeout = 300 * time.Millisecond; c.ServeUnverified = func() bool { return true } })
+	b := newGuard(t, c, "b:1", nil)
+	cc := cut(a)
+	a.StartBarrier(&fakeServer{id: "server/1"}, func(context.Context) error { return nil })
+	cc.down.Store(true)
+	if _, err := a.Claim(context.Background(), "biz", segment.Range{First: 1, Last: 100}); err != nil {
+		t.Fatalf("unverified claim: %v", err)
+	}
+	if s := a.Stats(); s.Unverified != 1 || s.UnverifiedPending != 1 {
+		t.Fatalf("stats while cut off %+v", s)
+	}
+	cc.down.Store(false)
+	waitFor(t, "the unverified segment recorded", 30*time.Second, func() bool { return a.Stats().LateRecorded == 1 })
+	high, err := b.Claim(context.Background(), "biz", segment.Range{First: 51, Last: 150})
+	if !errors.Is(err, segment.ErrRegressed) || high != 100 {
+		t.Fatalf("b claims over the unverified segment: %d, %v; want ErrRegressed with 100", high, err)
+	}
+	if s := a.Stats(); s.UnverifiedPending != 0 || s.LateOverlaps != 0 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+// refusingServer accepts TCP connections and closes them before any
+// handshake: what a ZooKeeper ensemble that lost its state does to every
+// client that saw a newer zxid ("authentication failed: EOF" forever).
+func refusingServer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// TestIntegration_GuardRecoversWithSession (issue 29 hole e): the guard's
+// first client is refused forever (a wiped ensemble); its session manager
+// replaces the client, and the guard's barrier and ledger work again
+// without a restart. Before the fix (and with
+// IDGEN_FAULT_GUARD_OWN_CLIENT=1) the guard dialled its own plain client,
+// which retried the refusing server forever.
+func TestIntegration_GuardRecoversWithSession(t *testing.T) {
+	real := testZK(t)
+	bad := refusingServer(t)
+	var dials atomic.Int32
+	connect := zksession.GoZK(nil)
+	sess, err := zksession.Start(zksession.Config{Servers: []string{bad}, SessionTimeout: 2 * time.Second,
+		Connect: func(servers []string, timeout time.Duration) (zksession.ZK, <-chan zk.Event, error) {
+			if dials.Add(1) == 1 {
+				return connect(servers, timeout) // the wiped ensemble
+			}
+			return connect(real, timeout) // the same ensemble, answering a new client
+		},
+		// Every server serves: a serving ensemble that keeps refusing the
+		// client for a session timeout has lost its session.
+		ServerStats: func(servers []string, _ time.Duration) []zksession.ServerStat {
+			return []zksession.ServerStat{{Server: bad, Serving: true, Zxid: 1}}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sess.Close)
+	c := clusterName(t)
+	a := newGuard(t, c, "a:1", func(c *Config) { c.Session = sess; c.Servers = []string{bad}; c.Timeout = time.Second })
+	a.StartBarrier(&fakeServer{id: "server/1"}, func(context.Context) error { return nil })
+	waitFor(t, "gate open through a replaced client", 60*time.Second, func() bool { return open(a) })
+	if _, err := a.Claim(context.Background(), "biz", segment.Range{First: 1, Last: 10}); err != nil {
+		t.Fatalf("ledger claim after the recovery: %v", err)
+	}
+	if v := sess.View(); v.Client < 2 {
+		t.Errorf("view %+v; want a replaced client", v)
+	}
+}
+
+// TestIntegration_LegacyAckWaited: a node of the previous version (an
+// ephemeral acknowledgement under /mysql/nodes, no member record) that
+// has not acknowledged keeps the gate closed past BarrierWait, up to the
+// hard cap (a rolling upgrade does not drop it from the barrier).
+func TestIntegration_LegacyAckWaited(t *testing.T) {
+	c := clusterName(t)
+	srv := &fakeServer{id: "server/1"}
+	a := newGuard(t, c, "a:1", func(c *Config) {
+		c.BarrierWait, c.MemberLease, c.MaxClockSkew = time.Second, time.Second, 100*time.Millisecond
+	})
+	a.StartBarrier(srv, func(context.Context) error { return nil })
+	waitFor(t, "gate open at start", 30*time.Second, func() bool { return open(a) })
+	zc := testConn(t)
+	writeRecord(t, zc, "/idgen-test-zkguard/"+c+"/mysql/nodes/old:1", nil)
+	if err := zc.Delete("/idgen-test-zkguard/"+c+"/mysql/nodes/old:1", -1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zc.Create("/idgen-test-zkguard/"+c+"/mysql/nodes/old:1", []byte(`{"gen":1}`), zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	closed := time.Now()
+	srv.set("server/2")
+	a.ServerChanged("server/1", "server/2")
+	waitFor(t, "gate open at the cap", 30*time.Second, func() bool { return open(a) })
+	if waited := time.Since(closed); waited < 2*time.Second {
+		t.Fatalf("gate open after %v: the old node was not waited for (cap 2.2s)", waited)
+	}
+	if s := a.Stats(); s.BarrierTimeouts != 1 {
+		t.Errorf("stats %+v; want a timeout", s)
+	}
+}
+
+// TestIntegration_CutOffStaysClosed: a node cut off from ZooKeeper during
+// a barrier knows nothing about the members: its gate stays closed past
+// the cap (and its own bound runs out), and opens once ZooKeeper answers.
+func TestIntegration_CutOffStaysClosed(t *testing.T) {
+	c := clusterName(t)
+	srv := &fakeServer{id: "server/1"}
+	a := newGuard(t, c, "a:1", func(c *Config) {
+		c.BarrierWait, c.MemberLease, c.MaxClockSkew, c.Timeout = 300*time.Millisecond, time.Second, 100*time.Millisecond, 300*time.Millisecond
+	})
+	cc := cut(a)
+	a.StartBarrier(srv, func(context.Context) error { return nil })
+	waitFor(t, "gate open at start", 30*time.Second, func() bool { return open(a) })
+	cc.down.Store(true)
+	srv.set("server/2")
+	a.ServerChanged("server/1", "server/2")
+	time.Sleep(3 * time.Second) // past the cap (1.5 s) and a's own bound (1 s)
+	if _, err := a.Enter(); err == nil {
+		t.Fatal("gate open while cut off from ZooKeeper")
+	}
+	cc.down.Store(false)
+	waitFor(t, "gate open once ZooKeeper answers", 30*time.Second, func() bool { return open(a) })
 }

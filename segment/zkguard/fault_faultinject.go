@@ -1,0 +1,31 @@
+//go:build faultinject
+
+package zkguard
+
+import "os"
+
+// Fault-injection hooks (negative controls of issue 29's holes; only
+// builds with the faultinject tag contain this file).
+
+// faultUnverifiedNotRecorded (IDGEN_FAULT_UNVERIFIED_NOT_RECORDED=1)
+// reopens hole f's last link: a segment served unverified while ZooKeeper
+// was unreachable is never written to the ledger.
+func faultUnverifiedNotRecorded() bool {
+	return os.Getenv("IDGEN_FAULT_UNVERIFIED_NOT_RECORDED") == "1"
+}
+
+// faultGuardOwnClient (IDGEN_FAULT_GUARD_OWN_CLIENT=1) reopens hole e:
+// the guard dials its own plain ZooKeeper client instead of a
+// cluster/zksession Session, and never recovers from a wipe.
+func faultGuardOwnClient() bool { return os.Getenv("IDGEN_FAULT_GUARD_OWN_CLIENT") == "1" }
+
+// faultEphemeralMembers (IDGEN_FAULT_BARRIER_EPHEMERAL_MEMBERS=1) reopens
+// hole c: barrier membership is an ephemeral acknowledgement, gone with
+// the session, with no "serving until" bound; the gate opens after
+// BarrierWait whoever may still serve.
+func faultEphemeralMembers() bool { return os.Getenv("IDGEN_FAULT_BARRIER_EPHEMERAL_MEMBERS") == "1" }
+
+// faultNoRestoreReset (IDGEN_FAULT_BARRIER_NO_RESTORE_RESET=1) reopens
+// hole d: a generation that went back (ZooKeeper restored from an older
+// copy) is ignored; the guard keeps its acknowledged generation.
+func faultNoRestoreReset() bool { return os.Getenv("IDGEN_FAULT_BARRIER_NO_RESTORE_RESET") == "1" }

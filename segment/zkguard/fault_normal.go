@@ -1,0 +1,10 @@
+//go:build !faultinject
+
+package zkguard
+
+// Normal builds never reopen a hole (see fault_faultinject.go).
+
+func faultUnverifiedNotRecorded() bool { return false }
+func faultGuardOwnClient() bool        { return false }
+func faultEphemeralMembers() bool      { return false }
+func faultNoRestoreReset() bool        { return false }

@@ -121,9 +121,15 @@ type Allocator struct {
 	log      *zap.Logger
 	shards   [segment.OrderedShards]atomic.Pointer[shard]
 	requests *requestMemory
-	seen     [segment.OrderedShards]seenMap // highest number answered per key, across terms (the barrier's repair)
-	perShard int                            // MaxKeys / shards
-	bugLog   *logevery.Limiter              // bounds the log of a failure every persist could repeat
+	seen     [segment.OrderedShards]seenMap // highest number answered per key, across terms
+	// reserved is the highest number persisted per key, across terms:
+	// the end of every reservation (cached) or group commit (gapless)
+	// this node wrote. The barrier raises it on a new MySQL server
+	// (Remembered): every number this node may hand out without another
+	// store call is at or below it (issue 29 hole a).
+	reserved [segment.OrderedShards]seenMap
+	perShard int               // MaxKeys / shards
+	bugLog   *logevery.Limiter // bounds the log of a failure every persist could repeat
 	// owner is what this process records with its claims: Self and a
 	// random tag of the process (ownerTag).
 	owner string
@@ -136,6 +142,7 @@ type stats struct {
 	takes, answered, fromMemory, persists, persistedRows, persistFailures atomic.Uint64
 	loads, fenced, leaseRefusals, notOwner, replays, regressions          atomic.Uint64
 	acquired, released, lost, writeBacks                                  atomic.Uint64
+	reverified, uncleanHandOffs                                           atomic.Uint64
 	persistNanos                                                          atomic.Uint64
 	persistDurations                                                      durations // the same, by bucket
 }
@@ -148,7 +155,14 @@ type Stats struct {
 	Loads, Fenced, LeaseRefusals, NotOwner   uint64
 	Replays, Regressions                     uint64
 	Acquired, Released, Lost, WriteBacks     uint64
-	ShardsOwned, ShardsServing, Keys         int
+	// Reverified counts answers from memory held back because the gate
+	// closed since their reservation was written (a MySQL server change):
+	// the reservation is persisted again on the new server first.
+	Reverified uint64
+	// UncleanHandOffs counts planned hand-offs whose exact write-back
+	// never succeeded (ErrUncleanHandOff).
+	UncleanHandOffs                  uint64
+	ShardsOwned, ShardsServing, Keys int
 
 	// PersistDurations is the latency of every persist (group commit)
 	// attempt, as PersistSeconds sums it: its Count is Persists +
@@ -168,6 +182,8 @@ func New(cfg Config) (*Allocator, error) {
 	for i := range a.seen {
 		a.seen[i].m = map[Key]int64{}
 		a.seen[i].max = a.perShard
+		a.reserved[i].m = map[Key]int64{}
+		a.reserved[i].max = a.perShard
 	}
 	return a, nil
 }
@@ -309,10 +325,28 @@ func (a *Allocator) Acquire(ctx context.Context, g Grant) error {
 // at once (NotOwner), requests already waiting for a persist finish, and
 // the exact counters are written back under the epoch, so the next owner
 // continues without a gap.
+//
+// The write-back goes through the gate (the barrier after a MySQL server
+// change). A hand-off during the barrier would be refused its write-back,
+// and the next owner could load rows the new server lost (issue 29 hole
+// a), so:
+//   - while the gate is closed Release changes nothing and returns
+//     ErrHandOffDeferred (unless ctx is Leaving: then it waits for the
+//     gate, bounded by ctx); the coordinator keeps the shard and tries
+//     again later;
+//   - a write-back refused after the shard stopped answering is retried
+//     until ctx ends: once this node's gate is open again its barrier has
+//     raised every row it remembers (Remembered) on the new server;
+//   - if it never succeeds, Release returns an error wrapping
+//     ErrUncleanHandOff: the coordinator releases the shard with a lease
+//     wait, never as clean.
 func (a *Allocator) Release(ctx context.Context, idx int) error {
 	sh := a.shards[idx].Load()
 	if sh == nil {
 		return nil
+	}
+	if err := a.gateReady(ctx); err != nil {
+		return err
 	}
 	sh.close()
 	// Requests already allocated finish (their persists run and they are
@@ -335,16 +369,67 @@ func (a *Allocator) Release(ctx context.Context, idx int) error {
 		a.log.Info("ordered shard handed off", zap.Int("shard", idx), zap.Int64("epoch", sh.grant.Epoch))
 		return nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
-	defer cancel()
-	if err := a.writeBack(cctx, sh, rows); err != nil {
-		a.log.Warn("ordered hand-off: writing back exact counters failed; the unused reservations stay a gap",
+	if err := a.writeBackRetry(ctx, sh, rows); err != nil {
+		if faultUncleanHandOff() {
+			return err // the negative control: reported as a plain failure, released as clean
+		}
+		a.st.uncleanHandOffs.Add(1)
+		a.log.Warn("ordered hand-off: the exact counters could not be written back; the shard is released with a lease wait",
 			zap.Int("shard", idx), zap.Int64("epoch", sh.grant.Epoch), zap.Int("keys", len(rows)), zap.Error(err))
-		return err
+		return fmt.Errorf("%w: shard %d: %w", ErrUncleanHandOff, idx, err)
 	}
 	a.st.writeBacks.Add(1)
 	a.log.Info("ordered shard handed off", zap.Int("shard", idx), zap.Int64("epoch", sh.grant.Epoch), zap.Int("keys_written_back", len(rows)))
 	return nil
+}
+
+// gatePoll is how often a hand-off looks at a closed gate again.
+const gatePoll = 20 * time.Millisecond
+
+// gateReady returns nil when the gate is open (or there is none). While it
+// is closed it returns ErrHandOffDeferred at once, or, when ctx is
+// Leaving, waits for it to open until ctx ends.
+func (a *Allocator) gateReady(ctx context.Context) error {
+	if a.cfg.Gate == nil || faultUncleanHandOff() {
+		return nil
+	}
+	t := time.NewTicker(gatePoll)
+	defer t.Stop()
+	for {
+		_, err := a.cfg.Gate.Enter()
+		if err == nil {
+			return nil
+		}
+		if !IsLeaving(ctx) {
+			return fmt.Errorf("%w: %w", ErrHandOffDeferred, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w (waited for the gate until the hand-off's deadline)", ErrHandOffDeferred, err)
+		case <-t.C:
+		}
+	}
+}
+
+// writeBackRetry writes the exact counters back, retrying (every gatePoll,
+// until ctx ends) while the store or the gate refuses; a fenced refusal is
+// final.
+func (a *Allocator) writeBackRetry(ctx context.Context, sh *shard, rows []Row) error {
+	t := time.NewTicker(gatePoll)
+	defer t.Stop()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+		err := a.writeBack(cctx, sh, rows)
+		cancel()
+		if err == nil || errors.Is(err, ErrFenced) || faultUncleanHandOff() {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-t.C:
+		}
+	}
 }
 
 // Lost implements Handler: the shard is gone; stop at once, write nothing.
@@ -375,12 +460,27 @@ func (a *Allocator) drop(sh *shard, why string) {
 	a.log.Warn("ordered shard dropped", zap.Int("shard", sh.idx), zap.Int64("epoch", sh.grant.Epoch), zap.String("why", why))
 }
 
-// Remembered calls fn for every key this node answered (across terms) with
-// the highest number it answered: what the cluster's barrier raises in a
-// new MySQL server after a failover (zkguard).
+// Remembered calls fn for every key this node answered or reserved
+// (across terms) with the highest number it may have handed out: the end
+// of the key's last reservation (cached) or group commit, or the highest
+// number answered when that is above it. It is what the cluster's barrier
+// raises in a new MySQL server after a failover (zkguard).
+//
+// Why the reservation's end and not the highest number answered (issue 29
+// hole a): an answer admitted before the gate closed may be counted as
+// answered only after the barrier read this; the reservation it came from
+// was published here before it could be admitted (persistRound), so the
+// barrier never raises a row below a number this node hands out.
 func (a *Allocator) Remembered(fn func(biz, subKey string, last int64)) {
 	for i := range a.seen {
-		a.seen[i].each(func(k Key, v int64) { fn(k.Biz, k.SubKey, v) })
+		top := map[Key]int64{}
+		a.seen[i].each(func(k Key, v int64) { top[k] = v })
+		if !faultRememberAnswered() {
+			a.reserved[i].each(func(k Key, v int64) { top[k] = max(top[k], v) })
+		}
+		for k, v := range top {
+			fn(k.Biz, k.SubKey, v)
+		}
 	}
 }
 
@@ -393,6 +493,7 @@ func (a *Allocator) Stats() Stats {
 		Loads:          a.st.loads.Load(), Fenced: a.st.fenced.Load(), LeaseRefusals: a.st.leaseRefusals.Load(),
 		NotOwner: a.st.notOwner.Load(), Replays: a.st.replays.Load(), Regressions: a.st.regressions.Load(),
 		Acquired: a.st.acquired.Load(), Released: a.st.released.Load(), Lost: a.st.lost.Load(), WriteBacks: a.st.writeBacks.Load(),
+		Reverified: a.st.reverified.Load(), UncleanHandOffs: a.st.uncleanHandOffs.Load(),
 		PersistDurations: a.st.persistDurations.snapshot(),
 	}
 	now := a.cfg.Clock.Now()
@@ -408,13 +509,16 @@ func (a *Allocator) Stats() Stats {
 	return s
 }
 
-// persist runs one fenced Store.Persist for the shard, through the gate.
-func (a *Allocator) persist(ctx context.Context, sh *shard, rows []Row, reqs []Request) error {
+// persist runs one fenced Store.Persist for the shard, through the gate,
+// and returns the gate token it ran under. The rows are published in
+// a.reserved before the gate's check: a persist that passes it is seen by
+// any barrier that starts after the gate closes.
+func (a *Allocator) persist(ctx context.Context, sh *shard, rows []Row, reqs []Request) (uint64, error) {
 	var token uint64
 	if a.cfg.Gate != nil {
 		var err error
 		if token, err = a.cfg.Gate.Enter(); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	start := time.Now()
@@ -431,6 +535,11 @@ func (a *Allocator) persist(ctx context.Context, sh *shard, rows []Row, reqs []R
 	took := time.Since(start)
 	a.st.persistNanos.Add(uint64(took))
 	a.st.persistDurations.observe(took)
+	if err == nil {
+		for _, r := range rows {
+			a.reserved[sh.idx].raise(r.Key, r.Num)
+		}
+	}
 	if err == nil && a.cfg.Gate != nil {
 		err = a.cfg.Gate.Check(token)
 	}
@@ -439,11 +548,11 @@ func (a *Allocator) persist(ctx context.Context, sh *shard, rows []Row, reqs []R
 		if errors.Is(err, ErrFenced) {
 			a.st.fenced.Add(1)
 		}
-		return err
+		return 0, err
 	}
 	a.st.persists.Add(1)
 	a.st.persistedRows.Add(uint64(len(rows)))
-	return nil
+	return token, nil
 }
 
 // writeBack writes the exact counters of a drained shard, fenced, through
@@ -466,13 +575,14 @@ func (a *Allocator) writeBack(ctx context.Context, sh *shard, rows []Row) error 
 	return err
 }
 
-// load reads keys of the shard under its epoch, through the gate.
-func (a *Allocator) load(ctx context.Context, sh *shard, keys []Key) (map[Key]int64, error) {
+// load reads keys of the shard under its epoch, through the gate, and
+// returns the gate token it ran under.
+func (a *Allocator) load(ctx context.Context, sh *shard, keys []Key) (map[Key]int64, uint64, error) {
 	var token uint64
 	if a.cfg.Gate != nil {
 		var err error
 		if token, err = a.cfg.Gate.Enter(); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	out := make(map[Key]int64, len(keys))
@@ -483,7 +593,7 @@ func (a *Allocator) load(ctx context.Context, sh *shard, keys []Key) (map[Key]in
 			if errors.Is(err, ErrFenced) {
 				a.st.fenced.Add(1)
 			}
-			return nil, err
+			return nil, 0, err
 		}
 		for k, v := range m {
 			out[k] = v
@@ -492,11 +602,11 @@ func (a *Allocator) load(ctx context.Context, sh *shard, keys []Key) (map[Key]in
 	}
 	if a.cfg.Gate != nil {
 		if err := a.cfg.Gate.Check(token); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	a.st.loads.Add(1)
-	return out, nil
+	return out, token, nil
 }
 
 // seenMap is a bounded map of the highest number answered per key.

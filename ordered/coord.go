@@ -41,9 +41,14 @@ type Handler interface {
 	// Release is a planned hand-off: the handler stops answering for the
 	// shard, waits for its answers in flight, and writes back the exact
 	// counters (fenced), so the hand-off leaves no gap. The coordinator
-	// releases the shard when Release returns, whatever it returns (a
-	// failed write-back leaves the reservations as a gap, never a
-	// duplicate).
+	// releases the shard when Release returns, except:
+	//   - ErrHandOffDeferred: nothing changed, the handler still serves
+	//     the shard; the coordinator keeps it and tries again later (a
+	//     coordinator that leaves passes a Leaving context, and Release
+	//     then waits instead, bounded by ctx);
+	//   - ErrUncleanHandOff: the handler stopped, but the store may hold
+	//     less than it handed out; the release carries a lease wait.
+	// Any other error leaves the reservations as a gap, never a duplicate.
 	Release(ctx context.Context, shard int) error
 	// Lost: the shard is no longer this node's (taken over, or the lease
 	// could not be renewed). The handler stops answering at once and

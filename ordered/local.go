@@ -83,6 +83,7 @@ func (l *Local) Close(ctx context.Context) error {
 		return nil
 	}
 	var first error
+	ctx = Leaving(ctx)
 	for s := range segment.OrderedShards {
 		if err := l.h.Release(ctx, s); err != nil && first == nil {
 			first = err

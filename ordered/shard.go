@@ -45,6 +45,9 @@ type shard struct {
 //	durable the number the store holds for the key (as far as this term
 //	        wrote or loaded it): every answer is <= durable
 //	want    the number the next persist writes (>= durable when dirty)
+//	gen     the gate token (segment.Gate) under which durable was last
+//	        written or read: after the gate closes (the MySQL server
+//	        changed) durable describes the old server, not the new one
 type keyState struct {
 	key      Key
 	startNum int64
@@ -54,6 +57,7 @@ type keyState struct {
 
 	served, durable, want int64
 	pending               int64 // the highest Num of the persists in flight
+	gen                   uint64
 	waiters               []*waiter
 	lastUse               time.Time
 
@@ -169,6 +173,12 @@ func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.Or
 		switch mode {
 		case segment.OrderedCached:
 			size := ks.reservation(now, n, a.cfg)
+			if r.Last <= ks.durable && !sh.verifiedLocked(a, ks, r) {
+				// The reservation was written on a MySQL server the
+				// cluster has left (issue 29 hole a): the new server may
+				// have lost it. Persist it again through the gate first.
+				a.st.reverified.Add(1)
+			}
 			if r.Last <= ks.durable {
 				// Answered from memory. Reserve the next stretch ahead
 				// when half of this one is used, so the hot path never
@@ -186,6 +196,9 @@ func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.Or
 			ks.want = max(ks.want, addClamp(ks.served, size))
 			w = &waiter{need: r.Last}
 		default: // gapless
+			if r.Last <= ks.durable && req.RequestID == "" && !sh.verifiedLocked(a, ks, r) {
+				a.st.reverified.Add(1)
+			}
 			if r.Last <= ks.durable && req.RequestID == "" {
 				// Already durable (a reservation left from cached mode).
 				sh.inflight.Add(1)
@@ -280,6 +293,31 @@ func (sh *shard) settleLocked(w *waiter, res waitResult) {
 // requestKeyOf is the key under which req's request id is kept.
 func requestKeyOf(req segment.OrderedRequest) RequestKey {
 	return RequestKey{Biz: req.Biz, Scope: req.RequestScope, ID: req.RequestID}
+}
+
+// verifiedLocked reports whether numbers up to ks.durable may be answered
+// from memory (r is the range about to be answered): the gate is open and
+// has not closed since durable was written or read (ks.gen). Otherwise
+// the stored number is unverified on the MySQL server the cluster uses
+// now: durable drops to the numbers already handed out, so r waits for a
+// persist through the gate, which writes the reservation again on the new
+// server (and is refused, retryably, while the gate is closed).
+//
+// Why it is safe: every reservation end is published in
+// Allocator.reserved before its persist's gate check passes (persistRound),
+// and the gate's token changes when it closes, before the barrier reads
+// Remembered. An answer admitted here, with the token unchanged since,
+// is therefore covered by what the barrier raises on the new server.
+// Called with sh.mu held.
+func (sh *shard) verifiedLocked(a *Allocator, ks *keyState, r segment.Range) bool {
+	if a.cfg.Gate == nil || faultCachedNoGate() {
+		return true
+	}
+	if tok, err := a.cfg.Gate.Enter(); err == nil && tok == ks.gen {
+		return true
+	}
+	ks.durable = min(ks.durable, r.First-1)
+	return false
 }
 
 // reservation is how many numbers a cached extension reserves: about
@@ -464,7 +502,7 @@ func (sh *shard) launch(a *Allocator) bool {
 func (sh *shard) persistRound(a *Allocator, r *round, rows []Row, reqs []Request, batch []*keyState) {
 	defer sh.signal()
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Timeout)
-	err := a.persist(ctx, sh, rows, reqs)
+	gen, err := a.persist(ctx, sh, rows, reqs)
 	cancel()
 	var dup *DuplicateRequestsError
 	switch {
@@ -507,6 +545,9 @@ func (sh *shard) persistRound(a *Allocator, r *round, rows []Row, reqs []Request
 		}
 		if hasRow && num > ks.durable {
 			ks.durable = num
+		}
+		if hasRow && num >= ks.durable {
+			ks.gen = gen
 		}
 		for _, w := range ks.waiters {
 			if w.round == r && w.req != nil {
@@ -654,7 +695,7 @@ func (sh *shard) loadKeys(a *Allocator, loads []*keyState) {
 		keys[i] = ks.key
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Timeout)
-	got, err := a.load(ctx, sh, keys)
+	got, gen, err := a.load(ctx, sh, keys)
 	cancel()
 	if errors.Is(err, ErrFenced) {
 		a.fenced(sh, "fenced by a newer owner's epoch while loading")
@@ -685,7 +726,7 @@ func (sh *shard) loadKeys(a *Allocator, loads []*keyState) {
 				base = seen
 				sh.dirty[ks] = struct{}{}
 			}
-			ks.durable, ks.served, ks.want = stored, base, base
+			ks.durable, ks.served, ks.want, ks.gen = stored, base, base, gen
 			ks.loaded = true
 		}
 		for _, ch := range ks.loadWait {

@@ -103,6 +103,30 @@ var ErrFenced = errors.New("ordered: shard epoch changed (another owner)")
 // back within seconds; the caller retries soon rather than backing off.
 var ErrShardBusy = errors.New("ordered: shard row locked by another transaction")
 
+// ErrHandOffDeferred: Release changed nothing because the shard cannot be
+// handed off cleanly now (the barrier's gate is closed after a MySQL server
+// change: the exact write-back would be refused). The shard stays this
+// node's and serving; the coordinator tries the hand-off again later.
+var ErrHandOffDeferred = errors.New("ordered: hand-off deferred until the ORDERED gate is open")
+
+// ErrUncleanHandOff: Release stopped serving the shard but could not write
+// its exact counters back (the gate or the store refused until the
+// hand-off's deadline). The store may hold less than this node handed out
+// (a lossy MySQL failover), so the shard must not be released as clean:
+// the next owner waits out a lease, while this node's barrier raises what
+// it reserved (Allocator.Remembered).
+var ErrUncleanHandOff = errors.New("ordered: hand-off without its exact write-back")
+
+type leavingKey struct{}
+
+// Leaving marks ctx as the context of a Release made because the node
+// leaves the cluster (Coordinator.Close): the shard has to go, so a closed
+// gate is waited for (bounded by ctx) instead of deferring the hand-off.
+func Leaving(ctx context.Context) context.Context { return context.WithValue(ctx, leavingKey{}, true) }
+
+// IsLeaving reports whether ctx was marked by Leaving.
+func IsLeaving(ctx context.Context) bool { v, _ := ctx.Value(leavingKey{}).(bool); return v }
+
 // FencedError is a Claim refused because the store holds a higher epoch
 // than the claim's (Stored). It is ErrFenced. The coordinator's epochs
 // must move above Stored: after its own record was lost (a wiped

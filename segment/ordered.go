@@ -42,6 +42,12 @@ type OrderedConfig struct {
 // new server may have lost reservations that some node served and still
 // remembers, so no node may reserve on it before every node has raised
 // the rows it remembers.
+//
+// The token changes whenever the gate closes (and stays the same when it
+// opens again): a number reserved under one token may be answered from
+// memory only while Enter still returns that token (package ordered's
+// cached reservations), and the barrier reads Remembered only after the
+// token changed. Enter is on the hot path of cached answers: keep it cheap.
 type Gate interface {
 	// Enter returns a token when reservations may run, or an error
 	// wrapping ErrUnavailable (retryable) while the gate is closed.
@@ -185,12 +191,28 @@ func (o *Ordered) Take(ctx context.Context, biz Biz, subKey string, n int64, rid
 		return Range{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	o.seen.raise(key, r.Last)
+	if o.cfg.Gate != nil {
+		// Published, then checked again: the store's fence check passed
+		// before the commit, but the gate may have closed since and the
+		// barrier read Remembered without this range (issue 29 hole a).
+		// Passing here, the range was remembered before the gate closed,
+		// so the barrier raises it on the new server; failing, it is a
+		// gap.
+		if err := o.cfg.Gate.Check(token); err != nil {
+			o.failures.Add(1)
+			return Range{}, orderedError(req, err)
+		}
+	}
 	return r.Range, nil
 }
 
 // Remembered calls fn for every (biz, sub key) whose last number this node
 // remembers, with that number: what the cluster's barrier pushes into a
-// new MySQL server after a failover (zkguard).
+// new MySQL server after a failover (zkguard). A range is remembered
+// before Take answers it and before its last gate check, so a barrier that
+// starts after the gate closed sees every range answered under the old
+// token (each request reserves exactly what it answers: the range's end is
+// the reservation's end).
 func (o *Ordered) Remembered(fn func(biz, subKey string, last int64)) {
 	o.seen.each(func(key string, last int64) {
 		biz, sub, _ := strings.Cut(key, "\x00")

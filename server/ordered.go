@@ -381,6 +381,8 @@ func newOwnersCollector(o *owners) *ownersCollector {
 		"lapses":     d("idgen_ordered_lease_lapses_total", "times this node's ownership lease ran out while it owned shards (ZooKeeper clusters)"),
 		"acq_fail":   d("idgen_ordered_acquire_failures_total", "shard takeovers whose claim in the store failed; the shard is given up and retried (ZooKeeper clusters)"),
 		"unserved":   d("idgen_ordered_shards_unserved", "ORDERED shards without a serving owner as this node sees them, for longer than about three leases: no owner, or owned here and not serving (fenced, claim failing); their keys are refused"),
+		"reverify":   d("idgen_ordered_owner_reverified_total", "answers from a cached reservation held back for a persist on the MySQL server the cluster uses now (the barrier's gate closed since the reservation was written: a server change)"),
+		"unclean":    d("idgen_ordered_unclean_handoffs_total", "planned hand-offs whose exact write-back never succeeded (the gate or the store refused it); the shard was released with a lease wait"),
 		"cfenced":    d("idgen_ordered_shards_fenced_total", "owned shards given up because the store held a newer epoch that ZooKeeper did not know of (a lost ZooKeeper history, or a second cluster on the database) (ZooKeeper clusters)"),
 	}}
 }
@@ -414,6 +416,8 @@ func (c *ownersCollector) Collect(ch chan<- prometheus.Metric) {
 	counter("acquired", s.Acquired)
 	counter("released", s.Released)
 	counter("lost", s.Lost)
+	counter("reverify", s.Reverified)
+	counter("unclean", s.UncleanHandOffs)
 	gauge("owned", float64(s.ShardsOwned))
 	gauge("serving", float64(s.ShardsServing))
 	gauge("keys", float64(s.Keys))

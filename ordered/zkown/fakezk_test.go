@@ -385,6 +385,9 @@ func (c *fakeConn) Multi(ops ...any) ([]zk.MultiResponse, error) {
 	return res, nil
 }
 
+// AddAuth accepts any credential (the fake has no ACLs).
+func (c *fakeConn) AddAuth(string, []byte) error { return nil }
+
 func (c *fakeConn) SessionID() int64 {
 	c.f.mu.Lock()
 	defer c.f.mu.Unlock()

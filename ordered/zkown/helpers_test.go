@@ -3,6 +3,7 @@ package zkown
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -81,6 +82,10 @@ type recorder struct {
 	held       map[int]ordered.Grant
 	acquireErr func(g ordered.Grant) error
 	onRelease  func(s int)
+	// releaseErr, when set, is what Release returns: ErrHandOffDeferred
+	// keeps the shard held (nothing changed), any other error is a
+	// release that stopped serving.
+	releaseErr func(s int) error
 }
 
 func newRecorder(name string, clock ordered.Clock, j *journal) *recorder {
@@ -111,11 +116,19 @@ func (r *recorder) Release(ctx context.Context, s int) error {
 	if f != nil {
 		f(s)
 	}
+	var err error
 	r.mu.Lock()
+	if r.releaseErr != nil {
+		err = r.releaseErr(s)
+	}
+	if errors.Is(err, ordered.ErrHandOffDeferred) {
+		r.mu.Unlock()
+		return err
+	}
 	delete(r.held, s)
 	r.mu.Unlock()
 	r.j.add(event{node: r.name, kind: "release", shard: s, at: r.clock.Now()})
-	return nil
+	return err
 }
 
 func (r *recorder) Lost(s int) {

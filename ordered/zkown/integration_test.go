@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/idgen/idgen/cluster"
 	"github.com/idgen/idgen/internal/wait"
 	"github.com/idgen/idgen/ordered"
 )
@@ -53,7 +54,7 @@ func (cl *itCluster) plain() *zk.Conn {
 	cl.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, _, err := dial(ctx, Config{Servers: strings.Split(cl.servers, ","), SessionTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	c, _, err := cluster.Dial(ctx, strings.Split(cl.servers, ","), 10*time.Second, "", zap.NewNop())
 	if err != nil {
 		cl.t.Fatal(err)
 	}
@@ -103,8 +104,8 @@ func (cl *itCluster) open(self string) *itNode {
 	cl.t.Cleanup(func() {
 		if n.frozen {
 			close(c.stopAll)
-			c.conn.Close()
 			<-c.drainDone
+			c.sess.Close()
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -273,7 +274,7 @@ func TestIntegrationCrashWaitsLease(t *testing.T) {
 	cShards := c.h.heldShards()
 	mark := cl.j.len()
 	fails := c.c.Stats().LeaseRenewFailures
-	c.c.conn.Close() // the session ends; the znode goes at once
+	c.c.sess.Close() // the session ends; the znode goes at once
 	// Once a renewal failed, the lease no longer moves.
 	wait.OK(t, 30*time.Second, "a failed renewal", func() error {
 		if c.c.Stats().LeaseRenewFailures == fails {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
+
+	"github.com/idgen/idgen/cluster"
 )
 
 // The lease.
@@ -53,6 +55,13 @@ func (c *Coordinator) createNode(ctx context.Context) error {
 	send := c.cfg.Clock.Now()
 	err := c.call(ctx, c.renewTimeout(), func() error {
 		_, err := c.conn.Create(p, c.nodeData(id), zk.FlagEphemeral, c.acl)
+		if errors.Is(err, zk.ErrNoNode) {
+			// The layout is gone (a wiped ensemble): create it again.
+			if err := cluster.EnsurePath(c.conn, c.nodesDir, c.acl); err != nil {
+				return err
+			}
+			_, err = c.conn.Create(p, c.nodeData(id), zk.FlagEphemeral, c.acl)
+		}
 		if errors.Is(err, zk.ErrNodeExists) {
 			// An earlier attempt whose answer was lost: ours if it is of
 			// this session.
@@ -99,7 +108,8 @@ func (c *Coordinator) renew(ctx context.Context) {
 	}
 	send := c.cfg.Clock.Now()
 	err := c.call(ctx, c.renewTimeout(), func() error {
-		_, err := c.conn.Set(path.Join(c.nodesDir, id), c.nodeData(id), -1)
+		st, err := c.conn.Set(path.Join(c.nodesDir, id), c.nodeData(id), -1)
+		c.noteStat(st)
 		return err
 	})
 	reply := c.cfg.Clock.Now()

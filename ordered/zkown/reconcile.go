@@ -11,6 +11,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
 
+	"github.com/idgen/idgen/cluster"
 	"github.com/idgen/idgen/ordered"
 )
 
@@ -85,7 +86,7 @@ func (c *Coordinator) round(ctx context.Context) {
 	}
 	defer c.publish()
 	c.dropIfLapsed(h)
-	if c.conn.State() != zk.StateHasSession {
+	if !c.usable() {
 		// ZooKeeper unreachable: nothing changes hands; do not wait for a
 		// session here, so the lease check above runs every tick.
 		return
@@ -231,7 +232,15 @@ func (c *Coordinator) readShard(ctx context.Context, s int, arm bool) error {
 				return err
 			}
 			rec := shardRecord{State: StateReleased, UpdatedAtMs: time.Now().UnixMilli()}
-			if _, err := c.conn.Create(p, mustJSON(rec), 0, c.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			_, err = c.conn.Create(p, mustJSON(rec), 0, c.acl)
+			if errors.Is(err, zk.ErrNoNode) {
+				// The layout is gone (a wiped ensemble): create it again.
+				if err := cluster.EnsurePath(c.conn, c.shardsDir, c.acl); err != nil {
+					return err
+				}
+				continue
+			}
+			if err != nil && !errors.Is(err, zk.ErrNodeExists) {
 				return err
 			}
 		}
@@ -244,6 +253,7 @@ func (c *Coordinator) readShard(ctx context.Context, s int, arm bool) error {
 		c.shardWatch[s] = ch
 		c.watchKick(s, ch)
 	}
+	c.noteStat(st)
 	var rec shardRecord
 	if err := json.Unmarshal(data, &rec); err != nil {
 		c.mu.Lock()
@@ -325,6 +335,7 @@ func (c *Coordinator) pollNodes(ctx context.Context) bool {
 			c.log.Debug("ORDERED coordinator: reading a node failed", zap.String("id", k), zap.Error(err))
 			return false
 		}
+		c.noteStat(st)
 		present[k] = true
 		if p == nil {
 			p = &peer{id: k}
@@ -510,7 +521,7 @@ func (c *Coordinator) takeover(ctx context.Context, h ordered.Handler, s int, v 
 	if c.cfg.UnsafeNoLeaseWait {
 		notBefore = now
 	} else {
-		notBefore = laterOf(notBefore, c.wait[s])
+		notBefore = laterOf(laterOf(notBefore, c.wait[s]), c.restoreWait())
 	}
 	notBefore = laterOf(now, notBefore)
 	c.mu.Lock()
@@ -642,7 +653,26 @@ func (c *Coordinator) handoff(ctx context.Context, h ordered.Handler, s int) err
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.HandlerTimeout)
 	err := h.Release(rctx, s)
 	cancel()
-	if err != nil {
+	leaving := ordered.IsLeaving(ctx)
+	switch {
+	case errors.Is(err, ordered.ErrHandOffDeferred) && !leaving:
+		// The handler still serves the shard (its barrier's gate is
+		// closed, a write-back would be refused): keep it, try later.
+		c.log.Debug("ORDERED hand-off deferred by the handler; the shard stays this node's for now",
+			zap.Int("shard", s), zap.Int64("epoch", epoch), zap.Error(err))
+		return nil
+	case errors.Is(err, ordered.ErrHandOffDeferred):
+		// Leaving, and the gate stayed closed until the deadline: stop
+		// serving without a write-back (Lost), and release with a wait.
+		c.log.Warn("ORDERED hand-off while leaving: the handler's gate stayed closed; the shard is dropped and released with a lease wait",
+			zap.Int("shard", s), zap.Int64("epoch", epoch), zap.Error(err))
+		h.Lost(s)
+		c.markUnclean(s)
+	case errors.Is(err, ordered.ErrUncleanHandOff):
+		c.log.Warn("ORDERED hand-off without the exact write-back; the shard is released with a lease wait",
+			zap.Int("shard", s), zap.Int64("epoch", epoch), zap.Error(err))
+		c.markUnclean(s)
+	case err != nil:
 		c.log.Warn("ORDERED hand-off: the handler's release failed (its reservations stay a gap); releasing anyway",
 			zap.Int("shard", s), zap.Int64("epoch", epoch), zap.Error(err))
 	}
@@ -658,6 +688,16 @@ func (c *Coordinator) handoff(ctx context.Context, h ordered.Handler, s int) err
 	}
 	c.releaseZnode(ctx, s, v)
 	return err
+}
+
+// markUnclean makes the shard's next release carry a lease wait: a
+// hand-off whose exact write-back did not happen (ordered.ErrUncleanHandOff)
+// may leave the store below what this node handed out after a lossy MySQL
+// failover, so the next owner must not serve at once.
+func (c *Coordinator) markUnclean(s int) {
+	c.mu.Lock()
+	c.storeAhead[s] = true
+	c.mu.Unlock()
 }
 
 // releaseZnode writes shards/NN released (same epoch) when it is still

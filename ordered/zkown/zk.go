@@ -9,55 +9,80 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/cluster/zksession"
 )
 
-// ZK is the part of the ZooKeeper client the coordinator uses; *zk.Conn
-// implements it, and the tests use an in-memory fake.
-type ZK interface {
-	Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
-	Get(path string) ([]byte, *zk.Stat, error)
-	GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error)
-	Set(path string, data []byte, version int32) (*zk.Stat, error)
-	Children(path string) ([]string, *zk.Stat, error)
-	ChildrenW(path string) ([]string, *zk.Stat, <-chan zk.Event, error)
-	Exists(path string) (bool, *zk.Stat, error)
-	Delete(path string, version int32) error
-	// Multi applies *zk.CheckVersionRequest and *zk.SetDataRequest (and
-	// the other request types) atomically.
-	Multi(ops ...any) ([]zk.MultiResponse, error)
-	SessionID() int64
-	State() zk.State
-	Close()
-}
+// ZK is the part of the ZooKeeper client the coordinator uses: the node's
+// session manager's (zksession.ZK); *zk.Conn implements it, and the tests
+// use an in-memory fake.
+type ZK = zksession.ZK
 
 var _ ZK = (*zk.Conn)(nil)
 
-// dial connects and waits for a session (bounded by ctx), with the digest
-// credential; the coordinator reads the session events (drain).
-func dial(ctx context.Context, cfg Config) (*zk.Conn, <-chan zk.Event, error) {
-	c, events, err := cluster.Dial(ctx, cfg.Servers, cfg.SessionTimeout, cfg.Auth, cfg.Logger)
-	if err != nil {
-		return nil, nil, fmt.Errorf("zkown: %w", err)
-	}
-	return c, events, nil
+// usableConn is the session's stable handle, reporting a session only
+// while the Session calls it usable (View.Has: a session AND the cluster
+// check passed since it (re)connected), so cluster.Call never writes
+// before the incarnation check.
+type usableConn struct {
+	ZK
+	s *zksession.Session
 }
 
-// drain reads the client's session events; a new session (after a
-// disconnection or an expiry) wakes the renewer and the reconcile loop.
-func (c *Coordinator) drain(events <-chan zk.Event) {
+func (u usableConn) State() zk.State {
+	if u.s.View().Has {
+		return zk.StateHasSession
+	}
+	return zk.StateDisconnected
+}
+
+// openSession opens the coordinator's own Session (Config.Session nil:
+// tests, tools); the server passes the node's shared one.
+func openSession(ctx context.Context, cfg Config) (*zksession.Session, error) {
+	s, err := zksession.Open(ctx, zksession.Config{Servers: cfg.Servers, SessionTimeout: cfg.SessionTimeout,
+		Auth: cfg.Auth, Logger: cfg.Logger.Named("zk")})
+	if err != nil {
+		return nil, fmt.Errorf("zkown: %w", err)
+	}
+	return s, nil
+}
+
+// watchSession follows the Session's view until Close: a usable session
+// (new, replaced, or back after a disconnect) wakes the renewer and the
+// reconcile loop; an expiry is logged; a detected wipe or restore
+// (View.Restores grew) applies the restore rule (restored).
+func (c *Coordinator) watchSession(base zksession.View) {
 	defer close(c.drainDone)
-	for ev := range events {
-		if ev.Type != zk.EventSession {
-			continue
+	last := base
+	for {
+		v, ch := c.sess.ViewChanged()
+		if v.Restores != last.Restores {
+			c.restored(v.RestoreWhy)
 		}
-		switch ev.State {
-		case zk.StateHasSession:
-			wake(c.renewKick)
-			wake(c.kick)
-		case zk.StateExpired:
+		if v.Expired != last.Expired {
 			c.log.Warn("ORDERED coordinator: ZooKeeper session expired; this node's znode is gone, its lease will not be renewed")
 			wake(c.renewKick)
 		}
+		if v.Has && (!last.Has || v.ID != last.ID || v.Client != last.Client) {
+			wake(c.renewKick)
+			wake(c.kick)
+		}
+		last = v
+		select {
+		case <-ch:
+		case <-c.stopAll:
+			return
+		}
+	}
+}
+
+// usable reports whether ZooKeeper may be used now.
+func (c *Coordinator) usable() bool { return c.conn.State() == zk.StateHasSession }
+
+// noteStat reports a zxid seen in an answer to the Session (its
+// lost-writes rule compares it with the servers').
+func (c *Coordinator) noteStat(st *zk.Stat) {
+	if c.sess != nil && st != nil {
+		c.sess.NoteZxid(max(st.Mzxid, st.Czxid, st.Pzxid))
 	}
 }
 

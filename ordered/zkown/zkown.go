@@ -79,6 +79,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/cluster/zksession"
 	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/segment"
 )
@@ -103,6 +104,10 @@ const (
 
 // Config configures Open.
 type Config struct {
+	// Session is the node's shared ZooKeeper session (zksession): the
+	// coordinator never closes it. Nil: Open opens its own from Servers,
+	// Auth and SessionTimeout, closed by Close.
+	Session        *zksession.Session
 	Servers        []string
 	Root, Cluster  string
 	Auth           string // optional digest "user:password" (the znodes get its ACL)
@@ -131,11 +136,6 @@ type Config struct {
 	HandlerTimeout time.Duration
 	// MaxHandoffs bounds the planned hand-offs of one round (default 8).
 	MaxHandoffs int
-	// Connect, when set, opens the ZooKeeper client instead of dialling
-	// Servers with go-zookeeper: the cluster simulator (package sim) passes
-	// its in-memory ZooKeeper here. The coordinator reads the returned
-	// session events and closes the client on Close.
-	Connect func(ctx context.Context) (ZK, <-chan zk.Event, error)
 }
 
 func (cfg *Config) defaults() error {
@@ -240,7 +240,8 @@ type Coordinator struct {
 	cfg       Config
 	log       *zap.Logger
 	conn      ZK
-	ownsConn  bool
+	sess      *zksession.Session // nil: a bare client (unit tests)
+	ownsSess  bool
 	acl       []zk.ACL
 	base      string // /<root>/<cluster>/ordered
 	nodesDir  string
@@ -259,7 +260,7 @@ type Coordinator struct {
 	stopAll   chan struct{} // stops the watch kickers
 	roundDone chan struct{}
 	renewDone chan struct{}
-	drainDone chan struct{}
+	drainDone chan struct{} // closed by watchSession on exit
 
 	takeovers, handoffs, lost, acquireFails, conflicts atomic.Uint64
 	renewals, renewFails, lapses                       atomic.Uint64
@@ -300,9 +301,16 @@ type Coordinator struct {
 	// record does not cover (Stored above the grant, or equal to it but
 	// another owner's: a wiped or restored ensemble handed the same
 	// epoch out twice). That owner may still answer from memory for one
-	// lease, so the release carries a lease wait. Cleared once the
+	// lease, so the release carries a lease wait. Also set by a hand-off
+	// without its exact write-back (markUnclean). Cleared once the
 	// release is written. Guarded by mu.
 	storeAhead [Shards]bool
+	// restoreUntil: a takeover by this node serves no earlier than this
+	// (the restore rule): ZooKeeper was wiped or restored, so its records
+	// no longer say who may still answer from memory; one lease from the
+	// detection on, every such owner has seen the change or stopped.
+	// Guarded by mu.
+	restoreUntil time.Time
 	// wait is, per shard, the latest NotBefore this node computed for
 	// it: until then an earlier owner may still answer, so this node
 	// neither writes the shard released (which would let the next owner
@@ -317,38 +325,50 @@ type Coordinator struct {
 
 var _ ordered.Coordinator = (*Coordinator)(nil)
 
-// Open connects to ZooKeeper (waiting for a session, bounded by ctx),
-// creates the layout with the ACL of Config.Auth and this node's
-// nodes/<id>, and starts renewing the lease. Start makes it take part in
-// the ownership of the shards.
+// Open takes the node's ZooKeeper session (Config.Session, or its own),
+// waits for it to be usable (bounded by ctx), creates the layout with the
+// ACL of Config.Auth and this node's nodes/<id>, and starts renewing the
+// lease. Start makes it take part in the ownership of the shards.
+//
+// The session manager replaces a client ZooKeeper will never take back
+// (a wiped ensemble refuses its handshakes forever: issue 29 hole l) and
+// reports wipes and restores; the coordinator applies the restore rule
+// (restored) and re-creates its layout and znode on the new session.
 func Open(ctx context.Context, cfg Config) (*Coordinator, error) {
-	if len(cfg.Servers) == 0 {
-		return nil, errors.New("zkown: Config.Servers is empty")
+	if len(cfg.Servers) == 0 && cfg.Session == nil {
+		return nil, errors.New("zkown: Config.Servers is empty and no Config.Session given")
 	}
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	var (
-		conn   ZK
-		events <-chan zk.Event
-		err    error
-	)
-	if cfg.Connect != nil {
-		conn, events, err = cfg.Connect(ctx)
-	} else {
-		conn, events, err = dial(ctx, cfg)
+	sess, owns := cfg.Session, false
+	if sess == nil {
+		var err error
+		if sess, err = openSession(ctx, cfg); err != nil {
+			return nil, err
+		}
+		owns = true
+	} else if err := sess.Wait(ctx); err != nil {
+		return nil, fmt.Errorf("zkown: %w", err)
 	}
+	base := sess.View()
+	c, err := newCoordinator(ctx, cfg, usableConn{ZK: sess.Conn(), s: sess})
 	if err != nil {
+		if owns {
+			sess.Close()
+		}
 		return nil, err
 	}
-	c, err := newCoordinator(ctx, cfg, conn)
-	if err != nil {
-		conn.Close()
-		return nil, err
+	c.sess, c.ownsSess = sess, owns
+	if base.Restores > 0 {
+		// This process starts after a wipe or restore its session saw:
+		// owners of before it may still answer from memory for a lease.
+		c.mu.Lock()
+		c.restoreUntil = c.cfg.Clock.Now().Add(c.cfg.Lease + c.cfg.LeaseMargin)
+		c.mu.Unlock()
 	}
-	c.ownsConn = true
 	c.drainDone = make(chan struct{})
-	go c.drain(events)
+	go c.watchSession(base)
 	c.startRenewer()
 	return c, nil
 }
@@ -561,7 +581,7 @@ func (c *Coordinator) Close(ctx context.Context) error {
 	}
 	var first error
 	if h != nil {
-		first = c.releaseAll(ctx, h)
+		first = c.releaseAll(ordered.Leaving(ctx), h)
 	}
 	close(c.stopRenew)
 	if renewing {
@@ -579,11 +599,11 @@ func (c *Coordinator) Close(ctx context.Context) error {
 		}
 	}
 	close(c.stopAll)
-	if c.ownsConn {
-		c.conn.Close()
-		if c.drainDone != nil {
-			<-c.drainDone
-		}
+	if c.drainDone != nil {
+		<-c.drainDone
+	}
+	if c.ownsSess {
+		c.sess.Close()
 	}
 	c.publish()
 	c.log.Info("ORDERED coordinator left", zap.String("id", id))
@@ -624,7 +644,7 @@ func (c *Coordinator) releaseAll(ctx context.Context, h ordered.Handler) error {
 // serving them (a takeover cut short by Close), once their wait is over.
 func (c *Coordinator) releaseUnheld(ctx context.Context) {
 	for s := range Shards {
-		if ctx.Err() != nil || c.conn.State() != zk.StateHasSession {
+		if ctx.Err() != nil || !c.usable() {
 			return
 		}
 		c.mu.Lock()

@@ -1,0 +1,27 @@
+//go:build faultinject
+
+package ordered
+
+import "os"
+
+// Negative controls of issue 29 hole a (fault injection builds only; see
+// fault_normal.go for what a normal build does). Each reopens one of the
+// three fixes, so a test or a fault scenario can show the hole again.
+
+// faultInjectBuild: this binary has the faultinject hooks.
+const faultInjectBuild = true
+
+// faultCachedNoGate (IDGEN_FAULT_ORDERED_CACHED_NO_GATE=1) answers from a
+// reservation without asking the gate, as before hole a was fixed: the
+// owner keeps serving a reservation the new MySQL server may have lost.
+func faultCachedNoGate() bool { return os.Getenv("IDGEN_FAULT_ORDERED_CACHED_NO_GATE") == "1" }
+
+// faultRememberAnswered (IDGEN_FAULT_ORDERED_REMEMBER_ANSWERED=1) makes
+// Remembered report only the highest number answered, not the end of the
+// reservations, as before hole a was fixed.
+func faultRememberAnswered() bool { return os.Getenv("IDGEN_FAULT_ORDERED_REMEMBER_ANSWERED") == "1" }
+
+// faultUncleanHandOff (IDGEN_FAULT_ORDERED_UNCLEAN_HANDOFF=1) gives a
+// refused hand-off write-back up at once and reports it clean, as before
+// hole a was fixed.
+func faultUncleanHandOff() bool { return os.Getenv("IDGEN_FAULT_ORDERED_UNCLEAN_HANDOFF") == "1" }

@@ -1,0 +1,12 @@
+//go:build !faultinject
+
+package ordered
+
+// faultInjectBuild: this binary has no faultinject hooks.
+const faultInjectBuild = false
+
+// The negative controls of hole a are off in normal builds (see
+// fault_faultinject.go).
+func faultCachedNoGate() bool     { return false }
+func faultRememberAnswered() bool { return false }
+func faultUncleanHandOff() bool   { return false }

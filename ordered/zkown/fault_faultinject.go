@@ -1,0 +1,14 @@
+//go:build faultinject
+
+package zkown
+
+import "os"
+
+// faultInjectBuild: this binary has the faultinject hooks.
+const faultInjectBuild = true
+
+// faultNoRestoreRule (IDGEN_FAULT_ORDERED_NO_RESTORE_RULE=1) is the
+// negative control of the restore rule (issue 29 hole l): a wipe or
+// restore the session reports is ignored, as before the fix: takeovers of
+// shards ZooKeeper shows released serve at once.
+func faultNoRestoreRule() bool { return os.Getenv("IDGEN_FAULT_ORDERED_NO_RESTORE_RULE") == "1" }

@@ -1,0 +1,9 @@
+//go:build !faultinject
+
+package zkown
+
+// faultInjectBuild: this binary has no faultinject hooks.
+const faultInjectBuild = false
+
+// faultNoRestoreRule is false in normal builds (see fault_faultinject.go).
+func faultNoRestoreRule() bool { return false }

@@ -169,6 +169,63 @@ func (c *Checker) Check(ctx context.Context, conn ZK) (restored bool, why string
 	return true, strings.Join(reasons, "; "), nil
 }
 
+// Touch bumps the marker's counter and raises the witness between
+// (re)connects. A restore from a copy taken after a node's last
+// (re)connect loses what it wrote since in the same session, while the
+// lineages and counters in the copy are current; a guard that calls Touch
+// after such a write (a slot claim, a mark written ahead) puts it on the
+// witness's record, so a node that checks after the restore sees it, and
+// records the bump, so this node sees it at its next reconnect. lost is
+// true when the bump itself shows that ZooKeeper lost state (recorded as
+// Check records it; the restore rule applies). A node that has not passed
+// a Check yet has nothing to touch: nil.
+func (c *Checker) Touch(ctx context.Context, conn ZK) (lost bool, why string, err error) {
+	if faultNoCheck() {
+		return false, "", nil
+	}
+	if err := c.validate(); err != nil {
+		return false, "", err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	local, err := c.cfg.Record.Load()
+	if err != nil || local.ID == "" {
+		return false, "", err
+	}
+	var w WitnessState
+	if c.cfg.Witness != nil {
+		if w, err = c.cfg.Witness.Load(ctx); err != nil {
+			c.log.Debug("the incarnation witness (the database) cannot be read: touching ZooKeeper alone", zap.Error(err))
+			w = WitnessState{}
+		}
+	}
+	m, seen, reasons, learned, err := c.bump(conn, local, w)
+	if err != nil {
+		return false, "", err
+	}
+	if len(reasons) > 0 {
+		if m, err = c.noteLoss(conn, local, w, seen, strings.Join(reasons, "; ")); err != nil {
+			return false, "", err
+		}
+	}
+	if learned != "" {
+		reasons = append(reasons, learned)
+	}
+	local.Counter, local.Restores = m.Counter, m.Restores
+	if err := c.cfg.Record.Save(local); err != nil {
+		return false, "", fmt.Errorf("incarnation: record the counter: %w", err)
+	}
+	if c.cfg.Witness != nil {
+		if err := c.cfg.Witness.Raise(ctx, m.ID, m.Counter); err != nil {
+			c.log.Warn("raising the incarnation witness (the database) failed; retried at the next touch", zap.Int64("counter", m.Counter), zap.Error(err))
+		}
+	}
+	if len(reasons) == 0 {
+		return false, "", nil
+	}
+	return true, strings.Join(reasons, "; "), nil
+}
+
 // check does the work of Check and returns the reasons a loss was seen.
 func (c *Checker) check(ctx context.Context, conn ZK) ([]string, error) {
 	root, name := c.cfg.Root, c.cfg.Cluster
@@ -177,10 +234,7 @@ func (c *Checker) check(ctx context.Context, conn ZK) ([]string, error) {
 		return nil, fmt.Errorf("incarnation: read this node's record: %w (fix or remove the incarnation.* keys of the properties file)", err)
 	}
 	known := local.ID != ""
-	// reasons: this check's own evidence of a loss; learned: a loss another
-	// node recorded in the marker since this node last looked.
-	var reasons []string
-	learned := ""
+	var reasons []string // this check's own evidence of a loss
 
 	// The witness is read before the counter bump, so every counter it
 	// holds was written to ZooKeeper before the bump: in a ZooKeeper that
@@ -211,51 +265,11 @@ func (c *Checker) check(ctx context.Context, conn ZK) ([]string, error) {
 		return nil, fmt.Errorf("incarnation: %w", err)
 	}
 
-	// Bump the counter. The conditional write goes through the leader: a
-	// read after it in this session sees at least what the leader had
-	// then, so a lagging follower cannot pass for lost writes below.
-	var m Marker
-	var seen int64 // the marker's restore count this node knows of
-	for attempt := 0; ; attempt++ {
-		if attempt == 20 {
-			return nil, fmt.Errorf("incarnation: the marker %s kept changing under 20 attempts; retrying", MarkerPath(root, name))
-		}
-		var st *zk.Stat
-		if m, st, err = ReadMarker(conn, root, name); err != nil {
-			return nil, fmt.Errorf("incarnation: %w", err)
-		}
-		if err := c.sameIncarnation(local, w, m); err != nil {
-			return nil, err
-		}
-		next := m
-		next.Counter++
-		_, err = conn.Set(MarkerPath(root, name), toJSON(next.readable()), st.Version)
-		if errors.Is(err, zk.ErrBadVersion) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("incarnation: bump the counter of %s: %w", MarkerPath(root, name), err)
-		}
-		// The judgement uses the marker this write was conditional on: the
-		// leader's state, not a follower's.
-		if w.Bound && next.Counter <= w.Counter {
-			reasons = append(reasons, fmt.Sprintf("the incarnation counter in ZooKeeper is at %d but the database recorded that it reached %d: ZooKeeper went back to an older copy", m.Counter, w.Counter))
-		}
-		if known && m.Counter < local.Counter {
-			reasons = append(reasons, fmt.Sprintf("the incarnation counter in ZooKeeper is at %d but this node bumped it to %d: ZooKeeper went back to an older copy", m.Counter, local.Counter))
-		}
-		if known && m.Restores < local.Restores {
-			reasons = append(reasons, fmt.Sprintf("the incarnation marker counts %d detected losses but this node saw %d: ZooKeeper went back to an older copy", m.Restores, local.Restores))
-		} else if known && m.Restores > local.Restores {
-			learned = fmt.Sprintf("another node detected that ZooKeeper lost state (%s): %s", m.Restored, m.RestoreReason)
-		}
-		seen = local.Restores
-		if !known {
-			seen = m.Restores
-		}
-		m = next
-		break
+	m, seen, bumpReasons, learned, err := c.bump(conn, local, w)
+	if err != nil {
+		return nil, err
 	}
+	reasons = append(reasons, bumpReasons...)
 
 	lin, lst, err := c.readLineage(conn, local)
 	if err != nil {
@@ -312,6 +326,55 @@ func (c *Checker) check(ctx context.Context, conn ZK) ([]string, error) {
 	return reasons, nil
 }
 
+// bump bumps the marker's counter, conditionally on the version read, and
+// judges the marker the write was conditional on (the leader's state, not
+// a follower's): reasons are this node's evidence of a loss, learned a
+// loss another node recorded since this node last looked, seen the loss
+// count this node knew of. The write goes through the leader: a read after
+// it in this session sees at least what the leader had then, so a lagging
+// follower cannot pass for lost writes in later reads.
+func (c *Checker) bump(conn ZK, local Local, w WitnessState) (m Marker, seen int64, reasons []string, learned string, err error) {
+	root, name := c.cfg.Root, c.cfg.Cluster
+	known := local.ID != ""
+	for attempt := 0; ; attempt++ {
+		if attempt == 20 {
+			return Marker{}, 0, nil, "", fmt.Errorf("incarnation: the marker %s kept changing under 20 attempts; retrying", MarkerPath(root, name))
+		}
+		var st *zk.Stat
+		if m, st, err = ReadMarker(conn, root, name); err != nil {
+			return Marker{}, 0, nil, "", fmt.Errorf("incarnation: %w", err)
+		}
+		if err := c.sameIncarnation(local, w, m); err != nil {
+			return Marker{}, 0, nil, "", err
+		}
+		next := m
+		next.Counter++
+		_, err = conn.Set(MarkerPath(root, name), toJSON(next.readable()), st.Version)
+		if errors.Is(err, zk.ErrBadVersion) {
+			continue
+		}
+		if err != nil {
+			return Marker{}, 0, nil, "", fmt.Errorf("incarnation: bump the counter of %s: %w", MarkerPath(root, name), err)
+		}
+		if w.Bound && next.Counter <= w.Counter {
+			reasons = append(reasons, fmt.Sprintf("the incarnation counter in ZooKeeper is at %d but the database recorded that it reached %d: ZooKeeper went back to an older copy", m.Counter, w.Counter))
+		}
+		if known && m.Counter < local.Counter {
+			reasons = append(reasons, fmt.Sprintf("the incarnation counter in ZooKeeper is at %d but this node bumped it to %d: ZooKeeper went back to an older copy", m.Counter, local.Counter))
+		}
+		if known && m.Restores < local.Restores {
+			reasons = append(reasons, fmt.Sprintf("the incarnation marker counts %d detected losses but this node saw %d: ZooKeeper went back to an older copy", m.Restores, local.Restores))
+		} else if known && m.Restores > local.Restores {
+			learned = fmt.Sprintf("another node detected that ZooKeeper lost state (%s): %s", m.Restored, m.RestoreReason)
+		}
+		seen = local.Restores
+		if !known {
+			seen = m.Restores
+		}
+		return next, seen, reasons, learned, nil
+	}
+}
+
 // noMarker handles a cluster without an incarnation marker: re-created
 // with the ID this node or the witness recorded (ZooKeeper lost it),
 // created new for a cluster from before markers (its meta is there and
@@ -331,7 +394,13 @@ func (c *Checker) noMarker(conn ZK, local Local, w WitnessState) ([]string, erro
 			return nil, fmt.Errorf("incarnation: %w", err)
 		}
 		m := Marker{ID: id, CreatedMs: created, Counter: max(local.Counter, w.Counter), Restores: local.Restores}
-		if err := createMarker(conn, root, name, m, c.cfg.ACL); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		err := createMarker(conn, root, name, m, c.cfg.ACL)
+		if errors.Is(err, zk.ErrNodeExists) {
+			// The read came from a server behind the leader, or another
+			// node re-created it first: the checks after the bump judge.
+			return nil, nil
+		}
+		if err != nil {
 			return nil, fmt.Errorf("incarnation: %w", err)
 		}
 		return []string{reason}, nil

@@ -3,6 +3,7 @@ package incarnation
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -374,5 +375,54 @@ func TestLocalKeysRoundTrip(t *testing.T) {
 	}
 	if _, err := ParseKeys(map[string]string{keyID: "x", keyNode: "n", keyLineage: "nope"}); err == nil {
 		t.Fatal("a malformed lineage was accepted")
+	}
+}
+
+// A second restore is counted as a second loss, also when a new node sees
+// it first (the marker already counted one before).
+func TestCheckSecondRestoreCounted(t *testing.T) {
+	f := newFakeZK()
+	initCluster(t, f)
+	w := &memWitness{st: WitnessState{Bound: true}}
+	a := newNode("a", w)
+	for round := int64(1); round <= 2; round++ {
+		a.check(t, f.client(false))
+		snap := f.snapshot()
+		a.check(t, f.client(false))
+		f.restore(snap)
+		if restored, _ := newNode(fmt.Sprint("fresh", round), w).check(t, f.client(false)); !restored {
+			t.Fatalf("round %d: the new node did not detect the restore", round)
+		}
+		if m, _, _ := ReadMarker(f.client(false), testRoot, testCluster); m.Restores != round {
+			t.Fatalf("round %d: the marker counts %d losses", round, m.Restores)
+		}
+		if restored, _ := a.check(t, f.client(false)); !restored {
+			t.Fatalf("round %d: the old node did not detect the restore", round)
+		}
+	}
+}
+
+// A write after the node's last (re)connect (a slot claim) that a restore
+// loses: with Touch after it, the new node that checks first sees the
+// restore through the witness, and the old node through its counter.
+func TestTouchCoversWritesWithinASession(t *testing.T) {
+	for _, touch := range []bool{false, true} {
+		f := newFakeZK()
+		initCluster(t, f)
+		w := &memWitness{st: WitnessState{Bound: true}}
+		a := newNode("a", w)
+		a.check(t, f.client(false))
+		snap := f.snapshot() // copied after a's last connect
+		if touch {
+			if lost, why, err := a.chk.Touch(context.Background(), f.client(false)); err != nil || lost {
+				t.Fatalf("touch: lost=%v why=%q err=%v", lost, why, err)
+			}
+		}
+		f.restore(snap)
+		restoredB, _ := newNode("b", w).check(t, f.client(false))
+		restoredA, why := a.check(t, f.client(false))
+		if restoredB != touch || restoredA != touch {
+			t.Fatalf("touch=%v: new node restored=%v, old node restored=%v (%s); want both %v", touch, restoredB, restoredA, why, touch)
+		}
 	}
 }

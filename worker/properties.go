@@ -52,6 +52,9 @@ type properties struct {
 	// check of a node that has not held a slot yet. Such a file caches no
 	// slot for the lease.
 	noSlot bool
+	// incarnationErr: the incarnation keys are unreadable (Incarnation is
+	// zero then).
+	incarnationErr error
 }
 
 // propertiesPath names the properties file of (app, port, host) in dir.
@@ -81,18 +84,16 @@ func readProperties(path string) (properties, error) {
 	}
 	var p properties
 	var errs []error
-	inc, err := incarnation.ParseKeys(kv)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	p.Incarnation = inc
+	// Unreadable incarnation keys do not make the slot unreadable: only
+	// the incarnation check reports them (IncarnationRecord.Load).
+	p.Incarnation, p.incarnationErr = incarnation.ParseKeys(kv)
 	slotless := true
 	for _, k := range []string{"idc", "node", "workerId", "highWater"} {
 		if _, ok := kv[k]; ok {
 			slotless = false
 		}
 	}
-	if slotless && kv["cluster"] != "" && len(errs) == 0 {
+	if slotless && kv["cluster"] != "" {
 		p.Cluster, p.noSlot = kv["cluster"], true
 		return p, nil
 	}
@@ -252,7 +253,7 @@ func lockProps(path string) func() {
 func writeProperties(path string, p properties) error {
 	defer lockProps(path)()
 	if p.Incarnation == (incarnation.Local{}) {
-		if old, err := readProperties(path); err == nil {
+		if old, err := readProperties(path); err == nil && old.Cluster == p.Cluster {
 			p.Incarnation = old.Incarnation
 		}
 	}
@@ -279,7 +280,11 @@ func (r *incarnationRecord) Load() (incarnation.Local, error) {
 	p, err := readProperties(r.path)
 	switch {
 	case err == nil && p.Cluster != r.cluster:
-		return incarnation.Local{}, fmt.Errorf("%s belongs to cluster %q, not %q", r.path, p.Cluster, r.cluster)
+		// Another cluster's file (the node moved to this cluster with the
+		// same directory and address): no record of this cluster. The
+		// lease overwrites the file with this cluster's slot as well.
+	case err == nil && p.incarnationErr != nil:
+		return incarnation.Local{}, fmt.Errorf("%s: %w", r.path, p.incarnationErr)
 	case err == nil && p.Incarnation != (incarnation.Local{}):
 		return p.Incarnation, nil
 	case err != nil && !errors.Is(err, os.ErrNotExist):
@@ -308,7 +313,8 @@ func (r *incarnationRecord) Save(l incarnation.Local) error {
 	case err != nil:
 		return fmt.Errorf("properties file %s: %w (not rewritten: fix or move it)", r.path, err)
 	case p.Cluster != r.cluster:
-		return fmt.Errorf("properties file %s belongs to cluster %q, not %q", r.path, p.Cluster, r.cluster)
+		// Another cluster's file: replaced, as the lease replaces it.
+		p = properties{Cluster: r.cluster, noSlot: true}
 	}
 	p.Incarnation = l
 	if err := writeFileAtomic(r.path, p.encode()); err != nil {

@@ -67,8 +67,26 @@ func TestPropertiesIncarnationKeys(t *testing.T) {
 	if p, err := readProperties(old); err != nil || p.Incarnation != (incarnation.Local{}) || p.noSlot {
 		t.Fatalf("old file: %+v, %v", p, err)
 	}
-	// Another cluster's file is not this one's record.
-	if err := IncarnationRecord(dir, "idgen", 8888, "10.0.0.1", "c2").Save(inc); err == nil {
-		t.Fatal("saved into another cluster's properties file")
+	// Another cluster's file is no record of this one, and is replaced.
+	other := IncarnationRecord(dir, "idgen", 8888, "10.0.0.1", "c2")
+	if l, err := other.Load(); err != nil || l != (incarnation.Local{}) {
+		t.Fatalf("another cluster's file: %+v, %v; want no record", l, err)
+	}
+	if err := other.Save(inc); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := readProperties(path); err != nil || p.Cluster != "c2" || !p.noSlot || p.Incarnation != inc {
+		t.Fatalf("after another cluster's save: %+v, %v", p, err)
+	}
+	// Unreadable incarnation keys: the slot still reads, the record does not.
+	bad := filepath.Join(dir, "idgen:7777:h.properties")
+	if err := os.WriteFile(bad, []byte("cluster=c1\nidc=0\nnode=1\nworkerId=1\nhighWater=5\nincarnation.id=x\nincarnation.node=n\nincarnation.lineage=zz\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := readProperties(bad); err != nil || p.WorkerID != 1 {
+		t.Fatalf("slot of a file with a bad incarnation key: %+v, %v", p, err)
+	}
+	if _, err := IncarnationRecord(dir, "idgen", 7777, "h", "c1").Load(); err == nil || !strings.Contains(err.Error(), "incarnation.lineage") {
+		t.Fatalf("bad incarnation key: %v, want an error naming it", err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,38 +19,6 @@ const (
 )
 
 var errTestRefused = errors.New("session refused")
-
-// memWitness is a Witness in memory: the database's cluster_binding row.
-type memWitness struct {
-	mu      sync.Mutex
-	st      WitnessState
-	loadErr error
-}
-
-func (w *memWitness) Load(context.Context) (WitnessState, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.st, w.loadErr
-}
-
-func (w *memWitness) Raise(_ context.Context, id string, n int64) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.st.Bound {
-		return nil
-	}
-	if w.st.ID == "" {
-		w.st.ID = id
-	}
-	w.st.Counter = max(w.st.Counter, n)
-	return nil
-}
-
-func (w *memWitness) state() WitnessState {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.st
-}
 
 // initCluster creates the cluster as `idctl cluster init` does.
 func initCluster(t *testing.T, f *fakeZK) Marker {
@@ -136,7 +103,7 @@ func TestCheckFirstRunRecordsAndPasses(t *testing.T) {
 func TestCheckRestoreFromCopyFreshNodeFirst(t *testing.T) {
 	f := newFakeZK()
 	initCluster(t, f)
-	w := &memWitness{st: WitnessState{Bound: true}}
+	w := &MemWitness{st: WitnessState{Bound: true}}
 	a := newNode("a", w)
 	if restored, _ := a.check(t, f.client(false)); restored {
 		t.Fatal("first check: restored")
@@ -145,8 +112,8 @@ func TestCheckRestoreFromCopyFreshNodeFirst(t *testing.T) {
 	if restored, _ := a.check(t, f.client(false)); restored {
 		t.Fatal("reconnect: restored")
 	}
-	if w.state().Counter != 2 {
-		t.Fatalf("witness counter %d, want 2", w.state().Counter)
+	if w.State().Counter != 2 {
+		t.Fatalf("witness counter %d, want 2", w.State().Counter)
 	}
 	f.restore(snap)
 
@@ -233,7 +200,7 @@ func TestCheckWipe(t *testing.T) {
 		t.Fatalf("new node on an empty ZooKeeper: %v, want ErrNoCluster wrapping the refusal", err)
 	}
 	// With a witness that recorded the incarnation, the new node re-creates it.
-	w := &memWitness{st: WitnessState{Bound: true, ID: m.ID, Counter: 7}}
+	w := &MemWitness{st: WitnessState{Bound: true, ID: m.ID, Counter: 7}}
 	restored, why = newNode("c", w).check(t, f.client(false))
 	if !restored || !strings.Contains(why, "the database recorded") {
 		t.Fatalf("new node with a witness after a wipe: restored=%v why=%q", restored, why)
@@ -246,7 +213,7 @@ func TestCheckWipe(t *testing.T) {
 func TestCheckRecreatedClusterRefused(t *testing.T) {
 	f := newFakeZK()
 	old := initCluster(t, f)
-	w := &memWitness{st: WitnessState{Bound: true}}
+	w := &MemWitness{st: WitnessState{Bound: true}}
 	a := newNode("a", w)
 	a.check(t, f.client(false))
 	f.wipe()
@@ -306,7 +273,7 @@ func TestCheckCrashBetweenLineageWrites(t *testing.T) {
 func TestCheckLaggingFollowerNotRestore(t *testing.T) {
 	f := newFakeZK()
 	initCluster(t, f)
-	w := &memWitness{st: WitnessState{Bound: true}}
+	w := &MemWitness{st: WitnessState{Bound: true}}
 	a := newNode("a", w)
 	a.check(t, f.client(false))
 	lag := f.client(true) // a follower still at the first check's state
@@ -331,7 +298,7 @@ func TestCheckUpgradeCreatesMarker(t *testing.T) {
 	if _, err := cluster.Init(c, testRoot, testCluster, cluster.Settings{EpochMs: 1577836800000, IDCBits: 2, NodeBits: 8}, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatal(err)
 	}
-	a := newNode("a", &memWitness{st: WitnessState{Bound: true}})
+	a := newNode("a", &MemWitness{st: WitnessState{Bound: true}})
 	if restored, why := a.check(t, c); restored {
 		t.Fatalf("upgrade: restored: %s", why)
 	}
@@ -345,12 +312,12 @@ func TestCheckUpgradeCreatesMarker(t *testing.T) {
 func TestCheckUnboundWitnessIgnored(t *testing.T) {
 	f := newFakeZK()
 	initCluster(t, f)
-	w := &memWitness{st: WitnessState{Bound: false, ID: "other", Counter: 99}}
+	w := &MemWitness{st: WitnessState{Bound: false, ID: "other", Counter: 99}}
 	if restored, why := newNode("a", w).check(t, f.client(false)); restored {
 		t.Fatalf("unbound witness: restored: %s", why)
 	}
 	// An unreadable witness: a node without a record cannot tell yet.
-	w2 := &memWitness{loadErr: errors.New("connection refused")}
+	w2 := &MemWitness{loadErr: errors.New("connection refused")}
 	if _, _, err := newNode("b", w2).chk.Check(context.Background(), f.client(false)); err == nil || errors.Is(err, errTestRefused) {
 		t.Fatalf("new node, witness unreadable: %v, want a retryable error", err)
 	}
@@ -383,7 +350,7 @@ func TestLocalKeysRoundTrip(t *testing.T) {
 func TestCheckSecondRestoreCounted(t *testing.T) {
 	f := newFakeZK()
 	initCluster(t, f)
-	w := &memWitness{st: WitnessState{Bound: true}}
+	w := &MemWitness{st: WitnessState{Bound: true}}
 	a := newNode("a", w)
 	for round := int64(1); round <= 2; round++ {
 		a.check(t, f.client(false))
@@ -409,7 +376,7 @@ func TestTouchCoversWritesWithinASession(t *testing.T) {
 	for _, touch := range []bool{false, true} {
 		f := newFakeZK()
 		initCluster(t, f)
-		w := &memWitness{st: WitnessState{Bound: true}}
+		w := &MemWitness{st: WitnessState{Bound: true}}
 		a := newNode("a", w)
 		a.check(t, f.client(false))
 		snap := f.snapshot() // copied after a's last connect

@@ -10,7 +10,7 @@ import "testing"
 func TestFaultNoIncarnationCheckReopensHoleH(t *testing.T) {
 	f := newFakeZK()
 	initCluster(t, f)
-	w := &memWitness{st: WitnessState{Bound: true}}
+	w := &MemWitness{st: WitnessState{Bound: true}}
 	a := newNode("a", w)
 	a.check(t, f.client(false))
 	snap := f.snapshot()

@@ -1,6 +1,7 @@
 package incarnation
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -159,4 +160,54 @@ func (r *MemRecord) Save(l Local) error {
 	}
 	r.l = l
 	return nil
+}
+
+// MemWitness is a Witness in memory (the database's cluster_binding row),
+// for tests and the simulator. The zero value is unbound: set st.Bound
+// (NewMemWitness) for a bound database.
+type MemWitness struct {
+	mu      sync.Mutex
+	st      WitnessState
+	loadErr error
+}
+
+// NewMemWitness returns a bound, empty witness.
+func NewMemWitness() *MemWitness { return &MemWitness{st: WitnessState{Bound: true}} }
+
+// Load implements Witness.
+func (w *MemWitness) Load(context.Context) (WitnessState, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.st, w.loadErr
+}
+
+// Raise implements Witness: GREATEST, and the ID when none is recorded;
+// nothing when unbound.
+func (w *MemWitness) Raise(_ context.Context, id string, n int64) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.st.Bound {
+		return nil
+	}
+	if w.st.ID == "" {
+		w.st.ID = id
+	}
+	w.st.Counter = max(w.st.Counter, n)
+	return nil
+}
+
+// Set replaces the witness's state (a database restored or failed over
+// to an older copy, in the simulator); err, when not nil, is returned by
+// every Load until the next Set.
+func (w *MemWitness) Set(st WitnessState, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.st, w.loadErr = st, err
+}
+
+// State returns the witness's state.
+func (w *MemWitness) State() WitnessState {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.st
 }

@@ -114,6 +114,9 @@ type Checker struct {
 	cfg Config
 	log *zap.Logger
 	mu  sync.Mutex
+	// passed: a check passed in this process. Before that the process
+	// holds nothing in memory from before a loss another node recorded.
+	passed bool
 }
 
 // NewChecker returns a Checker. A Config without Root, Cluster, NodeKey
@@ -287,9 +290,17 @@ func (c *Checker) check(ctx context.Context, conn ZK) ([]string, error) {
 			return nil, err
 		}
 	}
-	if learned != "" {
+	switch {
+	case learned == "":
+	case c.passed:
 		// Reported, not recorded again: the node that saw it counted it.
 		reasons = append(reasons, learned)
+	default:
+		// A process that starts holds nothing in memory from before the
+		// loss (its persisted marks are waited past by the worker's own
+		// rules), and the node that saw it marked the cluster: reporting
+		// it would only make every slot taken in the next lead wait again.
+		c.log.Info("another node detected that ZooKeeper lost state while this node was not running", zap.String("detail", learned))
 	}
 
 	// Two-phase lineage write: record the pending lineage, write the
@@ -321,6 +332,7 @@ func (c *Checker) check(ctx context.Context, conn ZK) ([]string, error) {
 			c.log.Warn("raising the incarnation witness (the database) failed; retried at the next (re)connect", zap.Int64("counter", m.Counter), zap.Error(err))
 		}
 	}
+	c.passed = true
 	c.log.Debug("cluster incarnation checked", zap.String("incarnation", m.ID), zap.Int64("counter", m.Counter),
 		zap.String("lineage", local.Node), zap.Int64("lineage_version", local.Version), zap.Bool("restored", len(reasons) > 0))
 	return reasons, nil

@@ -173,9 +173,23 @@ func TestCheckLossLearnedFromAnotherNode(t *testing.T) {
 	if restored, _ := a.check(t, f.client(false)); !restored {
 		t.Fatal("a did not detect the restore")
 	}
-	restored, why := b.check(t, f.client(false))
-	if !restored || !strings.Contains(why, "another node detected") {
-		t.Fatalf("b: restored=%v why=%q, want learned from the marker", restored, why)
+	// b restarted meanwhile: its new process holds nothing from before.
+	restarted := &node{rec: b.rec, chk: NewChecker(b.chk.cfg)}
+	if restored, why := restarted.check(t, f.client(false)); restored {
+		t.Fatalf("b's new process: restored (%s); want a pass: it holds nothing in memory from before the loss", why)
+	}
+	// c ran throughout: its process learns it.
+	c := newNode("c", nil)
+	c.check(t, f.client(false)) // after the loss: knows count 1
+	snap2 := f.snapshot()
+	a.check(t, f.client(false))
+	f.restore(snap2) // c's lineage and counter in it are current
+	if restored, _ := a.check(t, f.client(false)); !restored {
+		t.Fatal("a did not detect the second restore")
+	}
+	restored, why := c.check(t, f.client(false))
+	if !restored || !strings.HasPrefix(why, "another node detected") {
+		t.Fatalf("c: restored=%v why=%q, want learned from the marker only", restored, why)
 	}
 }
 

@@ -56,7 +56,10 @@
 //     record (a properties file restored from a backup) is logged, not a
 //     loss of ZooKeeper's state.
 //  6. A loss count above the one this node saw: another node detected a
-//     loss since this node last looked; reported, not counted again.
+//     loss since this node last looked; reported, not counted again, and
+//     only to a process that passed a check before (one that starts
+//     holds nothing in memory from before the loss, and the detector
+//     already marked the cluster).
 //
 // A detected loss is recorded in the marker (loss count, a counter above
 // the witness's so the same loss is not seen twice) and, by default, in

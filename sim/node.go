@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/cluster/zksession"
 	"github.com/idgen/idgen/issuer"
 	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/ordered/zkown"
@@ -57,6 +58,7 @@ type node struct {
 	un    *segment.Unordered
 	coord *zkown.Coordinator
 	alloc *ordered.Allocator
+	sess  *zksession.Session
 	stall time.Duration // next planned hand-off stalls this long before its write-back
 }
 
@@ -125,16 +127,25 @@ func (n *node) start(ctx context.Context) error {
 	wall := pausingClock{n: n, base: n.clk.Now}
 	mono := pausingClock{n: n, base: time.Now}
 	name := n.zkName()
-	connect := func(servers []string, to time.Duration) (worker.ZK, <-chan zk.Event, error) {
-		conn, ev := c.zk.Connect(name, to)
-		return conn, ev, nil
-	}
-	stats := func(servers []string, _ time.Duration) []worker.ServerStat {
-		var out []worker.ServerStat
-		for _, s := range c.zk.Stats() {
-			out = append(out, worker.ServerStat{Server: s.Server, Serving: s.Serving, Zxid: s.Zxid})
-		}
-		return out
+	// The node's one ZooKeeper session (cluster/zksession), shared by the
+	// worker lease and the ORDERED coordinator as in the server; every
+	// client it opens (a redial replaces the client) is a zkfake client of
+	// this incarnation's name.
+	sess, err := zksession.Start(zksession.Config{Servers: []string{"zk0:2181"}, SessionTimeout: sessionTimeout,
+		Lead: heartbeat + outageTol + hwMargin, Logger: log.Named("zk"),
+		Connect: func(servers []string, to time.Duration) (zksession.ZK, <-chan zk.Event, error) {
+			conn, ev := c.zk.Connect(name, to)
+			return conn, ev, nil
+		},
+		ServerStats: func(servers []string, _ time.Duration) []zksession.ServerStat {
+			var out []zksession.ServerStat
+			for _, s := range c.zk.Stats() {
+				out = append(out, zksession.ServerStat{Server: s.Server, Serving: s.Serving, Zxid: s.Zxid})
+			}
+			return out
+		}})
+	if err != nil {
+		return fmt.Errorf("zksession: %w", err)
 	}
 	host, port := splitAddr(n.addr)
 	store := &nodeDB{Store: c.db.mem, d: c.db, n: n}
@@ -143,9 +154,10 @@ func (n *node) start(ctx context.Context) error {
 		Meta: worker.Meta{EpochMs: worker.DefaultEpochMs, IDCBits: idcBits, NodeBits: nodeBits},
 		App:  "idgen", Host: host, Port: port, PropertiesDir: n.dir, SessionTimeout: sessionTimeout,
 		HeartbeatInterval: heartbeat, OutageTolerance: outageTol, HighWaterMargin: hwMargin, MaxStartWait: 10 * time.Second,
-		ConnectTimeout: 2 * time.Second, Connect: connect, ServerStats: stats, Clock: wall, Holder: holder,
+		ConnectTimeout: 2 * time.Second, Session: sess, Clock: wall, Holder: holder,
 		Logger: log.Named("worker")})
 	if err != nil {
+		sess.Close()
 		return fmt.Errorf("worker: %w", err)
 	}
 	layout := snowflake.Layout{IDCBits: idcBits, NodeBits: nodeBits}.Normalize()
@@ -154,18 +166,16 @@ func (n *node) start(ctx context.Context) error {
 	un, err := segment.NewUnordered(segment.UnorderedConfig{Store: store, Floor: floor, Logger: log.Named("unordered")})
 	if err != nil {
 		_ = lease.Close(context.Background())
+		sess.Close()
 		return err
 	}
-	coord, err := zkown.Open(ctx, zkown.Config{Servers: []string{"zk0:2181"}, Root: "/idgen", Cluster: "sim", Self: n.addr,
+	coord, err := zkown.Open(ctx, zkown.Config{Session: sess, Root: "/idgen", Cluster: "sim", Self: n.addr,
 		SessionTimeout: sessionTimeout, Lease: orderedLease, Clock: mono, Timeout: zkTimeout, HandlerTimeout: time.Second,
-		UnsafeNoLeaseWait: c.ctl.noLeaseWait, Logger: log.Named("owners"),
-		Connect: func(context.Context) (zkown.ZK, <-chan zk.Event, error) {
-			conn, ev := c.zk.Connect(name, sessionTimeout)
-			return conn, ev, nil
-		}})
+		UnsafeNoLeaseWait: c.ctl.noLeaseWait, Logger: log.Named("owners")})
 	if err != nil {
 		_ = un.Close()
 		_ = lease.Close(context.Background())
+		sess.Close()
 		return fmt.Errorf("zkown: %w", err)
 	}
 	alloc, err := ordered.New(ordered.Config{Store: store, Coordinator: coord, Self: n.addr, Clock: mono, Window: 50 * time.Millisecond,
@@ -174,12 +184,14 @@ func (n *node) start(ctx context.Context) error {
 		_ = coord.Close(context.Background())
 		_ = un.Close()
 		_ = lease.Close(context.Background())
+		sess.Close()
 		return err
 	}
 	if err := coord.Start(ctx, alloc); err != nil {
 		_ = coord.Close(context.Background())
 		_ = un.Close()
 		_ = lease.Close(context.Background())
+		sess.Close()
 		return err
 	}
 	is, err := issuer.New(issuer.Config{Store: store, Unordered: un, Ordered: alloc, Bizs: segment.NewBizCache(store, time.Second),
@@ -188,11 +200,12 @@ func (n *node) start(ctx context.Context) error {
 		_ = coord.Close(context.Background())
 		_ = un.Close()
 		_ = lease.Close(context.Background())
+		sess.Close()
 		return err
 	}
 	holder.attach(is)
 	n.mu.Lock()
-	n.lease, n.is, n.un, n.coord, n.alloc, n.up = lease, is, un, coord, alloc, true
+	n.lease, n.is, n.un, n.coord, n.alloc, n.sess, n.up = lease, is, un, coord, alloc, sess, true
 	n.mu.Unlock()
 	return nil
 }
@@ -292,8 +305,8 @@ func (n *node) stop() {
 
 // parts is the running incarnation's components; n.mu is held.
 func (n *node) parts() incarnation {
-	p := incarnation{lease: n.lease, un: n.un, coord: n.coord}
-	n.lease, n.is, n.un, n.coord, n.alloc = nil, nil, nil, nil, nil
+	p := incarnation{lease: n.lease, un: n.un, coord: n.coord, sess: n.sess}
+	n.lease, n.is, n.un, n.coord, n.alloc, n.sess = nil, nil, nil, nil, nil, nil
 	return p
 }
 
@@ -302,6 +315,7 @@ type incarnation struct {
 	lease *worker.ZKLease
 	un    *segment.Unordered
 	coord *zkown.Coordinator
+	sess  *zksession.Session
 }
 
 // close stops the components; graceful hands off and releases (SIGTERM),
@@ -319,6 +333,9 @@ func (p incarnation) close(graceful bool) {
 	}
 	if p.lease != nil {
 		_ = p.lease.Close(ctx)
+	}
+	if p.sess != nil {
+		p.sess.Close() // last, as the server closes it
 	}
 }
 

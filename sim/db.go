@@ -51,6 +51,12 @@ func (d *db) snapshot() dbSnapshot {
 	return dbSnapshot{mem: d.mem.Snapshot(), epochs: maps.Clone(d.epochs), owners: maps.Clone(d.owners), rows: maps.Clone(d.rows), reqs: maps.Clone(d.reqs)}
 }
 
+func (d *db) serverID() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.server
+}
+
 // failover promotes a replica that holds only snap.
 func (d *db) failover(snap dbSnapshot) {
 	d.mu.Lock()
@@ -68,6 +74,67 @@ type nodeDB struct {
 	*memstore.Store
 	d *db
 	n *node
+	// onChange is told of a new server identity before the node's next
+	// statement runs on it (mysqlstore.Store.OnServerChange).
+	onChange func(old, new string)
+	seenMu   sync.Mutex
+	seen     int
+}
+
+// Server is the identity of the server behind the node's newest
+// connection (zkguard.Server).
+func (s *nodeDB) Server() string {
+	s.seenMu.Lock()
+	defer s.seenMu.Unlock()
+	if s.seen == 0 {
+		return ""
+	}
+	return fmt.Sprintf("mysql-%d", s.seen)
+}
+
+// Ping makes the node notice a server change (zkguard.Server).
+func (s *nodeDB) Ping(ctx context.Context) error { return s.boundary(ctx) }
+
+// boundary is n.boundary plus the server change check: a statement after a
+// failover reports the new server first, as a new MySQL connection does.
+func (s *nodeDB) boundary(ctx context.Context) error {
+	if err := s.n.boundary(ctx); err != nil {
+		return err
+	}
+	s.d.mu.Lock()
+	cur := s.d.server
+	s.d.mu.Unlock()
+	s.seenMu.Lock()
+	old := s.seen
+	s.seen = cur
+	s.seenMu.Unlock()
+	if old != 0 && old != cur && s.onChange != nil {
+		s.onChange(fmt.Sprintf("mysql-%d", old), fmt.Sprintf("mysql-%d", cur))
+	}
+	return nil
+}
+
+// raiseOwned raises ORDERED rows to the marks (GREATEST): the barrier's
+// repair on a new server (mysqlstore.Store.RaiseOrdered).
+func (s *nodeDB) raiseOwned(ctx context.Context, marks []segment.OrderedMark) error {
+	if err := s.boundary(ctx); err != nil {
+		return err
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	for _, m := range marks {
+		k := ordered.Key{Biz: m.Biz, SubKey: m.SubKey}
+		s.d.rows[k] = max(s.d.rows[k], m.Last)
+	}
+	return nil
+}
+
+// RaiseSegment passes the boundary (segment.Raiser through memstore).
+func (s *nodeDB) RaiseSegment(ctx context.Context, biz string, atLeast int64) error {
+	if err := s.boundary(ctx); err != nil {
+		return err
+	}
+	return s.Store.RaiseSegment(ctx, biz, atLeast)
 }
 
 var (
@@ -76,28 +143,28 @@ var (
 )
 
 func (s *nodeDB) ReserveSegment(ctx context.Context, biz string, step int64) (segment.Range, error) {
-	if err := s.n.boundary(ctx); err != nil {
+	if err := s.boundary(ctx); err != nil {
 		return segment.Range{}, err
 	}
 	return s.Store.ReserveSegment(ctx, biz, step)
 }
 
 func (s *nodeDB) ReserveOrdered(ctx context.Context, req segment.OrderedRequest) (segment.Range, error) {
-	if err := s.n.boundary(ctx); err != nil {
+	if err := s.boundary(ctx); err != nil {
 		return segment.Range{}, err
 	}
 	return s.Store.ReserveOrdered(ctx, req)
 }
 
 func (s *nodeDB) ReserveOrderedReplay(ctx context.Context, req segment.OrderedRequest) (segment.Reservation, error) {
-	if err := s.n.boundary(ctx); err != nil {
+	if err := s.boundary(ctx); err != nil {
 		return segment.Reservation{}, err
 	}
 	return s.Store.ReserveOrderedReplay(ctx, req)
 }
 
 func (s *nodeDB) GetBiz(ctx context.Context, name string) (segment.Biz, error) {
-	if err := s.n.boundary(ctx); err != nil {
+	if err := s.boundary(ctx); err != nil {
 		return segment.Biz{}, err
 	}
 	return s.Store.GetBiz(ctx, name)
@@ -122,7 +189,7 @@ func (s *nodeDB) lockShard(ctx context.Context, shard int) (func(), error) {
 
 // Claim implements ordered.Store with the rules of the real stores.
 func (s *nodeDB) Claim(ctx context.Context, shard int, epoch int64, owner string) error {
-	if err := s.n.boundary(ctx); err != nil {
+	if err := s.boundary(ctx); err != nil {
 		return err
 	}
 	unlock, err := s.lockShard(ctx, shard)
@@ -143,7 +210,7 @@ func (s *nodeDB) Claim(ctx context.Context, shard int, epoch int64, owner string
 
 // Load implements ordered.Store.
 func (s *nodeDB) Load(ctx context.Context, shard int, epoch int64, keys []ordered.Key) (map[ordered.Key]int64, error) {
-	if err := s.n.boundary(ctx); err != nil {
+	if err := s.boundary(ctx); err != nil {
 		return nil, err
 	}
 	d := s.d
@@ -168,7 +235,7 @@ func (s *nodeDB) Persist(ctx context.Context, shard int, epoch int64, rows []ord
 	if err := ordered.ValidatePersist(shard, rows, reqs); err != nil {
 		return err
 	}
-	if err := s.n.boundary(ctx); err != nil {
+	if err := s.boundary(ctx); err != nil {
 		return err
 	}
 	unlock, err := s.lockShard(ctx, shard)
@@ -176,7 +243,7 @@ func (s *nodeDB) Persist(ctx context.Context, shard int, epoch int64, rows []ord
 		return err
 	}
 	defer unlock()
-	if err := s.n.boundary(context.Background()); err != nil {
+	if err := s.boundary(context.Background()); err != nil {
 		return err
 	}
 	d := s.d
@@ -206,7 +273,7 @@ func (s *nodeDB) Persist(ctx context.Context, shard int, epoch int64, rows []ord
 
 // WriteBack implements ordered.Store.
 func (s *nodeDB) WriteBack(ctx context.Context, shard int, epoch int64, rows []ordered.Row) error {
-	if err := s.n.boundary(ctx); err != nil {
+	if err := s.boundary(ctx); err != nil {
 		return err
 	}
 	unlock, err := s.lockShard(ctx, shard)
@@ -228,7 +295,7 @@ func (s *nodeDB) WriteBack(ctx context.Context, shard int, epoch int64, rows []o
 
 // LookupRequests implements ordered.Store.
 func (s *nodeDB) LookupRequests(ctx context.Context, biz, scope string, ids []string) (map[string]ordered.Request, error) {
-	if err := s.n.boundary(ctx); err != nil {
+	if err := s.boundary(ctx); err != nil {
 		return nil, err
 	}
 	d := s.d

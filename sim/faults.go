@@ -51,13 +51,14 @@ const (
 // current code is expected to survive without a violation. The others
 // are drawn by the controls (and by --mix); see notes for which hole of
 // issue 29 each one opens on the current code.
-var defaultMix = []kind{kPause, kKill, kKillBack, kFresh, kTerm, kTermBack, kTermStall, kStallKill, kPartition, kExpire, kElect, kLag, kDown, kStep, kStall, kDBFail}
+var defaultMix = []kind{kWipe, kRestore, kPause, kKill, kKillBack, kFresh, kTerm, kTermBack, kTermStall, kStallKill, kPartition, kExpire, kElect, kLag, kDown, kStep, kStall, kDBFail}
 
 // controls are the switches a negative control turns on inside the
 // simulated nodes (the in-process twin of the faultinject switch).
 type controls struct {
 	noLeaseWait bool
 	noFence     bool
+	noGuard     bool
 	slot        func(worker.Slot) worker.Slot
 }
 
@@ -78,6 +79,8 @@ var Controls = []Control{
 		func(c *controls) { c.noLeaseWait = true }},
 	{"IDGEN_FAULT_ORDERED_NO_EPOCH", "ORDERED persists ignore the shard epoch (a deposed owner's write-back lowers rows)", []kind{kStallKill},
 		func(c *controls) { c.noFence = true }},
+	{"IDGEN_FAULT_NO_REPLICATION_GUARD", "no ledger and no barrier: a lossy MySQL failover repeats numbers", []kind{kFailover, kPause},
+		func(c *controls) { c.noGuard = true }},
 	{"IDGEN_FAULT_IGNORE_NOT_BEFORE", "a slot's new holder issues at once, below its previous holders' marks", []kind{kTermBack, kKillBack, kKill, kStep},
 		func(c *controls) { c.slot = func(s worker.Slot) worker.Slot { s.NotBefore = 0; return s } }},
 	{"IDGEN_FAULT_IGNORE_RESTORE", "a restored cluster's marks are trusted (no wait of one lead)", []kind{kRestore, kFresh, kKillBack},

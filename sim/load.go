@@ -69,7 +69,7 @@ func (c *cluster) caller(ctx context.Context, name string, rng *rand.Rand, rec *
 			if !ok {
 				break
 			}
-			if req.RequestID != "" && !rec.answered(req.RequestID, ridAnswer{subKey: req.SubKey, count: req.Count, ranges: call.Ranges}, call.String()) {
+			if req.RequestID != "" && !rec.answered(req.RequestID, ridAnswer{server: c.db.serverID(), subKey: req.SubKey, count: req.Count, ranges: call.Ranges}, call.String()) {
 				break // a replay: checked, not counted twice
 			}
 			if !replay {

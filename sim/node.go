@@ -15,6 +15,7 @@ import (
 	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/ordered/zkown"
 	"github.com/idgen/idgen/segment"
+	"github.com/idgen/idgen/segment/zkguard"
 	"github.com/idgen/idgen/snowflake"
 	"github.com/idgen/idgen/worker"
 )
@@ -59,6 +60,7 @@ type node struct {
 	coord *zkown.Coordinator
 	alloc *ordered.Allocator
 	sess  *zksession.Session
+	guard *zkguard.Guard
 	stall time.Duration // next planned hand-off stalls this long before its write-back
 }
 
@@ -163,8 +165,32 @@ func (n *node) start(ctx context.Context) error {
 	layout := snowflake.Layout{IDCBits: idcBits, NodeBits: nodeBits}.Normalize()
 	floor := layout.Floor(lease.Meta().CreatedMs)
 	guard := clock.NewGuard(clock.GuardConfig{Clock: wall, Logger: log.Named("clock")}, 0)
-	un, err := segment.NewUnordered(segment.UnorderedConfig{Store: store, Floor: floor, Logger: log.Named("unordered")})
+	// The replication guard (segment/zkguard) on the same session: the
+	// ledger of UNORDERED segments and the ORDERED barrier after a server
+	// change of the simulated MySQL (db.failover).
+	guardCfg := zkguard.Config{Session: sess, Servers: []string{"zk0:2181"}, Root: "/idgen", Cluster: "sim", Self: n.addr, Timeout: zkTimeout,
+		BarrierWait: time.Second, MemberLease: time.Second, MaxClockSkew: 500 * time.Millisecond, Now: wall.Now,
+		Disabled: c.ctl.noGuard, Logger: log.Named("guard")}
+	g, err := zkguard.Open(guardCfg)
 	if err != nil {
+		_ = lease.Close(context.Background())
+		sess.Close()
+		return fmt.Errorf("zkguard: %w", err)
+	}
+	var (
+		ledger segment.Ledger
+		gate   segment.Gate
+	)
+	if !c.ctl.noGuard {
+		// The control runs without ledger and gate, as the server did
+		// before issue 18 (a Disabled guard as the gate refuses ORDERED
+		// for good: its membership bound is never written).
+		store.onChange = g.ServerChanged
+		ledger, gate = g, g
+	}
+	un, err := segment.NewUnordered(segment.UnorderedConfig{Store: store, Floor: floor, Logger: log.Named("unordered"), Ledger: ledger})
+	if err != nil {
+		g.Close()
 		_ = lease.Close(context.Background())
 		sess.Close()
 		return err
@@ -174,15 +200,17 @@ func (n *node) start(ctx context.Context) error {
 		UnsafeNoLeaseWait: c.ctl.noLeaseWait, Logger: log.Named("owners")})
 	if err != nil {
 		_ = un.Close()
+		g.Close()
 		_ = lease.Close(context.Background())
 		sess.Close()
 		return fmt.Errorf("zkown: %w", err)
 	}
-	alloc, err := ordered.New(ordered.Config{Store: store, Coordinator: coord, Self: n.addr, Clock: mono, Window: 50 * time.Millisecond,
+	alloc, err := ordered.New(ordered.Config{Store: store, Coordinator: coord, Self: n.addr, Clock: mono, Window: 50 * time.Millisecond, Gate: gate,
 		Timeout: 500 * time.Millisecond, Logger: log.Named("ordered"), BeforeWriteBack: n.beforeWriteBack})
 	if err != nil {
 		_ = coord.Close(context.Background())
 		_ = un.Close()
+		g.Close()
 		_ = lease.Close(context.Background())
 		sess.Close()
 		return err
@@ -190,6 +218,7 @@ func (n *node) start(ctx context.Context) error {
 	if err := coord.Start(ctx, alloc); err != nil {
 		_ = coord.Close(context.Background())
 		_ = un.Close()
+		g.Close()
 		_ = lease.Close(context.Background())
 		sess.Close()
 		return err
@@ -199,13 +228,21 @@ func (n *node) start(ctx context.Context) error {
 	if err != nil {
 		_ = coord.Close(context.Background())
 		_ = un.Close()
+		g.Close()
 		_ = lease.Close(context.Background())
 		sess.Close()
 		return err
 	}
 	holder.attach(is)
+	g.StartBarrier(store, func(ctx context.Context) error {
+		var marks []segment.OrderedMark
+		alloc.Remembered(func(biz, sub string, last int64) {
+			marks = append(marks, segment.OrderedMark{Biz: biz, SubKey: sub, Last: last})
+		})
+		return store.raiseOwned(ctx, marks)
+	})
 	n.mu.Lock()
-	n.lease, n.is, n.un, n.coord, n.alloc, n.sess, n.up = lease, is, un, coord, alloc, sess, true
+	n.lease, n.is, n.un, n.coord, n.alloc, n.sess, n.guard, n.up = lease, is, un, coord, alloc, sess, g, true
 	n.mu.Unlock()
 	return nil
 }
@@ -305,8 +342,8 @@ func (n *node) stop() {
 
 // parts is the running incarnation's components; n.mu is held.
 func (n *node) parts() incarnation {
-	p := incarnation{lease: n.lease, un: n.un, coord: n.coord, sess: n.sess}
-	n.lease, n.is, n.un, n.coord, n.alloc, n.sess = nil, nil, nil, nil, nil, nil
+	p := incarnation{lease: n.lease, un: n.un, coord: n.coord, sess: n.sess, guard: n.guard}
+	n.lease, n.is, n.un, n.coord, n.alloc, n.sess, n.guard = nil, nil, nil, nil, nil, nil, nil
 	return p
 }
 
@@ -316,6 +353,7 @@ type incarnation struct {
 	un    *segment.Unordered
 	coord *zkown.Coordinator
 	sess  *zksession.Session
+	guard *zkguard.Guard
 }
 
 // close stops the components; graceful hands off and releases (SIGTERM),
@@ -330,6 +368,9 @@ func (p incarnation) close(graceful bool) {
 	}
 	if p.un != nil {
 		_ = p.un.Close()
+	}
+	if p.guard != nil {
+		p.guard.Close()
 	}
 	if p.lease != nil {
 		_ = p.lease.Close(ctx)

@@ -59,14 +59,32 @@ type Result struct {
 	Replays  int      // request-id replays checked
 	Replay   []string // replays that returned another range
 	Stuck    []string // availability: what a node could not serve after the faults ended
-	Err      error    // the run itself failed (a node could not start)
-	Took     time.Duration
+	// MaxLag is the worst scheduling delay seen by a 10 ms ticker during
+	// the run. Above OverloadLag the machine starved the run: its
+	// availability findings and start failures are not judged (they are
+	// timing), its safety findings are (they must hold at any speed).
+	MaxLag time.Duration
+	Err    error // the run itself failed (a node could not start)
+	Took   time.Duration
 }
 
 // Failed reports a violation (or a run that could not be judged).
 func (r *Result) Failed() bool {
-	return r.Err != nil || len(r.Replay) > 0 || len(r.Stuck) > 0 || (r.Report != nil && r.Report.Failed())
+	if r.Unsafe() {
+		return true
+	}
+	if r.Overloaded() {
+		return false
+	}
+	return r.Err != nil || len(r.Stuck) > 0
 }
+
+// OverloadLag is the scheduling delay above which a run counts as starved
+// by the machine: a third of the simulated session timeout.
+const OverloadLag = sessionTimeout / 3
+
+// Overloaded reports that the machine starved the run (see MaxLag).
+func (r *Result) Overloaded() bool { return r.MaxLag > OverloadLag }
 
 // Unsafe reports a safety violation: a number twice, an order violation,
 // a (worker, ms) of two incarnations, or a replay with another range (not
@@ -82,7 +100,10 @@ func (r *Result) String() string {
 	if r.Failed() {
 		verdict = "FAILED"
 	}
-	fmt.Fprintf(&b, "seed %d: %s (%v)", r.Seed, verdict, r.Took.Round(time.Millisecond))
+	if !r.Failed() && r.Overloaded() && (r.Err != nil || len(r.Stuck) > 0) {
+		verdict = "inconclusive"
+	}
+	fmt.Fprintf(&b, "seed %d: %s (%v, max scheduling lag %v)", r.Seed, verdict, r.Took.Round(time.Millisecond), r.MaxLag.Round(time.Millisecond))
 	if r.Report != nil {
 		fmt.Fprintf(&b, ": %d calls, %d ok, %d IDs, %d duplicates, %d order, %d worker-ms, %d replays (%d differ)",
 			r.Report.Calls, r.Report.OK, r.Report.IDs, r.Report.Duplicates, r.Report.Order, r.Report.WorkerMs, r.Replays, len(r.Replay))
@@ -90,7 +111,7 @@ func (r *Result) String() string {
 	if r.Err != nil {
 		fmt.Fprintf(&b, ": %v", r.Err)
 	}
-	if r.Failed() {
+	if r.Failed() || verdict == "inconclusive" {
 		b.WriteString("\n  schedule (replay with --seed " + fmt.Sprint(r.Seed) + "):")
 		for _, s := range r.Schedule {
 			b.WriteString("\n    " + s)
@@ -112,6 +133,33 @@ func (r *Result) String() string {
 		}
 	}
 	return b.String()
+}
+
+// watchLag records in *max the worst lateness of a 10 ms ticker until the
+// returned func is called (idempotent).
+func watchLag(maxLag *time.Duration) func() {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		const every = 10 * time.Millisecond
+		t := time.NewTicker(every)
+		defer t.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-t.C:
+				if lag := time.Since(last) - every; lag > *maxLag {
+					*maxLag = lag
+				}
+				last = now
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(stop); <-done }) }
 }
 
 // cluster is one run's world.
@@ -164,6 +212,8 @@ func Run(seed uint64, o Options) *Result {
 		o.Logger = zap.NewNop()
 	}
 	res := &Result{Seed: seed}
+	stopLag := watchLag(&res.MaxLag)
+	defer stopLag()
 	ctl, mix, err := controlFor(o.Control)
 	if err != nil {
 		res.Err = err
@@ -208,6 +258,7 @@ func Run(seed uint64, o Options) *Result {
 	c.bg.Wait()
 	res.Stuck = c.probe(probeWait)
 	c.shutdown()
+	stopLag()
 	res.Report = checker.Check(rec.okCalls(), checker.Options{Layout: checker.DefaultLayout})
 	res.Replays, res.Replay = rec.replays, rec.replayDiffs
 	res.Took = time.Since(start)
@@ -257,13 +308,18 @@ func (c *cluster) setup(dir string, skews []time.Duration) error {
 		c.nodes = append(c.nodes, n)
 		c.byAdr[n.addr] = n
 	}
-	errs := make(chan error, nodes)
+	var wg sync.WaitGroup
 	for _, n := range c.nodes {
-		go func() { errs <- n.start(context.Background()) }()
+		wg.Add(1)
+		go func() { defer wg.Done(); c.restart(n) }()
 	}
-	for range nodes {
-		if err := <-errs; err != nil {
-			return fmt.Errorf("start: %w", err)
+	wg.Wait()
+	for _, n := range c.nodes {
+		n.mu.Lock()
+		up := n.up
+		n.mu.Unlock()
+		if !up {
+			return fmt.Errorf("start: %s did not start within 10 s", n.addr)
 		}
 	}
 	return nil

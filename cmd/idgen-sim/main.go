@@ -86,7 +86,7 @@ func run() int {
 	start := time.Now()
 	var (
 		next, done, failed atomic.Int64
-		unsafe             atomic.Int64
+		unsafe, starved    atomic.Int64
 		mu                 sync.Mutex
 		failures           []uint64
 		wg                 sync.WaitGroup
@@ -106,13 +106,17 @@ func run() int {
 					if r.Unsafe() {
 						unsafe.Add(1)
 					}
+					inconclusive := !r.Failed() && r.Overloaded() && (r.Err != nil || len(r.Stuck) > 0)
+					if inconclusive {
+						starved.Add(1)
+					}
 					if r.Failed() {
 						failed.Add(1)
 						mu.Lock()
 						failures = append(failures, r.Seed)
 						fmt.Println(r)
 						mu.Unlock()
-					} else if *verbose {
+					} else if *verbose || inconclusive {
 						fmt.Println(r)
 					}
 				}
@@ -121,7 +125,8 @@ func run() int {
 	}
 	wg.Wait()
 	took := time.Since(start)
-	fmt.Printf("idgen-sim: %d runs, %d failed (%d unsafe), %v, %.2f seeds/s; failing seeds: %v\n", done.Load(), failed.Load(), unsafe.Load(),
+	fmt.Printf("idgen-sim: %d runs, %d failed (%d unsafe), %d inconclusive (machine overloaded), %v, %.2f seeds/s; failing seeds: %v\n",
+		done.Load(), failed.Load(), unsafe.Load(), starved.Load(),
 		took.Round(time.Millisecond), float64(done.Load())/took.Seconds(), failures)
 	if *expect {
 		// A switch's control must find a safety violation (an

@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/idgen/idgen/clock"
@@ -36,8 +37,8 @@ const (
 	kStall     kind = "db-stall"          // every MySQL statement hangs for d
 	kDBFail    kind = "db-fail"           // the next statements fail (connection lost)
 	kFailover  kind = "db-failover"       // lossy failover to a replica d behind
-	kKillBack  kind = "kill-clockback"    // SIGKILL, restart after d with the wall clock 250 ms further back
-	kTermBack  kind = "sigterm-clockback" // SIGTERM, restart after d with the wall clock 250 ms further back
+	kKillBack  kind = "kill-clockback"    // SIGKILL, restart after d with the wall clock clockBack (1.5 s) further back
+	kTermBack  kind = "sigterm-clockback" // SIGTERM, restart after d with the wall clock clockBack (1.5 s) further back
 	// sigterm-stall-kill: a SIGTERM whose hand-off freezes before the
 	// write-back (past the node's lease: another node takes its shards),
 	// then, once the late write-back is done, SIGKILL of the next node
@@ -227,7 +228,7 @@ func (c *cluster) play(ctx context.Context, t0 time.Time, sched []event) {
 			n.kill()
 			c.later(e.d, func() {
 				if e.kind == kKillBack {
-					n.clk.Set(n.clk.Get() - 250*time.Millisecond)
+					n.clk.Set(n.clk.Get() - clockBack)
 				}
 				if e.kind == kFresh {
 					_ = os.RemoveAll(n.dir)
@@ -236,13 +237,26 @@ func (c *cluster) play(ctx context.Context, t0 time.Time, sched []event) {
 				c.restart(n)
 			})
 		case kTerm, kTermStall, kTermBack, kStallKill:
+			var killOther func()
 			if e.kind == kStallKill {
+				// The kill follows the late write-back (100 ms after the
+				// stall ends), whenever the hand-off reaches it; if the
+				// node had no shard to hand off, after the stop.
 				other := c.nodes[(e.node+1)%len(c.nodes)]
-				c.later(3*orderedLease+150*time.Millisecond, func() {
-					other.kill()
-					time.Sleep(300 * time.Millisecond)
-					c.restart(other)
-				})
+				var once sync.Once
+				c.bg.Add(1)
+				killOther = func() {
+					once.Do(func() {
+						defer c.bg.Done()
+						time.Sleep(100 * time.Millisecond)
+						other.kill()
+						time.Sleep(300 * time.Millisecond)
+						c.restart(other)
+					})
+				}
+				n.mu.Lock()
+				n.afterStall = killOther
+				n.mu.Unlock()
 			}
 			if e.kind == kTermStall || e.kind == kStallKill {
 				n.mu.Lock()
@@ -253,9 +267,12 @@ func (c *cluster) play(ctx context.Context, t0 time.Time, sched []event) {
 			go func() {
 				defer c.bg.Done()
 				n.stop()
+				if killOther != nil {
+					killOther()
+				}
 				time.Sleep(e.d)
 				if e.kind == kTermBack {
-					n.clk.Set(n.clk.Get() - 250*time.Millisecond)
+					n.clk.Set(n.clk.Get() - clockBack)
 				}
 				c.restart(n)
 			}()
@@ -345,3 +362,9 @@ func (c *cluster) restart(n *node) {
 }
 
 func newClock() *clock.Offset { return &clock.Offset{Base: clock.System{}} }
+
+// clockBack is how far a *-clockback restart steps the node's wall clock
+// back: longer than the restart delays drawn (≤ 1 s), so the restarted
+// node's clock is behind what its previous incarnation issued, and well
+// inside MaxStartWait (the real code waits it out).
+const clockBack = 1500 * time.Millisecond

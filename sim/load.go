@@ -13,6 +13,18 @@ import (
 	"github.com/idgen/idgen/segment"
 )
 
+// subKeys are the ORDERED sub keys of the load; loadShards their shards.
+var (
+	subKeys    = []string{"k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"}
+	loadShards = func() map[int]bool {
+		m := map[int]bool{}
+		for _, k := range subKeys {
+			m[segment.Shard(k)] = true
+		}
+		return m
+	}()
+)
+
 // caller is one sequential client: it sends requests of every channel to
 // random nodes until ctx ends. A gapless ORDERED request carries a request
 // id half of the time and is retried with it after a failure; now and then
@@ -32,10 +44,10 @@ func (c *cluster) caller(ctx context.Context, name string, rng *rand.Rand, rec *
 			req.Biz, ch = bizUnordered, segment.ChannelUnordered
 		case p < 75:
 			req.Biz, ch = bizCached, segment.ChannelOrdered
-			req.SubKey = fmt.Sprintf("k%d", rng.IntN(8))
+			req.SubKey = subKeys[rng.IntN(len(subKeys))]
 		default:
 			req.Biz, ch = bizGapless, segment.ChannelOrdered
-			req.SubKey = fmt.Sprintf("k%d", rng.IntN(8))
+			req.SubKey = subKeys[rng.IntN(len(subKeys))]
 			if rng.IntN(2) == 0 {
 				req.RequestID = fmt.Sprintf("%s-%d", name, seq)
 			}

@@ -62,6 +62,9 @@ type node struct {
 	sess  *zksession.Session
 	guard *zkguard.Guard
 	stall time.Duration // next planned hand-off stalls this long before its write-back
+	// afterStall runs (in the background) once that stall ended, just
+	// before the late write-back.
+	afterStall func()
 }
 
 // zkName is the ZooKeeper client name of the current incarnation (a
@@ -249,10 +252,13 @@ func (n *node) start(ctx context.Context) error {
 
 // beforeWriteBack stalls a planned hand-off once when the schedule asked
 // for it (the deposed owner's late write-back the epoch must refuse).
-func (n *node) beforeWriteBack(int) {
+func (n *node) beforeWriteBack(shard int) {
+	if !loadShards[shard] {
+		return // a shard without traffic: a late write-back there shows nothing
+	}
 	n.mu.Lock()
-	d := n.stall
-	n.stall = 0
+	d, after := n.stall, n.afterStall
+	n.stall, n.afterStall = 0, nil
 	n.mu.Unlock()
 	if d > 0 {
 		// Frozen in the middle of the hand-off, past the node's
@@ -261,6 +267,9 @@ func (n *node) beforeWriteBack(int) {
 		n.pause()
 		time.Sleep(d)
 		n.thaw()
+	}
+	if after != nil {
+		go after()
 	}
 }
 

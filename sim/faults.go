@@ -22,23 +22,24 @@ type kind string
 // or stopped node restarts, a partition heals), so the settling period
 // sees the whole cluster again.
 const (
-	kPause     kind = "pause"             // SIGSTOP one node for d, then SIGCONT
-	kKill      kind = "kill"              // SIGKILL one node, restart it after d (properties file kept)
-	kTerm      kind = "sigterm"           // SIGTERM one node (hand-off), restart after d
-	kTermStall kind = "sigterm-stall"     // SIGTERM whose hand-off stalls before the write-back
-	kPartition kind = "zk-partition"      // cut one node from ZooKeeper for d
-	kExpire    kind = "zk-expire"         // the server ends one node's sessions
-	kElect     kind = "zk-elect"          // a leader election (every client reconnects, new epoch)
-	kLag       kind = "zk-lag"            // a follower lags far behind for d (seen through srvr)
-	kDown      kind = "zk-down"           // the whole ensemble unreachable for d
-	kWipe      kind = "zk-wipe"           // the ensemble restarts empty
-	kRestore   kind = "zk-restore"        // the ensemble restarts from a copy taken d earlier
-	kStep      kind = "clock-step"        // one node's wall clock steps by d (back or forward)
-	kStall     kind = "db-stall"          // every MySQL statement hangs for d
-	kDBFail    kind = "db-fail"           // the next statements fail (connection lost)
-	kFailover  kind = "db-failover"       // lossy failover to a replica d behind
-	kKillBack  kind = "kill-clockback"    // SIGKILL, restart after d with the wall clock clockBack (1.5 s) further back
-	kTermBack  kind = "sigterm-clockback" // SIGTERM, restart after d with the wall clock clockBack (1.5 s) further back
+	kPause       kind = "pause"             // SIGSTOP one node for d, then SIGCONT
+	kKill        kind = "kill"              // SIGKILL one node, restart it after d (properties file kept)
+	kTerm        kind = "sigterm"           // SIGTERM one node (hand-off), restart after d
+	kTermStall   kind = "sigterm-stall"     // SIGTERM whose hand-off stalls before the write-back
+	kPartition   kind = "zk-partition"      // cut one node from ZooKeeper for d
+	kExpire      kind = "zk-expire"         // the server ends one node's sessions
+	kElect       kind = "zk-elect"          // a leader election (every client reconnects, new epoch)
+	kLag         kind = "zk-lag"            // a follower lags far behind for d (seen through srvr)
+	kDown        kind = "zk-down"           // the whole ensemble unreachable for d
+	kWipe        kind = "zk-wipe"           // the ensemble restarts empty
+	kRestore     kind = "zk-restore"        // the ensemble restarts from a copy taken d earlier
+	kRestoreInit kind = "zk-restore-init"   // the ensemble restarts from the backup taken at cluster init (before any slot was claimed)
+	kStep        kind = "clock-step"        // one node's wall clock steps by d (back or forward)
+	kStall       kind = "db-stall"          // every MySQL statement hangs for d
+	kDBFail      kind = "db-fail"           // the next statements fail (connection lost)
+	kFailover    kind = "db-failover"       // lossy failover to a replica d behind
+	kKillBack    kind = "kill-clockback"    // SIGKILL, restart after d with the wall clock clockBack (1.5 s) further back
+	kTermBack    kind = "sigterm-clockback" // SIGTERM, restart after d with the wall clock clockBack (1.5 s) further back
 	// sigterm-stall-kill: a SIGTERM whose hand-off freezes before the
 	// write-back (past the node's lease: another node takes its shards),
 	// then, once the late write-back is done, SIGKILL of the next node
@@ -84,7 +85,7 @@ var Controls = []Control{
 		func(c *controls) { c.noGuard = true }},
 	{"IDGEN_FAULT_IGNORE_NOT_BEFORE", "a slot's new holder issues at once, below its previous holders' marks", []kind{kTermBack, kKillBack, kKill, kStep},
 		func(c *controls) { c.slot = func(s worker.Slot) worker.Slot { s.NotBefore = 0; return s } }},
-	{"IDGEN_FAULT_IGNORE_RESTORE", "a restored cluster's marks are trusted (no wait of one lead)", []kind{kRestore, kFresh, kKillBack},
+	{"IDGEN_FAULT_IGNORE_RESTORE", "a restored cluster's marks are trusted (no wait of one lead)", []kind{kRestoreInit, kRestore, kFresh, kKillBack},
 		func(c *controls) {
 			c.slot = func(s worker.Slot) worker.Slot { s.NotBefore = s.MarkNotBefore; return s }
 		}},
@@ -99,7 +100,7 @@ var Holes = []struct {
 	Mix        []kind
 }{
 	{"zk-wipe", "l (and e): the ORDERED coordinator's ZooKeeper client never recovers from a wipe; ORDERED stays down", []kind{kWipe, kKill, kPause}},
-	{"zk-restore", "l after a restore from a copy (and h: the restore is not detected by every guard)", []kind{kRestore, kFresh, kKill}},
+	{"zk-restore", "l after a restore from a copy (and h: the restore is not detected by every guard)", []kind{kRestore, kRestoreInit, kFresh, kKill}},
 }
 
 // controlFor returns the switches and the mix of a control name ("" for
@@ -307,6 +308,8 @@ func (c *cluster) play(ctx context.Context, t0 time.Time, sched []event) {
 			}
 			snapMu <- struct{}{}
 			c.zk.Restore(s)
+		case kRestoreInit:
+			c.zk.Restore(c.initSnap)
 		case kStep:
 			n.clk.Set(n.clk.Get() + e.d)
 		case kStall:

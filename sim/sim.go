@@ -170,6 +170,8 @@ type cluster struct {
 	byAdr map[string]*node
 	ctl   controls
 	log   *zap.Logger
+	// initSnap is ZooKeeper's state right after cluster init.
+	initSnap zkfake.Snapshot
 
 	gmu   sync.Mutex
 	grave []incarnation // killed incarnations, stopped at the end
@@ -278,6 +280,9 @@ func (c *cluster) setup(dir string, skews []time.Duration) error {
 		return fmt.Errorf("cluster init: %w", err)
 	}
 	conn.Close()
+	// The operator's oldest backup: taken right after cluster init, before
+	// any node claimed a slot (zk-restore-init restores it).
+	c.initSnap = c.zk.Snapshot()
 	for _, b := range []segment.Biz{
 		{Name: bizSnowflake, Channel: segment.ChannelSnowflake, Fallback: true, Step: 1000},
 		{Name: bizUnordered, Channel: segment.ChannelUnordered, Step: 200},

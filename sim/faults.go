@@ -53,7 +53,7 @@ const (
 // current code is expected to survive without a violation. The others
 // are drawn by the controls (and by --mix); see notes for which hole of
 // issue 29 each one opens on the current code.
-var defaultMix = []kind{kWipe, kRestore, kPause, kKill, kKillBack, kFresh, kTerm, kTermBack, kTermStall, kStallKill, kPartition, kExpire, kElect, kLag, kDown, kStep, kStall, kDBFail}
+var defaultMix = []kind{kWipe, kRestore, kRestoreInit, kPause, kKill, kKillBack, kFresh, kTerm, kTermBack, kTermStall, kStallKill, kPartition, kExpire, kElect, kLag, kDown, kStep, kStall, kDBFail}
 
 // controls are the switches a negative control turns on inside the
 // simulated nodes (the in-process twin of the faultinject switch).

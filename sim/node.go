@@ -154,7 +154,8 @@ func (n *node) start(ctx context.Context) error {
 	layout := snowflake.Layout{IDCBits: idcBits, NodeBits: nodeBits}.Normalize()
 	floor := layout.Floor(lease.Meta().CreatedMs)
 	guard := clock.NewGuard(clock.GuardConfig{Clock: wall, Logger: log.Named("clock")}, 0)
-	un, err := segment.NewUnordered(segment.UnorderedConfig{Store: store, Floor: floor, Logger: log.Named("unordered")})
+	un, err := segment.NewUnordered(segment.UnorderedConfig{Store: store, Floor: floor, Logger: log.Named("unordered"),
+		RetryBackoff: 20 * time.Millisecond, MaxRetryBackoff: 200 * time.Millisecond}) // the defaults scaled like the other timings
 	if err != nil {
 		_ = lease.Close(context.Background())
 		return err

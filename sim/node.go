@@ -191,7 +191,8 @@ func (n *node) start(ctx context.Context) error {
 		store.onChange = g.ServerChanged
 		ledger, gate = g, g
 	}
-	un, err := segment.NewUnordered(segment.UnorderedConfig{Store: store, Floor: floor, Logger: log.Named("unordered"), Ledger: ledger})
+	un, err := segment.NewUnordered(segment.UnorderedConfig{Store: store, Floor: floor, Logger: log.Named("unordered"), Ledger: ledger,
+		RetryBackoff: 20 * time.Millisecond, MaxRetryBackoff: 200 * time.Millisecond}) // the defaults scaled like the other timings
 	if err != nil {
 		g.Close()
 		_ = lease.Close(context.Background())

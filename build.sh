@@ -18,6 +18,13 @@
 #                                 fault-injection suite (faults/): own ZooKeeper + MariaDB, 3+ real
 #                                 nodes under load, independent checker, negative controls; not part
 #                                 of test. ./build.sh faults --list names the scenarios
+#   ./build.sh sim [--seed N | --seeds K [--first N]] [--budget DUR] [--control NAME] [--parallel P]
+#                  [--repeat R] [--list] [-v]
+#                                 cluster simulator (sim/): in-process nodes running the real code on a
+#                                 simulated ZooKeeper, MySQL, clocks and processes; faults drawn from
+#                                 the seed; a failing seed prints its schedule, --seed N replays it.
+#                                 --control IDGEN_FAULT_X runs a negative control (must find a
+#                                 violation); ./build.sh sim --list names them. test runs a short budget
 #
 # Servers are installed with apt-get when missing (with sudo when not root).
 # IDGEN_VERSION overrides the version stamped into the binaries.
@@ -33,6 +40,10 @@ ZKSERVER=/usr/share/zookeeper/bin/zkServer.sh
 LOG=/dev/null # ./build.sh test: output/test/test.log
 # The decode fuzz budget of ./build.sh test (IDGEN_FUZZTIME overrides).
 FUZZTIME=${IDGEN_FUZZTIME:-15s}
+# The simulator's budget in ./build.sh test (IDGEN_SIMTIME overrides; seeds
+# from IDGEN_SIMSEED, default 1, so a run of test replays the same schedules).
+SIMTIME=${IDGEN_SIMTIME:-30s}
+SIMSEED=${IDGEN_SIMSEED:-1}
 
 log() {
   printf '==> %s\n' "$*" >&2
@@ -465,6 +476,9 @@ cmd_test() {
   # building ./server/ with coverage instrumentation and the fuzz time.
   if [ "$all" = 1 ]; then
     run_check "fuzz FuzzServerDecode ($FUZZTIME)" go test -run '^$' -fuzz '^FuzzServerDecode$' -fuzztime "$FUZZTIME" ./server/
+    # The cluster simulator, a short budget of seeds (sim/; the long run
+    # is ./build.sh sim --seeds 1000).
+    run_check "sim ($SIMTIME from seed $SIMSEED)" go run -tags faultinject ./cmd/idgen-sim --budget "$SIMTIME" --first "$SIMSEED" --parallel 2
   fi
   TEST_DONE=1
 }
@@ -782,6 +796,25 @@ cmd_faults() {
   [ "$rc" = 0 ] || die "faults: a scenario failed or a negative control did not fail (exit $rc)"
 }
 
+# ./build.sh sim: the cluster simulator, built with -tags faultinject so
+# the negative controls' switches exist in-process.
+cmd_sim() {
+  local bin=$ROOT/output/sim/bin args=()
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --seed | --seeds | --first | --budget | --control | --parallel | --repeat | --nodes | --duration) args+=("-${1#--}" "$2"); shift ;;
+      --list) args+=(-list) ;;
+      -v) args+=(-v) ;;
+      --expect-violation) args+=(-expect-violation) ;;
+      *) die "unknown argument $1: ./build.sh sim [--seed N | --seeds K [--first N]] [--budget DUR] [--control NAME] [--parallel P] [--repeat R] [--list] [-v]" ;;
+    esac
+    shift
+  done
+  mkdir -p "$bin"
+  go build -tags faultinject -o "$bin/idgen-sim" ./cmd/idgen-sim
+  "$bin/idgen-sim" "${args[@]}" || die "sim: a seed failed (its schedule is printed above; replay it with --seed N)"
+}
+
 case "${1:-}" in
   build) shift; cmd_build "$@" ;;
   run) shift; cmd_run "$@" ;;
@@ -790,6 +823,7 @@ case "${1:-}" in
   servers) shift; cmd_servers "$@" ;;
   lint) shift; cmd_lint "$@" ;;
   faults) shift; cmd_faults "$@" ;;
+  sim) shift; cmd_sim "$@" ;;
   image) shift; cmd_image "$@" ;;
   -h | --help | help) usage ;;
   *) usage >&2; exit 2 ;;

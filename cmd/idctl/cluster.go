@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/cluster/incarnation"
 	"github.com/idgen/idgen/segment/mysqlstore"
 	"github.com/idgen/idgen/worker"
 	"github.com/idgen/idgen/worker/mysqllease"
@@ -147,13 +148,26 @@ func cmdCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			if rec.EpochMs != s.EpochMs || rec.IDCBits != s.IDCBits || rec.NodeBits != s.NodeBits {
 				return fmt.Errorf("cluster %q exists with other settings (epoch %s, idc_bits %d, node_bits %d)", *name, rec.Epoch, rec.IDCBits, rec.NodeBits)
 			}
-			fmt.Fprintf(stdout, "cluster %s exists (created %s)\n", *name, rec.Created)
+			// A cluster from before incarnation markers gets one (its
+			// nodes would create it at their next connect anyway).
+			m, merr := incarnation.Create(conn, *root, *name, acl, time.Now())
+			if merr != nil && !errors.Is(merr, zk.ErrNodeExists) {
+				return merr
+			}
+			fmt.Fprintf(stdout, "cluster %s exists (created %s, incarnation %s)\n", *name, rec.Created, m.ID)
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "cluster %s created at %s: epoch %s, idc_bits %d, node_bits %d\n", *name, cluster.MetaPath(*root, *name), rec.Epoch, rec.IDCBits, rec.NodeBits)
+		// The incarnation marker: every node records its ID and compares it
+		// at every (re)connect, so a re-created cluster is refused and a
+		// wiped or restored ZooKeeper is detected (package cluster/incarnation).
+		m, err := incarnation.Create(conn, *root, *name, acl, time.Now())
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return err
+		}
+		fmt.Fprintf(stdout, "cluster %s created at %s: epoch %s, idc_bits %d, node_bits %d, incarnation %s\n", *name, cluster.MetaPath(*root, *name), rec.Epoch, rec.IDCBits, rec.NodeBits, m.ID)
 		if auth == "" {
 			fmt.Fprintln(stderr, "idctl: note: IDGEN_ZK_AUTH is not set, so the cluster's znodes are open to every ZooKeeper client; set it to the nodes' --zk-auth user:password to create them with a digest ACL")
 		}
@@ -175,6 +189,17 @@ func cmdCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			fmt.Fprintf(stdout, "  restored  %d time(s), last %s: %s\n", rec.Restores, rec.Restored, rec.RestoreReason)
 		}
 		fmt.Fprintf(stdout, "  record    version %d, written %s\n", st.Version, time.UnixMilli(st.Mtime).UTC().Format(time.RFC3339))
+		switch m, _, err := incarnation.ReadMarker(conn, *root, *name); {
+		case err == nil:
+			fmt.Fprintf(stdout, "  incarnation %s (created %s), counter %d, losses detected %d\n", m.ID, m.Created, m.Counter, m.Restores)
+			if m.Restores > 0 {
+				fmt.Fprintf(stdout, "  last loss %s: %s\n", m.Restored, m.RestoreReason)
+			}
+		case errors.Is(err, zk.ErrNoNode):
+			fmt.Fprintln(stdout, "  incarnation none (a cluster from before markers: its first node to connect creates one)")
+		default:
+			return err
+		}
 		return nil
 	case "restore":
 		return clusterRestore(conn, *root, *name, *fromProps, acl, stdout)

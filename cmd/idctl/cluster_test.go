@@ -18,6 +18,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/cluster/incarnation"
 	"github.com/idgen/idgen/worker"
 	"github.com/idgen/idgen/worker/mysqllease"
 )
@@ -136,9 +137,14 @@ func TestClusterInitShow(t *testing.T) {
 	if r.Restores != 0 || r.RestoredMs != 0 || r.Restored != "" {
 		t.Errorf("a new cluster is marked restored: %+v", r)
 	}
+	// The incarnation marker (package cluster/incarnation).
+	m, _, err := incarnation.ReadMarker(conn, worker.DefaultRoot, name)
+	if err != nil || m.ID == "" {
+		t.Fatalf("incarnation marker after init: %+v, %v", m, err)
+	}
 	// The text form too.
 	out, _ = mustRun(t, 0, append([]string{"cluster", "show"}, base...)...)
-	wantIn(t, "show's text", out, "registry  zookeeper", "init      true", "bits      idc 4, node 6")
+	wantIn(t, "show's text", out, "registry  zookeeper", "init      true", "bits      idc 4, node 6", "incarnation "+m.ID)
 
 	t.Run("second init fails", func(t *testing.T) {
 		code, out, errOut := runCLI(t, initArgs...)
@@ -150,7 +156,7 @@ func TestClusterInitShow(t *testing.T) {
 	})
 	t.Run("exists-ok, same settings", func(t *testing.T) {
 		out, _ := mustRun(t, 0, append(initArgs, "--exists-ok")...)
-		wantIn(t, "stdout", out, "cluster "+name+" exists")
+		wantIn(t, "stdout", out, "cluster "+name+" exists", "incarnation "+m.ID)
 	})
 	t.Run("exists-ok, other settings", func(t *testing.T) {
 		for _, other := range [][]string{

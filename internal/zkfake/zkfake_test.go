@@ -1,0 +1,188 @@
+package zkfake
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// waitState polls c until it reaches want (the fake's loop runs every few
+// milliseconds; the bound is generous).
+func waitState(t *testing.T, c *Conn, want zk.State) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for c.State() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: state %v, want %v", c.Name(), c.State(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestPartitionExpiresTheSessionAndItsEphemerals(t *testing.T) {
+	s := New()
+	defer s.Close()
+	c, _ := s.Connect("n1", 50*time.Millisecond)
+	waitState(t, c, zk.StateHasSession)
+	if _, err := c.Create("/e", nil, zk.FlagEphemeral, nil); err != nil {
+		t.Fatal(err)
+	}
+	sid := c.SessionID()
+	s.SetPartitioned("n1", true)
+	if _, _, err := c.Get("/e"); !errors.Is(err, zk.ErrNoServer) {
+		t.Fatalf("a partitioned client's Get: %v, want ErrNoServer", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, _, ok := s.Get("/e"); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the ephemeral outlived its partitioned session")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	s.SetPartitioned("n1", false)
+	waitState(t, c, zk.StateHasSession)
+	if c.SessionID() == sid {
+		t.Fatal("the client kept an expired session")
+	}
+}
+
+// A client that saw a newer zxid than a wiped server's is refused until
+// the server's zxid passes it; a new client is not.
+func TestWipeRefusesClientsThatSawNewerZxids(t *testing.T) {
+	s := New()
+	defer s.Close()
+	old, _ := s.Connect("old", time.Second)
+	waitState(t, old, zk.StateHasSession)
+	for i := range 5 {
+		if _, err := old.Create("/n"+string(rune('a'+i)), nil, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Wipe()
+	fresh, _ := s.Connect("fresh", time.Second)
+	waitState(t, fresh, zk.StateHasSession)
+	deadline := time.Now().Add(5 * time.Second)
+	for old.Refused() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the old client's handshake was never tried")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if old.State() == zk.StateHasSession {
+		t.Fatal("the old client got a session from the wiped server")
+	}
+	for i := range 6 {
+		if _, err := fresh.Create("/m"+string(rune('a'+i)), nil, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitState(t, old, zk.StateHasSession)
+}
+
+// A restore brings back the tree and the sessions of the copy: a client
+// of a session in the copy keeps it, its ephemeral is back.
+func TestRestoreBringsBackSessions(t *testing.T) {
+	s := New()
+	defer s.Close()
+	c, _ := s.Connect("n1", time.Second)
+	waitState(t, c, zk.StateHasSession)
+	if _, err := c.Create("/e", []byte("x"), zk.FlagEphemeral, nil); err != nil {
+		t.Fatal(err)
+	}
+	snap := s.Snapshot()
+	if err := c.Delete("/e", -1); err != nil {
+		t.Fatal(err)
+	}
+	s.Restore(snap)
+	if _, _, ok := s.Get("/e"); !ok {
+		t.Fatal("the restored copy lost its ephemeral")
+	}
+	// The client saw the delete's zxid, above the copy's: refused until
+	// another client writes.
+	other, _ := s.Connect("n2", time.Second)
+	waitState(t, other, zk.StateHasSession)
+	if _, err := other.Create("/x", nil, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	sid := c.SessionID()
+	waitState(t, c, zk.StateHasSession)
+	if c.SessionID() != sid {
+		t.Fatal("the session in the copy was not resumed")
+	}
+}
+
+func TestMultiIsAllOrNothing(t *testing.T) {
+	s := New()
+	defer s.Close()
+	c, _ := s.Connect("n1", time.Second)
+	waitState(t, c, zk.StateHasSession)
+	if _, err := c.Create("/a", []byte("1"), 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Multi(&zk.SetDataRequest{Path: "/a", Data: []byte("2"), Version: 0}, &zk.CheckVersionRequest{Path: "/a", Version: 7})
+	if !errors.Is(err, zk.ErrBadVersion) {
+		t.Fatalf("Multi: %v, want ErrBadVersion", err)
+	}
+	if b, _, _ := s.Get("/a"); string(b) != "1" {
+		t.Fatalf("a failed Multi applied its Set: %q", b)
+	}
+	_, _, w, err := c.GetW("/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Multi(&zk.CheckVersionRequest{Path: "/a", Version: 0}, &zk.SetDataRequest{Path: "/a", Data: []byte("3"), Version: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-w; ev.Type != zk.EventNodeDataChanged {
+		t.Fatalf("watch: %v", ev)
+	}
+}
+
+// A paused client's operation waits for the thaw; its session expires
+// meanwhile.
+func TestPauseBlocksAndExpires(t *testing.T) {
+	s := New()
+	defer s.Close()
+	c, _ := s.Connect("n1", 30*time.Millisecond)
+	waitState(t, c, zk.StateHasSession)
+	sid := c.SessionID()
+	s.SetPaused("n1", true)
+	done := make(chan error, 1)
+	go func() { _, _, err := c.Get("/"); done <- err }()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("a paused client's Get returned: %v", err)
+	default:
+	}
+	s.SetPaused("n1", false)
+	// After the thaw the Get runs: refused while the client has no
+	// session, or on the new session if the client got one first.
+	if err := <-done; err != nil && !errors.Is(err, zk.ErrNoServer) {
+		t.Fatalf("Get after the thaw: %v, want nil or ErrNoServer", err)
+	}
+	waitState(t, c, zk.StateHasSession)
+	if c.SessionID() == sid {
+		t.Fatal("the session survived a pause past its timeout")
+	}
+}
+
+// A killed client stays cut off when a partition of its name heals.
+func TestKillOutlivesAPartitionHeal(t *testing.T) {
+	s := New()
+	defer s.Close()
+	c, _ := s.Connect("n1", 30*time.Millisecond)
+	waitState(t, c, zk.StateHasSession)
+	s.SetPartitioned("n1", true)
+	s.Kill("n1")
+	s.SetPartitioned("n1", false)
+	time.Sleep(100 * time.Millisecond)
+	if c.State() == zk.StateHasSession {
+		t.Fatal("a killed client came back with the partition's heal")
+	}
+}

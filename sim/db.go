@@ -1,0 +1,317 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/idgen/idgen/ordered"
+	"github.com/idgen/idgen/segment"
+	"github.com/idgen/idgen/segment/memstore"
+)
+
+// db is the simulated MySQL primary: memstore for businesses and
+// UNORDERED segments, and an ordered.Store with the epoch rules of the real
+// stores for the ORDERED shard owners. A lossy failover puts both back to
+// an older snapshot (what an asynchronous replica had) under a new server
+// identity.
+type db struct {
+	mem *memstore.Store
+
+	mu       sync.Mutex
+	epochs   map[int]int64
+	owners   map[int]string
+	rows     map[ordered.Key]int64
+	reqs     map[ordered.RequestKey]ordered.Request
+	server   int // the server identity (a failover changes it)
+	noFence  bool
+	shardMus [segment.OrderedShards]sync.Mutex // the shard's fence row
+}
+
+func newDB() *db {
+	return &db{mem: memstore.New(), epochs: map[int]int64{}, owners: map[int]string{}, rows: map[ordered.Key]int64{},
+		reqs: map[ordered.RequestKey]ordered.Request{}, server: 1}
+}
+
+// dbSnapshot is what a replica holds at one moment.
+type dbSnapshot struct {
+	mem    *memstore.Snapshot
+	epochs map[int]int64
+	owners map[int]string
+	rows   map[ordered.Key]int64
+	reqs   map[ordered.RequestKey]ordered.Request
+}
+
+func (d *db) snapshot() dbSnapshot {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return dbSnapshot{mem: d.mem.Snapshot(), epochs: maps.Clone(d.epochs), owners: maps.Clone(d.owners), rows: maps.Clone(d.rows), reqs: maps.Clone(d.reqs)}
+}
+
+func (d *db) serverID() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.server
+}
+
+// failover promotes a replica that holds only snap.
+func (d *db) failover(snap dbSnapshot) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.mem.Restore(snap.mem)
+	d.epochs, d.owners, d.rows, d.reqs = maps.Clone(snap.epochs), maps.Clone(snap.owners), maps.Clone(snap.rows), maps.Clone(snap.reqs)
+	d.server++
+}
+
+// nodeDB is one node's connection to the db: every call waits out the
+// node's pause and fails while the node is dead, so a paused node's
+// statements stop where they are (holding the shard's fence row, if a
+// persist was in flight).
+type nodeDB struct {
+	*memstore.Store
+	d *db
+	n *node
+	// onChange is told of a new server identity before the node's next
+	// statement runs on it (mysqlstore.Store.OnServerChange).
+	onChange func(old, new string)
+	seenMu   sync.Mutex
+	seen     int
+}
+
+// Server is the identity of the server behind the node's newest
+// connection (zkguard.Server).
+func (s *nodeDB) Server() string {
+	s.seenMu.Lock()
+	defer s.seenMu.Unlock()
+	if s.seen == 0 {
+		return ""
+	}
+	return fmt.Sprintf("mysql-%d", s.seen)
+}
+
+// Ping makes the node notice a server change (zkguard.Server).
+func (s *nodeDB) Ping(ctx context.Context) error { return s.boundary(ctx) }
+
+// boundary is n.boundary plus the server change check: a statement after a
+// failover reports the new server first, as a new MySQL connection does.
+func (s *nodeDB) boundary(ctx context.Context) error {
+	if err := s.n.boundary(ctx); err != nil {
+		return err
+	}
+	s.d.mu.Lock()
+	cur := s.d.server
+	s.d.mu.Unlock()
+	s.seenMu.Lock()
+	old := s.seen
+	s.seen = cur
+	s.seenMu.Unlock()
+	if old != 0 && old != cur && s.onChange != nil {
+		s.onChange(fmt.Sprintf("mysql-%d", old), fmt.Sprintf("mysql-%d", cur))
+	}
+	return nil
+}
+
+// raiseOwned raises ORDERED rows to the marks (GREATEST): the barrier's
+// repair on a new server (mysqlstore.Store.RaiseOrdered).
+func (s *nodeDB) raiseOwned(ctx context.Context, marks []segment.OrderedMark) error {
+	if err := s.boundary(ctx); err != nil {
+		return err
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	for _, m := range marks {
+		k := ordered.Key{Biz: m.Biz, SubKey: m.SubKey}
+		s.d.rows[k] = max(s.d.rows[k], m.Last)
+	}
+	return nil
+}
+
+// RaiseSegment passes the boundary (segment.Raiser through memstore).
+func (s *nodeDB) RaiseSegment(ctx context.Context, biz string, atLeast int64) error {
+	if err := s.boundary(ctx); err != nil {
+		return err
+	}
+	return s.Store.RaiseSegment(ctx, biz, atLeast)
+}
+
+var (
+	_ segment.Store = (*nodeDB)(nil)
+	_ ordered.Store = (*nodeDB)(nil)
+)
+
+func (s *nodeDB) ReserveSegment(ctx context.Context, biz string, step int64) (segment.Range, error) {
+	if err := s.boundary(ctx); err != nil {
+		return segment.Range{}, err
+	}
+	return s.Store.ReserveSegment(ctx, biz, step)
+}
+
+func (s *nodeDB) ReserveOrdered(ctx context.Context, req segment.OrderedRequest) (segment.Range, error) {
+	if err := s.boundary(ctx); err != nil {
+		return segment.Range{}, err
+	}
+	return s.Store.ReserveOrdered(ctx, req)
+}
+
+func (s *nodeDB) ReserveOrderedReplay(ctx context.Context, req segment.OrderedRequest) (segment.Reservation, error) {
+	if err := s.boundary(ctx); err != nil {
+		return segment.Reservation{}, err
+	}
+	return s.Store.ReserveOrderedReplay(ctx, req)
+}
+
+func (s *nodeDB) GetBiz(ctx context.Context, name string) (segment.Biz, error) {
+	if err := s.boundary(ctx); err != nil {
+		return segment.Biz{}, err
+	}
+	return s.Store.GetBiz(ctx, name)
+}
+
+// Close closes nothing: the db outlives the node.
+func (s *nodeDB) Close() error { return nil }
+
+// lockShard takes the shard's fence row, bounded by ctx (a lock wait
+// timeout is ordered.ErrShardBusy, as in the MySQL store).
+func (s *nodeDB) lockShard(ctx context.Context, shard int) (func(), error) {
+	mu := &s.d.shardMus[shard]
+	for !mu.TryLock() {
+		select {
+		case <-ctx.Done():
+			return nil, ordered.ErrShardBusy
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return mu.Unlock, nil
+}
+
+// Claim implements ordered.Store with the rules of the real stores.
+func (s *nodeDB) Claim(ctx context.Context, shard int, epoch int64, owner string) error {
+	if err := s.boundary(ctx); err != nil {
+		return err
+	}
+	unlock, err := s.lockShard(ctx, shard)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	stored, claimed := d.epochs[shard]
+	if stored > epoch || (claimed && stored == epoch && d.owners[shard] != owner) {
+		return &ordered.FencedError{Shard: shard, Epoch: epoch, Stored: stored}
+	}
+	d.epochs[shard], d.owners[shard] = epoch, owner
+	return nil
+}
+
+// Load implements ordered.Store.
+func (s *nodeDB) Load(ctx context.Context, shard int, epoch int64, keys []ordered.Key) (map[ordered.Key]int64, error) {
+	if err := s.boundary(ctx); err != nil {
+		return nil, err
+	}
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.epochs[shard] != epoch {
+		return nil, ordered.ErrFenced
+	}
+	out := map[ordered.Key]int64{}
+	for _, k := range keys {
+		if v, ok := d.rows[k]; ok {
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+
+// Persist implements ordered.Store. The fence row is taken first and the
+// node's pause is waited out while holding it: a client paused inside its
+// transaction holds the row (issue 29 hole j).
+func (s *nodeDB) Persist(ctx context.Context, shard int, epoch int64, rows []ordered.Row, reqs []ordered.Request) error {
+	if err := ordered.ValidatePersist(shard, rows, reqs); err != nil {
+		return err
+	}
+	if err := s.boundary(ctx); err != nil {
+		return err
+	}
+	unlock, err := s.lockShard(ctx, shard)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := s.boundary(context.Background()); err != nil {
+		return err
+	}
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.noFence && d.epochs[shard] != epoch {
+		return ordered.ErrFenced
+	}
+	var dup []ordered.RequestKey
+	for _, r := range reqs {
+		k := ordered.RequestKey{Biz: r.Biz, Scope: r.Scope, ID: r.ID}
+		if _, ok := d.reqs[k]; ok {
+			dup = append(dup, k)
+		}
+	}
+	if len(dup) > 0 {
+		return &ordered.DuplicateRequestsError{Requests: dup}
+	}
+	for _, r := range reqs {
+		d.reqs[ordered.RequestKey{Biz: r.Biz, Scope: r.Scope, ID: r.ID}] = r
+	}
+	for _, r := range rows {
+		d.rows[r.Key] = max(d.rows[r.Key], r.Num)
+	}
+	return nil
+}
+
+// WriteBack implements ordered.Store.
+func (s *nodeDB) WriteBack(ctx context.Context, shard int, epoch int64, rows []ordered.Row) error {
+	if err := s.boundary(ctx); err != nil {
+		return err
+	}
+	unlock, err := s.lockShard(ctx, shard)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.noFence && d.epochs[shard] != epoch {
+		return ordered.ErrFenced
+	}
+	for _, r := range rows {
+		d.rows[r.Key] = r.Num
+	}
+	return nil
+}
+
+// LookupRequests implements ordered.Store.
+func (s *nodeDB) LookupRequests(ctx context.Context, biz, scope string, ids []string) (map[string]ordered.Request, error) {
+	if err := s.boundary(ctx); err != nil {
+		return nil, err
+	}
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string]ordered.Request{}
+	for _, id := range ids {
+		if r, ok := d.reqs[ordered.RequestKey{Biz: biz, Scope: scope, ID: id}]; ok {
+			out[id] = r
+		}
+	}
+	return out, nil
+}
+
+// errDead is what a killed node's boundary calls get.
+var errDead = errors.New("sim: the node was killed")
+
+// errStoreDown wraps segment.ErrUnavailable for injected store failures.
+var errStoreDown = fmt.Errorf("sim: store connection lost: %w", segment.ErrUnavailable)

@@ -1,0 +1,373 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/internal/zkfake"
+	"github.com/idgen/idgen/worker"
+)
+
+// kind is one fault the schedule can draw.
+type kind string
+
+// The faults. Each one ends within the run (a paused node thaws, a killed
+// or stopped node restarts, a partition heals), so the settling period
+// sees the whole cluster again.
+const (
+	kPause       kind = "pause"             // SIGSTOP one node for d, then SIGCONT
+	kKill        kind = "kill"              // SIGKILL one node, restart it after d (properties file kept)
+	kTerm        kind = "sigterm"           // SIGTERM one node (hand-off), restart after d
+	kTermStall   kind = "sigterm-stall"     // SIGTERM whose hand-off stalls before the write-back
+	kPartition   kind = "zk-partition"      // cut one node from ZooKeeper for d
+	kExpire      kind = "zk-expire"         // the server ends one node's sessions
+	kElect       kind = "zk-elect"          // a leader election (every client reconnects, new epoch)
+	kLag         kind = "zk-lag"            // a follower lags far behind for d (seen through srvr)
+	kDown        kind = "zk-down"           // the whole ensemble unreachable for d
+	kWipe        kind = "zk-wipe"           // the ensemble restarts empty
+	kRestore     kind = "zk-restore"        // the ensemble restarts from a copy taken d earlier
+	kRestoreInit kind = "zk-restore-init"   // the ensemble restarts from the backup taken at cluster init (before any slot was claimed)
+	kStep        kind = "clock-step"        // one node's wall clock steps by d (back or forward)
+	kStall       kind = "db-stall"          // every MySQL statement hangs for d
+	kDBFail      kind = "db-fail"           // the next statements fail (connection lost)
+	kFailover    kind = "db-failover"       // lossy failover to a replica d behind
+	kKillBack    kind = "kill-clockback"    // SIGKILL, restart after d with the wall clock clockBack (1.5 s) further back
+	kTermBack    kind = "sigterm-clockback" // SIGTERM, restart after d with the wall clock clockBack (1.5 s) further back
+	// sigterm-stall-kill: a SIGTERM whose hand-off freezes before the
+	// write-back (past the node's lease: another node takes its shards),
+	// then, once the late write-back is done, SIGKILL of the next node
+	// (which took some of those shards), so a third owner loads what the
+	// write-back left. The epoch must have refused it.
+	kStallKill kind = "sigterm-stall-kill"
+	kFresh     kind = "kill-fresh" // SIGKILL, restart after d with an empty properties dir (a replaced machine)
+)
+
+// defaultMix is what a run without a control draws: the faults the
+// current code is expected to survive without a violation. The others
+// are drawn by the controls (and by --mix); see notes for which hole of
+// issue 29 each one opens on the current code.
+var defaultMix = []kind{kWipe, kRestore, kRestoreInit, kPause, kKill, kKillBack, kFresh, kTerm, kTermBack, kTermStall, kStallKill, kPartition, kExpire, kElect, kLag, kDown, kStep, kStall, kDBFail}
+
+// controls are the switches a negative control turns on inside the
+// simulated nodes (the in-process twin of the faultinject switch).
+type controls struct {
+	noLeaseWait bool
+	noFence     bool
+	noGuard     bool
+	slot        func(worker.Slot) worker.Slot
+}
+
+// Control is a negative control: a faultinject switch that reopens a hole,
+// and the fault mix that should find it.
+type Control struct {
+	// Switch is the IDGEN_FAULT_* name. cmd/idgen-sim also sets it in the
+	// process's environment, for switches the packages read themselves.
+	Switch string
+	Hole   string // what it reopens
+	Mix    []kind
+	apply  func(*controls)
+}
+
+// Controls is the table of negative controls: adding one is one line.
+var Controls = []Control{
+	{"IDGEN_FAULT_ORDERED_NO_LEASE_WAIT", "a new ORDERED owner serves while the old owner's lease runs", []kind{kPause, kPartition, kExpire},
+		func(c *controls) { c.noLeaseWait = true }},
+	{"IDGEN_FAULT_ORDERED_NO_EPOCH", "ORDERED persists ignore the shard epoch (a deposed owner's write-back lowers rows)", []kind{kStallKill},
+		func(c *controls) { c.noFence = true }},
+	{"IDGEN_FAULT_NO_REPLICATION_GUARD", "no ledger and no barrier: a lossy MySQL failover repeats numbers", []kind{kFailover, kPause},
+		func(c *controls) { c.noGuard = true }},
+	{"IDGEN_FAULT_IGNORE_NOT_BEFORE", "a slot's new holder issues at once, below its previous holders' marks", []kind{kTermBack, kKillBack, kKill, kStep},
+		func(c *controls) { c.slot = func(s worker.Slot) worker.Slot { s.NotBefore = 0; return s } }},
+	{"IDGEN_FAULT_IGNORE_RESTORE", "a restored cluster's marks are trusted (no wait of one lead)", []kind{kRestoreInit, kRestore, kFresh, kKillBack},
+		func(c *controls) {
+			c.slot = func(s worker.Slot) worker.Slot { s.NotBefore = s.MarkNotBefore; return s }
+		}},
+}
+
+// Holes are fault mixes that find a hole of issue 29 on the code this
+// simulator was written against, with no switch: "--control hole:NAME"
+// runs one. When a fix lands, its kinds move into defaultMix (and the
+// fix's switch into Controls).
+var Holes = []struct {
+	Name, Hole string
+	Mix        []kind
+}{
+	{"zk-wipe", "l (and e): the ORDERED coordinator's ZooKeeper client never recovers from a wipe; ORDERED stays down", []kind{kWipe, kKill, kPause}},
+	{"zk-restore", "l after a restore from a copy (and h: the restore is not detected by every guard)", []kind{kRestore, kRestoreInit, kFresh, kKill}},
+}
+
+// controlFor returns the switches and the mix of a control name ("" for
+// none; "mix:a,b" draws the named faults on the real code).
+func controlFor(name string) (controls, []kind, error) {
+	if name == "" {
+		return controls{}, defaultMix, nil
+	}
+	if h, ok := strings.CutPrefix(name, "hole:"); ok {
+		for _, x := range Holes {
+			if x.Name == h {
+				return controls{}, x.Mix, nil
+			}
+		}
+	}
+	if m, ok := strings.CutPrefix(name, "mix:"); ok {
+		var mix []kind
+		for _, k := range strings.Split(m, ",") {
+			mix = append(mix, kind(k))
+		}
+		return controls{}, mix, nil
+	}
+	for _, ct := range Controls {
+		if ct.Switch == name {
+			var c controls
+			ct.apply(&c)
+			return c, ct.Mix, nil
+		}
+	}
+	var names []string
+	for _, ct := range Controls {
+		names = append(names, ct.Switch)
+	}
+	return controls{}, nil, fmt.Errorf("unknown control %q: known are %s (or hole:NAME, mix:KIND,...)", name, strings.Join(names, ", "))
+}
+
+// event is one drawn fault.
+type event struct {
+	at   time.Duration // after the warm-up
+	kind kind
+	node int
+	d    time.Duration
+}
+
+func (e event) String() string {
+	return fmt.Sprintf("+%-6v %-13s node %d  d=%v", e.at.Round(time.Millisecond), e.kind, e.node, e.d)
+}
+
+// draw is the fault schedule of a seed: a pure function of its arguments.
+//
+// skews are the nodes' wall clock offsets from the true time at start,
+// up to 200 ms either way (within the 1 s the peer clock check accepts).
+func draw(seed uint64, nodes int, dur time.Duration, mix []kind) (sched []event, skews []time.Duration) {
+	rng := rand.New(rand.NewPCG(seed, 0x51a))
+	for range nodes {
+		skews = append(skews, time.Duration(rng.IntN(401)-200)*time.Millisecond)
+	}
+	k := 2 + rng.IntN(4)
+	var out []event
+	for range k {
+		e := event{at: time.Duration(rng.Int64N(int64(dur))), kind: mix[rng.IntN(len(mix))], node: rng.IntN(nodes),
+			d: time.Duration(50+rng.IntN(950)) * time.Millisecond}
+		if e.kind == kStep {
+			e.d = time.Duration(rng.IntN(400)-300) * time.Millisecond
+		}
+		out = append(out, e)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].at < out[j].at })
+	return out, skews
+}
+
+// warmup is how long the load runs before the first fault.
+const warmup = 300 * time.Millisecond
+
+// play applies the schedule in real time and returns once every fault has
+// ended (thawed, healed, restarted).
+func (c *cluster) play(ctx context.Context, t0 time.Time, sched []event) {
+	// Copies of ZooKeeper for restores, taken every 100 ms.
+	snaps := []struct {
+		at   time.Time
+		snap zkfake.Snapshot
+	}{{time.Now(), c.zk.Snapshot()}}
+	dbSnaps := []struct {
+		at   time.Time
+		snap dbSnapshot
+	}{{time.Now(), c.db.snapshot()}}
+	stopSnaps := make(chan struct{})
+	snapDone := make(chan struct{})
+	var snapMu = make(chan struct{}, 1)
+	snapMu <- struct{}{}
+	go func() {
+		defer close(snapDone)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopSnaps:
+				return
+			case <-t.C:
+			}
+			zs, ds := c.zk.Snapshot(), c.db.snapshot()
+			<-snapMu
+			snaps = append(snaps, struct {
+				at   time.Time
+				snap zkfake.Snapshot
+			}{time.Now(), zs})
+			dbSnaps = append(dbSnaps, struct {
+				at   time.Time
+				snap dbSnapshot
+			}{time.Now(), ds})
+			snapMu <- struct{}{}
+		}
+	}()
+	time.Sleep(warmup)
+	for _, e := range sched {
+		if wait := time.Until(t0.Add(warmup + e.at)); wait > 0 {
+			time.Sleep(wait)
+		}
+		n := c.nodes[e.node]
+		c.log.Sugar().Infof("sim fault %s", e)
+		switch e.kind {
+		case kPause:
+			n.pause()
+			c.later(e.d, n.thaw)
+		case kKill, kKillBack, kFresh:
+			n.kill()
+			c.later(e.d, func() {
+				if e.kind == kKillBack {
+					n.clk.Set(n.clk.Get() - clockBack)
+				}
+				if e.kind == kFresh {
+					_ = os.RemoveAll(n.dir)
+					_ = os.MkdirAll(n.dir, 0o700)
+				}
+				c.restart(n)
+			})
+		case kTerm, kTermStall, kTermBack, kStallKill:
+			var killOther func()
+			if e.kind == kStallKill {
+				// The kill follows the late write-back (100 ms after the
+				// stall ends), whenever the hand-off reaches it; if the
+				// node had no shard to hand off, after the stop.
+				other := c.nodes[(e.node+1)%len(c.nodes)]
+				var once sync.Once
+				c.bg.Add(1)
+				killOther = func() {
+					once.Do(func() {
+						defer c.bg.Done()
+						time.Sleep(100 * time.Millisecond)
+						other.kill()
+						time.Sleep(300 * time.Millisecond)
+						c.restart(other)
+					})
+				}
+				n.mu.Lock()
+				n.afterStall = killOther
+				n.mu.Unlock()
+			}
+			if e.kind == kTermStall || e.kind == kStallKill {
+				n.mu.Lock()
+				n.stall = 3 * orderedLease
+				n.mu.Unlock()
+			}
+			c.bg.Add(1)
+			go func() {
+				defer c.bg.Done()
+				n.stop()
+				if killOther != nil {
+					killOther()
+				}
+				time.Sleep(e.d)
+				if e.kind == kTermBack {
+					n.clk.Set(n.clk.Get() - clockBack)
+				}
+				c.restart(n)
+			}()
+		case kPartition:
+			n.mu.Lock()
+			name := n.zkName()
+			n.mu.Unlock()
+			c.zk.SetPartitioned(name, true)
+			c.later(e.d, func() { c.zk.SetPartitioned(name, false) })
+		case kExpire:
+			n.mu.Lock()
+			name := n.zkName()
+			n.mu.Unlock()
+			c.zk.ExpireClients(name)
+		case kElect:
+			c.zk.Elect()
+		case kLag:
+			c.zk.SetLagging([]int64{1000})
+			c.later(e.d, func() { c.zk.SetLagging(nil) })
+		case kDown:
+			c.zk.SetDown(true)
+			c.later(e.d, func() { c.zk.SetDown(false) })
+		case kWipe:
+			c.zk.Wipe()
+		case kRestore:
+			<-snapMu
+			s := snaps[0].snap
+			for _, x := range snaps {
+				if time.Since(x.at) >= e.d {
+					s = x.snap
+				}
+			}
+			snapMu <- struct{}{}
+			c.zk.Restore(s)
+		case kRestoreInit:
+			c.zk.Restore(c.initSnap)
+		case kStep:
+			n.clk.Set(n.clk.Get() + e.d)
+		case kStall:
+			release := c.db.mem.Block()
+			c.later(e.d, release)
+		case kDBFail:
+			c.db.mem.FailNext(1+int(e.d/(100*time.Millisecond)), errStoreDown)
+		case kFailover:
+			<-snapMu
+			s := dbSnaps[0].snap
+			for _, x := range dbSnaps {
+				if time.Since(x.at) >= e.d {
+					s = x.snap
+				}
+			}
+			snapMu <- struct{}{}
+			c.db.failover(s)
+		}
+	}
+	c.bg.Wait()
+	close(stopSnaps)
+	<-snapDone
+}
+
+// later runs f after d in the background (play waits for it).
+func (c *cluster) later(d time.Duration, f func()) {
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		time.Sleep(d)
+		f()
+	}()
+}
+
+// restart starts the node's next incarnation, retrying while the start
+// is refused (ZooKeeper unreachable, the slot's mark not passed yet).
+func (c *cluster) restart(n *node) {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		err := n.start(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		c.log.Sugar().Infof("sim: restart of %s refused: %v", n.addr, err)
+		n.mu.Lock()
+		name := n.zkName()
+		n.mu.Unlock()
+		c.zk.Kill(name) // that incarnation's clients are gone
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func newClock() *clock.Offset { return &clock.Offset{Base: clock.System{}} }
+
+// clockBack is how far a *-clockback restart steps the node's wall clock
+// back: longer than the restart delays drawn (≤ 1 s), so the restarted
+// node's clock is behind what its previous incarnation issued, and well
+// inside MaxStartWait (the real code waits it out).
+const clockBack = 1500 * time.Millisecond

@@ -1,0 +1,123 @@
+package sim
+
+import (
+	"fmt"
+	"os"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/idgen/idgen/faults/checker"
+)
+
+// The checker the simulator uses catches a planted duplicate and a
+// planted real-time order violation, and the replay check a request id
+// answered with two ranges.
+func TestCheckerCatchesPlantedViolations(t *testing.T) {
+	t0 := time.Now()
+	rec := &recorder{}
+	rec.add(checker.Call{Caller: "a", Biz: bizUnordered, Channel: checker.Unordered, Ranges: [][2]int64{{10, 20}}, Start: t0, End: t0.Add(time.Millisecond)})
+	rec.add(checker.Call{Caller: "b", Biz: bizUnordered, Channel: checker.Unordered, Ranges: [][2]int64{{20, 21}}, Start: t0, End: t0.Add(time.Millisecond)})
+	rec.add(checker.Call{Caller: "a", Biz: bizGapless, SubKey: "k", Channel: checker.Ordered, Ranges: [][2]int64{{5, 5}}, Start: t0, End: t0.Add(time.Millisecond)})
+	rec.add(checker.Call{Caller: "b", Biz: bizGapless, SubKey: "k", Channel: checker.Ordered, Ranges: [][2]int64{{4, 4}}, Start: t0.Add(2 * time.Millisecond), End: t0.Add(3 * time.Millisecond)})
+	r := checker.Check(rec.okCalls(), checker.Options{Layout: checker.DefaultLayout})
+	if r.Duplicates != 1 || r.Order != 1 {
+		t.Fatalf("duplicates %d, order %d; want 1 and 1:\n%s", r.Duplicates, r.Order, r.Details())
+	}
+	if !rec.answered("r1", ridAnswer{ranges: [][2]int64{{1, 2}}}, "first") {
+		t.Fatal("a new request id counted as a replay")
+	}
+	if rec.answered("r1", ridAnswer{ranges: [][2]int64{{1, 2}}}, "same") || len(rec.replayDiffs) != 0 {
+		t.Fatalf("a faithful replay: %v", rec.replayDiffs)
+	}
+	rec.answered("r1", ridAnswer{ranges: [][2]int64{{3, 4}}}, "other")
+	if len(rec.replayDiffs) != 1 || rec.replays != 2 {
+		t.Fatalf("replays %d, differing %v; want 2 and one", rec.replays, rec.replayDiffs)
+	}
+}
+
+// A seed's schedule is a function of the seed alone (what --seed N
+// replays).
+func TestScheduleIsDrawnFromTheSeed(t *testing.T) {
+	a, sa := draw(7, 3, 3*time.Second, defaultMix)
+	b, sb := draw(7, 3, 3*time.Second, defaultMix)
+	c, _ := draw(8, 3, 3*time.Second, defaultMix)
+	if !reflect.DeepEqual(a, b) || !reflect.DeepEqual(sa, sb) {
+		t.Fatalf("seed 7 drew two schedules:\n%v\n%v", a, b)
+	}
+	if reflect.DeepEqual(a, c) {
+		t.Fatalf("seeds 7 and 8 drew the same schedule %v", a)
+	}
+	for _, e := range a {
+		if e.at < 0 || e.at >= 3*time.Second || e.node < 0 || e.node >= 3 {
+			t.Fatalf("event out of bounds: %v", e)
+		}
+	}
+}
+
+func TestUnknownControlIsRefused(t *testing.T) {
+	r := Run(1, Options{Control: "IDGEN_FAULT_NOPE"})
+	if r.Err == nil || !r.Failed() {
+		t.Fatalf("unknown control ran: %v", r)
+	}
+}
+
+// The negative controls: with a guard switched off, the simulator finds a
+// violation within a few seeds, and the seed that found it passes on the
+// real code with the same fault mix. Interleavings vary between runs, so
+// each control tries up to 20 seeds (it usually needs 1 to 6).
+func TestControlsAreFound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the simulator (seconds per seed)")
+	}
+	for _, tc := range []struct{ control, mix string }{
+		{"IDGEN_FAULT_ORDERED_NO_LEASE_WAIT", "mix:pause,zk-partition,zk-expire"},
+		{"IDGEN_FAULT_IGNORE_NOT_BEFORE", "mix:sigterm-clockback,kill-clockback,kill,clock-step"},
+	} {
+		t.Run(tc.control, func(t *testing.T) {
+			t.Setenv(tc.control, "1")
+			var found *Result
+			for seed := uint64(1); seed <= 20 && found == nil; seed++ {
+				r := Run(seed, Options{Control: tc.control})
+				if r.Err != nil && !r.Overloaded() {
+					t.Fatal(r)
+				}
+				t.Logf("%s", firstLine(r.String()))
+				if r.Unsafe() {
+					found = r
+				}
+			}
+			if found == nil {
+				t.Fatal("the control found no violation in 20 seeds: the simulator no longer reaches the guard")
+			}
+			os.Unsetenv(tc.control)
+			if r := Run(found.Seed, Options{Control: tc.mix}); r.Unsafe() {
+				t.Fatalf("seed %d is unsafe without the control too:\n%s", found.Seed, r)
+			}
+		})
+	}
+}
+
+// A seed of the default mix passes on the real code (the run ./build.sh
+// test makes with more seeds).
+func TestDefaultSeedPasses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the simulator")
+	}
+	r := Run(1, Options{})
+	if r.Failed() && !(r.Overloaded() && !r.Unsafe()) {
+		t.Fatal(r)
+	}
+	if r.Report.OK == 0 || r.Report.ByChannel[checker.Ordered] == 0 || r.Report.ByChannel[checker.Snowflake] == 0 || r.Report.ByChannel[checker.Unordered] == 0 {
+		t.Fatalf("the load did not reach every channel: %+v", r.Report.ByChannel)
+	}
+}
+
+func firstLine(s string) string {
+	for i, c := range s {
+		if c == '\n' {
+			return s[:i]
+		}
+	}
+	return fmt.Sprint(s)
+}

@@ -101,7 +101,7 @@ func TestIntegration_IncarnationRestoreFromCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodeCfg := func() Config {
-		return Config{ZKRoot: root, Cluster: name, PropertiesDir: t.TempDir(), AdvertiseHost: "127.0.0.1"}
+		return Config{ZKRoot: root, Cluster: name, PropertiesDir: t.TempDir(), AdvertiseHost: "127.0.0.1", MySQL: "set"}
 	}
 	cfgA := nodeCfg()
 	check := func(cfg Config, port int) (bool, string, error) {
@@ -110,7 +110,9 @@ func TestIntegration_IncarnationRestoreFromCopy(t *testing.T) {
 			// As the shared session's handle: no Sync.
 			c = noSync{conn}
 		}
-		return newIncarnationCheck(cfg, port, store, errIncarnationRefused, zap.NewNop()).Check(ctx, c)
+		inc := newIncarnationCheck(cfg, port, errIncarnationRefused, zap.NewNop())
+		inc.setStore(store)
+		return inc.Check(ctx, c)
 	}
 	mustPass := func(what string, cfg Config, port int) {
 		t.Helper()
@@ -164,3 +166,21 @@ func (n noSync) Exists(p string) (bool, *zk.Stat, error)           { return n.c.
 type zkQuiet struct{}
 
 func (zkQuiet) Printf(string, ...any) {}
+
+// The witness waits for the store: a --mysql node's check does not pass
+// before the database can be read; without --mysql there is no witness.
+func TestIncarnationCheckWaitsForTheStore(t *testing.T) {
+	inc := newIncarnationCheck(Config{ZKRoot: "/idgen", Cluster: "c1", PropertiesDir: t.TempDir(), MySQL: "set"}, 8888, errIncarnationRefused, zap.NewNop())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := inc.witness.Load(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Load before the store is open: %v, want it to wait", err)
+	}
+	inc.setStore(nil) // not a MySQL store
+	if st, err := inc.witness.Load(context.Background()); err != nil || st.Bound {
+		t.Fatalf("Load with a store that is not MySQL: %+v, %v; want unbound", st, err)
+	}
+	if newIncarnationCheck(Config{ZKRoot: "/idgen", Cluster: "c1", PropertiesDir: t.TempDir()}, 8888, nil, zap.NewNop()).witness != nil {
+		t.Fatal("a witness without --mysql")
+	}
+}

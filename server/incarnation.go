@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -33,6 +34,8 @@ import (
 //	inc := newIncarnationCheck(cfg, rpcPort, zksession.ErrRefused, log)    // before openSession
 //	zksession.Config{..., Check: func(ctx context.Context, c zksession.ZK) (bool, string, error) { return inc.Check(ctx, c) }}
 //	inc.setStore(store)                                                    // right after openStore
+//	stop := inc.touchEvery(cfg.Heartbeat, func() (incarnation.ZK, bool) { return zs.Conn(), zs.View().Has }, log)
+//	closers = append(closers, stop)                                        // after the session is opened
 type incarnationCheck struct {
 	*incarnation.Checker
 	witness *lateWitness // nil without --mysql
@@ -108,4 +111,52 @@ func (w *lateWitness) Raise(ctx context.Context, id string, n int64) error {
 		return nil
 	}
 	return w.ms.RaiseZKIncarnation(ctx, w.cluster, id, n)
+}
+
+// touchEvery touches the incarnation (Checker.Touch: bump the marker's
+// counter, raise the witness) every interval while the session is usable,
+// until the returned stop is called. The check runs at (re)connects only;
+// without touches, a ZooKeeper restored from a copy taken after every
+// node's last (re)connect looks current to a new node, although the
+// running nodes wrote marks and claims since (the fault scenario
+// zk-restore-fresh-first: copy 16 s into the nodes' sessions, the fresh
+// node took a slot whose restored mark was older than what its holder
+// still issued). With a touch every heartbeat, a copy taken more than an
+// interval before the nodes were cut off holds a counter below the
+// database's, and the new node sees the restore. conn returns the
+// session's handle and whether the session is usable.
+func (c *incarnationCheck) touchEvery(every time.Duration, conn func() (incarnation.ZK, bool), log *zap.Logger) (stop func()) {
+	if every <= 0 {
+		every = 3 * time.Second // the default heartbeat
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			zk, ok := conn()
+			if !ok {
+				continue
+			}
+			tctx, tcancel := context.WithTimeout(ctx, every)
+			lost, why, err := c.Touch(tctx, zk)
+			tcancel()
+			switch {
+			case err != nil:
+				log.Debug("touching the cluster incarnation failed; retried at the next heartbeat", zap.Error(err))
+			case lost:
+				// Recorded in the marker and the meta by Touch; the guards of
+				// this node learn it at the session's next check.
+				log.Error("the cluster incarnation's counter shows ZooKeeper lost state", zap.String("reason", why))
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }

@@ -184,3 +184,67 @@ func TestIncarnationCheckWaitsForTheStore(t *testing.T) {
 		t.Fatal("a witness without --mysql")
 	}
 }
+
+// touchEvery keeps the witness up with ZooKeeper while the session is
+// usable, so a copy taken within a session is seen by a new node.
+func TestIntegration_IncarnationTouchEvery(t *testing.T) {
+	zkAddr, base := os.Getenv("IDGEN_TEST_ZK"), os.Getenv("IDGEN_TEST_MYSQL")
+	if zkAddr == "" || base == "" {
+		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, _, err := zk.Connect([]string{zkAddr}, 10*time.Second, zk.WithLogger(zkQuiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const root = "/idgen-test-incarnation"
+	name := fmt.Sprintf("t%d", time.Now().UnixNano())
+	acl := zk.WorldACL(zk.PermAll)
+	rec, err := cluster.Init(conn, root, name, cluster.Settings{EpochMs: 1577836800000, IDCBits: 2, NodeBits: 8}, acl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := incarnation.Create(conn, root, name, acl, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	store, err := mysqlstore.Open(ctx, mysqlstore.Config{DSN: testdb.New(t, base), Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := store.BindCluster(ctx, name, rec.CreatedMs, "test"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{ZKRoot: root, Cluster: name, PropertiesDir: t.TempDir(), AdvertiseHost: "127.0.0.1", MySQL: "set"}
+	inc := newIncarnationCheck(cfg, 9001, errIncarnationRefused, zap.NewNop())
+	inc.setStore(store)
+	if restored, why, err := inc.Check(ctx, conn); err != nil || restored {
+		t.Fatalf("first check: %v %q %v", restored, why, err)
+	}
+	snap := map[string][]byte{}
+	copyTree(t, conn, cluster.Path(root, name), snap) // copied within the session
+	stop := inc.touchEvery(10*time.Millisecond, func() (incarnation.ZK, bool) { return conn, true }, zap.NewNop())
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, n, _, err := store.ZKIncarnation(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the witness stayed at %d after 30 s of touches every 10 ms", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	restoreTree(t, conn, cluster.Path(root, name), snap)
+	fresh := newIncarnationCheck(Config{ZKRoot: root, Cluster: name, PropertiesDir: t.TempDir(), AdvertiseHost: "127.0.0.1", MySQL: "set"}, 9002, errIncarnationRefused, zap.NewNop())
+	fresh.setStore(store)
+	if restored, why, err := fresh.Check(ctx, conn); err != nil || !restored {
+		t.Fatalf("new node after a restore from a copy taken within the old node's session: restored=%v why=%q err=%v; want detected (touches)", restored, why, err)
+	}
+}

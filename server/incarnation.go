@@ -153,8 +153,9 @@ func (c *incarnationCheck) touchEvery(every time.Duration, conn func() (incarnat
 				log.Debug("touching the cluster incarnation failed; retried at the next heartbeat", zap.Error(err))
 			case lost:
 				// Recorded in the marker and the meta by Touch; the guards of
-				// this node learn it at the session's next check.
-				log.Error("the cluster incarnation's counter shows ZooKeeper lost state", zap.String("reason", why))
+				// this node learn it at the session's next check, which
+				// reports it again.
+				log.Error("the cluster incarnation shows ZooKeeper lost state; this node's guards apply the restore rule at the session's next check", zap.String("reason", why))
 			}
 		}
 	}()

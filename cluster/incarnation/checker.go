@@ -214,7 +214,10 @@ func (c *Checker) Touch(ctx context.Context, conn ZK) (lost bool, why string, er
 	if learned != "" {
 		reasons = append(reasons, learned)
 	}
-	local.Counter, local.Restores = m.Counter, m.Restores
+	// The loss count is left as it was: a loss this touch saw or learned
+	// is then reported by the session's next check too, which is how this
+	// node's guards learn it.
+	local.Counter = m.Counter
 	if err := c.cfg.Record.Save(local); err != nil {
 		return false, "", fmt.Errorf("incarnation: record the counter: %w", err)
 	}

@@ -407,3 +407,31 @@ func TestTouchCoversWritesWithinASession(t *testing.T) {
 		}
 	}
 }
+
+// A loss a touch sees is reported again by the next check of the same
+// process, which is how its guards learn it (the session runs only Check).
+func TestTouchLossReachesTheNextCheck(t *testing.T) {
+	f := newFakeZK()
+	initCluster(t, f)
+	w := NewMemWitness()
+	a, b := newNode("a", w), newNode("b", w)
+	a.check(t, f.client(false))
+	b.check(t, f.client(false))
+	snap := f.snapshot()
+	if _, _, err := b.chk.Touch(context.Background(), f.client(false)); err != nil {
+		t.Fatal(err)
+	}
+	f.restore(snap)
+	lost, why, err := a.chk.Touch(context.Background(), f.client(false))
+	if err != nil || !lost || !strings.Contains(why, "database recorded") {
+		t.Fatalf("touch after the restore: lost=%v why=%q err=%v; want seen through the witness", lost, why, err)
+	}
+	if restored, why := a.check(t, f.client(false)); !restored {
+		t.Fatal("the next check of the process whose touch saw the loss did not report it")
+	} else if !strings.Contains(why, "another node detected") && !strings.Contains(why, "lost") {
+		t.Fatalf("why=%q", why)
+	}
+	if restored, why := a.check(t, f.client(false)); restored {
+		t.Fatalf("reported twice: %s", why)
+	}
+}

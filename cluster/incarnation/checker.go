@@ -202,7 +202,10 @@ func (c *Checker) Touch(ctx context.Context, conn ZK) (lost bool, why string, er
 			w = WitnessState{}
 		}
 	}
-	m, seen, reasons, learned, err := c.bump(conn, local, w)
+	// A loss another node recorded (learned) is not reported here: the
+	// session's next check reports it, and reporting it at every touch
+	// until then would repeat it.
+	m, seen, reasons, _, err := c.bump(conn, local, w)
 	if err != nil {
 		return false, "", err
 	}
@@ -210,9 +213,6 @@ func (c *Checker) Touch(ctx context.Context, conn ZK) (lost bool, why string, er
 		if m, err = c.noteLoss(conn, local, w, seen, strings.Join(reasons, "; ")); err != nil {
 			return false, "", err
 		}
-	}
-	if learned != "" {
-		reasons = append(reasons, learned)
 	}
 	// The loss count is left as it was: a loss this touch saw or learned
 	// is then reported by the session's next check too, which is how this

@@ -434,4 +434,13 @@ func TestTouchLossReachesTheNextCheck(t *testing.T) {
 	if restored, why := a.check(t, f.client(false)); restored {
 		t.Fatalf("reported twice: %s", why)
 	}
+	// b learns it at its next check, not at every touch before it.
+	for i := 0; i < 3; i++ {
+		if lost, why, err := b.chk.Touch(context.Background(), f.client(false)); err != nil || lost {
+			t.Fatalf("touch %d of b after a's detection: lost=%v why=%q err=%v; want quiet", i, lost, why, err)
+		}
+	}
+	if restored, _ := b.check(t, f.client(false)); !restored {
+		t.Fatal("b's next check did not report the loss a recorded")
+	}
 }

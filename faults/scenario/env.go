@@ -304,14 +304,21 @@ func (r *Run) AddLoad(nodes []*harness.Node) {
 // StartEnsemble starts a three-server ZooKeeper ensemble for this scenario
 // (in its work dir, stopped by cleanup); clusters created afterwards use it
 // instead of the suite's single server.
-func (r *Run) StartEnsemble() (*zkensemble.Ensemble, error) {
+func (r *Run) StartEnsemble() (*zkensemble.Ensemble, error) { return r.startZK(3) }
+
+// StartSingleZK starts a one-server ZooKeeper (standalone) of this
+// scenario's own, in its work dir, that clusters created afterwards use:
+// a scenario that restores its data dir leaves the suite's server alone.
+func (r *Run) StartSingleZK() (*zkensemble.Ensemble, error) { return r.startZK(1) }
+
+func (r *Run) startZK(n int) (*zkensemble.Ensemble, error) {
 	t := time.Now()
-	z, err := harness.StartEnsemble(filepath.Join(r.Env.WorkDir, r.Name, "zk"), 3)
+	z, err := harness.StartEnsemble(filepath.Join(r.Env.WorkDir, r.Name, "zk"), n)
 	if err != nil {
-		return nil, fmt.Errorf("ZooKeeper ensemble: %w", err)
+		return nil, fmt.Errorf("ZooKeeper (%d servers): %w", n, err)
 	}
 	r.ens = z
-	r.Logf("ZooKeeper ensemble %s serving after %v, leader zk%d", z.Connect(), time.Since(t).Round(100*time.Millisecond), z.Leader()+1)
+	r.Logf("ZooKeeper (%d servers) %s serving after %v, leader zk%d", n, z.Connect(), time.Since(t).Round(100*time.Millisecond), z.Leader()+1)
 	return z, nil
 }
 

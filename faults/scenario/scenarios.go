@@ -57,6 +57,8 @@ func All() []Scenario {
 		{"neg-fence-row-pause", "CONTROL: ordered-fence-row-pause with IDGEN_FAULT_NO_SESSION_IDLE_LIMIT=1 on every node: the paused owner's transaction holds the fence row for the whole pause; hot keys' outage above the bound", true, orderedFenceRowPause(true)},
 		{"two-clusters-one-db", "ORDERED issue 29 hole k: a node of a second cluster starts on the first cluster's database under ORDERED load: refused at start (non-zero exit, the fix in its log); the first cluster keeps serving (hot keys' outage below 5 s)", false, twoClustersOneDB(false)},
 		{"neg-two-clusters-one-db", "CONTROL: two-clusters-one-db with IDGEN_FAULT_NO_CLUSTER_BINDING=1 on the second cluster's node: it starts and claims every ORDERED shard in the shared table under the first cluster's owners", true, twoClustersOneDB(true)},
+		{"zk-restore-fresh-first", "issue 29 hole h: a single ZooKeeper server restored from a copy of its data dir taken under load; n0-n3 (4 slots) cut off from it by a proxy across the restore, a fresh node (no properties file) started first on the restored server; 0 repeated (worker, ms) pairs expected", false, zkRestoreFreshFirst(false)},
+		{"neg-zk-restore-fresh-first", "CONTROL: zk-restore-fresh-first with IDGEN_FAULT_NO_INCARNATION_CHECK=1 on every node: the fresh node takes a slot whose restored mark is older than what its holder, cut off, still issues: repeated (worker, ms) pairs", true, zkRestoreFreshFirst(true)},
 	}
 }
 

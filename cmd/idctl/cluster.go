@@ -40,6 +40,9 @@ ran before a loss do this by themselves when they see it.
 
 migrate moves a stopped cluster's worker slots between MySQL (--mysql alone)
 and ZooKeeper (--zk --mysql), raising the target's marks above the source's.
+It first records "migrating" in MySQL and in the cluster's ZooKeeper record,
+then the target: a ZooKeeper node it cannot see (its session expired) is
+refused at its next claim and stops issuing SNOWFLAKE IDs until restarted.
 
 The digest credential of an ACL-protected cluster is read from IDGEN_ZK_AUTH
 (or the file named by IDGEN_ZK_AUTH_FILE).

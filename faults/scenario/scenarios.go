@@ -59,6 +59,8 @@ func All() []Scenario {
 		{"neg-two-clusters-one-db", "CONTROL: two-clusters-one-db with IDGEN_FAULT_NO_CLUSTER_BINDING=1 on the second cluster's node: it starts and claims every ORDERED shard in the shared table under the first cluster's owners", true, twoClustersOneDB(true)},
 		{"zk-restore-fresh-first", "issue 29 hole h: a single ZooKeeper server restored from a copy of its data dir taken under load; n0-n3 (4 slots) cut off from it by a proxy across the restore, a fresh node (no properties file) started first on the restored server; 0 repeated (worker, ms) pairs expected", false, zkRestoreFreshFirst(false)},
 		{"neg-zk-restore-fresh-first", "CONTROL: zk-restore-fresh-first with IDGEN_FAULT_NO_INCARNATION_CHECK=1 on every node: the fresh node takes a slot whose restored mark is older than what its holder, cut off, still issues: repeated (worker, ms) pairs", true, zkRestoreFreshFirst(true)},
+		{"async-failover-paused", "issue 29 (hole c): primary + async replica behind a VIP, step 50, ORDERED + UNORDERED + SNOWFLAKE load; the replica lags, n1 SIGSTOPped 12 s (past its 3 s session), the primary SIGKILLed 6 s into the pause and the replica promoted as it is (lossy), n1 resumed under load; 0 duplicates and 0 order violations expected", false, asyncFailoverPaused(false)},
+		{"neg-async-failover-paused", "CONTROL: async-failover-paused with IDGEN_FAULT_NO_REPLICATION_GUARD=1 on every node (cross-node guard off)", true, asyncFailoverPaused(true)},
 	}
 }
 

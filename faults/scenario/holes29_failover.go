@@ -13,6 +13,11 @@ import (
 // barrier membership was "has an ephemeral acknowledgement").
 
 const (
+	// pausedStep is the UNORDERED step: large enough that n1 holds
+	// reserved IDs in memory whenever it is stopped (a segment lasts about
+	// a second under the suite's load, and the next one is loaded ahead);
+	// with replStep's 50 a call of up to 64 IDs often finds it empty.
+	pausedStep = 5000
 	// pausedLag is how long the replica lags before the victim is
 	// paused: the victim reserves segments and ORDERED ranges on the
 	// primary that the replica has not applied, and keeps some in memory.
@@ -28,8 +33,9 @@ const (
 )
 
 // asyncFailoverPaused: P and an async R behind the VIP, three nodes on
-// it under ORDERED, UNORDERED and SNOWFLAKE load, step replStep. R lags
-// (SQL thread stopped) for pausedLag, then n1 is SIGSTOPped for
+// it under ORDERED, UNORDERED and SNOWFLAKE load, step pausedStep. R lags
+// (SQL thread stopped; n0's and n2's UNORDERED callers held from then to
+// the failover) for pausedLag, then n1 is SIGSTOPped for
 // pausedFor. pausedKillAfter into the pause (n1's session expired), P is
 // SIGKILLed and R promoted as it is (lossy: the lag's reservations, some
 // of them in n1's memory, are gone) and the VIP moved. n1 resumes under
@@ -45,7 +51,7 @@ func asyncFailoverPaused(neg bool) func(*Run) error {
 		if err != nil {
 			return err
 		}
-		o := ClusterOpts{Step: replStep, MySQLBase: "root@tcp(" + rp.VIP.Addr + ")/"}
+		o := ClusterOpts{Step: pausedStep, MySQLBase: "root@tcp(" + rp.VIP.Addr + ")/"}
 		if neg {
 			o.FaultInject = true
 			o.Env = map[int][]string{}
@@ -62,12 +68,27 @@ func asyncFailoverPaused(neg bool) func(*Run) error {
 			return err
 		}
 		victim := c.Nodes[1]
-		r.StartLoad(c.Active())
+		// n0's and n2's UNORDERED callers are held from the lag to the
+		// failover: in the lag only n1 reserves UNORDERED segments, so
+		// what n1 holds in memory is above anything the others remember,
+		// and their own raise after the failover (to what they remember)
+		// does not cover it; only the cross-node guard (the ledger) does.
+		hold := harness.NewHold()
+		cs := r.callers(c.Active())
+		for i := range cs {
+			if cs[i].Channel == harness.ChUnordered && cs[i].Node != victim {
+				cs[i].Hold = hold
+			}
+		}
+		r.from = time.Now()
+		r.load = harness.StartLoad(cs, 5*time.Millisecond, r.seed)
 		r.Sleep(3 * time.Second)
+		hold.Pause()
 		if err := rp.R.Exec("STOP SLAVE SQL_THREAD"); err != nil {
+			hold.Resume()
 			return err
 		}
-		r.Note("replica lags: SQL thread stopped %v into the load", time.Since(r.from).Round(100*time.Millisecond))
+		r.Note("replica lags: SQL thread stopped %v into the load; n0's and n2's UNORDERED callers held", time.Since(r.from).Round(100*time.Millisecond))
 		r.Sleep(pausedLag)
 		victim.Signal(syscall.SIGSTOP)
 		tStop := time.Now()
@@ -78,17 +99,20 @@ func asyncFailoverPaused(neg bool) func(*Run) error {
 		st, err := rp.R.SlaveStatus()
 		if err != nil {
 			victim.Signal(syscall.SIGCONT)
+			hold.Resume()
 			return err
 		}
 		applied, _ := rp.R.Var("gtid_slave_pos")
 		received := st["Gtid_IO_Pos"]
 		if err := rp.R.Promote(); err != nil {
 			victim.Signal(syscall.SIGCONT)
+			hold.Resume()
 			return err
 		}
 		rp.VIP.SwitchTarget(rp.R.Addr())
 		fo := time.Since(tKill)
-		r.Note("primary SIGKILLed %v into n1's pause; replica promoted as it was (received %s, applied %s: %d transactions lost); VIP switched: failover %v",
+		hold.Resume()
+		r.Note("primary SIGKILLed %v into n1's pause; replica promoted as it was (received %s, applied %s: %d transactions lost); VIP switched: failover %v; n0's and n2's UNORDERED callers resumed",
 			tKill.Sub(tStop).Round(100*time.Millisecond), received, applied, harness.GTIDSeq(received)-harness.GTIDSeq(applied),
 			fo.Round(time.Millisecond))
 		sleepUntil(tStop.Add(pausedFor))

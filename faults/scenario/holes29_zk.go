@@ -49,7 +49,13 @@ const (
 // old node reconnects) nothing is refused and the fresh node repeats the
 // old holder's (worker, ms) pairs. neg: IDGEN_FAULT_NO_INCARNATION_CHECK=1
 // on every node (the incarnation check switched off).
-func zkRestoreFreshFirst(neg bool) func(*Run) error {
+//
+// noMySQL: the nodes run without --mysql (SNOWFLAKE load only). The
+// incarnation check's witness for a node with no record of its own (the
+// fresh node) is the database: without one, nothing can tell the fresh
+// node that ZooKeeper went back, so this variant is a control that
+// documents the limit (it is expected to repeat pairs, fix or not).
+func zkRestoreFreshFirst(neg, noMySQL bool) func(*Run) error {
 	return func(r *Run) error {
 		z, err := r.StartSingleZK()
 		if err != nil {
@@ -59,7 +65,7 @@ func zkRestoreFreshFirst(neg bool) func(*Run) error {
 		if err != nil {
 			return err
 		}
-		o := ClusterOpts{Nodes: 4, Spare: 1, Args: scarce, Outage: freshOutage, NoFallbackBiz: true, ZK: map[int]string{}}
+		o := ClusterOpts{Nodes: 4, Spare: 1, Args: scarce, Outage: freshOutage, NoFallbackBiz: true, ZK: map[int]string{}, NoMySQL: noMySQL}
 		for i := range 4 {
 			o.ZK[i] = p.Addr
 		}

@@ -46,11 +46,13 @@ func TestReclaimRefusedWhenRecordMarkedAfterClaim(t *testing.T) {
 	h := newTestHolder("a", nil, nil)
 	cfg := fakeConfig(t, f, h, 9000)
 	var armed, fired atomic.Bool
+	var last atomic.Pointer[fakeConn] // the lease's current client
 	cfg.Connect = func(servers []string, timeout time.Duration) (ZK, <-chan zk.Event, error) {
 		c, ev, err := f.connect(servers, timeout)
 		if err != nil {
 			return c, ev, err
 		}
+		last.Store(c.(*fakeConn))
 		return &markAfterClaim{ZK: c, f: f, armed: &armed, fired: &fired}, ev, nil
 	}
 	l := register(t, cfg)
@@ -58,7 +60,7 @@ func TestReclaimRefusedWhenRecordMarkedAfterClaim(t *testing.T) {
 		t.Fatalf("acquired %d slots at start; want 1", n)
 	}
 	armed.Store(true)
-	l.zk.get().(*markAfterClaim).ZK.(*fakeConn).expire()
+	last.Load().expire()
 	slotsHeld := func() int {
 		f.mu.Lock()
 		defer f.mu.Unlock()

@@ -10,6 +10,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+
+	"github.com/idgen/idgen/cluster/incarnation"
 )
 
 // properties is the local cache of the slot (rule 4 of DESIGN.md), in the
@@ -39,6 +42,19 @@ type properties struct {
 	ZKContactMs int64
 	Meta        Meta             // zero when the file predates these keys
 	Marks       map[[2]int]int64 // (idc, node) -> mark of slots used before
+	// Incarnation is the node's record of the cluster incarnation (the
+	// incarnation.* keys, package cluster/incarnation). The lease never
+	// sets it: writeProperties keeps what the file holds, and only
+	// IncarnationRecord changes it.
+	Incarnation incarnation.Local
+	// noSlot: the file holds no slot (no idc, node, workerId or
+	// highWater key), only the incarnation: written by the incarnation
+	// check of a node that has not held a slot yet. Such a file caches no
+	// slot for the lease.
+	noSlot bool
+	// incarnationErr: the incarnation keys are unreadable (Incarnation is
+	// zero then).
+	incarnationErr error
 }
 
 // propertiesPath names the properties file of (app, port, host) in dir.
@@ -68,6 +84,19 @@ func readProperties(path string) (properties, error) {
 	}
 	var p properties
 	var errs []error
+	// Unreadable incarnation keys do not make the slot unreadable: only
+	// the incarnation check reports them (IncarnationRecord.Load).
+	p.Incarnation, p.incarnationErr = incarnation.ParseKeys(kv)
+	slotless := true
+	for _, k := range []string{"idc", "node", "workerId", "highWater"} {
+		if _, ok := kv[k]; ok {
+			slotless = false
+		}
+	}
+	if slotless && kv["cluster"] != "" {
+		p.Cluster, p.noSlot = kv["cluster"], true
+		return p, nil
+	}
 	num := func(key string, required bool) int64 {
 		s, ok := kv[key]
 		if !ok {
@@ -124,6 +153,11 @@ func readProperties(path string) (properties, error) {
 func (p properties) encode() []byte {
 	var b bytes.Buffer
 	b.WriteString("# idgen worker slot cache, rewritten on every heartbeat; do not edit while idgen runs.\n")
+	if p.noSlot {
+		fmt.Fprintf(&b, "cluster=%s\n", p.Cluster)
+		p.encodeIncarnation(&b)
+		return b.Bytes()
+	}
 	fmt.Fprintf(&b, "# highWater %s\n", rfc3339(p.HighWater))
 	fmt.Fprintf(&b, "cluster=%s\n", p.Cluster)
 	fmt.Fprintf(&b, "idc=%d\n", p.IDC)
@@ -152,7 +186,14 @@ func (p properties) encode() []byte {
 		fmt.Fprintf(&b, "nodeBits=%d\n", p.Meta.NodeBits)
 		fmt.Fprintf(&b, "createdMs=%d\n", p.Meta.CreatedMs)
 	}
+	p.encodeIncarnation(&b)
 	return b.Bytes()
+}
+
+func (p properties) encodeIncarnation(b *bytes.Buffer) {
+	for _, kv := range p.Incarnation.Keys() {
+		fmt.Fprintf(b, "%s=%s\n", kv[0], kv[1])
+	}
 }
 
 // readAnyProperties reads the properties file at path or, when it does not
@@ -164,16 +205,19 @@ func (p properties) encode() []byte {
 // there is none.
 func readAnyProperties(path, app, cluster string, idc int) (p properties, used string, found bool, err error) {
 	p, err = readProperties(path)
-	if err == nil {
+	if err == nil && !p.noSlot {
 		return p, path, true, nil
 	}
-	if !errors.Is(err, os.ErrNotExist) {
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return properties{}, path, false, err
 	}
+	// Missing, or holding no slot yet (only the incarnation): look for the
+	// slot this node cached under another address.
+	p = properties{}
 	matches, _ := filepath.Glob(filepath.Join(filepath.Dir(path), app+":*.properties"))
 	for _, m := range matches {
 		q, qerr := readProperties(m)
-		if qerr != nil || q.Cluster != cluster || (idc >= 0 && q.IDC != idc) {
+		if qerr != nil || q.noSlot || q.Cluster != cluster || (idc >= 0 && q.IDC != idc) {
 			continue
 		}
 		if !found || q.HighWater > p.HighWater {
@@ -193,9 +237,90 @@ func (p properties) allMarks() map[[2]int]int64 {
 	return out
 }
 
-// writeProperties replaces the properties file at path atomically.
+// propsLocks serialises the writers of one properties file in this
+// process: the lease (slot and mark) and the incarnation check
+// (IncarnationRecord), each of which keeps the other's keys.
+var propsLocks sync.Map // path -> *sync.Mutex
+
+func lockProps(path string) func() {
+	mu, _ := propsLocks.LoadOrStore(path, new(sync.Mutex))
+	mu.(*sync.Mutex).Lock()
+	return mu.(*sync.Mutex).Unlock
+}
+
+// writeProperties replaces the properties file at path atomically,
+// keeping the incarnation keys the file holds when p has none.
 func writeProperties(path string, p properties) error {
+	defer lockProps(path)()
+	if p.Incarnation == (incarnation.Local{}) {
+		if old, err := readProperties(path); err == nil && old.Cluster == p.Cluster {
+			p.Incarnation = old.Incarnation
+		}
+	}
 	return writeFileAtomic(path, p.encode())
+}
+
+// IncarnationRecord returns the incarnation.Record kept in the properties
+// file of (app, port, host) in dir (the same file as the lease's slot
+// cache), for the cluster incarnation check. Load falls back to the
+// properties file of the same app and cluster with the newest lineage in
+// dir when this address has none (the host's address changed); Save
+// writes this address's file, keeping its slot keys, and creates it with
+// the cluster and the incarnation alone when the node has held no slot.
+func IncarnationRecord(dir, app string, port int, host, cluster string) incarnation.Record {
+	if app == "" {
+		app = DefaultApp
+	}
+	return &incarnationRecord{path: propertiesPath(dir, app, port, host), app: app, cluster: cluster}
+}
+
+type incarnationRecord struct{ path, app, cluster string }
+
+func (r *incarnationRecord) Load() (incarnation.Local, error) {
+	p, err := readProperties(r.path)
+	switch {
+	case err == nil && p.Cluster != r.cluster:
+		// Another cluster's file (the node moved to this cluster with the
+		// same directory and address): no record of this cluster. The
+		// lease overwrites the file with this cluster's slot as well.
+	case err == nil && p.incarnationErr != nil:
+		return incarnation.Local{}, fmt.Errorf("%s: %w", r.path, p.incarnationErr)
+	case err == nil && p.Incarnation != (incarnation.Local{}):
+		return p.Incarnation, nil
+	case err != nil && !errors.Is(err, os.ErrNotExist):
+		return incarnation.Local{}, err
+	}
+	var best incarnation.Local
+	matches, _ := filepath.Glob(filepath.Join(filepath.Dir(r.path), r.app+":*.properties"))
+	for _, m := range matches {
+		q, qerr := readProperties(m)
+		if qerr != nil || q.Cluster != r.cluster || q.Incarnation.ID == "" {
+			continue
+		}
+		if q.Incarnation.Version > best.Version || best.ID == "" {
+			best = q.Incarnation
+		}
+	}
+	return best, nil
+}
+
+func (r *incarnationRecord) Save(l incarnation.Local) error {
+	defer lockProps(r.path)()
+	p, err := readProperties(r.path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		p = properties{Cluster: r.cluster, noSlot: true}
+	case err != nil:
+		return fmt.Errorf("properties file %s: %w (not rewritten: fix or move it)", r.path, err)
+	case p.Cluster != r.cluster:
+		// Another cluster's file: replaced, as the lease replaces it.
+		p = properties{Cluster: r.cluster, noSlot: true}
+	}
+	p.Incarnation = l
+	if err := writeFileAtomic(r.path, p.encode()); err != nil {
+		return fmt.Errorf("properties file %s: %w", r.path, err)
+	}
+	return nil
 }
 
 // writeFileAtomic replaces the file at path atomically: a crash leaves
@@ -255,4 +380,21 @@ func PropertiesMeta(path, cluster string) (Meta, error) {
 		return Meta{}, fmt.Errorf("%s has no cluster settings (written by an older idgen): take the file of a node that ran this version", path)
 	}
 	return p.Meta, nil
+}
+
+// PropertiesIncarnation returns the cluster incarnation a node's
+// properties file records (for `idctl cluster restore`), checking that it
+// belongs to cluster; the zero Local when it records none.
+func PropertiesIncarnation(path, cluster string) (incarnation.Local, error) {
+	p, err := readProperties(path)
+	if err != nil {
+		return incarnation.Local{}, err
+	}
+	if p.Cluster != cluster {
+		return incarnation.Local{}, fmt.Errorf("%s belongs to cluster %q, not %q", path, p.Cluster, cluster)
+	}
+	if p.incarnationErr != nil {
+		return incarnation.Local{}, fmt.Errorf("%s: %w", path, p.incarnationErr)
+	}
+	return p.Incarnation, nil
 }

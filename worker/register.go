@@ -229,6 +229,9 @@ func (l *ZKLease) enterSlot(ctx context.Context, c claimer, meta Meta, node int,
 			_ = c.release(node)
 		}
 	}()
+	if err := l.checkRegistry(); err != nil {
+		return Slot{}, "", err
+	}
 	if werr := checkWait(l.cfg.Clock, s, l.cfg.MaxStartWait); werr != nil {
 		if refuse {
 			return Slot{}, "", werr

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/cluster/incarnation"
 	"github.com/idgen/idgen/segment/mysqlstore"
 	"github.com/idgen/idgen/worker"
 	"github.com/idgen/idgen/worker/mysqllease"
@@ -40,6 +41,9 @@ ran before a loss do this by themselves when they see it.
 
 migrate moves a stopped cluster's worker slots between MySQL (--mysql alone)
 and ZooKeeper (--zk --mysql), raising the target's marks above the source's.
+It first records "migrating" in MySQL and in the cluster's ZooKeeper record,
+then the target: a ZooKeeper node it cannot see (its session expired) is
+refused at its next claim and stops issuing SNOWFLAKE IDs until restarted.
 
 The digest credential of an ACL-protected cluster is read from IDGEN_ZK_AUTH
 (or the file named by IDGEN_ZK_AUTH_FILE).
@@ -147,13 +151,26 @@ func cmdCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			if rec.EpochMs != s.EpochMs || rec.IDCBits != s.IDCBits || rec.NodeBits != s.NodeBits {
 				return fmt.Errorf("cluster %q exists with other settings (epoch %s, idc_bits %d, node_bits %d)", *name, rec.Epoch, rec.IDCBits, rec.NodeBits)
 			}
-			fmt.Fprintf(stdout, "cluster %s exists (created %s)\n", *name, rec.Created)
+			// A cluster from before incarnation markers gets one (its
+			// nodes would create it at their next connect anyway).
+			m, merr := incarnation.Create(conn, *root, *name, acl, time.Now())
+			if merr != nil && !errors.Is(merr, zk.ErrNodeExists) {
+				return merr
+			}
+			fmt.Fprintf(stdout, "cluster %s exists (created %s, incarnation %s)\n", *name, rec.Created, m.ID)
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "cluster %s created at %s: epoch %s, idc_bits %d, node_bits %d\n", *name, cluster.MetaPath(*root, *name), rec.Epoch, rec.IDCBits, rec.NodeBits)
+		// The incarnation marker: every node records its ID and compares it
+		// at every (re)connect, so a re-created cluster is refused and a
+		// wiped or restored ZooKeeper is detected (package cluster/incarnation).
+		m, err := incarnation.Create(conn, *root, *name, acl, time.Now())
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return err
+		}
+		fmt.Fprintf(stdout, "cluster %s created at %s: epoch %s, idc_bits %d, node_bits %d, incarnation %s\n", *name, cluster.MetaPath(*root, *name), rec.Epoch, rec.IDCBits, rec.NodeBits, m.ID)
 		if auth == "" {
 			fmt.Fprintln(stderr, "idctl: note: IDGEN_ZK_AUTH is not set, so the cluster's znodes are open to every ZooKeeper client; set it to the nodes' --zk-auth user:password to create them with a digest ACL")
 		}
@@ -175,6 +192,17 @@ func cmdCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			fmt.Fprintf(stdout, "  restored  %d time(s), last %s: %s\n", rec.Restores, rec.Restored, rec.RestoreReason)
 		}
 		fmt.Fprintf(stdout, "  record    version %d, written %s\n", st.Version, time.UnixMilli(st.Mtime).UTC().Format(time.RFC3339))
+		switch m, _, err := incarnation.ReadMarker(conn, *root, *name); {
+		case err == nil:
+			fmt.Fprintf(stdout, "  incarnation %s (created %s), counter %d, losses detected %d\n", m.ID, m.Created, m.Counter, m.Restores)
+			if m.Restores > 0 {
+				fmt.Fprintf(stdout, "  last loss %s: %s\n", m.Restored, m.RestoreReason)
+			}
+		case errors.Is(err, zk.ErrNoNode):
+			fmt.Fprintln(stdout, "  incarnation none (a cluster from before markers: its first node to connect creates one)")
+		default:
+			return err
+		}
 		return nil
 	case "restore":
 		return clusterRestore(conn, *root, *name, *fromProps, acl, stdout)
@@ -214,11 +242,25 @@ func clusterRestore(conn *zk.Conn, root, name, fromProps string, acl []zk.ACL, s
 		if err != nil {
 			return err
 		}
+		inc, err := worker.PropertiesIncarnation(fromProps, name)
+		if err != nil {
+			return err
+		}
 		rec, err := cluster.Restore(conn, root, name, cluster.Record{EpochMs: m.EpochMs, IDCBits: m.IDCBits, NodeBits: m.NodeBits, CreatedMs: m.CreatedMs}, now, reason, acl)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "cluster %s re-created from %s (created %s) and marked restored at %s\n", name, fromProps, rec.Created, rec.Restored)
+		// The incarnation marker with the ID the nodes recorded: a node
+		// without a record connecting first would otherwise create a new
+		// one, and the nodes that ran before would be refused.
+		if inc.ID != "" {
+			mk, err := incarnation.Recreate(conn, root, name, inc, acl)
+			if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+				return err
+			}
+			fmt.Fprintf(stdout, "incarnation %s\n", mk.ID)
+		}
 		return nil
 	}
 	if rerr != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/cluster/incarnation"
 	"github.com/idgen/idgen/worker"
 	"github.com/idgen/idgen/worker/mysqllease"
 )
@@ -136,9 +137,14 @@ func TestClusterInitShow(t *testing.T) {
 	if r.Restores != 0 || r.RestoredMs != 0 || r.Restored != "" {
 		t.Errorf("a new cluster is marked restored: %+v", r)
 	}
+	// The incarnation marker (package cluster/incarnation).
+	m, _, err := incarnation.ReadMarker(conn, worker.DefaultRoot, name)
+	if err != nil || m.ID == "" {
+		t.Fatalf("incarnation marker after init: %+v, %v", m, err)
+	}
 	// The text form too.
 	out, _ = mustRun(t, 0, append([]string{"cluster", "show"}, base...)...)
-	wantIn(t, "show's text", out, "registry  zookeeper", "init      true", "bits      idc 4, node 6")
+	wantIn(t, "show's text", out, "registry  zookeeper", "init      true", "bits      idc 4, node 6", "incarnation "+m.ID)
 
 	t.Run("second init fails", func(t *testing.T) {
 		code, out, errOut := runCLI(t, initArgs...)
@@ -150,7 +156,7 @@ func TestClusterInitShow(t *testing.T) {
 	})
 	t.Run("exists-ok, same settings", func(t *testing.T) {
 		out, _ := mustRun(t, 0, append(initArgs, "--exists-ok")...)
-		wantIn(t, "stdout", out, "cluster "+name+" exists")
+		wantIn(t, "stdout", out, "cluster "+name+" exists", "incarnation "+m.ID)
 	})
 	t.Run("exists-ok, other settings", func(t *testing.T) {
 		for _, other := range [][]string{
@@ -258,10 +264,30 @@ func TestClusterRestore(t *testing.T) {
 		if !r.Init || r.Registry != cluster.RegistryZooKeeper || r.Restores != 1 || r.RestoredMs < time.Now().Add(-time.Minute).UnixMilli() {
 			t.Errorf("re-created record %+v; want init, registry zookeeper, restores 1, restored now", r)
 		}
+		if _, _, err := incarnation.ReadMarker(conn, worker.DefaultRoot, name); !errors.Is(err, zk.ErrNoNode) {
+			t.Errorf("a properties file without an incarnation re-created a marker: %v", err)
+		}
 		// The record exists now: init refuses, init --exists-ok with the
 		// file's settings agrees.
 		mustRun(t, 1, "cluster", "init", "--zk", zkAddr, "--cluster", name, "--idc-bits", "4", "--node-bits", "6", "--epoch", testEpoch)
 		mustRun(t, 0, "cluster", "init", "--zk", zkAddr, "--cluster", name, "--idc-bits", "4", "--node-bits", "6", "--epoch", testEpoch, "--exists-ok")
+	})
+
+	t.Run("no record, from properties with an incarnation", func(t *testing.T) {
+		name := newClusterName(t, conn)
+		props := writeProperties(t, name, time.Now().Add(-72*time.Hour).UnixMilli())
+		f, err := os.OpenFile(props, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(f, "incarnation.id=feedc0de\nincarnation.node=idgen:8888:127.0.0.1-01020304\nincarnation.lineage=3:tok\nincarnation.counter=12\nincarnation.restores=0\n")
+		f.Close()
+		out, _ := mustRun(t, 0, "cluster", "restore", "--zk", zkAddr, "--cluster", name, "--from-properties", props)
+		wantIn(t, "stdout", out, "re-created from "+props, "incarnation feedc0de")
+		m, _, err := incarnation.ReadMarker(conn, worker.DefaultRoot, name)
+		if err != nil || m.ID != "feedc0de" || m.Counter != 12 {
+			t.Fatalf("marker after restore: %+v, %v; want the file's incarnation feedc0de at counter 12", m, err)
+		}
 	})
 }
 

@@ -51,3 +51,44 @@ func TestBinding_OneClusterPerDatabase(t *testing.T) {
 		t.Fatalf("bind after unbind: %v", err)
 	}
 }
+
+// TestBinding_IncarnationWitness: the witness of the ZooKeeper
+// incarnation lives in the binding row, for the bound cluster only, and
+// its counter never goes down (schema 10, package cluster/incarnation).
+func TestBinding_IncarnationWitness(t *testing.T) {
+	dsn := newTestDatabase(t, testServer(t), true)
+	s := openStore(t, dsn, nil)
+	ctx := testCtx(t)
+	if _, _, bound, err := s.ZKIncarnation(ctx, "c1"); err != nil || bound {
+		t.Fatalf("unbound database: bound %v, %v", bound, err)
+	}
+	if err := s.RaiseZKIncarnation(ctx, "c1", "inc-a", 5); err != nil {
+		t.Fatalf("raise on an unbound database: %v", err)
+	}
+	if _, err := s.BindCluster(ctx, "c1", 1000, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if id, n, bound, err := s.ZKIncarnation(ctx, "c1"); err != nil || !bound || id != "" || n != 0 {
+		t.Fatalf("freshly bound: %q %d %v %v", id, n, bound, err)
+	}
+	for _, step := range []struct {
+		id string
+		n  int64
+	}{{"inc-a", 5}, {"inc-b", 3}, {"inc-a", 9}} {
+		if err := s.RaiseZKIncarnation(ctx, "c1", step.id, step.n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if id, n, _, err := s.ZKIncarnation(ctx, "c1"); err != nil || id != "inc-a" || n != 9 {
+		t.Fatalf("after raises 5, 3, 9: id %q counter %d, %v; want inc-a, 9", id, n, err)
+	}
+	if _, _, bound, err := s.ZKIncarnation(ctx, "other"); err != nil || bound {
+		t.Fatalf("another cluster: bound %v, %v", bound, err)
+	}
+	if err := s.RaiseZKIncarnation(ctx, "other", "inc-x", 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, n, _, _ := s.ZKIncarnation(ctx, "c1"); n != 9 {
+		t.Fatalf("another cluster's raise moved the counter to %d", n)
+	}
+}

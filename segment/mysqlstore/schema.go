@@ -38,6 +38,7 @@ var migrations = []Migration{
 	{Version: 7, Description: "ORDERED request ids scoped to the caller's credential (ordered_request.request_id widened)", apply: schemaV7},
 	{Version: 8, Description: "the channels each business serves (biz.channels)", apply: schemaV8},
 	{Version: 9, Description: "the cluster the database belongs to (cluster_binding)", stmts: schemaV9()},
+	{Version: 10, Description: "the ZooKeeper incarnation witness (cluster_binding.zk_incarnation, zk_counter)", apply: schemaV10},
 }
 
 // bizColumnsV3 are the columns schema 3 adds to biz. secret_key is empty
@@ -160,6 +161,18 @@ func schemaV9() []string {
   bound_at   DATETIME(6) NOT NULL,
   PRIMARY KEY (id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`}
+}
+
+// schemaV10 adds the witness of the cluster's ZooKeeper incarnation to
+// cluster_binding (incarnation.go): the marker's ID and the highest
+// counter ZooKeeper reached, so that a node with no local record (a new
+// node that starts first after ZooKeeper was restored from a copy) can
+// tell that ZooKeeper went back (issue 29, hole h).
+func schemaV10(ctx context.Context, conn *sql.Conn) error {
+	return addColumns(ctx, conn, "cluster_binding", []struct{ name, def string }{
+		{"zk_incarnation", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT ''"},
+		{"zk_counter", "BIGINT NOT NULL DEFAULT 0"},
+	})
 }
 
 // bizColumnsV6 is the column schema 6 adds to biz: segment.OrderedMode

@@ -1,0 +1,6 @@
+//go:build !faultinject
+
+package incarnation
+
+// faultNoCheck is false in normal builds: the check always runs.
+func faultNoCheck() bool { return false }

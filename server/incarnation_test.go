@@ -1,0 +1,250 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/zap"
+
+	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/cluster/incarnation"
+	"github.com/idgen/idgen/internal/testdb"
+	"github.com/idgen/idgen/segment/mysqlstore"
+)
+
+var errIncarnationRefused = errors.New("refused (test)")
+
+// copyTree reads every znode under p (a copy of the subtree's state).
+func copyTree(t *testing.T, c *zk.Conn, p string, into map[string][]byte) {
+	t.Helper()
+	b, _, err := c.Get(p)
+	if err != nil {
+		t.Fatalf("copy %s: %v", p, err)
+	}
+	into[p] = b
+	kids, _, err := c.Children(p)
+	if err != nil {
+		t.Fatalf("copy %s: %v", p, err)
+	}
+	for _, k := range kids {
+		copyTree(t, c, path.Join(p, k), into)
+	}
+}
+
+// restoreTree rewrites the subtree at p to a copy: znodes created since
+// are deleted, the others get their copied data back. This is what a
+// ZooKeeper restored from a data dir copy serves (its versions and zxids
+// differ, which the check does not rely on).
+func restoreTree(t *testing.T, c *zk.Conn, p string, snap map[string][]byte) {
+	t.Helper()
+	kids, _, err := c.Children(p)
+	if err != nil {
+		t.Fatalf("restore %s: %v", p, err)
+	}
+	for _, k := range kids {
+		restoreTree(t, c, path.Join(p, k), snap)
+	}
+	data, ok := snap[p]
+	if !ok {
+		if err := c.Delete(p, -1); err != nil {
+			t.Fatalf("restore: delete %s: %v", p, err)
+		}
+		return
+	}
+	if _, err := c.Set(p, data, -1); err != nil {
+		t.Fatalf("restore %s: %v", p, err)
+	}
+}
+
+// TestIntegration_IncarnationRestoreFromCopy runs the incarnation check
+// as a server builds it (properties file record, the database as
+// witness) against the real ZooKeeper and MariaDB: the cluster's subtree
+// is copied, a node reconnects, the subtree is restored to the copy, and
+// a new node checks first. The new node sees the restore through the
+// database, the old node through its lineage, and a re-created cluster
+// is refused (issue 29, hole h).
+func TestIntegration_IncarnationRestoreFromCopy(t *testing.T) {
+	zkAddr, base := os.Getenv("IDGEN_TEST_ZK"), os.Getenv("IDGEN_TEST_MYSQL")
+	if zkAddr == "" || base == "" {
+		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, _, err := zk.Connect([]string{zkAddr}, 10*time.Second, zk.WithLogger(zkQuiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const root = "/idgen-test-incarnation"
+	name := fmt.Sprintf("c%d", time.Now().UnixNano())
+	acl := zk.WorldACL(zk.PermAll)
+	rec, err := cluster.Init(conn, root, name, cluster.Settings{EpochMs: 1577836800000, IDCBits: 2, NodeBits: 8}, acl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := incarnation.Create(conn, root, name, acl, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	store, err := mysqlstore.Open(ctx, mysqlstore.Config{DSN: testdb.New(t, base), Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := store.BindCluster(ctx, name, rec.CreatedMs, "test"); err != nil {
+		t.Fatal(err)
+	}
+	nodeCfg := func() Config {
+		return Config{ZKRoot: root, Cluster: name, PropertiesDir: t.TempDir(), AdvertiseHost: "127.0.0.1", MySQL: "set"}
+	}
+	cfgA := nodeCfg()
+	check := func(cfg Config, port int) (bool, string, error) {
+		var c incarnation.ZK = conn
+		if port%2 == 0 {
+			// As the shared session's handle: no Sync.
+			c = noSync{conn}
+		}
+		inc := newIncarnationCheck(cfg, port, errIncarnationRefused, zap.NewNop())
+		inc.setStore(store)
+		return inc.Check(ctx, c)
+	}
+	mustPass := func(what string, cfg Config, port int) {
+		t.Helper()
+		if restored, why, err := check(cfg, port); err != nil || restored {
+			t.Fatalf("%s: restored=%v why=%q err=%v; want a pass", what, restored, why, err)
+		}
+	}
+	mustPass("node A, first start", cfgA, 9001)
+	snap := map[string][]byte{}
+	copyTree(t, conn, cluster.Path(root, name), snap)
+	mustPass("node A, reconnect", cfgA, 9001)
+
+	restoreTree(t, conn, cluster.Path(root, name), snap)
+	restored, why, err := check(nodeCfg(), 9002)
+	if err != nil || !restored || !strings.Contains(why, "database recorded") {
+		t.Fatalf("new node first after the restore: restored=%v why=%q err=%v; want detected through the database", restored, why, err)
+	}
+	if r, _, err := cluster.Read(conn, root, name); err != nil || r.RestoredMs == 0 {
+		t.Fatalf("the cluster's meta is not marked restored: %+v, %v", r, err)
+	}
+	restored, why, err = check(cfgA, 9001)
+	if err != nil || !restored || !strings.Contains(why, "lineage") {
+		t.Fatalf("node A after the restore: restored=%v why=%q err=%v; want detected through its lineage", restored, why, err)
+	}
+	mustPass("node A, next reconnect", cfgA, 9001)
+	b, err := os.ReadFile(cfgA.PropertiesDir + "/idgen:9001:127.0.0.1.properties")
+	if err != nil || !strings.Contains(string(b), "incarnation.lineage=4:") {
+		t.Fatalf("node A's properties file: %v\n%s", err, b)
+	}
+
+	// Total loss, then `idctl cluster init` again: refused.
+	restoreTree(t, conn, cluster.Path(root, name), map[string][]byte{cluster.Path(root, name): nil})
+	if _, err := incarnation.Create(conn, root, name, acl, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := check(cfgA, 9001); !errors.Is(err, incarnation.ErrRecreated) || !errors.Is(err, errIncarnationRefused) {
+		t.Fatalf("re-created cluster: %v; want ErrRecreated wrapping the refusal", err)
+	}
+}
+
+// noSync hides *zk.Conn's Sync, as cluster/zksession's handle does.
+type noSync struct{ c *zk.Conn }
+
+func (n noSync) Get(p string) ([]byte, *zk.Stat, error) { return n.c.Get(p) }
+func (n noSync) Create(p string, d []byte, f int32, a []zk.ACL) (string, error) {
+	return n.c.Create(p, d, f, a)
+}
+func (n noSync) Set(p string, d []byte, v int32) (*zk.Stat, error) { return n.c.Set(p, d, v) }
+func (n noSync) Exists(p string) (bool, *zk.Stat, error)           { return n.c.Exists(p) }
+
+type zkQuiet struct{}
+
+func (zkQuiet) Printf(string, ...any) {}
+
+// The witness waits for the store: a --mysql node's check does not pass
+// before the database can be read; without --mysql there is no witness.
+func TestIncarnationCheckWaitsForTheStore(t *testing.T) {
+	inc := newIncarnationCheck(Config{ZKRoot: "/idgen", Cluster: "c1", PropertiesDir: t.TempDir(), MySQL: "set"}, 8888, errIncarnationRefused, zap.NewNop())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := inc.witness.Load(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Load before the store is open: %v, want it to wait", err)
+	}
+	inc.setStore(nil) // not a MySQL store
+	if st, err := inc.witness.Load(context.Background()); err != nil || st.Bound {
+		t.Fatalf("Load with a store that is not MySQL: %+v, %v; want unbound", st, err)
+	}
+	if newIncarnationCheck(Config{ZKRoot: "/idgen", Cluster: "c1", PropertiesDir: t.TempDir()}, 8888, nil, zap.NewNop()).witness != nil {
+		t.Fatal("a witness without --mysql")
+	}
+}
+
+// touchEvery keeps the witness up with ZooKeeper while the session is
+// usable, so a copy taken within a session is seen by a new node.
+func TestIntegration_IncarnationTouchEvery(t *testing.T) {
+	zkAddr, base := os.Getenv("IDGEN_TEST_ZK"), os.Getenv("IDGEN_TEST_MYSQL")
+	if zkAddr == "" || base == "" {
+		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, _, err := zk.Connect([]string{zkAddr}, 10*time.Second, zk.WithLogger(zkQuiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const root = "/idgen-test-incarnation"
+	name := fmt.Sprintf("t%d", time.Now().UnixNano())
+	acl := zk.WorldACL(zk.PermAll)
+	rec, err := cluster.Init(conn, root, name, cluster.Settings{EpochMs: 1577836800000, IDCBits: 2, NodeBits: 8}, acl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := incarnation.Create(conn, root, name, acl, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	store, err := mysqlstore.Open(ctx, mysqlstore.Config{DSN: testdb.New(t, base), Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := store.BindCluster(ctx, name, rec.CreatedMs, "test"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{ZKRoot: root, Cluster: name, PropertiesDir: t.TempDir(), AdvertiseHost: "127.0.0.1", MySQL: "set"}
+	inc := newIncarnationCheck(cfg, 9001, errIncarnationRefused, zap.NewNop())
+	inc.setStore(store)
+	if restored, why, err := inc.Check(ctx, conn); err != nil || restored {
+		t.Fatalf("first check: %v %q %v", restored, why, err)
+	}
+	snap := map[string][]byte{}
+	copyTree(t, conn, cluster.Path(root, name), snap) // copied within the session
+	stop := inc.touchEvery(10*time.Millisecond, func() (incarnation.ZK, bool) { return conn, true }, zap.NewNop())
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, n, _, err := store.ZKIncarnation(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the witness stayed at %d after 30 s of touches every 10 ms", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	restoreTree(t, conn, cluster.Path(root, name), snap)
+	fresh := newIncarnationCheck(Config{ZKRoot: root, Cluster: name, PropertiesDir: t.TempDir(), AdvertiseHost: "127.0.0.1", MySQL: "set"}, 9002, errIncarnationRefused, zap.NewNop())
+	fresh.setStore(store)
+	if restored, why, err := fresh.Check(ctx, conn); err != nil || !restored {
+		t.Fatalf("new node after a restore from a copy taken within the old node's session: restored=%v why=%q err=%v; want detected (touches)", restored, why, err)
+	}
+}

@@ -36,6 +36,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/cluster/incarnation"
 	"github.com/idgen/idgen/cluster/zksession"
 	"github.com/idgen/idgen/ext"
 	"github.com/idgen/idgen/internal/bizlabel"
@@ -267,14 +268,18 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	// them (closers run in reverse). Not waited for here: the worker lease
 	// decides how long to wait (and may start degraded without ZooKeeper).
 	var zs *zksession.Session
+	var inc *incarnationCheck
 	if cfg.ZK != "" {
 		warnOpenZooKeeper(cfg, m, log)
+		inc = newIncarnationCheck(cfg, rpcPort, zksession.ErrRefused, log)
 		var err error
-		if zs, err = openSession(cfg, log); err != nil {
+		if zs, err = openSession(cfg, inc, log); err != nil {
 			return fail(err)
 		}
 		nd.zk.Store(zs)
 		closers = append(closers, zs.Close)
+		stop := inc.touchEvery(cfg.Heartbeat, func() (incarnation.ZK, bool) { return zs.Conn(), zs.View().Has }, log)
+		closers = append(closers, stop)
 	}
 	nd.setStarting("opening the segment store")
 	store, noSegments, err := openStore(ctx, cfg, zs, log)
@@ -282,6 +287,9 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 		return fail(err)
 	}
 	closers = append(closers, func() { _ = store.Close() })
+	if inc != nil {
+		inc.setStore(store)
+	}
 	ms, _ := store.(*mysqlstore.Store)
 	var repl *replicationWatch
 	if ms != nil {
@@ -531,11 +539,12 @@ func openStore(ctx context.Context, cfg Config, zs *zksession.Session, log *zap.
 // openSession opens the node's one ZooKeeper session (--zk), shared by
 // every guard. Its "no server explains the refusals" rule waits out the
 // worker lease's lead, after which the lease's marks have run out anyway.
-// The cluster incarnation check (Config.Check) is not wired yet: nil.
-func openSession(cfg Config, log *zap.Logger) (*zksession.Session, error) {
+// Config.Check is the cluster incarnation check (server/incarnation.go).
+func openSession(cfg Config, inc *incarnationCheck, log *zap.Logger) (*zksession.Session, error) {
 	lead := worker.Config{SessionTimeout: cfg.ZKSessionTimeout, HeartbeatInterval: cfg.Heartbeat, OutageTolerance: cfg.OutageTolerance}.Lead()
 	zs, err := zksession.Start(zksession.Config{Servers: strings.Split(cfg.ZK, ","), SessionTimeout: cfg.ZKSessionTimeout,
-		Auth: cfg.ZKAuth, Lead: lead, Logger: log.Named("zk")})
+		Auth: cfg.ZKAuth, Lead: lead, Logger: log.Named("zk"),
+		Check: func(ctx context.Context, c zksession.ZK) (bool, string, error) { return inc.Check(ctx, c) }})
 	if err != nil {
 		return nil, fmt.Errorf("zk: %w", err)
 	}

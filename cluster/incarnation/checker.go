@@ -179,9 +179,12 @@ func (c *Checker) Check(ctx context.Context, conn ZK) (restored bool, why string
 // after such a write (a slot claim, a mark written ahead) puts it on the
 // witness's record, so a node that checks after the restore sees it, and
 // records the bump, so this node sees it at its next reconnect. lost is
-// true when the bump itself shows that ZooKeeper lost state (recorded as
-// Check records it; the restore rule applies). A node that has not passed
-// a Check yet has nothing to touch: nil.
+// true when the bump itself shows that ZooKeeper lost state (recorded in
+// the marker and the meta as Check records it); the caller must then make
+// every guard of the node apply the restore rule at once
+// (zksession.Session.NoteRestore, as server/incarnation.go does): the
+// record counts the loss as seen, and the next check does not report it.
+// A node that has not passed a Check yet has nothing to touch: nil.
 func (c *Checker) Touch(ctx context.Context, conn ZK) (lost bool, why string, err error) {
 	if faultNoCheck() {
 		return false, "", nil
@@ -214,10 +217,14 @@ func (c *Checker) Touch(ctx context.Context, conn ZK) (lost bool, why string, er
 			return false, "", err
 		}
 	}
-	// The loss count is left as it was: a loss this touch saw or learned
-	// is then reported by the session's next check too, which is how this
-	// node's guards learn it.
+	// A loss this touch saw is reported by its caller to every guard of
+	// this node at once (zksession.Session.NoteRestore): the record counts
+	// it as seen, so the session's next check does not report it again. A
+	// loss another node recorded, and nothing else, stays for that check.
 	local.Counter = m.Counter
+	if len(reasons) > 0 {
+		local.Restores = m.Restores
+	}
 	if err := c.cfg.Record.Save(local); err != nil {
 		return false, "", fmt.Errorf("incarnation: record the counter: %w", err)
 	}

@@ -36,7 +36,6 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/idgen/idgen/clock"
-	"github.com/idgen/idgen/cluster/incarnation"
 	"github.com/idgen/idgen/cluster/zksession"
 	"github.com/idgen/idgen/ext"
 	"github.com/idgen/idgen/internal/bizlabel"
@@ -278,7 +277,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 		}
 		nd.zk.Store(zs)
 		closers = append(closers, zs.Close)
-		stop := inc.touchEvery(cfg.Heartbeat, func() (incarnation.ZK, bool) { return zs.Conn(), zs.View().Has }, log)
+		stop := inc.touchEvery(cfg.Heartbeat, zs, log)
 		closers = append(closers, stop)
 	}
 	nd.setStarting("opening the segment store")
@@ -303,7 +302,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	layout := cfg.Layout()
 	holder := &lateHolder{}
 	nd.setStarting("claiming a worker slot")
-	lease, err := startLease(ctx, cfg, layout, holder, clk, rpcPort, store, zs, log)
+	lease, err := startLease(ctx, cfg, layout, holder, clk, rpcPort, store, zs, inc, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -555,7 +554,7 @@ func openSession(cfg Config, inc *incarnationCheck, log *zap.Logger) (*zksession
 // the MySQL worker table with --mysql alone, else from configuration and
 // the properties file (standalone).
 func startLease(ctx context.Context, cfg Config, layout snowflake.Layout, h worker.Holder, clk clock.Clock, port int,
-	store segment.Store, zs *zksession.Session, log *zap.Logger) (worker.Lease, error) {
+	store segment.Store, zs *zksession.Session, inc *incarnationCheck, log *zap.Logger) (worker.Lease, error) {
 	layout = layout.Normalize()
 	want := worker.Meta{EpochMs: layout.EpochMs(), IDCBits: layout.IDCBits, NodeBits: layout.NodeBits}
 	propsDir := cfg.PropertiesDir
@@ -570,7 +569,7 @@ func startLease(ctx context.Context, cfg Config, layout snowflake.Layout, h work
 			SessionTimeout: cfg.ZKSessionTimeout, HeartbeatInterval: cfg.Heartbeat, OutageTolerance: cfg.OutageTolerance,
 			AllowCachedSlotWithoutZK: worker.Bool(cfg.AllowCachedSlot),
 			MaxPeerClockSkew:         cfg.MaxPeerSkew, PeerClock: peerClock(cfg.ClientToken), Auth: cfg.ZKAuth, Clock: clk, Holder: h,
-			Version: version, Logger: log.Named("worker")})
+			AfterClaim: inc.afterClaim(zs), Version: version, Logger: log.Named("worker")})
 		if err != nil {
 			return nil, fmt.Errorf("worker: %w", err)
 		}

@@ -35,6 +35,11 @@ var (
 	// with the cluster's registry.
 	ErrRegistryMoved = errors.New("cluster's worker slots are not held in ZooKeeper")
 
+	// ErrAfterClaim: Config.AfterClaim failed after a slot claim (the
+	// cluster incarnation touch could not be written, or it saw that
+	// ZooKeeper lost state): the claim is released and claimed again.
+	ErrAfterClaim = errors.New("the step after a worker slot claim failed")
+
 	// ErrFenced is wrapped by every reason passed to Holder.Fenced.
 	ErrFenced = errors.New("worker slot not held")
 	// ErrConnectionLost: the ZooKeeper connection was lost for longer than

@@ -230,6 +230,10 @@ func (l *ZKLease) promote(ctx context.Context, s Slot, meta Meta, sid int64) tas
 		r.err = err
 		return r
 	}
+	if err := l.afterClaim(ctx, s.Node); err != nil {
+		r.err = err // the claim is kept: the next attempt finds it this session's
+		return r
+	}
 	s.HighWater = hw
 	member, err := createMember(ctx, l.conn, l.l.members(l.cfg.IDC), l.memberData(s), l.acl)
 	if err != nil {

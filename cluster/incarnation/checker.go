@@ -179,11 +179,13 @@ func (c *Checker) Check(ctx context.Context, conn ZK) (restored bool, why string
 // after such a write (a slot claim, a mark written ahead) puts it on the
 // witness's record, so a node that checks after the restore sees it, and
 // records the bump, so this node sees it at its next reconnect. lost is
-// true when the bump itself shows that ZooKeeper lost state (recorded in
-// the marker and the meta as Check records it); the caller must then make
+// true when the bump shows that ZooKeeper lost state (recorded in the
+// marker and the meta as Check records it), or that another node recorded
+// a loss this process has not been told of; the caller must then make
 // every guard of the node apply the restore rule at once
 // (zksession.Session.NoteRestore, as server/incarnation.go does): the
-// record counts the loss as seen, and the next check does not report it.
+// record counts the loss as seen, and neither the next touch nor the next
+// check reports it again.
 // A node that has not passed a Check yet has nothing to touch: nil.
 func (c *Checker) Touch(ctx context.Context, conn ZK) (lost bool, why string, err error) {
 	if faultNoCheck() {
@@ -205,10 +207,7 @@ func (c *Checker) Touch(ctx context.Context, conn ZK) (lost bool, why string, er
 			w = WitnessState{}
 		}
 	}
-	// A loss another node recorded (learned) is not reported here: the
-	// session's next check reports it, and reporting it at every touch
-	// until then would repeat it.
-	m, seen, reasons, _, err := c.bump(conn, local, w)
+	m, seen, reasons, learned, err := c.bump(conn, local, w)
 	if err != nil {
 		return false, "", err
 	}
@@ -217,12 +216,19 @@ func (c *Checker) Touch(ctx context.Context, conn ZK) (lost bool, why string, er
 			return false, "", err
 		}
 	}
-	// A loss this touch saw is reported by its caller to every guard of
-	// this node at once (zksession.Session.NoteRestore): the record counts
-	// it as seen, so the session's next check does not report it again. A
-	// loss another node recorded, and nothing else, stays for that check.
+	// A loss this touch saw, or another node recorded since this process
+	// last looked, is reported by the caller to every guard of this node at
+	// once (zksession.Session.NoteRestore): a session that survives the
+	// restore never reconnects, so no check would report it. The record
+	// counts it as seen: neither the next touch nor the next check reports
+	// it again. (As in Check, a learned loss is reported only to a process
+	// that passed a check: a process that starts holds nothing from before.)
+	report := reasons
+	if learned != "" && c.passed {
+		report = append(report, learned)
+	}
 	local.Counter = m.Counter
-	if len(reasons) > 0 {
+	if len(report) > 0 {
 		local.Restores = m.Restores
 	}
 	if err := c.cfg.Record.Save(local); err != nil {
@@ -233,10 +239,10 @@ func (c *Checker) Touch(ctx context.Context, conn ZK) (lost bool, why string, er
 			c.log.Warn("raising the incarnation witness (the database) failed; retried at the next touch", zap.Int64("counter", m.Counter), zap.Error(err))
 		}
 	}
-	if len(reasons) == 0 {
+	if len(report) == 0 {
 		return false, "", nil
 	}
-	return true, strings.Join(reasons, "; "), nil
+	return true, strings.Join(report, "; "), nil
 }
 
 // check does the work of Check and returns the reasons a loss was seen.

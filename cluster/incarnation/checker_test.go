@@ -410,7 +410,8 @@ func TestTouchCoversWritesWithinASession(t *testing.T) {
 
 // A loss a touch sees is reported once: by the touch, whose caller tells
 // the guards (zksession.Session.NoteRestore), not again by the next check
-// of the same process; another node learns it at its next check only.
+// of the same process; another running node learns it at its next touch
+// (its session may survive the restore: no check would tell it), once.
 func TestTouchLossReportedOnce(t *testing.T) {
 	f := newFakeZK()
 	initCluster(t, f)
@@ -435,13 +436,17 @@ func TestTouchLossReportedOnce(t *testing.T) {
 			t.Fatalf("check %d after the touch that saw the loss reported it again: %s", i, why)
 		}
 	}
-	// b learns it at its next check, not at every touch before it.
+	// b (whose session may survive the restore and never reconnect) learns
+	// it at its next touch, once: not at every touch, nor at its next check.
+	if lost, why, err := b.chk.Touch(context.Background(), f.client(false)); err != nil || !lost || !strings.Contains(why, "another node detected") {
+		t.Fatalf("b's first touch after a's detection: lost=%v why=%q err=%v; want the loss a recorded", lost, why, err)
+	}
 	for i := 0; i < 3; i++ {
 		if lost, why, err := b.chk.Touch(context.Background(), f.client(false)); err != nil || lost {
-			t.Fatalf("touch %d of b after a's detection: lost=%v why=%q err=%v; want quiet", i, lost, why, err)
+			t.Fatalf("touch %d of b after it learned the loss: lost=%v why=%q err=%v; want quiet", i, lost, why, err)
 		}
 	}
-	if restored, _ := b.check(t, f.client(false)); !restored {
-		t.Fatal("b's next check did not report the loss a recorded")
+	if restored, why := b.check(t, f.client(false)); restored {
+		t.Fatalf("b's next check reported the loss its touch reported: %s", why)
 	}
 }

@@ -270,6 +270,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	var inc *incarnationCheck
 	if cfg.ZK != "" {
 		warnOpenZooKeeper(cfg, m, log)
+		warnUnwitnessedZooKeeper(cfg, m, log)
 		inc = newIncarnationCheck(cfg, rpcPort, zksession.ErrRefused, log)
 		var err error
 		if zs, err = openSession(cfg, inc, log); err != nil {

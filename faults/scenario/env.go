@@ -160,6 +160,12 @@ func (r *Run) NewCluster(o ClusterOpts) (*Cluster, error) {
 		var mysqlArgs []string
 		if dsn != "" {
 			mysqlArgs = []string{"--mysql", mysql}
+		} else {
+			// No database (ClusterOpts.NoMySQL): a node refuses one ZooKeeper
+			// server without a witness unless told to accept it; the
+			// scenarios that run so are the documented limit of that
+			// configuration (neg-zk-restore-fresh-first-no-mysql).
+			mysqlArgs = []string{"--zk-single-server-unwitnessed"}
 		}
 		args := append([]string{"--zk", zk, "--cluster", c.Name}, mysqlArgs...)
 		args = append(args, "--zk-session-timeout", o.Session,

@@ -116,7 +116,19 @@ func zkRestoreFreshFirst(neg, noMySQL bool) func(*Run) error {
 		if err := fresh.WaitSnowflake(90 * time.Second); err != nil {
 			r.Violation("fresh n4 (started first on the restored server) not serving SNOWFLAKE 90 s after the restore began: %v", err)
 		} else {
-			w, _, _ := fresh.Worker()
+			// The verdict rests on the fresh node's claim: a run in which it
+			// cannot be asked (it exited, e.g. on a port another process
+			// took, and something else answered WaitSnowflake) shows
+			// nothing, either way.
+			w, _, err := fresh.Worker()
+			for i := 0; err != nil && i < 5; i++ {
+				time.Sleep(time.Second)
+				w, _, err = fresh.Worker()
+			}
+			if err != nil || !fresh.Running() {
+				p.Heal()
+				return fmt.Errorf("fresh n4 cannot be asked which worker it took (running %v): %v; the run does not test the restore (see n4.log)", fresh.Running(), err)
+			}
 			r.Note("fresh n4 took worker %d (held by %s before the restore, still serving up to its mark), serving SNOWFLAKE %v after the restore began",
 				w, held[w], time.Since(t).Round(100*time.Millisecond))
 		}

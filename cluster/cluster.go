@@ -317,6 +317,21 @@ func NoteEpoch(c ZK, root, name string, epoch, seenMs int64) (Record, error) {
 	})
 }
 
+// SetRegistry records where the cluster's worker slots are held
+// (RegistryZooKeeper, or what `idctl cluster migrate` writes while and
+// after it moves them: "migrating", "mysql"). A node takes a slot in
+// ZooKeeper only while the record says RegistryZooKeeper (or nothing: a
+// record from before registries), and reads it again after each claim.
+func SetRegistry(c ZK, root, name, registry string) (Record, error) {
+	return update(c, root, name, func(r *Record) bool {
+		if r.Registry == registry {
+			return false
+		}
+		r.Registry = registry
+		return true
+	})
+}
+
 // update applies f to the record with a conditional write, retrying when
 // another node wrote in between; f returns false to write nothing.
 func update(c ZK, root, name string, f func(*Record) bool) (Record, error) {

@@ -297,7 +297,7 @@ func TestKitexClientCallsNodeThroughResolver(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	n := inproc.Start(t, server.Options{Version: "resolver-test"}, "--zk", zkAddr, "--zk-root", testRoot,
+	n := inproc.Start(t, server.Options{Version: "resolver-test"}, "--zk", zkAddr, "--zk-single-server-unwitnessed", "--zk-root", testRoot,
 		"--cluster", name, "--data-dir", filepath.Join(dir, "data"), "--client-token-file", tokenFile)
 
 	r := newResolver(t, resolver.Config{ZK: []string{zkAddr}, ZKRoot: testRoot, Cluster: name})

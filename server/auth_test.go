@@ -257,7 +257,8 @@ func TestE2E_ClientTokenCluster(t *testing.T) {
 	cluster := fmt.Sprintf("auth%d", rand.Uint32())
 	clientTok := testnode.NewToken()
 	tokFile := testnode.WriteTokenFile(t, t.TempDir(), "client.token", clientTok)
-	args := []string{"--zk", zk, "--cluster", cluster, "--zk-session-timeout", "3s", "--heartbeat-interval", "500ms",
+	// One ZooKeeper server and no MySQL: accepted explicitly (Validate).
+	args := []string{"--zk", zk, "--zk-single-server-unwitnessed", "--cluster", cluster, "--zk-session-timeout", "3s", "--heartbeat-interval", "500ms",
 		"--advertise-host", "127.0.0.1", "--client-token-file", tokFile}
 	var nodes []*testnode.Node
 	for range 2 {

@@ -30,20 +30,24 @@ type Config struct {
 	AdminAddr string `yaml:"admin_addr"`
 	DataDir   string `yaml:"data_dir"`
 
-	ZK               string        `yaml:"zk"`
-	ZKRoot           string        `yaml:"zk_root"`
-	ZKAuth           string        `yaml:"zk_auth"`
-	ZKAuthFile       string        `yaml:"zk_auth_file"`
-	ZKSessionTimeout time.Duration `yaml:"zk_session_timeout"`
-	Cluster          string        `yaml:"cluster"`
-	IDC              int           `yaml:"idc"`
-	Node             int           `yaml:"node"`
-	PropertiesDir    string        `yaml:"properties_dir"`
-	AdvertiseHost    string        `yaml:"advertise_host"`
-	AllowCachedSlot  bool          `yaml:"allow_cached_slot"`
-	MaxPeerSkew      time.Duration `yaml:"max_peer_clock_skew"`
-	Heartbeat        time.Duration `yaml:"heartbeat_interval"`
-	OutageTolerance  time.Duration `yaml:"outage_tolerance"`
+	ZK         string `yaml:"zk"`
+	ZKRoot     string `yaml:"zk_root"`
+	ZKAuth     string `yaml:"zk_auth"`
+	ZKAuthFile string `yaml:"zk_auth_file"`
+	// ZKSingleServerUnwitnessed accepts --zk with one server and no
+	// --mysql (see Validate: nothing outside that server can tell a new
+	// node that it was restored from an older copy).
+	ZKSingleServerUnwitnessed bool          `yaml:"zk_single_server_unwitnessed"`
+	ZKSessionTimeout          time.Duration `yaml:"zk_session_timeout"`
+	Cluster                   string        `yaml:"cluster"`
+	IDC                       int           `yaml:"idc"`
+	Node                      int           `yaml:"node"`
+	PropertiesDir             string        `yaml:"properties_dir"`
+	AdvertiseHost             string        `yaml:"advertise_host"`
+	AllowCachedSlot           bool          `yaml:"allow_cached_slot"`
+	MaxPeerSkew               time.Duration `yaml:"max_peer_clock_skew"`
+	Heartbeat                 time.Duration `yaml:"heartbeat_interval"`
+	OutageTolerance           time.Duration `yaml:"outage_tolerance"`
 
 	Epoch           string        `yaml:"epoch"`
 	IDCBits         int           `yaml:"idc_bits"`
@@ -236,6 +240,7 @@ var options = []option{
 	strOpt("zk-root", "ZooKeeper root znode", func(c *Config) *string { return &c.ZKRoot }),
 	strOpt("zk-auth", "ZooKeeper digest credentials user:password (ACL on the cluster subtree); prefer --zk-auth-file", func(c *Config) *string { return &c.ZKAuth }),
 	strOpt("zk-auth-file", "file holding the ZooKeeper digest credentials user:password", func(c *Config) *string { return &c.ZKAuthFile }),
+	boolOpt(ZKSingleServerUnwitnessedOpt, "accept --zk with a single ZooKeeper server and no --mysql: a restore of that server from an older copy is then not seen by a node that starts first after it, and IDs may repeat (restore only with `idctl cluster restore`; see zk_single_server_unwitnessed)", func(c *Config) *bool { return &c.ZKSingleServerUnwitnessed }),
 	durOpt("zk-session-timeout", "ZooKeeper session timeout", func(c *Config) *time.Duration { return &c.ZKSessionTimeout }),
 	strOpt("cluster", "cluster name (one ZooKeeper subtree per cluster)", func(c *Config) *string { return &c.Cluster }),
 	intOpt("idc", "IDC number of this node", func(c *Config) *int { return &c.IDC }),
@@ -520,6 +525,11 @@ func (c Config) Validate() error {
 	default:
 		bad("log_format", "want json or console, got %q", c.LogFormat)
 	}
+	if c.ZK != "" && c.MySQL == "" && !c.ZKSingleServerUnwitnessed && zkServerCount(c.ZK) == 1 {
+		bad("zk", "%q is a single ZooKeeper server and mysql is not set: if that server is ever restored from an older copy (or loses its disk), a node that starts first after it cannot tell, and may take a worker slot another node still issues from (IDs repeat). "+
+			"Fix one of: list a ZooKeeper ensemble of three or more servers (its epoch shows a restore); add --mysql, whose database then witnesses ZooKeeper's history; "+
+			"or pass --%s to accept the risk (restore that server only with `idctl cluster restore`, with every node stopped)", c.ZK, ZKSingleServerUnwitnessedOpt)
+	}
 	if c.ZKSessionTimeout < time.Second {
 		bad("zk_session_timeout", "%v is below 1s", c.ZKSessionTimeout)
 	}
@@ -566,6 +576,23 @@ func (c Config) Validate() error {
 		bad("heartbeat_interval", "%v must be below zk_session_timeout (%v)", c.Heartbeat, c.ZKSessionTimeout)
 	}
 	return errors.Join(errs...)
+}
+
+// ZKSingleServerUnwitnessedOpt is the flag that accepts a single
+// ZooKeeper server without --mysql (Config.ZKSingleServerUnwitnessed).
+const ZKSingleServerUnwitnessedOpt = "zk-single-server-unwitnessed"
+
+// zkServerCount counts the servers of a --zk connect string (the
+// configured entries: a string that lists several is an ensemble to this
+// rule, whether or not they are all real servers).
+func zkServerCount(zk string) int {
+	n := 0
+	for _, s := range strings.Split(zk, ",") {
+		if strings.TrimSpace(s) != "" {
+			n++
+		}
+	}
+	return n
 }
 
 // Layout returns the snowflake layout the configuration describes.

@@ -38,7 +38,9 @@ func TestE2E_TwoNodesEveryConfiguration(t *testing.T) {
 		{name: "standalone", shareDir: true, refuse: []string{"in use by another idgen process", "--data-dir"},
 			args: func(t *testing.T) []string { return nil }},
 		{name: "zk only", servers: true, args: func(t *testing.T) []string {
-			return []string{"--zk", zkAddr, "--cluster", fmt.Sprintf("cfg%d", rand.Uint32())}
+			// One ZooKeeper server without MySQL: refused unless accepted
+			// explicitly (TestValidateSingleZooKeeperWithoutMySQL).
+			return []string{"--zk", zkAddr, "--zk-single-server-unwitnessed", "--cluster", fmt.Sprintf("cfg%d", rand.Uint32())}
 		}},
 		{name: "mysql only", servers: true, segments: true, args: func(t *testing.T) []string {
 			return []string{"--mysql", testdb.New(t, base), "--cluster", fmt.Sprintf("cfg%d", rand.Uint32())}

@@ -6,6 +6,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func noEnv(string) string { return "" }
@@ -76,5 +80,67 @@ func TestBoolFlagsWithoutValue(t *testing.T) {
 	}
 	if !cfg.MySQLAcceptUnsafe || cfg.AllowCachedSlot || cfg.RPCAddr != ":9" {
 		t.Fatalf("accept-unsafe %v, allow-cached-slot %v, rpc-addr %q", cfg.MySQLAcceptUnsafe, cfg.AllowCachedSlot, cfg.RPCAddr)
+	}
+}
+
+// TestValidateSingleZooKeeperWithoutMySQL: --zk with one server and no
+// --mysql is refused at start, naming the three fixes (a ZooKeeper
+// ensemble, --mysql, or the explicit opt-in): nothing outside that server
+// can tell a node that starts first after a restore of it from an older
+// copy (issue 29 hole h; the fault control
+// neg-zk-restore-fresh-first-no-mysql shows the duplicates). Configured
+// servers are counted: several listed is an ensemble to this rule.
+func TestValidateSingleZooKeeperWithoutMySQL(t *testing.T) {
+	load := func(args ...string) (Config, error) {
+		return loadConfig(args, noEnv, &bytes.Buffer{}, &bytes.Buffer{})
+	}
+	_, err := load("--zk", "h:1")
+	if err == nil {
+		t.Fatal("--zk with one server and no --mysql was accepted")
+	}
+	for _, want := range []string{"zk:", "single ZooKeeper server", "ensemble", "--mysql", "--" + ZKSingleServerUnwitnessedOpt, "idctl cluster restore"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal %q does not name %q", err, want)
+		}
+	}
+	for _, ok := range [][]string{
+		{"--zk", "h:1", "--" + ZKSingleServerUnwitnessedOpt},
+		{"--zk", "h:1", "--mysql", "u@tcp(h:1)/d"},
+		{"--zk", "h:1,h:2,h:3"},
+		{"--zk", "h:1, h:2"},
+		{},
+		{"--mysql", "u@tcp(h:1)/d"},
+	} {
+		if _, err := load(ok...); err != nil {
+			t.Errorf("%v: %v; want accepted", ok, err)
+		}
+	}
+	if _, err := load("--zk", "h:1,", "--rpc-addr", ":9"); err == nil {
+		t.Error(`--zk "h:1," (one server, an empty entry) was accepted`)
+	}
+}
+
+// The opt-in is loud: error log naming the fix and
+// idgen_zookeeper_single_server_unwitnessed 1; quiet at 0 otherwise.
+func TestSingleZooKeeperOptInLogged(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want float64
+	}{
+		{Config{ZK: "h:1", ZKSingleServerUnwitnessed: true}, 1},
+		{Config{ZK: "h:1", ZKSingleServerUnwitnessed: true, MySQL: "dsn"}, 0},
+		{Config{ZK: "h:1,h:2,h:3", ZKSingleServerUnwitnessed: true}, 0},
+	} {
+		core, logs := observer.New(zap.ErrorLevel)
+		m := newMetrics()
+		warnUnwitnessedZooKeeper(tc.cfg, m, zap.New(core))
+		if got := testutil.ToFloat64(gaugeOf(t, m, "idgen_zookeeper_single_server_unwitnessed")); got != tc.want {
+			t.Errorf("%+v: gauge %v, want %v", tc.cfg, got, tc.want)
+		}
+		if n := logs.Len(); (n == 1) != (tc.want == 1) {
+			t.Errorf("%+v: %d error logs", tc.cfg, n)
+		} else if n == 1 && logs.All()[0].ContextMap()["fix"] == nil {
+			t.Error("the error names no fix")
+		}
 	}
 }

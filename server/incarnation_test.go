@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/idgen/idgen/cluster"
 	"github.com/idgen/idgen/cluster/incarnation"
+	"github.com/idgen/idgen/cluster/zksession"
 	"github.com/idgen/idgen/internal/testdb"
 	"github.com/idgen/idgen/segment/mysqlstore"
 )
@@ -101,7 +103,7 @@ func TestIntegration_IncarnationRestoreFromCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodeCfg := func() Config {
-		return Config{ZKRoot: root, Cluster: name, PropertiesDir: t.TempDir(), AdvertiseHost: "127.0.0.1"}
+		return Config{ZKRoot: root, Cluster: name, PropertiesDir: t.TempDir(), AdvertiseHost: "127.0.0.1", MySQL: "set"}
 	}
 	cfgA := nodeCfg()
 	check := func(cfg Config, port int) (bool, string, error) {
@@ -110,7 +112,9 @@ func TestIntegration_IncarnationRestoreFromCopy(t *testing.T) {
 			// As the shared session's handle: no Sync.
 			c = noSync{conn}
 		}
-		return newIncarnationCheck(cfg, port, store, errIncarnationRefused, zap.NewNop()).Check(ctx, c)
+		inc := newIncarnationCheck(cfg, port, errIncarnationRefused, zap.NewNop())
+		inc.setStore(store)
+		return inc.Check(ctx, c)
 	}
 	mustPass := func(what string, cfg Config, port int) {
 		t.Helper()
@@ -164,3 +168,199 @@ func (n noSync) Exists(p string) (bool, *zk.Stat, error)           { return n.c.
 type zkQuiet struct{}
 
 func (zkQuiet) Printf(string, ...any) {}
+
+// The witness waits for the store: a --mysql node's check does not pass
+// before the database can be read; without --mysql there is no witness.
+func TestIncarnationCheckWaitsForTheStore(t *testing.T) {
+	inc := newIncarnationCheck(Config{ZKRoot: "/idgen", Cluster: "c1", PropertiesDir: t.TempDir(), MySQL: "set"}, 8888, errIncarnationRefused, zap.NewNop())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := inc.witness.Load(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Load before the store is open: %v, want it to wait", err)
+	}
+	inc.setStore(nil) // not a MySQL store
+	if st, err := inc.witness.Load(context.Background()); err != nil || st.Bound {
+		t.Fatalf("Load with a store that is not MySQL: %+v, %v; want unbound", st, err)
+	}
+	if newIncarnationCheck(Config{ZKRoot: "/idgen", Cluster: "c1", PropertiesDir: t.TempDir()}, 8888, nil, zap.NewNop()).witness != nil {
+		t.Fatal("a witness without --mysql")
+	}
+}
+
+// touchEvery keeps the witness up with ZooKeeper while the session is
+// usable, so a copy taken within a session is seen by a new node.
+func TestIntegration_IncarnationTouchEvery(t *testing.T) {
+	zkAddr, base := os.Getenv("IDGEN_TEST_ZK"), os.Getenv("IDGEN_TEST_MYSQL")
+	if zkAddr == "" || base == "" {
+		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, _, err := zk.Connect([]string{zkAddr}, 10*time.Second, zk.WithLogger(zkQuiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const root = "/idgen-test-incarnation"
+	name := fmt.Sprintf("t%d", time.Now().UnixNano())
+	acl := zk.WorldACL(zk.PermAll)
+	rec, err := cluster.Init(conn, root, name, cluster.Settings{EpochMs: 1577836800000, IDCBits: 2, NodeBits: 8}, acl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := incarnation.Create(conn, root, name, acl, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	store, err := mysqlstore.Open(ctx, mysqlstore.Config{DSN: testdb.New(t, base), Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := store.BindCluster(ctx, name, rec.CreatedMs, "test"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{ZKRoot: root, Cluster: name, PropertiesDir: t.TempDir(), AdvertiseHost: "127.0.0.1", MySQL: "set"}
+	inc := newIncarnationCheck(cfg, 9001, errIncarnationRefused, zap.NewNop())
+	inc.setStore(store)
+	if restored, why, err := inc.Check(ctx, conn); err != nil || restored {
+		t.Fatalf("first check: %v %q %v", restored, why, err)
+	}
+	snap := map[string][]byte{}
+	copyTree(t, conn, cluster.Path(root, name), snap) // copied within the session
+	stop := inc.touchEvery(10*time.Millisecond, &connSession{c: conn}, zap.NewNop())
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, n, _, err := store.ZKIncarnation(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the witness stayed at %d after 30 s of touches every 10 ms", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	restoreTree(t, conn, cluster.Path(root, name), snap)
+	fresh := newIncarnationCheck(Config{ZKRoot: root, Cluster: name, PropertiesDir: t.TempDir(), AdvertiseHost: "127.0.0.1", MySQL: "set"}, 9002, errIncarnationRefused, zap.NewNop())
+	fresh.setStore(store)
+	if restored, why, err := fresh.Check(ctx, conn); err != nil || !restored {
+		t.Fatalf("new node after a restore from a copy taken within the old node's session: restored=%v why=%q err=%v; want detected (touches)", restored, why, err)
+	}
+}
+
+// connSession is a touchSession on a plain client (always usable) that
+// records the restores noted on it.
+type connSession struct {
+	c     *zk.Conn
+	mu    sync.Mutex
+	notes []string
+}
+
+func (s *connSession) Conn() zksession.ZK { return s.c }
+func (s *connSession) View() zksession.View {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := zksession.View{Has: true, Restores: uint64(len(s.notes))}
+	if len(s.notes) > 0 {
+		v.RestoreWhy = s.notes[len(s.notes)-1]
+	}
+	return v
+}
+func (s *connSession) NoteRestore(why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.notes = append(s.notes, why)
+}
+
+// The touch after a slot claim (worker.Config.AfterClaim) closes the
+// window the heartbeat touch leaves: a copy of ZooKeeper taken between
+// the node's last bump and its claim, then restored, is seen by a new node
+// that starts first (through the database) only when the claim was
+// followed by a touch; without it the copy is as current as the witness.
+// The old node's next touch sees the loss, notes it on the session (every
+// guard applies the restore rule at once) and refuses the claim, and its
+// next check does not report it a second time (issue 29 hole h).
+func TestIntegration_IncarnationTouchAfterClaim(t *testing.T) {
+	zkAddr, base := os.Getenv("IDGEN_TEST_ZK"), os.Getenv("IDGEN_TEST_MYSQL")
+	if zkAddr == "" || base == "" {
+		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, _, err := zk.Connect([]string{zkAddr}, 10*time.Second, zk.WithLogger(zkQuiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const root = "/idgen-test-incarnation"
+	for _, touch := range []bool{false, true} {
+		name := fmt.Sprintf("a%d", time.Now().UnixNano())
+		acl := zk.WorldACL(zk.PermAll)
+		rec, err := cluster.Init(conn, root, name, cluster.Settings{EpochMs: 1577836800000, IDCBits: 2, NodeBits: 8}, acl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := incarnation.Create(conn, root, name, acl, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		store, err := mysqlstore.Open(ctx, mysqlstore.Config{DSN: testdb.New(t, base), Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		if _, err := store.BindCluster(ctx, name, rec.CreatedMs, "test"); err != nil {
+			t.Fatal(err)
+		}
+		cfg := Config{ZKRoot: root, Cluster: name, PropertiesDir: t.TempDir(), AdvertiseHost: "127.0.0.1", MySQL: "set"}
+		inc := newIncarnationCheck(cfg, 9001, errIncarnationRefused, zap.NewNop())
+		inc.setStore(store)
+		if restored, why, err := inc.Check(ctx, conn); err != nil || restored {
+			t.Fatalf("first check: %v %q %v", restored, why, err)
+		}
+		snap := map[string][]byte{}
+		copyTree(t, conn, cluster.Path(root, name), snap) // the copy: after the last bump, before the claim
+		// The claim (a stand-in for slots/<n> and last/<n>), then the hook.
+		if _, err := conn.Create(cluster.Path(root, name)+"/claim", []byte("x"), 0, acl); err != nil {
+			t.Fatal(err)
+		}
+		sess := &connSession{c: conn}
+		if touch {
+			if err := inc.afterClaim(sess)(ctx); err != nil {
+				t.Fatalf("afterClaim on a healthy ZooKeeper: %v", err)
+			}
+		}
+		restoreTree(t, conn, cluster.Path(root, name), snap)
+		if err := conn.Delete(cluster.Path(root, name)+"/claim", -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			t.Fatal(err)
+		}
+		fresh := newIncarnationCheck(Config{ZKRoot: root, Cluster: name, PropertiesDir: t.TempDir(), AdvertiseHost: "127.0.0.1", MySQL: "set"}, 9002, errIncarnationRefused, zap.NewNop())
+		fresh.setStore(store)
+		restored, why, err := fresh.Check(ctx, conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if restored != touch {
+			t.Fatalf("touch after the claim %v: the new node's check restored=%v (%q); want %v", touch, restored, why, touch)
+		}
+		if !touch {
+			continue // the window the touch after a claim closes
+		}
+		// The old node's next claim: its touch sees the loss (its counter),
+		// notes it on the session, and keeps the slot from serving.
+		if err := inc.afterClaim(sess)(ctx); err == nil {
+			t.Fatal("afterClaim after the restore passed; want the loss seen and the claim refused")
+		}
+		if v := sess.View(); v.Restores != 1 || !strings.Contains(v.RestoreWhy, "incarnation touch") {
+			t.Fatalf("restores noted on the session: %d (%q); want 1 from the touch", v.Restores, v.RestoreWhy)
+		}
+		if restored, why, err := inc.Check(ctx, conn); err != nil || restored {
+			t.Fatalf("the old node's next check: restored=%v why=%q err=%v; want it quiet (the touch reported the loss)", restored, why, err)
+		}
+		if err := inc.afterClaim(sess)(ctx); err != nil {
+			t.Fatalf("the claim after the noted restore: %v", err)
+		}
+	}
+}

@@ -267,14 +267,19 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	// them (closers run in reverse). Not waited for here: the worker lease
 	// decides how long to wait (and may start degraded without ZooKeeper).
 	var zs *zksession.Session
+	var inc *incarnationCheck
 	if cfg.ZK != "" {
 		warnOpenZooKeeper(cfg, m, log)
+		warnUnwitnessedZooKeeper(cfg, m, log)
+		inc = newIncarnationCheck(cfg, rpcPort, zksession.ErrRefused, log)
 		var err error
-		if zs, err = openSession(cfg, log); err != nil {
+		if zs, err = openSession(cfg, inc, log); err != nil {
 			return fail(err)
 		}
 		nd.zk.Store(zs)
 		closers = append(closers, zs.Close)
+		stop := inc.touchEvery(cfg.Heartbeat, zs, log)
+		closers = append(closers, stop)
 	}
 	nd.setStarting("opening the segment store")
 	store, noSegments, err := openStore(ctx, cfg, zs, log)
@@ -282,6 +287,9 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 		return fail(err)
 	}
 	closers = append(closers, func() { _ = store.Close() })
+	if inc != nil {
+		inc.setStore(store)
+	}
 	ms, _ := store.(*mysqlstore.Store)
 	var repl *replicationWatch
 	if ms != nil {
@@ -295,7 +303,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	layout := cfg.Layout()
 	holder := &lateHolder{}
 	nd.setStarting("claiming a worker slot")
-	lease, err := startLease(ctx, cfg, layout, holder, clk, rpcPort, store, zs, log)
+	lease, err := startLease(ctx, cfg, layout, holder, clk, rpcPort, store, zs, inc, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -531,11 +539,12 @@ func openStore(ctx context.Context, cfg Config, zs *zksession.Session, log *zap.
 // openSession opens the node's one ZooKeeper session (--zk), shared by
 // every guard. Its "no server explains the refusals" rule waits out the
 // worker lease's lead, after which the lease's marks have run out anyway.
-// The cluster incarnation check (Config.Check) is not wired yet: nil.
-func openSession(cfg Config, log *zap.Logger) (*zksession.Session, error) {
+// Config.Check is the cluster incarnation check (server/incarnation.go).
+func openSession(cfg Config, inc *incarnationCheck, log *zap.Logger) (*zksession.Session, error) {
 	lead := worker.Config{SessionTimeout: cfg.ZKSessionTimeout, HeartbeatInterval: cfg.Heartbeat, OutageTolerance: cfg.OutageTolerance}.Lead()
 	zs, err := zksession.Start(zksession.Config{Servers: strings.Split(cfg.ZK, ","), SessionTimeout: cfg.ZKSessionTimeout,
-		Auth: cfg.ZKAuth, Lead: lead, Logger: log.Named("zk")})
+		Auth: cfg.ZKAuth, Lead: lead, Logger: log.Named("zk"),
+		Check: func(ctx context.Context, c zksession.ZK) (bool, string, error) { return inc.Check(ctx, c) }})
 	if err != nil {
 		return nil, fmt.Errorf("zk: %w", err)
 	}
@@ -546,7 +555,7 @@ func openSession(cfg Config, log *zap.Logger) (*zksession.Session, error) {
 // the MySQL worker table with --mysql alone, else from configuration and
 // the properties file (standalone).
 func startLease(ctx context.Context, cfg Config, layout snowflake.Layout, h worker.Holder, clk clock.Clock, port int,
-	store segment.Store, zs *zksession.Session, log *zap.Logger) (worker.Lease, error) {
+	store segment.Store, zs *zksession.Session, inc *incarnationCheck, log *zap.Logger) (worker.Lease, error) {
 	layout = layout.Normalize()
 	want := worker.Meta{EpochMs: layout.EpochMs(), IDCBits: layout.IDCBits, NodeBits: layout.NodeBits}
 	propsDir := cfg.PropertiesDir
@@ -561,7 +570,7 @@ func startLease(ctx context.Context, cfg Config, layout snowflake.Layout, h work
 			SessionTimeout: cfg.ZKSessionTimeout, HeartbeatInterval: cfg.Heartbeat, OutageTolerance: cfg.OutageTolerance,
 			AllowCachedSlotWithoutZK: worker.Bool(cfg.AllowCachedSlot),
 			MaxPeerClockSkew:         cfg.MaxPeerSkew, PeerClock: peerClock(cfg.ClientToken), Auth: cfg.ZKAuth, Clock: clk, Holder: h,
-			Version: version, Logger: log.Named("worker")})
+			AfterClaim: inc.afterClaim(zs), Version: version, Logger: log.Named("worker")})
 		if err != nil {
 			return nil, fmt.Errorf("worker: %w", err)
 		}

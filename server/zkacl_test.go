@@ -3,6 +3,7 @@ package server
 import (
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -37,4 +38,22 @@ func TestOpenZooKeeperWarned(t *testing.T) {
 			t.Error("the warning names no fix")
 		}
 	}
+}
+
+// gaugeOf returns the registered gauge metric name of m as a collector.
+func gaugeOf(t *testing.T, m *metrics, name string) prometheus.Collector {
+	t.Helper()
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: "copy"})
+			g.Set(mf.Metric[0].GetGauge().GetValue())
+			return g
+		}
+	}
+	t.Fatalf("metric %s not registered", name)
+	return nil
 }

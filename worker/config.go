@@ -146,6 +146,20 @@ type Config struct {
 	Clock clock.Clock
 	// Logger receives the lease's logs. nil: no logs.
 	Logger *zap.Logger
+	// AfterClaim runs after every slot claim of the ZooKeeper lease (at
+	// start, at each re-claim after the session expired, and when a slot
+	// used from the cache is promoted to a claim), once the claim and its
+	// mark are written and before the holder serves from the slot. The
+	// server touches the cluster incarnation here (cluster/incarnation
+	// Checker.Touch): a ZooKeeper restored from a copy taken after the
+	// claim then shows a counter below the database's, so a new node that
+	// starts first sees the restore; without it a claim made less than a
+	// heartbeat before the copy leaves no trace the new node can see, and
+	// it may take the slot while this node serves from memory (issue 29
+	// hole h). An error means the slot must not serve: the claim is
+	// released and claimed again (the re-claim task retries; a start
+	// retries up to startClaimAttempts times). nil: none.
+	AfterClaim func(ctx context.Context) error
 	// Holder receives the slot. Required.
 	Holder Holder
 	// Version is the node's software version, published in its member znode.

@@ -28,6 +28,17 @@ var (
 	// ErrNoCachedSlot: standalone or degraded start found no usable
 	// properties file.
 	ErrNoCachedSlot = errors.New("no cached worker slot")
+	// ErrRegistryMoved: the cluster's record in ZooKeeper says its worker
+	// slots are held elsewhere (`idctl cluster migrate` is moving them, or
+	// moved them to MySQL). A node refuses to take a slot in ZooKeeper,
+	// at start and at every re-claim, and its lease stops until a restart
+	// with the cluster's registry.
+	ErrRegistryMoved = errors.New("cluster's worker slots are not held in ZooKeeper")
+
+	// ErrAfterClaim: Config.AfterClaim failed after a slot claim (the
+	// cluster incarnation touch could not be written, or it saw that
+	// ZooKeeper lost state): the claim is released and claimed again.
+	ErrAfterClaim = errors.New("the step after a worker slot claim failed")
 
 	// ErrFenced is wrapped by every reason passed to Holder.Fenced.
 	ErrFenced = errors.New("worker slot not held")

@@ -55,6 +55,9 @@ func (l *ZKLease) loadCluster() (Meta, error) {
 	case err != nil:
 		return Meta{}, err
 	default:
+		if err := l.registryRefusal(rec); err != nil {
+			return Meta{}, err
+		}
 		ctime = st.Ctime
 		if err := compareMeta(metaOf(rec), l.cfg.Meta, "ZooKeeper"); err != nil {
 			return Meta{}, fmt.Errorf("%w (%s)", err, l.l.meta())
@@ -251,4 +254,29 @@ func compareMeta(have, want Meta, where string) error {
 		return diff("node_bits", int64(have.NodeBits), int64(want.NodeBits))
 	}
 	return nil
+}
+
+// registryRefusal refuses a slot in ZooKeeper when the cluster's record
+// says its slots are held elsewhere (issue 29, hole m): `idctl cluster
+// migrate` writes "migrating" into the record before it looks for held
+// slots, and "mysql" when done. A node whose session expired is not seen
+// by that look; its re-claim reads the record (loadCluster) and, after
+// claiming, reads it again (checkRegistry): a claim made before the mark
+// is seen by the migration, one made after it sees the mark.
+func (l *ZKLease) registryRefusal(rec cluster.Record) error {
+	if rec.Registry == "" || rec.Registry == cluster.RegistryZooKeeper || faultNoRegistryFence() {
+		return nil
+	}
+	return fmt.Errorf("%w: cluster %q's record in ZooKeeper (%s) says registry %q: `idctl cluster migrate` is moving its worker slots out of ZooKeeper or has moved them; this node takes no slot in ZooKeeper and stops issuing SNOWFLAKE IDs. Restart it with the cluster's registry once the migration has finished (without --zk for MySQL-held slots); if the migration was abandoned, run `idctl cluster migrate --cluster %s --zk HOSTS --mysql DSN --to zookeeper` to record ZooKeeper again",
+		ErrRegistryMoved, l.cfg.Cluster, l.l.meta(), rec.Registry, l.cfg.Cluster)
+}
+
+// checkRegistry reads the cluster's record again after a slot was claimed
+// and refuses (ErrRegistryMoved) when a migration marked it meanwhile.
+func (l *ZKLease) checkRegistry() error {
+	rec, _, err := cluster.Read(l.conn, l.cfg.Root, l.cfg.Cluster)
+	if err != nil {
+		return fmt.Errorf("read the cluster record after claiming a slot: %w", err)
+	}
+	return l.registryRefusal(rec)
 }

@@ -381,3 +381,20 @@ func PropertiesMeta(path, cluster string) (Meta, error) {
 	}
 	return p.Meta, nil
 }
+
+// PropertiesIncarnation returns the cluster incarnation a node's
+// properties file records (for `idctl cluster restore`), checking that it
+// belongs to cluster; the zero Local when it records none.
+func PropertiesIncarnation(path, cluster string) (incarnation.Local, error) {
+	p, err := readProperties(path)
+	if err != nil {
+		return incarnation.Local{}, err
+	}
+	if p.Cluster != cluster {
+		return incarnation.Local{}, fmt.Errorf("%s belongs to cluster %q, not %q", path, p.Cluster, cluster)
+	}
+	if p.incarnationErr != nil {
+		return incarnation.Local{}, fmt.Errorf("%s: %w", path, p.incarnationErr)
+	}
+	return p.Incarnation, nil
+}

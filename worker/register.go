@@ -95,8 +95,39 @@ func Register(ctx context.Context, cfg Config) (*ZKLease, error) {
 	return l, nil
 }
 
-// startZK is the start with a ZooKeeper session.
+// startClaimAttempts bounds the claims a start makes when the step after
+// a claim fails (ErrAfterClaim): a loss of ZooKeeper state seen right
+// after the claim is claimed again on the meta the loss marked.
+const startClaimAttempts = 3
+
+// afterClaim runs Config.AfterClaim after the claim of node and its mark
+// were written.
+func (l *ZKLease) afterClaim(ctx context.Context, node int) error {
+	if l.cfg.AfterClaim == nil {
+		return nil
+	}
+	if err := l.cfg.AfterClaim(ctx); err != nil {
+		l.log.Warn("the step after the worker slot claim failed: the slot does not serve, claimed again",
+			zap.Int("node", node), zap.Error(err))
+		return fmt.Errorf("%w (slot idc %d node %d): %w", ErrAfterClaim, l.cfg.IDC, node, err)
+	}
+	return nil
+}
+
+// startZK is the start with a ZooKeeper session; a claim whose
+// AfterClaim failed is released and made again (from prepare, which reads
+// the meta a loss of state marked).
 func (l *ZKLease) startZK(ctx context.Context, cached properties, hasCache bool) error {
+	var err error
+	for range startClaimAttempts {
+		if err = l.startZKOnce(ctx, cached, hasCache); !errors.Is(err, ErrAfterClaim) || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
+}
+
+func (l *ZKLease) startZKOnce(ctx context.Context, cached properties, hasCache bool) error {
 	meta, err := l.prepare()
 	if err != nil {
 		return err
@@ -229,6 +260,9 @@ func (l *ZKLease) enterSlot(ctx context.Context, c claimer, meta Meta, node int,
 			_ = c.release(node)
 		}
 	}()
+	if err := l.checkRegistry(); err != nil {
+		return Slot{}, "", err
+	}
 	if werr := checkWait(l.cfg.Clock, s, l.cfg.MaxStartWait); werr != nil {
 		if refuse {
 			return Slot{}, "", werr
@@ -251,6 +285,9 @@ func (l *ZKLease) enterSlot(ctx context.Context, c claimer, meta Meta, node int,
 	}
 	l.raiseMark(hw)
 	if err := l.writeProps(s, meta, hw); err != nil {
+		return Slot{}, "", err
+	}
+	if err := l.afterClaim(ctx, node); err != nil {
 		return Slot{}, "", err
 	}
 	s.HighWater = hw

@@ -107,7 +107,7 @@ func (l *ZKLease) reclaim(ctx context.Context, degraded bool, s Slot, sid int64,
 	l.mu.Unlock()
 	meta, err := l.prepare()
 	if err != nil {
-		r.err, r.fatal = err, errors.Is(err, ErrMetaMismatch)
+		r.err, r.fatal = err, errors.Is(err, ErrMetaMismatch) || errors.Is(err, ErrRegistryMoved)
 		return r
 	}
 	r.meta = meta
@@ -196,7 +196,7 @@ func (l *ZKLease) reclaim(ctx context.Context, degraded bool, s Slot, sid int64,
 	}
 	slot, member, err := l.enterSlot(ctx, c, meta, node, markNB, clusterNB, false)
 	if err != nil {
-		r.err = err
+		r.err, r.fatal = err, errors.Is(err, ErrRegistryMoved)
 		return r
 	}
 	r.slot, r.member, r.hw = slot, member, slot.HighWater
@@ -209,6 +209,14 @@ func (l *ZKLease) reclaim(ctx context.Context, degraded bool, s Slot, sid int64,
 // this slot) and the next attempt finds it this session's.
 func (l *ZKLease) promote(ctx context.Context, s Slot, meta Meta, sid int64) taskResult {
 	r := taskResult{kind: taskPromote, sid: sid, meta: meta, slot: s}
+	if err := l.checkRegistry(); err != nil {
+		if r.fatal = errors.Is(err, ErrRegistryMoved); r.fatal {
+			// The degraded holder is fenced (fatal): give the claim back.
+			_ = l.claimer(meta).release(s.Node)
+		}
+		r.err = err
+		return r
+	}
 	l.mu.Lock()
 	l.ceiling = 0 // the claim is this session's now
 	l.mu.Unlock()
@@ -220,6 +228,10 @@ func (l *ZKLease) promote(ctx context.Context, s Slot, meta Meta, sid int64) tas
 	r.hw = hw
 	if err := l.writeProps(s, meta, hw); err != nil {
 		r.err = err
+		return r
+	}
+	if err := l.afterClaim(ctx, s.Node); err != nil {
+		r.err = err // the claim is kept: the next attempt finds it this session's
 		return r
 	}
 	s.HighWater = hw

@@ -49,7 +49,23 @@ func (r ZKRegistry) CreateMeta(ctx context.Context, m Meta) error {
 	return err
 }
 
-// Held returns the (idc, node) of every slot a live node claims.
+// SetRegistry records registry in the cluster's record in ZooKeeper
+// (cluster.SetRegistry); a cluster without a record there is left alone
+// (no node can take a slot in it). Migrate writes "migrating" before it
+// looks for held slots and the target when done: a node whose session
+// expired, unseen by Held, reads the record at its re-claim and after
+// it, and refuses (ErrRegistryMoved).
+func (r ZKRegistry) SetRegistry(ctx context.Context, registry string) error {
+	_, err := cluster.SetRegistry(r.Conn, r.Root, r.Cluster, registry)
+	if errors.Is(err, cluster.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// Held returns the (idc, node) of every slot a live node claims. A node
+// whose session expired holds none, yet may re-claim: SetRegistry is what
+// stops it.
 func (r ZKRegistry) Held(ctx context.Context) ([][2]int, error) {
 	var out [][2]int
 	err := r.eachIDC(func(idc int) error {

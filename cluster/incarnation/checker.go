@@ -179,9 +179,14 @@ func (c *Checker) Check(ctx context.Context, conn ZK) (restored bool, why string
 // after such a write (a slot claim, a mark written ahead) puts it on the
 // witness's record, so a node that checks after the restore sees it, and
 // records the bump, so this node sees it at its next reconnect. lost is
-// true when the bump itself shows that ZooKeeper lost state (recorded as
-// Check records it; the restore rule applies). A node that has not passed
-// a Check yet has nothing to touch: nil.
+// true when the bump shows that ZooKeeper lost state (recorded in the
+// marker and the meta as Check records it), or that another node recorded
+// a loss this process has not been told of; the caller must then make
+// every guard of the node apply the restore rule at once
+// (zksession.Session.NoteRestore, as server/incarnation.go does): the
+// record counts the loss as seen, and neither the next touch nor the next
+// check reports it again.
+// A node that has not passed a Check yet has nothing to touch: nil.
 func (c *Checker) Touch(ctx context.Context, conn ZK) (lost bool, why string, err error) {
 	if faultNoCheck() {
 		return false, "", nil
@@ -211,10 +216,21 @@ func (c *Checker) Touch(ctx context.Context, conn ZK) (lost bool, why string, er
 			return false, "", err
 		}
 	}
-	if learned != "" {
-		reasons = append(reasons, learned)
+	// A loss this touch saw, or another node recorded since this process
+	// last looked, is reported by the caller to every guard of this node at
+	// once (zksession.Session.NoteRestore): a session that survives the
+	// restore never reconnects, so no check would report it. The record
+	// counts it as seen: neither the next touch nor the next check reports
+	// it again. (As in Check, a learned loss is reported only to a process
+	// that passed a check: a process that starts holds nothing from before.)
+	report := reasons
+	if learned != "" && c.passed {
+		report = append(report, learned)
 	}
-	local.Counter, local.Restores = m.Counter, m.Restores
+	local.Counter = m.Counter
+	if len(report) > 0 {
+		local.Restores = m.Restores
+	}
 	if err := c.cfg.Record.Save(local); err != nil {
 		return false, "", fmt.Errorf("incarnation: record the counter: %w", err)
 	}
@@ -223,10 +239,10 @@ func (c *Checker) Touch(ctx context.Context, conn ZK) (lost bool, why string, er
 			c.log.Warn("raising the incarnation witness (the database) failed; retried at the next touch", zap.Int64("counter", m.Counter), zap.Error(err))
 		}
 	}
-	if len(reasons) == 0 {
+	if len(report) == 0 {
 		return false, "", nil
 	}
-	return true, strings.Join(reasons, "; "), nil
+	return true, strings.Join(report, "; "), nil
 }
 
 // check does the work of Check and returns the reasons a loss was seen.

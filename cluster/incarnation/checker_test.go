@@ -407,3 +407,46 @@ func TestTouchCoversWritesWithinASession(t *testing.T) {
 		}
 	}
 }
+
+// A loss a touch sees is reported once: by the touch, whose caller tells
+// the guards (zksession.Session.NoteRestore), not again by the next check
+// of the same process; another running node learns it at its next touch
+// (its session may survive the restore: no check would tell it), once.
+func TestTouchLossReportedOnce(t *testing.T) {
+	f := newFakeZK()
+	initCluster(t, f)
+	w := NewMemWitness()
+	a, b := newNode("a", w), newNode("b", w)
+	a.check(t, f.client(false))
+	b.check(t, f.client(false))
+	snap := f.snapshot()
+	if _, _, err := b.chk.Touch(context.Background(), f.client(false)); err != nil {
+		t.Fatal(err)
+	}
+	f.restore(snap)
+	lost, why, err := a.chk.Touch(context.Background(), f.client(false))
+	if err != nil || !lost || !strings.Contains(why, "database recorded") {
+		t.Fatalf("touch after the restore: lost=%v why=%q err=%v; want seen through the witness", lost, why, err)
+	}
+	// The touch's caller reported it (zksession.Session.NoteRestore): the
+	// next check must not report it a second time (every guard would apply
+	// the restore rule twice, the worker fence its slot again).
+	for i := 0; i < 2; i++ {
+		if restored, why := a.check(t, f.client(false)); restored {
+			t.Fatalf("check %d after the touch that saw the loss reported it again: %s", i, why)
+		}
+	}
+	// b (whose session may survive the restore and never reconnect) learns
+	// it at its next touch, once: not at every touch, nor at its next check.
+	if lost, why, err := b.chk.Touch(context.Background(), f.client(false)); err != nil || !lost || !strings.Contains(why, "another node detected") {
+		t.Fatalf("b's first touch after a's detection: lost=%v why=%q err=%v; want the loss a recorded", lost, why, err)
+	}
+	for i := 0; i < 3; i++ {
+		if lost, why, err := b.chk.Touch(context.Background(), f.client(false)); err != nil || lost {
+			t.Fatalf("touch %d of b after it learned the loss: lost=%v why=%q err=%v; want quiet", i, lost, why, err)
+		}
+	}
+	if restored, why := b.check(t, f.client(false)); restored {
+		t.Fatalf("b's next check reported the loss its touch reported: %s", why)
+	}
+}

@@ -89,7 +89,10 @@
 // once while the claimer still serves from it. Marks written ahead
 // matter as much when the old holder's session expires in the restored
 // server before it reconnects; touching at every mark write (or every
-// heartbeat) bounds the unseen window to the touch interval.
+// heartbeat) bounds the unseen window to the touch interval. The server
+// touches every heartbeat while its session is usable (server/incarnation.go);
+// the real-server scenario zk-restore-fresh-first (copy taken 16 s into
+// the nodes' sessions) repeats IDs without it and passes with it.
 //
 // Without a witness (no --mysql), a new node that starts first cannot
 // tell a restored ZooKeeper from a healthy one: it has nothing to compare

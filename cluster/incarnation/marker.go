@@ -123,6 +123,31 @@ func Create(c ZK, root, name string, acl []zk.ACL, now time.Time) (Marker, error
 	return m.readable(), nil
 }
 
+// Recreate re-creates a lost marker with the incarnation a node recorded
+// (`idctl cluster restore --from-properties`): without it, a node with no
+// record that connects first would take the cluster for one created by an
+// older idgen and give it a new ID, and every node that ran before would
+// then be refused as members of a re-created cluster. An existing marker
+// is returned with an error matching zk.ErrNodeExists.
+func Recreate(c ZK, root, name string, from Local, acl []zk.ACL) (Marker, error) {
+	if from.ID == "" {
+		return Marker{}, fmt.Errorf("%w: no incarnation recorded (a properties file from an older idgen)", ErrInvalid)
+	}
+	m := Marker{ID: from.ID, CreatedMs: from.CreatedMs, Counter: from.Counter, Restores: from.Restores}
+	err := createMarker(c, root, name, m, acl)
+	if errors.Is(err, zk.ErrNodeExists) {
+		got, _, rerr := ReadMarker(c, root, name)
+		if rerr != nil {
+			return Marker{}, rerr
+		}
+		return got, err
+	}
+	if err != nil {
+		return Marker{}, err
+	}
+	return m.readable(), nil
+}
+
 func createMarker(c ZK, root, name string, m Marker, acl []zk.ACL) error {
 	p := MarkerPath(root, name)
 	if _, err := c.Create(p, toJSON(m.readable()), 0, acl); err != nil {

@@ -294,6 +294,25 @@ func (s *Session) NoteZxid(z int64) {
 	s.mu.Unlock()
 }
 
+// NoteRestore counts a wipe or restore of ZooKeeper that the node saw
+// outside Check (the incarnation touch after a slot claim or on a
+// heartbeat: ZooKeeper went back within a session, which no (re)connect
+// shows). It is the same path as a loss Check finds: View.Restores grows,
+// RestoreWhy says why, and every guard applies the restore rule at once,
+// not at the session's next reconnect. A closed Session ignores it.
+func (s *Session) NoteRestore(why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.v.Closed {
+		return
+	}
+	s.v.Restores++
+	s.v.RestoreWhy = why
+	s.log.Error("ZooKeeper was wiped or restored from an older copy (seen within the session): every guard applies the restore rule",
+		zap.String("why", why), zap.Uint64("restores", s.v.Restores))
+	s.signal()
+}
+
 // Config returns the session's configuration with defaults applied.
 func (s *Session) Config() Config { return s.cfg }
 

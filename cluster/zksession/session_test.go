@@ -441,3 +441,33 @@ func TestCloseDuringAProbe(t *testing.T) {
 		}
 	}
 }
+
+// A loss seen within the session (the incarnation touch after a slot
+// claim) reaches every guard at once, by the same counter as a loss the
+// check finds: View.Restores grows and Changed fires, without a reconnect.
+func TestNoteRestoreReachesTheGuards(t *testing.T) {
+	f := newStub()
+	s := open(t, f.config(t))
+	v0, changed := s.ViewChanged()
+	if !v0.Has || v0.Restores != 0 {
+		t.Fatalf("before: %+v", v0)
+	}
+	s.NoteRestore("the touch after a slot claim saw the counter go back")
+	select {
+	case <-changed:
+	default:
+		t.Fatal("NoteRestore did not wake the guards (Changed not closed)")
+	}
+	v := s.View()
+	if v.Restores != 1 || v.RestoreWhy != "the touch after a slot claim saw the counter go back" {
+		t.Fatalf("restores %d (%q), want 1 with the touch's reason", v.Restores, v.RestoreWhy)
+	}
+	if !v.Has || v.Client != v0.Client || v.ID != v0.ID {
+		t.Fatalf("the session changed: %+v -> %+v; a noted restore keeps the session", v0, v)
+	}
+	s.Close()
+	s.NoteRestore("after close")
+	if v := s.View(); v.Restores != 1 {
+		t.Fatalf("a closed session counted a restore: %d", v.Restores)
+	}
+}

@@ -41,6 +41,9 @@ ran before a loss do this by themselves when they see it.
 
 migrate moves a stopped cluster's worker slots between MySQL (--mysql alone)
 and ZooKeeper (--zk --mysql), raising the target's marks above the source's.
+It first records "migrating" in MySQL and in the cluster's ZooKeeper record,
+then the target: a ZooKeeper node it cannot see (its session expired) is
+refused at its next claim and stops issuing SNOWFLAKE IDs until restarted.
 
 The digest credential of an ACL-protected cluster is read from IDGEN_ZK_AUTH
 (or the file named by IDGEN_ZK_AUTH_FILE).
@@ -239,11 +242,25 @@ func clusterRestore(conn *zk.Conn, root, name, fromProps string, acl []zk.ACL, s
 		if err != nil {
 			return err
 		}
+		inc, err := worker.PropertiesIncarnation(fromProps, name)
+		if err != nil {
+			return err
+		}
 		rec, err := cluster.Restore(conn, root, name, cluster.Record{EpochMs: m.EpochMs, IDCBits: m.IDCBits, NodeBits: m.NodeBits, CreatedMs: m.CreatedMs}, now, reason, acl)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "cluster %s re-created from %s (created %s) and marked restored at %s\n", name, fromProps, rec.Created, rec.Restored)
+		// The incarnation marker with the ID the nodes recorded: a node
+		// without a record connecting first would otherwise create a new
+		// one, and the nodes that ran before would be refused.
+		if inc.ID != "" {
+			mk, err := incarnation.Recreate(conn, root, name, inc, acl)
+			if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+				return err
+			}
+			fmt.Fprintf(stdout, "incarnation %s\n", mk.ID)
+		}
 		return nil
 	}
 	if rerr != nil {

@@ -264,10 +264,30 @@ func TestClusterRestore(t *testing.T) {
 		if !r.Init || r.Registry != cluster.RegistryZooKeeper || r.Restores != 1 || r.RestoredMs < time.Now().Add(-time.Minute).UnixMilli() {
 			t.Errorf("re-created record %+v; want init, registry zookeeper, restores 1, restored now", r)
 		}
+		if _, _, err := incarnation.ReadMarker(conn, worker.DefaultRoot, name); !errors.Is(err, zk.ErrNoNode) {
+			t.Errorf("a properties file without an incarnation re-created a marker: %v", err)
+		}
 		// The record exists now: init refuses, init --exists-ok with the
 		// file's settings agrees.
 		mustRun(t, 1, "cluster", "init", "--zk", zkAddr, "--cluster", name, "--idc-bits", "4", "--node-bits", "6", "--epoch", testEpoch)
 		mustRun(t, 0, "cluster", "init", "--zk", zkAddr, "--cluster", name, "--idc-bits", "4", "--node-bits", "6", "--epoch", testEpoch, "--exists-ok")
+	})
+
+	t.Run("no record, from properties with an incarnation", func(t *testing.T) {
+		name := newClusterName(t, conn)
+		props := writeProperties(t, name, time.Now().Add(-72*time.Hour).UnixMilli())
+		f, err := os.OpenFile(props, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(f, "incarnation.id=feedc0de\nincarnation.node=idgen:8888:127.0.0.1-01020304\nincarnation.lineage=3:tok\nincarnation.counter=12\nincarnation.restores=0\n")
+		f.Close()
+		out, _ := mustRun(t, 0, "cluster", "restore", "--zk", zkAddr, "--cluster", name, "--from-properties", props)
+		wantIn(t, "stdout", out, "re-created from "+props, "incarnation feedc0de")
+		m, _, err := incarnation.ReadMarker(conn, worker.DefaultRoot, name)
+		if err != nil || m.ID != "feedc0de" || m.Counter != 12 {
+			t.Fatalf("marker after restore: %+v, %v; want the file's incarnation feedc0de at counter 12", m, err)
+		}
 	})
 }
 

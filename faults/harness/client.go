@@ -318,8 +318,14 @@ func (c *Client) NextIDs(ctx context.Context, biz string, channel, count int32, 
 // standard callers ask one business on all three, and a business serves
 // only the channels it lists.
 func (c *Client) CreateBiz(ctx context.Context, name string, channel int32, step int64, fallback bool) error {
+	return c.CreateBizChannels(ctx, name, channel, step, fallback, []int32{ChUnordered, ChOrdered, ChSnowflake})
+}
+
+// CreateBizChannels is CreateBiz allowing only channels (a node without
+// MySQL refuses a business that allows UNORDERED or ORDERED).
+func (c *Client) CreateBizChannels(ctx context.Context, name string, channel int32, step int64, fallback bool, channels []int32) error {
 	req := []field{{1, thrift.STRING, name}, {2, thrift.I32, channel}, {3, thrift.I64, step}, {6, thrift.BOOL, fallback},
-		{17, thrift.LIST, []int32{ChUnordered, ChOrdered, ChSnowflake}}}
+		{17, thrift.LIST, channels}}
 	if c.AdminToken != "" {
 		req = append(req, field{9, thrift.STRING, c.AdminToken})
 	}

@@ -60,6 +60,11 @@ type ClusterOpts struct {
 	// MySQLNode is a base DSN per node index (a proxy, a member list): the
 	// node uses it with the cluster's database appended.
 	MySQLNode map[int]string
+	// NoMySQL: the nodes run without --mysql (businesses in ZooKeeper).
+	// The businesses allow SNOWFLAKE only, without fallback (what such a
+	// node accepts), and the scenario's load is SNOWFLAKE only
+	// (Run.sfOnly).
+	NoMySQL bool
 }
 
 // Cluster is a scenario's idgen cluster.
@@ -110,7 +115,9 @@ func (r *Run) NewCluster(o ClusterOpts) (*Cluster, error) {
 	}
 	var dsn string
 	var err error
-	if o.MySQLBase != "" {
+	if o.NoMySQL {
+		r.sfOnly = true
+	} else if o.MySQLBase != "" {
 		dsn, err = harness.CreateDatabaseAt(o.MySQLBase, "faults_"+id)
 	} else {
 		dsn, err = e.Servers.CreateDatabase("faults_" + id)
@@ -119,8 +126,10 @@ func (r *Run) NewCluster(o ClusterOpts) (*Cluster, error) {
 		return nil, fmt.Errorf("create database: %w", err)
 	}
 	c.DSN = dsn
-	if out, err := exec.Command(e.Idctl, "db", "migrate", "--mysql", dsn).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("idctl db migrate: %v\n%s", err, out)
+	if dsn != "" {
+		if out, err := exec.Command(e.Idctl, "db", "migrate", "--mysql", dsn).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("idctl db migrate: %v\n%s", err, out)
+		}
 	}
 	if err := r.initCluster(c.Name, o.Args); err != nil {
 		return nil, err
@@ -148,9 +157,21 @@ func (r *Run) NewCluster(o ClusterOpts) (*Cluster, error) {
 		if b, ok := o.MySQLNode[i]; ok {
 			mysql = b + "faults_" + id
 		}
-		args := append([]string{"--zk", zk, "--cluster", c.Name, "--mysql", mysql, "--zk-session-timeout", o.Session,
+		var mysqlArgs []string
+		if dsn != "" {
+			mysqlArgs = []string{"--mysql", mysql}
+		} else {
+			// No database (ClusterOpts.NoMySQL): a node refuses one ZooKeeper
+			// server without a witness unless told to accept it; the
+			// scenarios that run so are the documented limit of that
+			// configuration (neg-zk-restore-fresh-first-no-mysql).
+			mysqlArgs = []string{"--zk-single-server-unwitnessed"}
+		}
+		args := append([]string{"--zk", zk, "--cluster", c.Name}, mysqlArgs...)
+		args = append(args, "--zk-session-timeout", o.Session,
 			"--heartbeat-interval", "500ms", "--outage-tolerance", o.Outage, "--advertise-host", "127.0.0.1",
-			"--auto-create-biz", "false", "--properties-dir", nd, "--data-dir", nd}, append(tokenArgs, o.Args...)...)
+			"--auto-create-biz", "false", "--properties-dir", nd, "--data-dir", nd)
+		args = append(args, append(tokenArgs, o.Args...)...)
 		c.Nodes = append(c.Nodes, harness.NewNode(name, bin, dir, args, o.Env[i]))
 	}
 	r.cluster = c
@@ -170,14 +191,8 @@ func (r *Run) NewCluster(o ClusterOpts) (*Cluster, error) {
 			return nil, err
 		}
 		if i == order[0] {
-			cl := &harness.Client{Addr: c.Nodes[i].RPCAddr, AdminToken: c.AdminToken}
-			err := cl.CreateBiz(bg(), c.Biz, harness.ChSnowflake, o.Step, true)
-			if err == nil && c.NFBiz != "" {
-				err = cl.CreateBiz(bg(), c.NFBiz, harness.ChSnowflake, o.Step, false)
-			}
-			cl.Close()
-			if err != nil {
-				return nil, fmt.Errorf("CreateBiz: %w", err)
+			if err := c.CreateBiz(c.Nodes[i], o.Step, !o.NoMySQL); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -189,6 +204,27 @@ func (r *Run) NewCluster(o ClusterOpts) (*Cluster, error) {
 	}
 	r.Logf("cluster %s: %d nodes serving (database %s)", c.Name, o.Nodes, "faults_"+id)
 	return c, nil
+}
+
+// CreateBiz creates the cluster's businesses through n (SNOWFLAKE; Biz
+// with fallback when fallback is set, NFBiz without; without fallback
+// they allow SNOWFLAKE alone, as a node without MySQL requires).
+func (c *Cluster) CreateBiz(n *harness.Node, step int64, fallback bool) error {
+	cl := &harness.Client{Addr: n.RPCAddr, AdminToken: c.AdminToken}
+	defer cl.Close()
+	channels := []int32{harness.ChUnordered, harness.ChOrdered, harness.ChSnowflake}
+	if !fallback {
+		// Also what a node without MySQL accepts: SNOWFLAKE alone.
+		channels = []int32{harness.ChSnowflake}
+	}
+	err := cl.CreateBizChannels(bg(), c.Biz, harness.ChSnowflake, step, fallback, channels)
+	if err == nil && c.NFBiz != "" {
+		err = cl.CreateBizChannels(bg(), c.NFBiz, harness.ChSnowflake, step, false, channels)
+	}
+	if err != nil {
+		return fmt.Errorf("CreateBiz on %s: %w", n.Name, err)
+	}
+	return nil
 }
 
 // adminTokenArgs gives the cluster one admin token, written to a file
@@ -266,6 +302,8 @@ type Run struct {
 	// keepHistory: write the history even when the scenario passes (it
 	// found something worth a look).
 	keepHistory bool
+	// sfOnly: the load is SNOWFLAKE only (ClusterOpts.NoMySQL).
+	sfOnly bool
 }
 
 // Logf prints a progress line.
@@ -283,6 +321,16 @@ func (r *Run) Note(format string, a ...any) {
 // callers are the standard callers of nodes, plus a SNOWFLAKE caller per
 // node on the business without fallback when the cluster has one.
 func (r *Run) callers(nodes []*harness.Node) []harness.Caller {
+	if r.sfOnly {
+		cs := harness.SnowflakeCallers(nodes, r.cluster.Biz)
+		for i := range cs {
+			cs[i].Name = cs[i].Node.Name + "/sf"
+		}
+		if r.cluster.NFBiz != "" {
+			cs = append(cs, harness.SnowflakeCallers(nodes, r.cluster.NFBiz)...)
+		}
+		return cs
+	}
 	cs := harness.StandardCallers(nodes, r.cluster.Biz, 2)
 	if r.cluster.NFBiz != "" {
 		cs = append(cs, harness.SnowflakeCallers(nodes, r.cluster.NFBiz)...)
@@ -304,14 +352,21 @@ func (r *Run) AddLoad(nodes []*harness.Node) {
 // StartEnsemble starts a three-server ZooKeeper ensemble for this scenario
 // (in its work dir, stopped by cleanup); clusters created afterwards use it
 // instead of the suite's single server.
-func (r *Run) StartEnsemble() (*zkensemble.Ensemble, error) {
+func (r *Run) StartEnsemble() (*zkensemble.Ensemble, error) { return r.startZK(3) }
+
+// StartSingleZK starts a one-server ZooKeeper (standalone) of this
+// scenario's own, in its work dir, that clusters created afterwards use:
+// a scenario that restores its data dir leaves the suite's server alone.
+func (r *Run) StartSingleZK() (*zkensemble.Ensemble, error) { return r.startZK(1) }
+
+func (r *Run) startZK(n int) (*zkensemble.Ensemble, error) {
 	t := time.Now()
-	z, err := harness.StartEnsemble(filepath.Join(r.Env.WorkDir, r.Name, "zk"), 3)
+	z, err := harness.StartEnsemble(filepath.Join(r.Env.WorkDir, r.Name, "zk"), n)
 	if err != nil {
-		return nil, fmt.Errorf("ZooKeeper ensemble: %w", err)
+		return nil, fmt.Errorf("ZooKeeper (%d servers): %w", n, err)
 	}
 	r.ens = z
-	r.Logf("ZooKeeper ensemble %s serving after %v, leader zk%d", z.Connect(), time.Since(t).Round(100*time.Millisecond), z.Leader()+1)
+	r.Logf("ZooKeeper (%d servers) %s serving after %v, leader zk%d", n, z.Connect(), time.Since(t).Round(100*time.Millisecond), z.Leader()+1)
 	return z, nil
 }
 

@@ -123,7 +123,7 @@ func Execute(e *Env, sc Scenario, seed uint64) *Result {
 	// gapless key with a hole no failed call explains).
 	failed := res.Report != nil && res.Report.Failed() || len(r.violations) > 0
 	switch {
-	case sc.Negative && res.Report != nil && (res.Report.Duplicates > 0 || r.negOrder && res.Report.Order > 0 ||
+	case sc.Negative && res.Report != nil && (res.Report.Duplicates > 0 || res.Report.WorkerMs > 0 || r.negOrder && res.Report.Order > 0 ||
 		r.negViolation && len(r.violations) > 0):
 		res.Verdict, res.OK = "EXPECTED-FAIL", true
 	case sc.Negative && err == nil:

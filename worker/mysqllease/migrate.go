@@ -31,6 +31,12 @@ type ZooKeeperRegistry interface {
 	// RaiseMarks raises each slot's mark to at least marks[slot], never
 	// lowering one, durably before it returns.
 	RaiseMarks(ctx context.Context, marks map[[2]int]int64) error
+	// SetRegistry records registry in the cluster's record in ZooKeeper
+	// (nothing when there is no record). A ZooKeeper node takes a slot
+	// only while it says zookeeper, and reads it again after each claim:
+	// that is what stops a node whose session expired (Held cannot see
+	// it) from re-claiming during or after a migration (issue 29, m).
+	SetRegistry(ctx context.Context, registry string) error
 }
 
 // MigrateConfig configures Migrate.
@@ -56,9 +62,13 @@ type MigrateConfig struct {
 //     refuses with a live MySQL lease and fences every expired MySQL holder
 //     (SetRegistry). From then on no node of either kind starts (both check
 //     the registry), and the MySQL marks are final.
-//  2. ZooKeeper must hold no slot (Held), checked after step 1, so a
-//     ZooKeeper node that claimed before it is seen, and one that claims
-//     after it sees migrating when it re-checks (ClaimRegistry).
+//  2. The cluster's record in ZooKeeper says migrating too (SetRegistry),
+//     then ZooKeeper must hold no slot (Held), checked after both marks,
+//     so a ZooKeeper node that claimed before them is seen, and one that
+//     claims after them sees migrating when it re-checks: at start in
+//     MySQL (ClaimRegistry), at every claim and re-claim in ZooKeeper's
+//     record. A node whose session expired holds no slot, so Held cannot
+//     see it; its next claim is one made after the mark.
 //  3. The settings: to ZooKeeper, the meta is created there from MySQL's
 //     row when missing (same created_ms), else must agree and be no newer;
 //     to MySQL, the row's created_ms is lowered to ZooKeeper's if later.
@@ -68,12 +78,14 @@ type MigrateConfig struct {
 //     every timestamp an earlier holder may have issued. To MySQL,
 //     ZooKeeper is read again afterwards: a slot held or a mark moved
 //     means a node ran, and the migration is abandoned.
-//  5. worker_cluster.registry: migrating -> to.
+//  5. The ZooKeeper record, then worker_cluster.registry: migrating -> to
+//     (a record saying mysql keeps refusing ZooKeeper nodes for good).
 //
 // On a failure after step 1 the registry is set back to its old value
 // (raised marks only make holders wait); if that fails too, it stays
 // migrating and running Migrate again finishes the move from any step.
-// Migrating a cluster that already uses cfg.To does nothing.
+// Migrating a cluster that already uses cfg.To only makes ZooKeeper's
+// record say so (it repairs a record left migrating).
 func Migrate(ctx context.Context, cfg MigrateConfig) (err error) {
 	cluster := clusterDefault(cfg.Cluster)
 	switch {
@@ -115,6 +127,9 @@ func Migrate(ctx context.Context, cfg MigrateConfig) (err error) {
 		log.Info("cluster recorded in worker_cluster as held in ZooKeeper (it had no row)")
 	}
 	if from == cfg.To {
+		if err := zk.SetRegistry(ctx, cfg.To); err != nil {
+			return fmt.Errorf("record registry %q in cluster %q's ZooKeeper record: %w", cfg.To, cluster, err)
+		}
 		log.Info("cluster already uses this worker registry: nothing to do")
 		return nil
 	}
@@ -140,11 +155,22 @@ func Migrate(ctx context.Context, cfg MigrateConfig) (err error) {
 				err = fmt.Errorf("%w; the registry stays %q (restoring %q failed: %v): run the migration again once the cause is fixed", err, RegistryMigrating, from, rerr)
 				return
 			}
+			if rerr := zk.SetRegistry(rctx, from); rerr != nil {
+				// MySQL says from; ZooKeeper's record may still say
+				// migrating, refusing ZooKeeper nodes: a rerun to from
+				// repairs it.
+				err = fmt.Errorf("%w; the cluster still uses %s, but restoring %q in its ZooKeeper record failed (%v): ZooKeeper nodes refuse to take slots until `idctl cluster migrate --to %s` is run again",
+					err, from, from, rerr, from)
+				return
+			}
 			log.Warn("migration abandoned: registry set back", zap.String("registry", from), zap.Error(err))
 			err = fmt.Errorf("%w; nothing moved: the cluster still uses %s", err, from)
 		}()
 	} else {
 		log.Info("resuming an interrupted migration (registry is migrating)")
+	}
+	if err := zk.SetRegistry(ctx, RegistryMigrating); err != nil {
+		return fmt.Errorf("record registry %q in cluster %q's ZooKeeper record: %w", RegistryMigrating, cluster, err)
 	}
 	if err := zkNoneHeld(ctx, zk, cluster); err != nil {
 		return err
@@ -156,6 +182,9 @@ func Migrate(ctx context.Context, cfg MigrateConfig) (err error) {
 	}
 	if err != nil {
 		return err
+	}
+	if err := zk.SetRegistry(ctx, cfg.To); err != nil {
+		return fmt.Errorf("record registry %q in cluster %q's ZooKeeper record: %w", cfg.To, cluster, err)
 	}
 	if err := SetRegistry(ctx, db, cluster, RegistryMigrating, cfg.To); err != nil {
 		return err
@@ -207,6 +236,10 @@ func migrateToZooKeeper(ctx context.Context, db *sql.DB, zk ZooKeeperRegistry, c
 		log.Info("meta created in ZooKeeper from worker_cluster", zap.Int64("created_ms", my.CreatedMs))
 		if zm, ok, err = zk.Meta(ctx); err != nil || !ok {
 			return fmt.Errorf("read cluster %q's meta back from ZooKeeper: ok %v, %v", cluster, ok, err)
+		}
+		// Created saying zookeeper: migrating until the move ends.
+		if err := zk.SetRegistry(ctx, RegistryMigrating); err != nil {
+			return fmt.Errorf("record registry %q in cluster %q's ZooKeeper record: %w", RegistryMigrating, cluster, err)
 		}
 	}
 	if err := sameLayout(cluster, my, zm); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +23,10 @@ type fakeZK struct {
 	onHeld func(z *fakeZK, n int)
 	nHeld  int
 	fail   error // returned by RaiseMarks
+	// registry is what SetRegistry last recorded (only with a meta, as
+	// the real registry); registries every value recorded, in order.
+	registry   string
+	registries []string
 }
 
 var _ ZooKeeperRegistry = (*fakeZK)(nil)
@@ -74,6 +79,16 @@ func (z *fakeZK) RaiseMarks(_ context.Context, marks map[[2]int]int64) error {
 	}
 	for k, v := range marks {
 		z.marks[k] = max(z.marks[k], v)
+	}
+	return nil
+}
+
+func (z *fakeZK) SetRegistry(_ context.Context, registry string) error {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.meta != nil && z.registry != registry {
+		z.registry = registry
+		z.registries = append(z.registries, registry)
 	}
 	return nil
 }
@@ -312,5 +327,47 @@ func TestIntegration_MigrateRefusalsAndResume(t *testing.T) {
 		t.Fatal("Migrate of an unknown cluster passed")
 	} else {
 		mustContain(t, err, "neither in MySQL", "nothing to migrate")
+	}
+}
+
+// The ZooKeeper record says migrating before Migrate looks for held slots
+// after marking MySQL (a node whose session expired, which Held cannot
+// see, refuses at its next claim), the target when done, and its old
+// value when the migration is abandoned.
+func TestIntegration_MigrateMarksZooKeeperRecord(t *testing.T) {
+	zk := newFakeZK()
+	created := time.Now().Add(-time.Minute).UnixMilli()
+	zk.meta = &worker.Meta{EpochMs: worker.DefaultEpochMs, IDCBits: worker.DefaultIDCBits, NodeBits: worker.DefaultNodeBits, CreatedMs: created}
+	var atSecondLook string
+	zk.onHeld = func(z *fakeZK, n int) {
+		if n == 2 {
+			atSecondLook = z.registry
+		}
+		if n == 3 {
+			z.held = [][2]int{{0, 2}} // a node claimed: abandoned
+		}
+	}
+	if err := migrate(t, zk, RegistryMySQL); !errors.Is(err, ErrSlotsHeld) {
+		t.Fatalf("Migrate with a late node: %v", err)
+	}
+	if atSecondLook != RegistryMigrating {
+		t.Fatalf("ZooKeeper record said %q when Migrate looked for held slots; want migrating", atSecondLook)
+	}
+	if zk.registry != RegistryZooKeeper {
+		t.Fatalf("ZooKeeper record says %q after the abandoned migration (history %v); want zookeeper", zk.registry, zk.registries)
+	}
+	zk.set(func(z *fakeZK) { z.held, z.onHeld, z.registries = nil, nil, nil })
+	if err := migrate(t, zk, RegistryMySQL); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{RegistryMigrating, RegistryMySQL}; !slices.Equal(zk.registries, want) {
+		t.Fatalf("ZooKeeper record history %v; want %v", zk.registries, want)
+	}
+	// Back to ZooKeeper: the record ends saying zookeeper again.
+	if err := migrate(t, zk, RegistryZooKeeper); err != nil {
+		t.Fatal(err)
+	}
+	if zk.registry != RegistryZooKeeper {
+		t.Fatalf("ZooKeeper record says %q after the move back; want zookeeper", zk.registry)
 	}
 }

@@ -406,14 +406,15 @@ func fourLetterWord(addr, word string, timeout time.Duration) (string, error) {
 	return string(b), err
 }
 
-// Leader returns the index of the server that reports itself leader, or -1
-// (none: an election is under way, or a majority is down).
+// Leader returns the index of the server that reports itself leader (or
+// standalone: a one-server ensemble), or -1 (none: an election is under
+// way, or a majority is down).
 func (e *Ensemble) Leader() int {
 	for i := range e.servers {
 		if !e.Running(i) {
 			continue
 		}
-		if st, err := e.Status(i); err == nil && st.Mode == "leader" {
+		if st, err := e.Status(i); err == nil && (st.Mode == "leader" || st.Mode == "standalone") {
 			return i
 		}
 	}
@@ -421,7 +422,8 @@ func (e *Ensemble) Leader() int {
 }
 
 // WaitServing waits until every running server serves (leader or follower)
-// and exactly one of them leads, at most d. A restarted follower serves only
+// and exactly one of them leads, at most d (a one-server "ensemble" runs
+// standalone: that server counts as the leader). A restarted follower serves only
 // once it has synced with the leader, so this is the condition to wait for
 // before the next server of a rolling restart.
 func (e *Ensemble) WaitServing(d time.Duration) error {
@@ -442,7 +444,7 @@ func (e *Ensemble) WaitServing(d time.Duration) error {
 				states = append(states, fmt.Sprintf("%d:%v", i, err))
 			case st.Serving():
 				serving++
-				if st.Mode == "leader" {
+				if st.Mode == "leader" || st.Mode == "standalone" {
 					leaders++
 				}
 				states = append(states, fmt.Sprintf("%d:%s", i, st.Mode))

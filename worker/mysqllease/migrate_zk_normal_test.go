@@ -1,0 +1,5 @@
+//go:build !faultinject
+
+package mysqllease
+
+func faultNoRegistryFenceSet() bool { return false }

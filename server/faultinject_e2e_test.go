@@ -179,7 +179,14 @@ func TestE2E_MetricsNamesUsedByAlerts(t *testing.T) {
 	clusterOnly := map[string]bool{"idgen_clock_offset_seconds": true, "idgen_zookeeper_connected": true,
 		"idgen_zookeeper_state_losses_total": true, "idgen_worker_unreadable_marks_total": true,
 		"idgen_ordered_failover_barriers_total": true, // with --zk and --mysql only
-		"idgen_zookeeper_acl_open":              true} // with --zk
+		"idgen_zookeeper_acl_open":              true, // with --zk
+		// The shared ZooKeeper session and its incarnation check (--zk).
+		"idgen_zookeeper_restores_total":              true,
+		"idgen_zookeeper_session_refused":             true,
+		"idgen_zookeeper_single_server_unwitnessed":   true,
+		"idgen_ordered_barrier_members_expired_total": true, // the barrier: --zk and --mysql
+		"idgen_segment_ledger_claims_total":           true, // the ledger: --zk and --mysql
+		"idgen_segment_ledger_unverified_pending":     true}
 	// A refused token: idgen_auth_failures_total has a series from then on.
 	if _, err := node.BareClient(t).ListBiz(context.Background(), &idl.ListBizRequest{}); err == nil {
 		t.Fatal("ListBiz without a token was answered")

@@ -261,6 +261,7 @@ func (e *authedErr) Unwrap() error { return e.error }
 
 // applyJudged applies a probe's verdict.
 func (s *Session) applyJudged(ls *loopState, r judged) {
+	defer s.applied.Add(1)
 	now := s.cfg.Now()
 	s.mu.Lock()
 	current := r.gen == s.v.Client && !s.v.Closed

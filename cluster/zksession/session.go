@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -158,6 +159,12 @@ type Session struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
+
+	// applied counts the probes whose verdict the loop has applied: a
+	// test that drives a fake clock moves it only once the last probe is
+	// applied (a verdict applied after the move would schedule the next
+	// probe from the moved clock, and the move would be lost).
+	applied atomic.Int64
 
 	mu      sync.Mutex
 	v       View

@@ -168,9 +168,14 @@ func open(t *testing.T, cfg Config) *Session {
 
 // probes advances the fake clock past the next probe n times, waiting for
 // each probe to be judged.
-func probes(t *testing.T, f *stubZK, n int, step time.Duration) {
+func probes(t *testing.T, s *Session, f *stubZK, n int, step time.Duration) {
 	t.Helper()
 	for range n {
+		// Move the clock only once every probe so far is applied: a
+		// verdict applied after the move schedules the next probe from
+		// the moved clock, and the test would wait for a probe that is
+		// not due (seen on a loaded machine).
+		waitFor(t, "the last probe applied", 10*time.Second, func() bool { return s.applied.Load() >= f.probe.Load() })
 		before := f.probe.Load()
 		f.advance(step)
 		// (A replaced client has a session at once: no more probes.)
@@ -198,7 +203,7 @@ func TestLaggingFollowerKeepsTheSession(t *testing.T) {
 	f.conn(0).refuse(RedialAfter)
 	waitFor(t, "the first probe (at once after the refusals)", 5*time.Second, func() bool { return f.probe.Load() >= 1 })
 	time.Sleep(3 * tick)
-	probes(t, f, 4, RefusalCheckEvery+100*time.Millisecond)
+	probes(t, s, f, 4, RefusalCheckEvery+100*time.Millisecond)
 	if v := s.View(); v.Client != 1 || v.Restores != 0 || f.clients() != 1 {
 		t.Fatalf("one lagging follower: client %d, restores %d (%s), clients connected %d; want the session kept (1, 0, 1)",
 			v.Client, v.Restores, v.RestoreWhy, f.clients())
@@ -217,7 +222,7 @@ func TestOneProbeBelowIsNotEnough(t *testing.T) {
 	waitFor(t, "the first probe (at once after the refusals)", 5*time.Second, func() bool { return f.probe.Load() >= 1 })
 	time.Sleep(3 * tick)
 	f.setStats(ServerStat{Server: "a:2181", Serving: true, Zxid: 0x100000070}, ServerStat{Server: "b:2181", Err: errors.New("down")})
-	probes(t, f, 3, RefusalCheckEvery+100*time.Millisecond)
+	probes(t, s, f, 3, RefusalCheckEvery+100*time.Millisecond)
 	if v := s.View(); v.Client != 1 || v.Restores != 0 {
 		t.Fatalf("client %d, restores %d (%s): want the session kept", v.Client, v.Restores, v.RestoreWhy)
 	}
@@ -240,7 +245,7 @@ func TestLostWritesReplacesTheClient(t *testing.T) {
 	if v := s.View(); v.Client != 1 {
 		t.Fatalf("replaced after one probe (client %d): want two probes a second apart", v.Client)
 	}
-	probes(t, f, 1, RefusalCheckEvery+100*time.Millisecond)
+	probes(t, s, f, 1, RefusalCheckEvery+100*time.Millisecond)
 	waitFor(t, "a new client with a session", 5*time.Second, func() bool { v := s.View(); return v.Client == 2 && v.Has })
 	if v := s.View(); v.Restores != 1 || v.ID != 2 {
 		t.Fatalf("restores %d, session %d: want 1 restore and the new client's session 2", v.Restores, v.ID)
@@ -267,7 +272,7 @@ func TestLostWritesWithCheckOnlyReplaces(t *testing.T) {
 	waitFor(t, "refusals seen", 5*time.Second, func() bool { return s.View().Refusals >= RedialAfter })
 	waitFor(t, "the first probe (at once after the refusals)", 5*time.Second, func() bool { return f.probe.Load() >= 1 })
 	time.Sleep(3 * tick)
-	probes(t, f, 1, RefusalCheckEvery+100*time.Millisecond)
+	probes(t, s, f, 1, RefusalCheckEvery+100*time.Millisecond)
 	waitFor(t, "a new client with a session", 5*time.Second, func() bool { v := s.View(); return v.Client == 2 && v.Has })
 	if v := s.View(); v.Restores != 0 {
 		t.Fatalf("restores %d (%s): the check found none, the zxid rule only replaces", v.Restores, v.RestoreWhy)

@@ -317,6 +317,12 @@ func (sh *shard) verifiedLocked(a *Allocator, ks *keyState, r segment.Range) boo
 		return true
 	}
 	ks.durable = min(ks.durable, r.First-1)
+	// A persist in flight may have been said to cover up to the old
+	// reservation end (pending): it was written through the old token, so
+	// it does not count. Left there, a key that now wants less than the
+	// old end (its traffic fell) would never be persisted again and its
+	// requests would wait until their deadline (found by the simulator).
+	ks.pending = min(ks.pending, ks.durable)
 	return false
 }
 

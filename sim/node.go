@@ -171,7 +171,7 @@ func (n *node) start(ctx context.Context) error {
 	// The replication guard (segment/zkguard) on the same session: the
 	// ledger of UNORDERED segments and the ORDERED barrier after a server
 	// change of the simulated MySQL (db.failover).
-	guardCfg := zkguard.Config{Session: sess, Servers: []string{"zk0:2181"}, Root: "/idgen", Cluster: "sim", Self: n.addr, Timeout: zkTimeout,
+	guardCfg := zkguard.Config{Session: sess, Root: "/idgen", Cluster: "sim", Self: n.addr, Timeout: zkTimeout,
 		BarrierWait: time.Second, MemberLease: time.Second, MaxClockSkew: 500 * time.Millisecond, Now: wall.Now,
 		Disabled: c.ctl.noGuard, Logger: log.Named("guard")}
 	g, err := zkguard.Open(guardCfg)
@@ -180,17 +180,14 @@ func (n *node) start(ctx context.Context) error {
 		sess.Close()
 		return fmt.Errorf("zkguard: %w", err)
 	}
+	// Wired as the server does (server/replication.go startGuard), also
+	// under the control: a Disabled guard admits everything, so
+	// IDGEN_FAULT_NO_REPLICATION_GUARD reopens the hole for ORDERED too.
+	store.onChange = g.ServerChanged
 	var (
-		ledger segment.Ledger
-		gate   segment.Gate
+		ledger segment.Ledger = g
+		gate   segment.Gate   = g
 	)
-	if !c.ctl.noGuard {
-		// The control runs without ledger and gate, as the server did
-		// before issue 18 (a Disabled guard as the gate refuses ORDERED
-		// for good: its membership bound is never written).
-		store.onChange = g.ServerChanged
-		ledger, gate = g, g
-	}
 	un, err := segment.NewUnordered(segment.UnorderedConfig{Store: store, Floor: floor, Logger: log.Named("unordered"), Ledger: ledger,
 		RetryBackoff: 20 * time.Millisecond, MaxRetryBackoff: 200 * time.Millisecond}) // the defaults scaled like the other timings
 	if err != nil {

@@ -72,7 +72,10 @@ var ErrNotMember = errors.New("ORDERED paused: this node could not renew its mem
 // passed, on the monotonic clock and on the wall clock (a frozen VM's
 // monotonic clock may stop; the wall clock is what the others compare).
 func (g *Guard) boundLocked() error {
-	if faultEphemeralMembers() {
+	if faultEphemeralMembers() || g.cfg.Disabled {
+		// Disabled: no member record is ever written, so there is no
+		// bound; the gate stays open, as if the guard did not exist (the
+		// negative control must exercise ORDERED too, not refuse it).
 		return nil
 	}
 	if g.selfUntil.IsZero() || !time.Now().Before(g.selfUntil) || g.cfg.Now().UnixMilli() >= g.selfUntilMs {

@@ -135,7 +135,11 @@ type Config struct {
 	// hole f). Nil: not read.
 	OnReplicasSeen func(n int)
 	// Disabled switches both mechanisms off (fault injection's negative
-	// control only).
+	// control only): Claim admits every range, the gate stays open with
+	// one token (Enter, Check and Serving never refuse, ServerChanged is
+	// ignored), nothing is read or written in ZooKeeper. The server still
+	// passes the guard as ledger and gate, so the control reopens the
+	// hole for UNORDERED and ORDERED alike.
 	Disabled bool
 	Logger   *zap.Logger
 }
@@ -214,8 +218,10 @@ var (
 
 // Open connects to ZooKeeper (without waiting for a session).
 func Open(cfg Config) (*Guard, error) {
-	if len(cfg.Servers) == 0 {
-		return nil, errors.New("zkguard: Config.Servers is empty")
+	if len(cfg.Servers) == 0 && cfg.Session == nil && !cfg.Disabled {
+		// Servers are dialed only without a shared Session (and by the
+		// own-client fault switch, which then refuses below).
+		return nil, errors.New("zkguard: Config.Servers is empty (and no Config.Session is given)")
 	}
 	if cfg.Root == "" || cfg.Cluster == "" || cfg.Self == "" {
 		return nil, errors.New("zkguard: Config.Root, Cluster and Self are required")

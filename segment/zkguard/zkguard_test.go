@@ -16,6 +16,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/idgen/idgen/cluster/zksession"
+	"github.com/idgen/idgen/internal/zkfake"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -619,5 +620,70 @@ func TestOwnBoundRefuses(t *testing.T) {
 	g.selfUntil = time.Now().Add(-time.Millisecond) // the monotonic clock passed it
 	if err := g.Serving(); !errors.Is(err, ErrNotMember) {
 		t.Fatalf("monotonic clock past the bound: %v", err)
+	}
+}
+
+// TestDisabledGuardAdmitsOrdered: the negative control's guard
+// (IDGEN_FAULT_NO_REPLICATION_GUARD=1 in the server) must switch the guard
+// off as a whole, ORDERED's gate included. Before, the gate refused
+// ORDERED for good (ErrNotMember: no member record, hence no bound, is
+// ever written while disabled), so the control exercised UNORDERED only.
+func TestDisabledGuardAdmitsOrdered(t *testing.T) {
+	g, err := Open(Config{Servers: []string{"zk0:2181"}, Root: "/idgen", Cluster: "c", Self: "a:1", Disabled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	g.StartBarrier(nil, nil)
+	tok, err := g.Enter()
+	if err != nil {
+		t.Fatalf("disabled guard: Enter = %v; want open", err)
+	}
+	g.ServerChanged("mysql-1", "mysql-2") // ignored while disabled
+	if err := g.Check(tok); err != nil {
+		t.Fatalf("disabled guard: Check after a server change = %v; want nil", err)
+	}
+	if err := g.Serving(); err != nil {
+		t.Fatalf("disabled guard: Serving = %v", err)
+	}
+	if _, err := g.Claim(context.Background(), "b", segment.Range{First: 1, Last: 10}); err != nil {
+		t.Fatalf("disabled guard: Claim = %v", err)
+	}
+}
+
+// TestOpenWithSessionNeedsNoServers: a guard on the node's shared session
+// dials nothing itself, so Config.Servers is not required (worker and
+// zkown accept a Session alone too); without either, Open refuses.
+func TestOpenWithSessionNeedsNoServers(t *testing.T) {
+	srv := zkfake.New()
+	sess, err := zksession.Start(zksession.Config{Servers: []string{"zk0:2181"}, SessionTimeout: 2 * time.Second,
+		Connect: func(_ []string, to time.Duration) (zksession.ZK, <-chan zk.Event, error) {
+			c, ev := srv.Connect("a", to)
+			return c, ev, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	g, err := Open(Config{Session: sess, Root: "/idgen", Cluster: "c", Self: "a:1", Timeout: time.Second})
+	if err != nil {
+		t.Fatalf("Open with a Session and no Servers: %v", err)
+	}
+	defer g.Close()
+	// The ledger works through the shared session (retried while the
+	// session's first handshake completes).
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := g.Claim(context.Background(), "b", segment.Range{First: 1, Last: 10})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Claim through the shared session: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := Open(Config{Root: "/idgen", Cluster: "c", Self: "a:1"}); err == nil {
+		t.Fatal("Open without Servers and without a Session: no error")
 	}
 }

@@ -8,7 +8,7 @@
 #                                 (the fuzz only without PKG: the whole suite);
 #                                 --quick: no staticcheck, no race detector. Ends with one line
 #                                 "TIME: N passed, N failed, N skipped"; full log in output/test/test.log,
-#                                 go test's events in output/test/go-test.json, JUnit in output/test/junit.xml
+#                                 go test's events in output/test/go-test.json, JUnit in output/test/junit.xml; the servers' logs in output/test/{mariadb,zookeeper}.log
 #   ./build.sh lint               gofmt, go vet (also -tags faultinject), staticcheck, large files
 #   ./build.sh gen                regenerate kitex_gen/ from idl/idgen.thrift
 #   ./build.sh servers start      start ZooKeeper + MariaDB for development; writes .testenv
@@ -301,6 +301,12 @@ stop_dir() {
     [ ${#pids[@]} = 0 ] || sleep 0.1
   done
   for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  # A test run keeps the servers' logs beside its own (a server that died
+  # mid-run is diagnosed from them).
+  if [ "$TESTING" = 1 ] && [ -d "$ROOT/output/test" ]; then
+    cp "$dir/mysql/server.log" "$ROOT/output/test/mariadb.log" 2>/dev/null || true
+    cp "$dir/zk/server.log" "$ROOT/output/test/zookeeper.log" 2>/dev/null || true
+  fi
   rm -rf "$dir"
   log "servers stopped"
 }

@@ -187,7 +187,7 @@ func TestIncarnationCheckWaitsForTheStore(t *testing.T) {
 	}
 }
 
-// touchEvery keeps the witness up with ZooKeeper while the session is
+// TouchEvery keeps the witness up with ZooKeeper while the session is
 // usable, so a copy taken within a session is seen by a new node.
 func TestIntegration_IncarnationTouchEvery(t *testing.T) {
 	zkAddr, base := os.Getenv("IDGEN_TEST_ZK"), os.Getenv("IDGEN_TEST_MYSQL")
@@ -227,7 +227,7 @@ func TestIntegration_IncarnationTouchEvery(t *testing.T) {
 	}
 	snap := map[string][]byte{}
 	copyTree(t, conn, cluster.Path(root, name), snap) // copied within the session
-	stop := inc.touchEvery(10*time.Millisecond, &connSession{c: conn}, zap.NewNop())
+	stop := inc.TouchEvery(10*time.Millisecond, &connSession{c: conn}, zap.NewNop())
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, n, _, err := store.ZKIncarnation(ctx, name)
@@ -251,7 +251,7 @@ func TestIntegration_IncarnationTouchEvery(t *testing.T) {
 	}
 }
 
-// connSession is a touchSession on a plain client (always usable) that
+// connSession is an incarnation.Session on a plain client (always usable) that
 // records the restores noted on it.
 type connSession struct {
 	c     *zk.Conn
@@ -328,7 +328,7 @@ func TestIntegration_IncarnationTouchAfterClaim(t *testing.T) {
 		}
 		sess := &connSession{c: conn}
 		if touch {
-			if err := inc.afterClaim(sess)(ctx); err != nil {
+			if err := inc.AfterClaim(sess)(ctx); err != nil {
 				t.Fatalf("afterClaim on a healthy ZooKeeper: %v", err)
 			}
 		}
@@ -350,7 +350,7 @@ func TestIntegration_IncarnationTouchAfterClaim(t *testing.T) {
 		}
 		// The old node's next claim: its touch sees the loss (its counter),
 		// notes it on the session, and keeps the slot from serving.
-		if err := inc.afterClaim(sess)(ctx); err == nil {
+		if err := inc.AfterClaim(sess)(ctx); err == nil {
 			t.Fatal("afterClaim after the restore passed; want the loss seen and the claim refused")
 		}
 		if v := sess.View(); v.Restores != 1 || !strings.Contains(v.RestoreWhy, "incarnation touch") {
@@ -359,7 +359,7 @@ func TestIntegration_IncarnationTouchAfterClaim(t *testing.T) {
 		if restored, why, err := inc.Check(ctx, conn); err != nil || restored {
 			t.Fatalf("the old node's next check: restored=%v why=%q err=%v; want it quiet (the touch reported the loss)", restored, why, err)
 		}
-		if err := inc.afterClaim(sess)(ctx); err != nil {
+		if err := inc.AfterClaim(sess)(ctx); err != nil {
 			t.Fatalf("the claim after the noted restore: %v", err)
 		}
 	}

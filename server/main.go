@@ -278,7 +278,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 		}
 		nd.zk.Store(zs)
 		closers = append(closers, zs.Close)
-		stop := inc.touchEvery(cfg.Heartbeat, zs, log)
+		stop := inc.TouchEvery(cfg.Heartbeat, zs, log)
 		closers = append(closers, stop)
 	}
 	nd.setStarting("opening the segment store")
@@ -570,7 +570,7 @@ func startLease(ctx context.Context, cfg Config, layout snowflake.Layout, h work
 			SessionTimeout: cfg.ZKSessionTimeout, HeartbeatInterval: cfg.Heartbeat, OutageTolerance: cfg.OutageTolerance,
 			AllowCachedSlotWithoutZK: worker.Bool(cfg.AllowCachedSlot),
 			MaxPeerClockSkew:         cfg.MaxPeerSkew, PeerClock: peerClock(cfg.ClientToken), Auth: cfg.ZKAuth, Clock: clk, Holder: h,
-			AfterClaim: inc.afterClaim(zs), Version: version, Logger: log.Named("worker")})
+			AfterClaim: inc.AfterClaim(zs), Version: version, Logger: log.Named("worker")})
 		if err != nil {
 			return nil, fmt.Errorf("worker: %w", err)
 		}

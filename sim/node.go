@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idgen/idgen/clock"
+	clusterinc "github.com/idgen/idgen/cluster/incarnation"
 	"github.com/idgen/idgen/cluster/zksession"
 	"github.com/idgen/idgen/issuer"
 	"github.com/idgen/idgen/ordered"
@@ -61,7 +62,9 @@ type node struct {
 	alloc *ordered.Allocator
 	sess  *zksession.Session
 	guard *zkguard.Guard
-	stall time.Duration // next planned hand-off stalls this long before its write-back
+	// stopTouch stops the incarnation's heartbeat touches.
+	stopTouch func()
+	stall     time.Duration // next planned hand-off stalls this long before its write-back
 	// afterStall runs (in the background) once that stall ended, just
 	// before the late write-back.
 	afterStall func()
@@ -132,12 +135,24 @@ func (n *node) start(ctx context.Context) error {
 	wall := pausingClock{n: n, base: n.clk.Now}
 	mono := pausingClock{n: n, base: time.Now}
 	name := n.zkName()
+	host, port := splitAddr(n.addr)
+	// The cluster incarnation check, as the server runs it
+	// (server/incarnation.go): at every (re)connect before any write,
+	// after every slot claim and every heartbeat. Its record is the
+	// node's properties file (kept across restarts; a fresh node has
+	// none). No database witness: the simulated MySQL has no
+	// cluster_binding, so a fresh node that starts first after a restore
+	// is protected only by what the old nodes see (the configuration the
+	// server refuses on one ZooKeeper server unless opted in).
+	chk := clusterinc.NewChecker(clusterinc.Config{Root: "/idgen", Cluster: "sim", NodeKey: fmt.Sprintf("idgen:%d:%s", port, host),
+		Record: worker.IncarnationRecord(n.dir, "idgen", port, host, "sim"), Refused: zksession.ErrRefused, Logger: log.Named("incarnation")})
 	// The node's one ZooKeeper session (cluster/zksession), shared by the
 	// worker lease and the ORDERED coordinator as in the server; every
 	// client it opens (a redial replaces the client) is a zkfake client of
 	// this incarnation's name.
 	sess, err := zksession.Start(zksession.Config{Servers: []string{"zk0:2181"}, SessionTimeout: sessionTimeout,
 		Lead: heartbeat + outageTol + hwMargin, Logger: log.Named("zk"),
+		Check: func(ctx context.Context, conn zksession.ZK) (bool, string, error) { return chk.Check(ctx, conn) },
 		Connect: func(servers []string, to time.Duration) (zksession.ZK, <-chan zk.Event, error) {
 			conn, ev := c.zk.Connect(name, to)
 			return conn, ev, nil
@@ -152,19 +167,19 @@ func (n *node) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("zksession: %w", err)
 	}
-	host, port := splitAddr(n.addr)
 	store := &nodeDB{Store: c.db.mem, d: c.db, n: n}
 	holder := &lateHolder{fault: c.ctl.slot}
 	lease, err := worker.Register(ctx, worker.Config{Servers: []string{"zk0:2181"}, Root: "/idgen", Cluster: "sim",
 		Meta: worker.Meta{EpochMs: worker.DefaultEpochMs, IDCBits: idcBits, NodeBits: nodeBits},
 		App:  "idgen", Host: host, Port: port, PropertiesDir: n.dir, SessionTimeout: sessionTimeout,
 		HeartbeatInterval: heartbeat, OutageTolerance: outageTol, HighWaterMargin: hwMargin, MaxStartWait: 10 * time.Second,
-		ConnectTimeout: 2 * time.Second, Session: sess, Clock: wall, Holder: holder,
+		ConnectTimeout: 2 * time.Second, Session: sess, Clock: wall, Holder: holder, AfterClaim: chk.AfterClaim(sess),
 		Logger: log.Named("worker")})
 	if err != nil {
 		sess.Close()
 		return fmt.Errorf("worker: %w", err)
 	}
+	stopTouch := chk.TouchEvery(heartbeat, sess, log.Named("incarnation"))
 	layout := snowflake.Layout{IDCBits: idcBits, NodeBits: nodeBits}.Normalize()
 	floor := layout.Floor(lease.Meta().CreatedMs)
 	guard := clock.NewGuard(clock.GuardConfig{Clock: wall, Logger: log.Named("clock")}, 0)
@@ -177,6 +192,7 @@ func (n *node) start(ctx context.Context) error {
 	g, err := zkguard.Open(guardCfg)
 	if err != nil {
 		_ = lease.Close(context.Background())
+		stopTouch()
 		sess.Close()
 		return fmt.Errorf("zkguard: %w", err)
 	}
@@ -193,6 +209,7 @@ func (n *node) start(ctx context.Context) error {
 	if err != nil {
 		g.Close()
 		_ = lease.Close(context.Background())
+		stopTouch()
 		sess.Close()
 		return err
 	}
@@ -203,6 +220,7 @@ func (n *node) start(ctx context.Context) error {
 		_ = un.Close()
 		g.Close()
 		_ = lease.Close(context.Background())
+		stopTouch()
 		sess.Close()
 		return fmt.Errorf("zkown: %w", err)
 	}
@@ -213,6 +231,7 @@ func (n *node) start(ctx context.Context) error {
 		_ = un.Close()
 		g.Close()
 		_ = lease.Close(context.Background())
+		stopTouch()
 		sess.Close()
 		return err
 	}
@@ -221,6 +240,7 @@ func (n *node) start(ctx context.Context) error {
 		_ = un.Close()
 		g.Close()
 		_ = lease.Close(context.Background())
+		stopTouch()
 		sess.Close()
 		return err
 	}
@@ -231,6 +251,7 @@ func (n *node) start(ctx context.Context) error {
 		_ = un.Close()
 		g.Close()
 		_ = lease.Close(context.Background())
+		stopTouch()
 		sess.Close()
 		return err
 	}
@@ -243,7 +264,7 @@ func (n *node) start(ctx context.Context) error {
 		return store.raiseOwned(ctx, marks)
 	})
 	n.mu.Lock()
-	n.lease, n.is, n.un, n.coord, n.alloc, n.sess, n.guard, n.up = lease, is, un, coord, alloc, sess, g, true
+	n.lease, n.is, n.un, n.coord, n.alloc, n.sess, n.guard, n.stopTouch, n.up = lease, is, un, coord, alloc, sess, g, stopTouch, true
 	n.mu.Unlock()
 	return nil
 }
@@ -349,8 +370,8 @@ func (n *node) stop() {
 
 // parts is the running incarnation's components; n.mu is held.
 func (n *node) parts() incarnation {
-	p := incarnation{lease: n.lease, un: n.un, coord: n.coord, sess: n.sess, guard: n.guard}
-	n.lease, n.is, n.un, n.coord, n.alloc, n.sess, n.guard = nil, nil, nil, nil, nil, nil, nil
+	p := incarnation{lease: n.lease, un: n.un, coord: n.coord, sess: n.sess, guard: n.guard, stopTouch: n.stopTouch}
+	n.lease, n.is, n.un, n.coord, n.alloc, n.sess, n.guard, n.stopTouch = nil, nil, nil, nil, nil, nil, nil, nil
 	return p
 }
 
@@ -361,6 +382,8 @@ type incarnation struct {
 	coord *zkown.Coordinator
 	sess  *zksession.Session
 	guard *zkguard.Guard
+	// stopTouch stops the heartbeat touches of the cluster incarnation.
+	stopTouch func()
 }
 
 // close stops the components; graceful hands off and releases (SIGTERM),
@@ -381,6 +404,9 @@ func (p incarnation) close(graceful bool) {
 	}
 	if p.lease != nil {
 		_ = p.lease.Close(ctx)
+	}
+	if p.stopTouch != nil {
+		p.stopTouch()
 	}
 	if p.sess != nil {
 		p.sess.Close() // last, as the server closes it

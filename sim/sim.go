@@ -31,6 +31,7 @@ import (
 	"go.uber.org/zap"
 
 	zkcluster "github.com/idgen/idgen/cluster"
+	clusterinc "github.com/idgen/idgen/cluster/incarnation"
 	"github.com/idgen/idgen/faults/checker"
 	"github.com/idgen/idgen/internal/zkfake"
 	"github.com/idgen/idgen/segment"
@@ -278,6 +279,11 @@ func (c *cluster) setup(dir string, skews []time.Duration) error {
 	if _, err := zkcluster.Init(conn, "/idgen", "sim", zkcluster.Settings{EpochMs: worker.DefaultEpochMs, IDCBits: idcBits, NodeBits: nodeBits}, nil); err != nil {
 		conn.Close()
 		return fmt.Errorf("cluster init: %w", err)
+	}
+	// idctl cluster init writes the incarnation marker with the meta.
+	if _, err := clusterinc.Create(conn, "/idgen", "sim", nil, time.Now()); err != nil {
+		conn.Close()
+		return fmt.Errorf("cluster init: the incarnation marker: %w", err)
 	}
 	conn.Close()
 	// The operator's oldest backup: taken right after cluster init, before

@@ -216,6 +216,14 @@ func (a *Allocator) Take(ctx context.Context, biz segment.Biz, subKey string, n 
 		return segment.Range{}, &UnavailableError{Shard: idx, NotOwner: true, Owner: a.cfg.Coordinator.Owner(idx),
 			Reason: "this node does not own the shard", RetryAfter: 50 * time.Millisecond}
 	}
+	// Refuse before allocating what would be refused after: a number
+	// allocated (and, gapless, persisted) and then refused is a gap. A new
+	// owner's lease wait would otherwise cost a gapless key one number per
+	// request that arrives during it. The check after the allocation stays:
+	// it is what makes a pause in between safe.
+	if err := a.mayAnswer(sh); err != nil {
+		return segment.Range{}, err
+	}
 	key := Key{Biz: biz.Name, SubKey: subKey}
 	var entry *requestEntry
 	if rid.ID != "" {

@@ -219,9 +219,14 @@ func TestLeaseWaitAndExpiry(t *testing.T) {
 	if !errors.As(err, &ue) || ue.NotOwner || ue.RetryAfter != 3*time.Second {
 		t.Fatalf("during the lease wait: %v, want a retryable refusal with a 3s hint", err)
 	}
+	// The refusal allocated nothing: a gapless key goes on without a gap
+	// (a number persisted and then refused is lost to the key).
+	if store.persists != 0 {
+		t.Fatalf("%d persists during the lease wait, want none", store.persists)
+	}
 	clk.Add(3 * time.Second)
-	if _, err := n.a.Take(context.Background(), biz, "k", 1, segment.RequestID{}); err != nil {
-		t.Fatalf("after the lease wait: %v", err)
+	if r, err := n.a.Take(context.Background(), biz, "k", 1, segment.RequestID{}); err != nil || r.First != 1 {
+		t.Fatalf("after the lease wait: %v %v, want 1 (no gap)", r, err)
 	}
 	// The lease is not renewed: at ValidUntil the node stops answering,
 	// even from memory.

@@ -137,7 +137,12 @@ func Start(t testing.TB, o Options) *Node {
 	}
 	n.waitStarted, n.mayExit = !o.NoWaitStarted, o.MayExit
 	tokenArgs := n.adminTokenArgs(t, o)
-	t.Cleanup(func() { n.Kill() })
+	t.Cleanup(func() {
+		n.Kill()
+		if t.Failed() && n.logs != nil {
+			t.Logf("node %s (%s) printed, last lines:\n%s", n.RPCAddr, strings.Join(o.Args, " "), lastLines(n.logs.String(), failLogLines))
+		}
+	})
 	// A port FreePort returned can be taken by another process before the
 	// node binds it (tests start servers in parallel): try fresh ports.
 	for attempt := 1; ; attempt++ {
@@ -480,4 +485,18 @@ func InitCluster(t testing.TB, args []string) {
 	if err != nil && !errors.Is(err, cluster.ErrExists) {
 		t.Fatalf("testnode: cluster init: %v", err)
 	}
+}
+
+// failLogLines is how much of each node's log a failed test prints: the
+// end of it, where what went wrong usually is, without burying the
+// failure under every node's start-up.
+const failLogLines = 40
+
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }

@@ -87,6 +87,8 @@ var Controls = []Control{
 		func(c *controls) { c.slot = func(s worker.Slot) worker.Slot { s.NotBefore = 0; return s } }},
 	{"IDGEN_FAULT_NO_INCARNATION_CHECK", "the cluster incarnation check and its touches pass without looking (issue 29 hole h; found in the default mix: seed 15)", defaultMix,
 		func(c *controls) {}},
+	{"IDGEN_FAULT_CONVERTED_CLAIM_BOUND", "the bound after a restore only converted to the taker's clock: a restart behind ZooKeeper's clock reissues its slot's last milliseconds (found in the default mix: seed 2052)", []kind{kRestoreInit, kRestore, kKillBack, kTermBack},
+		func(c *controls) {}},
 	{"IDGEN_FAULT_IGNORE_RESTORE", "a restored cluster's marks are trusted (no wait of one lead)", []kind{kRestoreInit, kRestore, kFresh, kKillBack},
 		func(c *controls) {
 			c.slot = func(s worker.Slot) worker.Slot { s.NotBefore = s.MarkNotBefore; return s }

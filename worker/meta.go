@@ -87,7 +87,9 @@ func (l *ZKLease) loadCluster() (Meta, error) {
 	if b := rec.Bound(l.boundLead()); b > now.Ms {
 		l.log.Warn("the cluster was restored or its ZooKeeper ensemble changed epoch recently: a slot taken now waits until one lead after it",
 			zap.Int64("restored_ms", rec.RestoredMs), zap.Int64("zk_epoch", rec.ZKEpoch), zap.Int64("zk_epoch_seen_ms", rec.ZKEpochSeenMs),
-			zap.Duration("wait", time.Duration(b-now.Ms)*time.Millisecond), zap.String("restore_reason", rec.RestoreReason))
+			zap.Duration("wait", time.Duration(b-now.Ms)*time.Millisecond), zap.String("restore_reason", rec.RestoreReason),
+			// A host behind ZooKeeper's clock waits that much longer (claimBound).
+			zap.Duration("local_clock_offset", time.Duration(now.Local.UnixMilli()-now.Ms)*time.Millisecond))
 	}
 	return meta, nil
 }
@@ -196,8 +198,21 @@ func (l *ZKLease) boundLead() time.Duration { return l.cfg.Lead() + l.cfg.MaxPee
 // ZooKeeper may have lost: one lead after the last loss of state or epoch
 // change of the cluster and, for a slot without a mark in a cluster not
 // created by `idctl cluster init` (a legacy cluster), one lead after the
-// record's creation. ZooKeeper's times are converted with the offset read
-// with them, so only one clock decides (issue 17 item 6).
+// record's creation.
+//
+// The bound is a floor for the milliseconds in this node's IDs, and the
+// holders it protects stamped theirs with their own clocks, which nobody
+// can read any more. Two readings of it are each safe under one
+// assumption: converted to this host's clock with the offset read with
+// it (issue 17 item 6), when those holders ran close to this host's clock
+// (what the peer clock check enforces when peers answer); as ZooKeeper's
+// milliseconds, when they ran close to ZooKeeper's clock (the only
+// reference left after a restore, when every member znode may be gone
+// and no peer answers). The later of the two is safe under either. A
+// host whose clock is behind ZooKeeper's waits that much longer (the
+// simulator's seed 2052: a restart 1.66 s behind, after a restore,
+// converted the bound to before the milliseconds the slot's previous
+// holder had just used, and issued them again).
 func (l *ZKLease) claimBound(marked bool) int64 {
 	l.mu.Lock()
 	rec, ctime, now := l.rec, l.recCtime, l.zkNow
@@ -209,7 +224,10 @@ func (l *ZKLease) claimBound(marked bool) int64 {
 	if now.Ms == 0 {
 		return 0
 	}
-	return now.ToLocal(b)
+	if faultConvertedClaimBound() {
+		return now.ToLocal(b)
+	}
+	return max(b, now.ToLocal(b))
 }
 
 // localMeta is this node's own copy of the cluster's settings: the one it

@@ -128,6 +128,10 @@ type Allocator struct {
 	// (Remembered): every number this node may hand out without another
 	// store call is at or below it (issue 29 hole a).
 	reserved [segment.OrderedShards]seenMap
+	// stored are the gapless request ids this node stored, published
+	// like reserved before the persist's gate check: the barrier stores
+	// them again on a new MySQL server (RememberedRequests).
+	stored   *storedRequests
 	perShard int               // MaxKeys / shards
 	bugLog   *logevery.Limiter // bounds the log of a failure every persist could repeat
 	// owner is what this process records with its claims: Self and a
@@ -177,6 +181,7 @@ func New(cfg Config) (*Allocator, error) {
 		return nil, err
 	}
 	a := &Allocator{cfg: cfg, log: cfg.Logger, requests: newRequestMemory(cfg.MaxRequests, cfg.RequestTTL),
+		stored:   newStoredRequests(cfg.MaxRequests, cfg.RequestTTL),
 		perShard: max(1, cfg.MaxKeys/segment.OrderedShards), bugLog: logevery.New(time.Minute, nil),
 		owner: cfg.Self + " " + ownerTag()}
 	for i := range a.seen {
@@ -517,9 +522,24 @@ func (a *Allocator) Stats() Stats {
 	return s
 }
 
+// RememberedRequests calls fn for every gapless request id this node
+// stored and still remembers (Config.MaxRequests, RequestTTL). The barrier
+// after a MySQL failover stores them again on the new server, where they
+// are missing (not replicated before the failover): a retry of an
+// answered request id then gets its first answer from any owner, as
+// Take promises. Like Remembered, an id is published before its persist's
+// gate check, so an id that may be answered is seen by any barrier that
+// starts after the gate closed.
+func (a *Allocator) RememberedRequests(fn func(Request)) {
+	if faultForgetRequests() {
+		return
+	}
+	a.stored.each(a.cfg.Clock.Now(), fn)
+}
+
 // persist runs one fenced Store.Persist for the shard, through the gate,
 // and returns the gate token it ran under. The rows are published in
-// a.reserved before the gate's check: a persist that passes it is seen by
+// a.reserved (the request ids in a.stored) before the gate's check: a persist that passes it is seen by
 // any barrier that starts after the gate closes.
 func (a *Allocator) persist(ctx context.Context, sh *shard, rows []Row, reqs []Request) (uint64, error) {
 	var token uint64
@@ -547,6 +567,7 @@ func (a *Allocator) persist(ctx context.Context, sh *shard, rows []Row, reqs []R
 		for _, r := range rows {
 			a.reserved[sh.idx].raise(r.Key, r.Num)
 		}
+		a.stored.add(a.cfg.Clock.Now(), reqs)
 	}
 	if err == nil && a.cfg.Gate != nil {
 		err = a.cfg.Gate.Check(token)

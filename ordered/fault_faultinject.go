@@ -25,3 +25,9 @@ func faultRememberAnswered() bool { return os.Getenv("IDGEN_FAULT_ORDERED_REMEMB
 // refused hand-off write-back up at once and reports it clean, as before
 // hole a was fixed.
 func faultUncleanHandOff() bool { return os.Getenv("IDGEN_FAULT_ORDERED_UNCLEAN_HANDOFF") == "1" }
+
+// faultForgetRequests (IDGEN_FAULT_ORDERED_FORGET_REQUESTS=1) makes
+// RememberedRequests report nothing, as before the barrier stored request
+// ids again: after a lossy failover a retry of an answered request id
+// gets a fresh range.
+func faultForgetRequests() bool { return os.Getenv("IDGEN_FAULT_ORDERED_FORGET_REQUESTS") == "1" }

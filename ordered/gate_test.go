@@ -99,7 +99,8 @@ func (s *fakeStore) snapshot() map[Key]int64 {
 }
 
 // flush is the barrier's repair on the new server: every row raised to
-// what the node remembers (zkguard with mysqlstore.RaiseOrdered).
+// what the node remembers (zkguard with mysqlstore.RaiseOrdered), and the
+// request ids it stored inserted where missing (RestoreRequests).
 func (s *fakeStore) flush(a *Allocator) {
 	a.Remembered(func(biz, sub string, last int64) {
 		s.mu.Lock()
@@ -107,6 +108,21 @@ func (s *fakeStore) flush(a *Allocator) {
 		s.rows[k] = max(s.rows[k], last)
 		s.mu.Unlock()
 	})
+	a.RememberedRequests(func(q Request) {
+		s.mu.Lock()
+		if _, ok := s.reqs[q.key()]; !ok {
+			s.reqs[q.key()] = q
+		}
+		s.mu.Unlock()
+	})
+}
+
+// loseRequests drops every stored request id, as a failover to a replica
+// that had not received them does.
+func (s *fakeStore) loseRequests() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reqs = map[RequestKey]Request{}
 }
 
 // waitIdle waits until the key's shard has no persist in flight or queued.

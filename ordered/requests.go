@@ -103,3 +103,70 @@ func (e *requestEntry) wait(ctx context.Context) (segment.Range, bool, error) {
 	}
 	return e.r, true, nil
 }
+
+// storedRequests keeps the gapless request ids this node stored (bounded
+// in count and age like requestMemory), so the barrier after a MySQL
+// failover can store them again on the new server (RememberedRequests).
+//
+// Why: a lossy failover loses the request ids of the group commits the
+// replica had not received, with their rows. The barrier raises the rows
+// (Remembered), so no number is repeated; without the ids, a caller's
+// retry of an answered request id reaching any owner afterwards got a
+// fresh range instead of its first answer (the simulator's seed 62).
+type storedRequests struct {
+	mu    sync.Mutex
+	queue []storedRequest // insertion order; live from head
+	head  int
+	max   int
+	ttl   time.Duration
+}
+
+type storedRequest struct {
+	Request
+	at time.Time
+}
+
+func newStoredRequests(maxEntries int, ttl time.Duration) *storedRequests {
+	return &storedRequests{max: maxEntries, ttl: ttl}
+}
+
+// add records reqs, stored at now.
+func (s *storedRequests) add(now time.Time, reqs []Request) {
+	if len(reqs) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, q := range reqs {
+		s.queue = append(s.queue, storedRequest{q, now})
+	}
+	s.expire(now)
+}
+
+// each calls fn for every request id still kept, oldest first.
+func (s *storedRequests) each(now time.Time, fn func(Request)) {
+	s.mu.Lock()
+	s.expire(now)
+	live := append([]storedRequest(nil), s.queue[s.head:]...)
+	s.mu.Unlock()
+	for _, q := range live {
+		fn(q.Request)
+	}
+}
+
+// expire drops entries past the TTL or over the bound, oldest first,
+// compacting the queue once half of it is consumed (O(1) amortised).
+func (s *storedRequests) expire(now time.Time) {
+	for s.head < len(s.queue) {
+		if len(s.queue)-s.head <= s.max && now.Sub(s.queue[s.head].at) < s.ttl {
+			break
+		}
+		s.queue[s.head] = storedRequest{}
+		s.head++
+	}
+	if s.head > 0 && s.head >= len(s.queue)/2 {
+		s.queue = append(s.queue[:0], s.queue[s.head:]...)
+		clear(s.queue[len(s.queue):cap(s.queue)])
+		s.head = 0
+	}
+}

@@ -276,7 +276,7 @@ func (s *Store) WriteBack(ctx context.Context, shard int, epoch int64, rows []or
 // fencedWrite runs persistOnce with retries and the owners' error rules.
 // The statements are built once: a retried attempt sends the same ones.
 func (s *Store) fencedWrite(ctx context.Context, op string, shard int, epoch int64, reqs []ordered.Request, rowStmts []stmt) error {
-	reqStmts := requestInserts(reqs, now())
+	reqStmts := requestInserts(reqs, now(), "")
 	cctx, cancel := s.opContext(ctx)
 	defer cancel()
 	err := s.retryConflicts(cctx, op, func() error {
@@ -291,7 +291,9 @@ type stmt struct {
 	args []any
 }
 
-func requestInserts(reqs []ordered.Request, at any) []stmt {
+// requestInserts builds the INSERTs of reqs, stamped at; suffix ends each
+// statement ("" fails on a stored id, as a persist must).
+func requestInserts(reqs []ordered.Request, at any, suffix string) []stmt {
 	var out []stmt
 	for len(reqs) > 0 {
 		n := min(len(reqs), ownedBatch)
@@ -305,6 +307,7 @@ func requestInserts(reqs []ordered.Request, at any) []stmt {
 			b.WriteString("(?, ?, ?, ?, ?, ?, ?)")
 			args = append(args, q.Biz, []byte(segment.StoredRequestID(q.Scope, q.ID)), []byte(q.SubKey), q.Count, q.Range.First, q.Range.Last, at)
 		}
+		b.WriteString(suffix)
 		out = append(out, stmt{b.String(), args})
 		reqs = reqs[n:]
 	}

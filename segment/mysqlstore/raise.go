@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -74,4 +75,32 @@ func (s *Store) raiseOrderedBatch(ctx context.Context, shard int, ms []segment.O
 		return err
 	})
 	return s.classify(ctx, op, err)
+}
+
+// RestoreRequests stores the ORDERED request ids of reqs that the store
+// lacks, leaving a stored one as it is: the barrier's repair after a
+// lossy failover (ordered.Allocator.RememberedRequests), whose new server
+// may have lost the ids of the last group commits with their rows. Not
+// fenced: it runs while the barrier holds every persist back, and a
+// stored id never changes.
+func (s *Store) RestoreRequests(ctx context.Context, reqs []ordered.Request) error {
+	var valid []ordered.Request
+	for _, q := range reqs {
+		if ordered.ValidatePersist(Shard(q.SubKey), nil, []ordered.Request{q}) == nil {
+			valid = append(valid, q)
+		}
+	}
+	for _, st := range requestInserts(valid, now(), " ON DUPLICATE KEY UPDATE biz = biz") {
+		op := fmt.Sprintf("restore %d ORDERED request ids", len(st.args)/7)
+		cctx, cancel := s.opContext(ctx)
+		err := s.retryConflicts(cctx, op, func() error {
+			_, err := s.db.ExecContext(cctx, st.sql, st.args...)
+			return err
+		})
+		cancel()
+		if err != nil {
+			return s.classify(ctx, op, err)
+		}
+	}
+	return nil
 }

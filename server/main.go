@@ -361,6 +361,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	var (
 		orderedTaker issuer.OrderedTaker
 		remembered   func(fn func(biz, sub string, last int64))
+		requests     func(fn func(ordered.Request)) // nil: the per-request path stores ids with each statement
 		regressions  func() uint64
 		own          *owners
 	)
@@ -371,7 +372,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 		}
 		closers = append(closers, own.close)
 		nd.handOff = own.close
-		orderedTaker, remembered = own, own.alloc.Remembered
+		orderedTaker, remembered, requests = own, own.alloc.Remembered, own.alloc.RememberedRequests
 		regressions = func() uint64 { return own.alloc.Stats().Regressions }
 	} else {
 		po, err := segment.NewOrdered(segment.OrderedConfig{Store: store, Timeout: cfg.StoreTimeout, Logger: log.Named("ordered"), Gate: gate})
@@ -385,7 +386,8 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 		regressions = func() uint64 { return po.Stats().Regressions }
 	}
 	if replGuard != nil {
-		replGuard.StartBarrier(ms, flushRemembered(remembered, ms))
+		replGuard.StartBarrier(ms, zkguard.Repair{Flush: flushRemembered(remembered, requests, ms),
+			Remembered: func() []segment.OrderedMark { return rememberedMarks(remembered) }, Raise: ms.RaiseOrdered})
 		nd.gate = replGuard
 		// The first round takes a ZooKeeper round trip or two; not waited
 		// for when the lease could not reach ZooKeeper either.

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idgen/idgen/cluster/zksession"
+	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/mysqlstore"
 	"github.com/idgen/idgen/segment/zkguard"
@@ -178,15 +179,27 @@ func startGuard(cfg Config, ms *mysqlstore.Store, repl *replicationWatch, rpcPor
 }
 
 // flushRemembered raises every ORDERED row this node remembers on the
-// store (the barrier's repair after a server change).
-func flushRemembered(remembered func(fn func(biz, sub string, last int64)), ms *mysqlstore.Store) func(ctx context.Context) error {
+// store and stores again the request ids it stored (requests, nil on the
+// per-request path): the barrier's repair after a server change.
+func flushRemembered(remembered func(fn func(biz, sub string, last int64)), requests func(fn func(ordered.Request)),
+	ms *mysqlstore.Store) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		var marks []segment.OrderedMark
-		remembered(func(biz, sub string, last int64) {
-			marks = append(marks, segment.OrderedMark{Biz: biz, SubKey: sub, Last: last})
-		})
-		return ms.RaiseOrdered(ctx, marks)
+		if err := ms.RaiseOrdered(ctx, rememberedMarks(remembered)); err != nil || requests == nil {
+			return err
+		}
+		var reqs []ordered.Request
+		requests(func(q ordered.Request) { reqs = append(reqs, q) })
+		return ms.RestoreRequests(ctx, reqs)
 	}
+}
+
+// rememberedMarks collects what remembered reports.
+func rememberedMarks(remembered func(fn func(biz, sub string, last int64))) []segment.OrderedMark {
+	var marks []segment.OrderedMark
+	remembered(func(biz, sub string, last int64) {
+		marks = append(marks, segment.OrderedMark{Biz: biz, SubKey: sub, Last: last})
+	})
+	return marks
 }
 
 // guardCollector exports the guard's and the MySQL store's counters (the

@@ -129,6 +129,23 @@ func (s *nodeDB) raiseOwned(ctx context.Context, marks []segment.OrderedMark) er
 	return nil
 }
 
+// restoreRequests stores the request ids the db lacks, leaving stored
+// ones as they are (mysqlstore.Store.RestoreRequests).
+func (s *nodeDB) restoreRequests(ctx context.Context, reqs []ordered.Request) error {
+	if err := s.boundary(ctx); err != nil {
+		return err
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	for _, q := range reqs {
+		k := ordered.RequestKey{Biz: q.Biz, Scope: q.Scope, ID: q.ID}
+		if _, ok := s.d.reqs[k]; !ok {
+			s.d.reqs[k] = q
+		}
+	}
+	return nil
+}
+
 // RaiseSegment passes the boundary (segment.Raiser through memstore).
 func (s *nodeDB) RaiseSegment(ctx context.Context, biz string, atLeast int64) error {
 	if err := s.boundary(ctx); err != nil {

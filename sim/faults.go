@@ -89,6 +89,10 @@ var Controls = []Control{
 		func(c *controls) {}},
 	{"IDGEN_FAULT_CONVERTED_CLAIM_BOUND", "the bound after a restore only converted to the taker's clock: a restart behind ZooKeeper's clock reissues its slot's last milliseconds (found in the default mix: seed 2052)", []kind{kRestoreInit, kRestore, kKillBack, kTermBack},
 		func(c *controls) {}},
+	{"IDGEN_FAULT_ORDERED_FORGET_REQUESTS", "the barrier raises rows but does not store the lost request ids again: a retry after a lossy failover gets a fresh range (found in the default mix: seed 62)", []kind{kFailover, kTerm, kKill},
+		func(c *controls) {}},
+	{"IDGEN_FAULT_IGNORE_PARTED", "a node that stops cleanly takes its ORDERED memory with it: a lossy failover after it repeats its last numbers (found in the default mix: seeds 173, 214, 215)", []kind{kTerm, kFailover, kTermBack},
+		func(c *controls) {}},
 	{"IDGEN_FAULT_IGNORE_RESTORE", "a restored cluster's marks are trusted (no wait of one lead)", []kind{kRestoreInit, kRestore, kFresh, kKillBack},
 		func(c *controls) {
 			c.slot = func(s worker.Slot) worker.Slot { s.NotBefore = s.MarkNotBefore; return s }

@@ -256,13 +256,21 @@ func (n *node) start(ctx context.Context) error {
 		return err
 	}
 	holder.attach(is)
-	g.StartBarrier(store, func(ctx context.Context) error {
+	marks := func() []segment.OrderedMark {
 		var marks []segment.OrderedMark
 		alloc.Remembered(func(biz, sub string, last int64) {
 			marks = append(marks, segment.OrderedMark{Biz: biz, SubKey: sub, Last: last})
 		})
-		return store.raiseOwned(ctx, marks)
-	})
+		return marks
+	}
+	g.StartBarrier(store, zkguard.Repair{Flush: func(ctx context.Context) error {
+		if err := store.raiseOwned(ctx, marks()); err != nil {
+			return err
+		}
+		var reqs []ordered.Request
+		alloc.RememberedRequests(func(q ordered.Request) { reqs = append(reqs, q) })
+		return store.restoreRequests(ctx, reqs)
+	}, Remembered: marks, Raise: store.raiseOwned})
 	n.mu.Lock()
 	n.lease, n.is, n.un, n.coord, n.alloc, n.sess, n.guard, n.stopTouch, n.up = lease, is, un, coord, alloc, sess, g, stopTouch, true
 	n.mu.Unlock()

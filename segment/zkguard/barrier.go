@@ -150,17 +150,19 @@ func (g *Guard) close(why string) {
 // StartBarrier runs the barrier until Close. The gate is closed until the
 // first round finds every live node acknowledging the cluster's current
 // server (or BarrierWait passed): a node that starts during another
-// node's barrier waits with it. flush raises the ORDERED rows
-// this node remembers on the store (segment.Ordered.Remembered into
-// mysqlstore.Store.RaiseOrdered).
-func (g *Guard) StartBarrier(store Server, flush func(ctx context.Context) error) {
+// node's barrier waits with it. r.Flush raises the ORDERED rows
+// this node remembers on the store (ordered.Allocator.Remembered into
+// mysqlstore.Store.RaiseOrdered); r.Remembered and r.Raise carry them over
+// a clean stop (parted.go).
+func (g *Guard) StartBarrier(store Server, r Repair) {
 	if g.cfg.Disabled {
 		return
 	}
 	g.mu.Lock()
 	g.started = true
+	g.repair = r
 	g.mu.Unlock()
-	go g.barrierLoop(store, flush)
+	go g.barrierLoop(store, r.Flush)
 }
 
 func (g *Guard) barrierLoop(store Server, flush func(ctx context.Context) error) {
@@ -396,6 +398,14 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 	} else if len(missing) > 0 {
 		return fmt.Errorf("%w %s", errWaiting, strings.Join(missing, ", "))
 	}
+	// No member is missing: a node that left during this barrier removed
+	// its record after writing its marks, so they are read now.
+	g.mu.Lock()
+	raise := g.repair.Raise
+	g.mu.Unlock()
+	if err := g.raiseParted(ctx, raise); err != nil {
+		return err
+	}
 	g.complete.Add(1)
 	g.expired.Add(uint64(len(gone)))
 	g.openGate()
@@ -551,12 +561,19 @@ func (g *Guard) members(ctx context.Context, gen int64) (missing, gone []string,
 
 // leave deletes this node's member record on a clean stop, so the next
 // barrier does not wait for a node that serves nothing; this node's bound
-// ends first, so nothing is served from memory after it.
+// ends first, so nothing is served from memory after it. Its marks are
+// written first as parted records, which later barriers raise.
 func (g *Guard) leave() {
 	g.mu.Lock()
 	g.selfUntil, g.selfUntilMs = time.Time{}, 0
 	g.open = false
 	g.mu.Unlock()
+	g.mu.Lock()
+	remembered := g.repair.Remembered
+	g.mu.Unlock()
+	if remembered != nil && !faultIgnoreParted() {
+		g.leaveParted(remembered)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.Timeout)
 	defer cancel()
 	err := g.call(ctx, func() error {

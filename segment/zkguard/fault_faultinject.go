@@ -29,3 +29,8 @@ func faultEphemeralMembers() bool { return os.Getenv("IDGEN_FAULT_BARRIER_EPHEME
 // hole d: a generation that went back (ZooKeeper restored from an older
 // copy) is ignored; the guard keeps its acknowledged generation.
 func faultNoRestoreReset() bool { return os.Getenv("IDGEN_FAULT_BARRIER_NO_RESTORE_RESET") == "1" }
+
+// faultIgnoreParted (IDGEN_FAULT_IGNORE_PARTED=1) neither writes a leaving
+// node's marks nor raises those of nodes that left, as before: a node that
+// stopped cleanly shortly before a lossy failover took its memory with it.
+func faultIgnoreParted() bool { return os.Getenv("IDGEN_FAULT_IGNORE_PARTED") == "1" }

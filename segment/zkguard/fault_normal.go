@@ -8,3 +8,4 @@ func faultUnverifiedNotRecorded() bool { return false }
 func faultGuardOwnClient() bool        { return false }
 func faultEphemeralMembers() bool      { return false }
 func faultNoRestoreReset() bool        { return false }
+func faultIgnoreParted() bool          { return false }

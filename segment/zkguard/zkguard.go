@@ -171,6 +171,8 @@ type Guard struct {
 
 	claims, conflicts, errs, unverified   atomic.Uint64
 	complete, timeouts, expired, restores atomic.Uint64
+	partedRaised, partedWritten           atomic.Uint64
+	repair                                Repair // set by StartBarrier
 	// Segments served unverified, recorded in the ledger once ZooKeeper
 	// answered again; overlapping ones overlapped a recorded segment
 	// (served twice, or by the same node before a crash).
@@ -364,7 +366,11 @@ type Stats struct {
 	// the members counted gone that way (what only they remembered is
 	// unprotected, as after a crash); Restores the restore rule applied.
 	BarriersComplete, BarrierTimeouts, MembersExpired, Restores uint64
-	GateOpen                                                    bool
+	// PartedWritten counts the marks this node wrote when it left;
+	// PartedRaised the marks of nodes that left this node raised before
+	// its gate opened.
+	PartedWritten, PartedRaised uint64
+	GateOpen                    bool
 }
 
 // Stats returns the counters.
@@ -378,7 +384,7 @@ func (g *Guard) Stats() Stats {
 	return Stats{Claims: g.claims.Load(), Conflicts: g.conflicts.Load(), Errors: g.errs.Load(), Unverified: g.unverified.Load(),
 		UnverifiedPending: uint64(pend), LateRecorded: g.lateRecorded.Load(), LateOverlaps: g.lateOverlaps.Load(),
 		BarriersComplete: g.complete.Load(), BarrierTimeouts: g.timeouts.Load(), MembersExpired: g.expired.Load(), Restores: g.restores.Load(),
-		GateOpen: open}
+		PartedWritten: g.partedWritten.Load(), PartedRaised: g.partedRaised.Load(), GateOpen: open}
 }
 
 // ---- the ledger ----

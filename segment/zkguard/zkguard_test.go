@@ -171,8 +171,8 @@ func TestIntegration_Barrier(t *testing.T) {
 		}
 	}
 	a, b := newGuard(t, c, "a:1", nil), newGuard(t, c, "b:1", nil)
-	a.StartBarrier(srv, flush("a"))
-	b.StartBarrier(srv, flush("b"))
+	a.StartBarrier(srv, Repair{Flush: flush("a")})
+	b.StartBarrier(srv, Repair{Flush: flush("b")})
 	waitFor(t, "both gates open at start", 30*time.Second, func() bool { return open(a) && open(b) })
 	tokA, _ := a.Enter()
 
@@ -235,7 +235,7 @@ func TestIntegration_BarrierTimeout(t *testing.T) {
 	c := clusterName(t)
 	srv := &fakeServer{id: "server/1"}
 	a := newGuard(t, c, "a:1", func(c *Config) { c.BarrierWait = time.Second; c.MaxClockSkew = 500 * time.Millisecond })
-	a.StartBarrier(srv, func(context.Context) error { return nil })
+	a.StartBarrier(srv, Repair{Flush: func(context.Context) error { return nil }})
 	waitFor(t, "gate open at start", 30*time.Second, func() bool { return open(a) })
 	// A silent member: it raised nothing for the next generation and may
 	// serve for 4 s more.
@@ -266,7 +266,7 @@ func TestIntegration_PreviousProcessRecord(t *testing.T) {
 	p := "/idgen-test-zkguard/" + c + "/mysql/members/a:1"
 	writeRecord(t, zc, p, []byte(`{"gen":99,"until_ms":1}`))
 	a := newGuard(t, c, "a:1", nil)
-	a.StartBarrier(&fakeServer{id: "server/1"}, func(context.Context) error { return nil })
+	a.StartBarrier(&fakeServer{id: "server/1"}, Repair{Flush: func(context.Context) error { return nil }})
 	waitFor(t, "gate open", 30*time.Second, func() bool { return open(a) })
 	data, _, err := zc.Get(p)
 	if err != nil {
@@ -305,8 +305,8 @@ func TestIntegration_PausedMemberCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.StartBarrier(srv, func(context.Context) error { return nil })
-	b.StartBarrier(srv, func(context.Context) error { return nil })
+	a.StartBarrier(srv, Repair{Flush: func(context.Context) error { return nil }})
+	b.StartBarrier(srv, Repair{Flush: func(context.Context) error { return nil }})
 	waitFor(t, "both gates open", 30*time.Second, func() bool { return open(a) && open(b) })
 	pause(b)
 	b.mu.Lock()
@@ -341,8 +341,8 @@ func TestIntegration_CleanStopLeaves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.StartBarrier(srv, func(context.Context) error { return nil })
-	b.StartBarrier(srv, func(context.Context) error { return nil })
+	a.StartBarrier(srv, Repair{Flush: func(context.Context) error { return nil }})
+	b.StartBarrier(srv, Repair{Flush: func(context.Context) error { return nil }})
 	waitFor(t, "both gates open", 30*time.Second, func() bool { return open(a) && open(b) })
 	b.Close()
 	if open(b) {
@@ -374,12 +374,12 @@ func TestIntegration_RestoredGeneration(t *testing.T) {
 	var mu sync.Mutex
 	flushed := map[string]int{}
 	a := newGuard(t, c, "a:1", nil)
-	a.StartBarrier(srv, func(context.Context) error {
+	a.StartBarrier(srv, Repair{Flush: func(context.Context) error {
 		mu.Lock()
 		flushed[srv.Server()]++
 		mu.Unlock()
 		return nil
-	})
+	}})
 	count := func(s string) int { mu.Lock(); defer mu.Unlock(); return flushed[s] }
 	waitFor(t, "gate open", 30*time.Second, func() bool { return open(a) })
 	for _, next := range []string{"server/2", "server/3"} {
@@ -440,7 +440,7 @@ func TestIntegration_UnverifiedRecordedLater(t *testing.T) {
 	a := newGuard(t, c, "a:1", func(c *Config) { c.Timeout = 300 * time.Millisecond; c.ServeUnverified = func() bool { return true } })
 	b := newGuard(t, c, "b:1", nil)
 	cc := cut(a)
-	a.StartBarrier(&fakeServer{id: "server/1"}, func(context.Context) error { return nil })
+	a.StartBarrier(&fakeServer{id: "server/1"}, Repair{Flush: func(context.Context) error { return nil }})
 	cc.down.Store(true)
 	if _, err := a.Claim(context.Background(), "biz", segment.Range{First: 1, Last: 100}); err != nil {
 		t.Fatalf("unverified claim: %v", err)
@@ -510,7 +510,7 @@ func TestIntegration_GuardRecoversWithSession(t *testing.T) {
 	t.Cleanup(sess.Close)
 	c := clusterName(t)
 	a := newGuard(t, c, "a:1", func(c *Config) { c.Session = sess; c.Servers = []string{bad} })
-	a.StartBarrier(&fakeServer{id: "server/1"}, func(context.Context) error { return nil })
+	a.StartBarrier(&fakeServer{id: "server/1"}, Repair{Flush: func(context.Context) error { return nil }})
 	waitFor(t, "gate open through a replaced client", 60*time.Second, func() bool { return open(a) })
 	if _, err := a.Claim(context.Background(), "biz", segment.Range{First: 1, Last: 10}); err != nil {
 		t.Fatalf("ledger claim after the recovery: %v", err)
@@ -530,7 +530,7 @@ func TestIntegration_LegacyAckWaited(t *testing.T) {
 	a := newGuard(t, c, "a:1", func(c *Config) {
 		c.BarrierWait, c.MemberLease, c.MaxClockSkew = time.Second, time.Second, 100*time.Millisecond
 	})
-	a.StartBarrier(srv, func(context.Context) error { return nil })
+	a.StartBarrier(srv, Repair{Flush: func(context.Context) error { return nil }})
 	waitFor(t, "gate open at start", 30*time.Second, func() bool { return open(a) })
 	zc := testConn(t)
 	writeRecord(t, zc, "/idgen-test-zkguard/"+c+"/mysql/nodes/old:1", nil)
@@ -562,7 +562,7 @@ func TestIntegration_CutOffStaysClosed(t *testing.T) {
 		c.BarrierWait, c.MemberLease, c.MaxClockSkew, c.Timeout = 300*time.Millisecond, time.Second, 100*time.Millisecond, 300*time.Millisecond
 	})
 	cc := cut(a)
-	a.StartBarrier(srv, func(context.Context) error { return nil })
+	a.StartBarrier(srv, Repair{Flush: func(context.Context) error { return nil }})
 	waitFor(t, "gate open at start", 30*time.Second, func() bool { return open(a) })
 	cc.down.Store(true)
 	srv.set("server/2")
@@ -584,12 +584,12 @@ func TestIntegration_ReplicasSeenShared(t *testing.T) {
 	srv := &fakeServer{id: "server/1"}
 	a := newGuard(t, c, "a:1", func(c *Config) { c.OnReplicasSeen = func(int) {} })
 	a.NoteReplicas(2)
-	a.StartBarrier(srv, func(context.Context) error { return nil })
+	a.StartBarrier(srv, Repair{Flush: func(context.Context) error { return nil }})
 	waitFor(t, "a's gate open", 30*time.Second, func() bool { return open(a) })
 	var got atomic.Int64
 	b := newGuard(t, c, "b:1", func(c *Config) { c.OnReplicasSeen = func(n int) { got.Store(int64(n)) } })
 	b.NoteReplicas(1)
-	b.StartBarrier(srv, func(context.Context) error { return nil })
+	b.StartBarrier(srv, Repair{Flush: func(context.Context) error { return nil }})
 	waitFor(t, "b learns the replicas a saw", 30*time.Second, func() bool { return got.Load() == 2 })
 	data, _, err := testConn(t).Get("/idgen-test-zkguard/" + c + "/mysql/replicas")
 	if err != nil || !strings.Contains(string(data), `"seen":2`) {
@@ -634,7 +634,7 @@ func TestDisabledGuardAdmitsOrdered(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	g.StartBarrier(nil, nil)
+	g.StartBarrier(nil, Repair{})
 	tok, err := g.Enter()
 	if err != nil {
 		t.Fatalf("disabled guard: Enter = %v; want open", err)

@@ -382,6 +382,7 @@ func (c *cluster) play(ctx context.Context, t0 time.Time, sched []event) {
 			}
 			snapMu <- struct{}{}
 			c.db.failover(s)
+			c.limits.failover(time.Now())
 		}
 	}
 	c.bg.Wait()

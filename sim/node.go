@@ -188,7 +188,17 @@ func (n *node) start(ctx context.Context) error {
 	// change of the simulated MySQL (db.failover).
 	guardCfg := zkguard.Config{Session: sess, Root: "/idgen", Cluster: "sim", Self: n.addr, Timeout: zkTimeout,
 		BarrierWait: time.Second, MemberLease: time.Second, MaxClockSkew: 500 * time.Millisecond, Now: wall.Now,
-		Disabled: c.ctl.noGuard, Logger: log.Named("guard")}
+		Disabled: c.ctl.noGuard, Logger: log.Named("guard"),
+		OnMembersGone: func(members []string) {
+			for _, m := range members {
+				if o := c.byAdr[m]; o != nil {
+					o.mu.Lock()
+					inc := o.inc
+					o.mu.Unlock()
+					c.limits.memberGone(time.Now(), m, inc)
+				}
+			}
+		}}
 	g, err := zkguard.Open(guardCfg)
 	if err != nil {
 		_ = lease.Close(context.Background())

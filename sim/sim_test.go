@@ -128,3 +128,54 @@ func firstLine(s string) string {
 	}
 	return fmt.Sprint(s)
 }
+
+// The documented limit explains a violation only when its earlier answer's
+// node (that incarnation) was counted gone by a barrier, and a failover
+// happened, between the two answers; anything else stays unsafe.
+func TestLimitExplainsOnlyItsOwnViolations(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	call := func(node string, inc, endMs int, lo, hi int64) checker.Call {
+		return checker.Call{Caller: node, Node: node, Inc: inc, Biz: bizCached, SubKey: "k", Channel: checker.Ordered,
+			Ranges: [][2]int64{{lo, hi}}, Start: at(endMs - 1), End: at(endMs)}
+	}
+	check := func(calls ...checker.Call) *checker.Report {
+		return checker.Check(calls, checker.Options{Layout: checker.DefaultLayout})
+	}
+	repeat := check(call("10.0.0.3:8888", 1, 10, 5, 9), call("10.0.0.1:8888", 1, 100, 7, 8))
+	if repeat.Duplicates == 0 || len(repeat.Pairs) != repeat.Duplicates+repeat.Order {
+		t.Fatalf("pairs %d for %d duplicates and %d order violations", len(repeat.Pairs), repeat.Duplicates, repeat.Order)
+	}
+	for _, tc := range []struct {
+		name      string
+		failover  int
+		goneAddr  string
+		goneInc   int
+		goneAt    int
+		explained bool
+	}{
+		{"failover, then the earlier node counted gone", 20, "10.0.0.3:8888", 1, 30, true},
+		{"no failover between", 5, "10.0.0.3:8888", 1, 30, false},
+		{"another node counted gone", 20, "10.0.0.2:8888", 1, 30, false},
+		{"another incarnation counted gone", 20, "10.0.0.3:8888", 2, 30, false},
+		{"counted gone after the repeat", 20, "10.0.0.3:8888", 1, 200, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var l limitEvents
+			l.failover(at(tc.failover))
+			l.memberGone(at(tc.goneAt), tc.goneAddr, tc.goneInc)
+			if got := l.explains(repeat); got != tc.explained {
+				t.Fatalf("explains = %v, want %v", got, tc.explained)
+			}
+		})
+	}
+	// A snowflake repeat is never the ORDERED limit.
+	var l limitEvents
+	l.failover(at(20))
+	l.memberGone(at(30), "10.0.0.3:8888", 1)
+	sf := check(checker.Call{Caller: "a", Node: "10.0.0.3:8888", Inc: 1, Biz: bizUnordered, Channel: checker.Unordered, Ranges: [][2]int64{{1, 2}}, Start: at(9), End: at(10)},
+		checker.Call{Caller: "b", Node: "10.0.0.1:8888", Inc: 1, Biz: bizUnordered, Channel: checker.Unordered, Ranges: [][2]int64{{2, 3}}, Start: at(99), End: at(100)})
+	if l.explains(sf) {
+		t.Fatal("an UNORDERED repeat explained by the ORDERED limit")
+	}
+}

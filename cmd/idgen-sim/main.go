@@ -85,11 +85,11 @@ func run() int {
 	fmt.Printf("idgen-sim: control=%q nodes=%d duration=%v parallel=%d first seed %d\n", *control, *nodes, *duration, *parallel, todo[0])
 	start := time.Now()
 	var (
-		next, done, failed atomic.Int64
-		unsafe, starved    atomic.Int64
-		mu                 sync.Mutex
-		failures           []uint64
-		wg                 sync.WaitGroup
+		next, done, failed       atomic.Int64
+		unsafe, starved, limited atomic.Int64
+		mu                       sync.Mutex
+		failures                 []uint64
+		wg                       sync.WaitGroup
 	)
 	for range max(*parallel, 1) {
 		wg.Add(1)
@@ -110,13 +110,16 @@ func run() int {
 					if inconclusive {
 						starved.Add(1)
 					}
+					if r.Limit {
+						limited.Add(1)
+					}
 					if r.Failed() {
 						failed.Add(1)
 						mu.Lock()
 						failures = append(failures, r.Seed)
 						fmt.Println(r)
 						mu.Unlock()
-					} else if *verbose || inconclusive {
+					} else if *verbose || inconclusive || r.Limit {
 						fmt.Println(r)
 					}
 				}
@@ -125,8 +128,8 @@ func run() int {
 	}
 	wg.Wait()
 	took := time.Since(start)
-	fmt.Printf("idgen-sim: %d runs, %d failed (%d unsafe), %d inconclusive (machine overloaded), %v, %.2f seeds/s; failing seeds: %v\n",
-		done.Load(), failed.Load(), unsafe.Load(), starved.Load(),
+	fmt.Printf("idgen-sim: %d runs, %d failed (%d unsafe), %d inconclusive (machine overloaded), %d at a documented limit, %v, %.2f seeds/s; failing seeds: %v\n",
+		done.Load(), failed.Load(), unsafe.Load(), starved.Load(), limited.Load(),
 		took.Round(time.Millisecond), float64(done.Load())/took.Seconds(), failures)
 	if *expect {
 		// A switch's control must find a safety violation (an

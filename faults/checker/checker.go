@@ -121,9 +121,31 @@ type Report struct {
 	BadRefusals                   int              // refusals that are not typed, retryable, with retry_after_ms where due
 	ErrorsByCode                  map[string]int
 	Findings                      []Finding // up to MaxReport per kind
+	// Pairs are the two calls of every duplicate and order violation
+	// (not of malformed ranges or (worker, ms) repeats), for a caller
+	// that explains violations by what happened between the calls (the
+	// simulator's documented limits).
+	Pairs []Pair
 	Gaps                          []Gap     // cluster, channel/..., node/...
 	nfind                         map[string]int
 	max                           int
+}
+
+// Pair is one violation between two answered calls: a duplicate (in any
+// order) or an order violation (Earlier was answered first).
+type Pair struct {
+	Kind           string // "duplicate" or "order"
+	Space          string // "ordered biz/sub", "biz NAME (...)"
+	Earlier, Later Call
+}
+
+// pair records a violation between calls a and b, the one answered first
+// as Earlier.
+func (r *Report) pair(kind, space string, a, b *Call) {
+	if b.End.Before(a.End) {
+		a, b = b, a
+	}
+	r.Pairs = append(r.Pairs, Pair{Kind: kind, Space: space, Earlier: *a, Later: *b})
 }
 
 // Failed reports whether any safety property was violated.
@@ -242,6 +264,7 @@ func (r *Report) sweep(space string, calls []Call, ivs []interval) {
 			p := ivs[cur]
 			lo, hi := iv.first, min(iv.last, p.last)
 			r.Duplicates++
+			r.pair("duplicate", space, &calls[p.call], &calls[iv.call])
 			r.add("duplicate", "%s: %d..%d (%d IDs) issued twice:\n    A %d..%d by %s\n    B %d..%d by %s",
 				space, lo, hi, hi-lo+1, p.first, p.last, &calls[p.call], iv.first, iv.last, &calls[iv.call])
 		}
@@ -316,6 +339,7 @@ func (r *Report) ordered(calls []Call) {
 			c := &calls[x.call]
 			if p, ok := last[c.Caller]; ok && x.lo <= p.hi {
 				r.Order++
+				r.pair("order", "ordered "+k, &calls[p.call], c)
 				r.add("order", "ORDERED %s: caller %s got %d..%d after %d..%d:\n    before %s\n    after  %s",
 					k, c.Caller, x.lo, x.hi, p.lo, p.hi, &calls[p.call], c)
 			}
@@ -337,6 +361,7 @@ func (r *Report) ordered(calls []Call) {
 			if best >= 0 && x.lo <= byEnd[best].hi && calls[byEnd[best].call].Caller != c.Caller {
 				b := byEnd[best]
 				r.Order++
+				r.pair("order", "ordered "+k, &calls[b.call], c)
 				r.add("order", "ORDERED %s: real-time order broken: %d..%d started after %d..%d had been answered:\n    earlier %s\n    later   %s",
 					k, x.lo, x.hi, b.lo, b.hi, &calls[b.call], c)
 			}

@@ -412,6 +412,9 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 	g.mu.Lock()
 	waited := time.Since(g.closedAt)
 	g.mu.Unlock()
+	if len(gone) > 0 && g.cfg.OnMembersGone != nil {
+		g.cfg.OnMembersGone(gone)
+	}
 	if len(gone) > 0 {
 		g.log.Warn("ORDERED barrier: members whose serving bound passed without raising their rows count as gone (they cannot serve from memory any more); ORDERED keys only they remembered are protected only by lossless replication, as after a crash",
 			zap.Strings("members", gone), zap.Int64("gen", rec.Gen))

@@ -123,6 +123,12 @@ type Config struct {
 	MaxClockSkew time.Duration
 	// Now is the wall clock of the bounds (nil: time.Now).
 	Now func() time.Time
+	// OnMembersGone, when set, is told the members a barrier counted gone
+	// (their bound passed without an acknowledgement) as the gate opens:
+	// what only they remembered is protected only by the replication. The
+	// simulator uses it to tell that documented limit from a bug; the
+	// metric idgen_ordered_barrier_members_expired_total counts them.
+	OnMembersGone func(members []string)
 	// ServeUnverified says whether a segment may be served when the
 	// ledger cannot be reached (ZooKeeper down): true when the store's
 	// replication cannot lose reservations (then the ledger is only a

@@ -184,7 +184,7 @@ type cluster struct {
 	grave []incarnation // killed incarnations, stopped at the end
 	// limits records the events a documented limit needs (limits.go).
 	limits limitEvents
-	bg    sync.WaitGroup
+	bg     sync.WaitGroup
 }
 
 func (c *cluster) graveyard(p incarnation) {

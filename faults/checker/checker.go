@@ -126,9 +126,9 @@ type Report struct {
 	// that explains violations by what happened between the calls (the
 	// simulator's documented limits).
 	Pairs []Pair
-	Gaps                          []Gap     // cluster, channel/..., node/...
-	nfind                         map[string]int
-	max                           int
+	Gaps  []Gap // cluster, channel/..., node/...
+	nfind map[string]int
+	max   int
 }
 
 // Pair is one violation between two answered calls: a duplicate (in any

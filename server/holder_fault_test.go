@@ -6,7 +6,7 @@ import (
 	"github.com/idgen/idgen/worker"
 )
 
-// recordingHolder keeps the slot lateHolder hands on.
+// recordingHolder keeps the slot worker.LateHolder hands on.
 type recordingHolder struct{ slot worker.Slot }
 
 func (h *recordingHolder) Acquired(s worker.Slot) { h.slot = s }
@@ -20,8 +20,8 @@ func (h *recordingHolder) LastUsed() int64        { return 0 }
 func TestFaultIgnoreNotBeforeOnlyInFaultInjectBuild(t *testing.T) {
 	t.Setenv("IDGEN_FAULT_IGNORE_NOT_BEFORE", "1")
 	var target recordingHolder
-	h := &lateHolder{}
-	h.attach(&target)
+	h := &worker.LateHolder{Fault: faultSlot}
+	h.Attach(&target)
 	h.Acquired(worker.Slot{Worker: 3, NotBefore: 12345, HighWater: 20000})
 	want := int64(12345)
 	if faultInjectBuild {
@@ -38,8 +38,8 @@ func TestFaultIgnoreNotBeforeOnlyInFaultInjectBuild(t *testing.T) {
 func TestFaultIgnoreRestoreOnlyInFaultInjectBuild(t *testing.T) {
 	t.Setenv("IDGEN_FAULT_IGNORE_RESTORE", "1")
 	var target recordingHolder
-	h := &lateHolder{}
-	h.attach(&target)
+	h := &worker.LateHolder{Fault: faultSlot}
+	h.Attach(&target)
 	h.Acquired(worker.Slot{Worker: 3, NotBefore: 50000, MarkNotBefore: 12345, HighWater: 60000})
 	want := int64(50000)
 	if faultInjectBuild {

@@ -19,6 +19,7 @@ import (
 	"github.com/idgen/idgen/cluster/zksession"
 	"github.com/idgen/idgen/internal/testdb"
 	"github.com/idgen/idgen/segment/mysqlstore"
+	"github.com/idgen/idgen/worker"
 )
 
 var errIncarnationRefused = errors.New("refused (test)")
@@ -65,6 +66,60 @@ func restoreTree(t *testing.T, c *zk.Conn, p string, snap map[string][]byte) {
 	}
 }
 
+// incarnationZK connects to the test ZooKeeper as the server's tools do
+// (worker.DialZK: a session before it returns, its events drained), or
+// skips the test without the test servers. The context bounds the test.
+func incarnationZK(t *testing.T) (context.Context, *zk.Conn) {
+	t.Helper()
+	zkAddr, base := os.Getenv("IDGEN_TEST_ZK"), os.Getenv("IDGEN_TEST_MYSQL")
+	if zkAddr == "" || base == "" {
+		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	conn, err := worker.DialZK(ctx, strings.Split(zkAddr, ","), 10*time.Second, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	return ctx, conn
+}
+
+// incarnationRoot is the ZooKeeper root of the incarnation tests' clusters.
+const incarnationRoot = "/idgen-test-incarnation"
+
+// incarnationCluster creates a cluster named prefix<nanos> under
+// incarnationRoot as `idctl cluster init` does (the meta and the
+// incarnation marker) and a fresh database bound to it, the witness.
+func incarnationCluster(t *testing.T, ctx context.Context, conn *zk.Conn, prefix string) (string, *mysqlstore.Store) {
+	t.Helper()
+	name := fmt.Sprintf("%s%d", prefix, time.Now().UnixNano())
+	acl := zk.WorldACL(zk.PermAll)
+	rec, err := cluster.Init(conn, incarnationRoot, name, cluster.Settings{EpochMs: 1577836800000, IDCBits: 2, NodeBits: 8}, acl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := incarnation.Create(conn, incarnationRoot, name, acl, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	store, err := mysqlstore.Open(ctx, mysqlstore.Config{DSN: testdb.New(t, os.Getenv("IDGEN_TEST_MYSQL")), Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if _, err := store.BindCluster(ctx, name, rec.CreatedMs, "test"); err != nil {
+		t.Fatal(err)
+	}
+	return name, store
+}
+
+// incarnationNode is the configuration of a new node of cluster name:
+// its own (empty) properties directory, and --mysql set so the check has
+// the database as witness.
+func incarnationNode(t *testing.T, name string) Config {
+	return Config{ZKRoot: incarnationRoot, Cluster: name, PropertiesDir: t.TempDir(), AdvertiseHost: "127.0.0.1", MySQL: "set"}
+}
+
 // TestIntegration_IncarnationRestoreFromCopy runs the incarnation check
 // as a server builds it (properties file record, the database as
 // witness) against the real ZooKeeper and MariaDB: the cluster's subtree
@@ -73,39 +128,10 @@ func restoreTree(t *testing.T, c *zk.Conn, p string, snap map[string][]byte) {
 // database, the old node through its lineage, and a re-created cluster
 // is refused (issue 29, hole h).
 func TestIntegration_IncarnationRestoreFromCopy(t *testing.T) {
-	zkAddr, base := os.Getenv("IDGEN_TEST_ZK"), os.Getenv("IDGEN_TEST_MYSQL")
-	if zkAddr == "" || base == "" {
-		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, _, err := zk.Connect([]string{zkAddr}, 10*time.Second, zk.WithLogger(zkQuiet{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	const root = "/idgen-test-incarnation"
-	name := fmt.Sprintf("c%d", time.Now().UnixNano())
+	ctx, conn := incarnationZK(t)
+	name, store := incarnationCluster(t, ctx, conn, "c")
 	acl := zk.WorldACL(zk.PermAll)
-	rec, err := cluster.Init(conn, root, name, cluster.Settings{EpochMs: 1577836800000, IDCBits: 2, NodeBits: 8}, acl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := incarnation.Create(conn, root, name, acl, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	store, err := mysqlstore.Open(ctx, mysqlstore.Config{DSN: testdb.New(t, base), Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	if _, err := store.BindCluster(ctx, name, rec.CreatedMs, "test"); err != nil {
-		t.Fatal(err)
-	}
-	nodeCfg := func() Config {
-		return Config{ZKRoot: root, Cluster: name, PropertiesDir: t.TempDir(), AdvertiseHost: "127.0.0.1", MySQL: "set"}
-	}
-	cfgA := nodeCfg()
+	cfgA := incarnationNode(t, name)
 	check := func(cfg Config, port int) (bool, string, error) {
 		var c incarnation.ZK = conn
 		if port%2 == 0 {
@@ -124,15 +150,15 @@ func TestIntegration_IncarnationRestoreFromCopy(t *testing.T) {
 	}
 	mustPass("node A, first start", cfgA, 9001)
 	snap := map[string][]byte{}
-	copyTree(t, conn, cluster.Path(root, name), snap)
+	copyTree(t, conn, cluster.Path(incarnationRoot, name), snap)
 	mustPass("node A, reconnect", cfgA, 9001)
 
-	restoreTree(t, conn, cluster.Path(root, name), snap)
-	restored, why, err := check(nodeCfg(), 9002)
+	restoreTree(t, conn, cluster.Path(incarnationRoot, name), snap)
+	restored, why, err := check(incarnationNode(t, name), 9002)
 	if err != nil || !restored || !strings.Contains(why, "database recorded") {
 		t.Fatalf("new node first after the restore: restored=%v why=%q err=%v; want detected through the database", restored, why, err)
 	}
-	if r, _, err := cluster.Read(conn, root, name); err != nil || r.RestoredMs == 0 {
+	if r, _, err := cluster.Read(conn, incarnationRoot, name); err != nil || r.RestoredMs == 0 {
 		t.Fatalf("the cluster's meta is not marked restored: %+v, %v", r, err)
 	}
 	restored, why, err = check(cfgA, 9001)
@@ -146,8 +172,8 @@ func TestIntegration_IncarnationRestoreFromCopy(t *testing.T) {
 	}
 
 	// Total loss, then `idctl cluster init` again: refused.
-	restoreTree(t, conn, cluster.Path(root, name), map[string][]byte{cluster.Path(root, name): nil})
-	if _, err := incarnation.Create(conn, root, name, acl, time.Now()); err != nil {
+	restoreTree(t, conn, cluster.Path(incarnationRoot, name), map[string][]byte{cluster.Path(incarnationRoot, name): nil})
+	if _, err := incarnation.Create(conn, incarnationRoot, name, acl, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := check(cfgA, 9001); !errors.Is(err, incarnation.ErrRecreated) || !errors.Is(err, errIncarnationRefused) {
@@ -164,10 +190,6 @@ func (n noSync) Create(p string, d []byte, f int32, a []zk.ACL) (string, error) 
 }
 func (n noSync) Set(p string, d []byte, v int32) (*zk.Stat, error) { return n.c.Set(p, d, v) }
 func (n noSync) Exists(p string) (bool, *zk.Stat, error)           { return n.c.Exists(p) }
-
-type zkQuiet struct{}
-
-func (zkQuiet) Printf(string, ...any) {}
 
 // The witness waits for the store: a --mysql node's check does not pass
 // before the database can be read; without --mysql there is no witness.
@@ -190,43 +212,16 @@ func TestIncarnationCheckWaitsForTheStore(t *testing.T) {
 // TouchEvery keeps the witness up with ZooKeeper while the session is
 // usable, so a copy taken within a session is seen by a new node.
 func TestIntegration_IncarnationTouchEvery(t *testing.T) {
-	zkAddr, base := os.Getenv("IDGEN_TEST_ZK"), os.Getenv("IDGEN_TEST_MYSQL")
-	if zkAddr == "" || base == "" {
-		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, _, err := zk.Connect([]string{zkAddr}, 10*time.Second, zk.WithLogger(zkQuiet{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	const root = "/idgen-test-incarnation"
-	name := fmt.Sprintf("t%d", time.Now().UnixNano())
-	acl := zk.WorldACL(zk.PermAll)
-	rec, err := cluster.Init(conn, root, name, cluster.Settings{EpochMs: 1577836800000, IDCBits: 2, NodeBits: 8}, acl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := incarnation.Create(conn, root, name, acl, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	store, err := mysqlstore.Open(ctx, mysqlstore.Config{DSN: testdb.New(t, base), Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	if _, err := store.BindCluster(ctx, name, rec.CreatedMs, "test"); err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{ZKRoot: root, Cluster: name, PropertiesDir: t.TempDir(), AdvertiseHost: "127.0.0.1", MySQL: "set"}
+	ctx, conn := incarnationZK(t)
+	name, store := incarnationCluster(t, ctx, conn, "t")
+	cfg := incarnationNode(t, name)
 	inc := newIncarnationCheck(cfg, 9001, errIncarnationRefused, zap.NewNop())
 	inc.setStore(store)
 	if restored, why, err := inc.Check(ctx, conn); err != nil || restored {
 		t.Fatalf("first check: %v %q %v", restored, why, err)
 	}
 	snap := map[string][]byte{}
-	copyTree(t, conn, cluster.Path(root, name), snap) // copied within the session
+	copyTree(t, conn, cluster.Path(incarnationRoot, name), snap) // copied within the session
 	stop := inc.TouchEvery(10*time.Millisecond, &connSession{c: conn}, zap.NewNop())
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -243,8 +238,8 @@ func TestIntegration_IncarnationTouchEvery(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	stop()
-	restoreTree(t, conn, cluster.Path(root, name), snap)
-	fresh := newIncarnationCheck(Config{ZKRoot: root, Cluster: name, PropertiesDir: t.TempDir(), AdvertiseHost: "127.0.0.1", MySQL: "set"}, 9002, errIncarnationRefused, zap.NewNop())
+	restoreTree(t, conn, cluster.Path(incarnationRoot, name), snap)
+	fresh := newIncarnationCheck(incarnationNode(t, name), 9002, errIncarnationRefused, zap.NewNop())
 	fresh.setStore(store)
 	if restored, why, err := fresh.Check(ctx, conn); err != nil || !restored {
 		t.Fatalf("new node after a restore from a copy taken within the old node's session: restored=%v why=%q err=%v; want detected (touches)", restored, why, err)
@@ -284,46 +279,20 @@ func (s *connSession) NoteRestore(why string) {
 // guard applies the restore rule at once) and refuses the claim, and its
 // next check does not report it a second time (issue 29 hole h).
 func TestIntegration_IncarnationTouchAfterClaim(t *testing.T) {
-	zkAddr, base := os.Getenv("IDGEN_TEST_ZK"), os.Getenv("IDGEN_TEST_MYSQL")
-	if zkAddr == "" || base == "" {
-		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, _, err := zk.Connect([]string{zkAddr}, 10*time.Second, zk.WithLogger(zkQuiet{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	const root = "/idgen-test-incarnation"
+	ctx, conn := incarnationZK(t)
+	acl := zk.WorldACL(zk.PermAll)
 	for _, touch := range []bool{false, true} {
-		name := fmt.Sprintf("a%d", time.Now().UnixNano())
-		acl := zk.WorldACL(zk.PermAll)
-		rec, err := cluster.Init(conn, root, name, cluster.Settings{EpochMs: 1577836800000, IDCBits: 2, NodeBits: 8}, acl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := incarnation.Create(conn, root, name, acl, time.Now()); err != nil {
-			t.Fatal(err)
-		}
-		store, err := mysqlstore.Open(ctx, mysqlstore.Config{DSN: testdb.New(t, base), Logger: zap.NewNop()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer store.Close()
-		if _, err := store.BindCluster(ctx, name, rec.CreatedMs, "test"); err != nil {
-			t.Fatal(err)
-		}
-		cfg := Config{ZKRoot: root, Cluster: name, PropertiesDir: t.TempDir(), AdvertiseHost: "127.0.0.1", MySQL: "set"}
+		name, store := incarnationCluster(t, ctx, conn, "a")
+		cfg := incarnationNode(t, name)
 		inc := newIncarnationCheck(cfg, 9001, errIncarnationRefused, zap.NewNop())
 		inc.setStore(store)
 		if restored, why, err := inc.Check(ctx, conn); err != nil || restored {
 			t.Fatalf("first check: %v %q %v", restored, why, err)
 		}
 		snap := map[string][]byte{}
-		copyTree(t, conn, cluster.Path(root, name), snap) // the copy: after the last bump, before the claim
+		copyTree(t, conn, cluster.Path(incarnationRoot, name), snap) // the copy: after the last bump, before the claim
 		// The claim (a stand-in for slots/<n> and last/<n>), then the hook.
-		if _, err := conn.Create(cluster.Path(root, name)+"/claim", []byte("x"), 0, acl); err != nil {
+		if _, err := conn.Create(cluster.Path(incarnationRoot, name)+"/claim", []byte("x"), 0, acl); err != nil {
 			t.Fatal(err)
 		}
 		sess := &connSession{c: conn}
@@ -332,11 +301,11 @@ func TestIntegration_IncarnationTouchAfterClaim(t *testing.T) {
 				t.Fatalf("afterClaim on a healthy ZooKeeper: %v", err)
 			}
 		}
-		restoreTree(t, conn, cluster.Path(root, name), snap)
-		if err := conn.Delete(cluster.Path(root, name)+"/claim", -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		restoreTree(t, conn, cluster.Path(incarnationRoot, name), snap)
+		if err := conn.Delete(cluster.Path(incarnationRoot, name)+"/claim", -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
 			t.Fatal(err)
 		}
-		fresh := newIncarnationCheck(Config{ZKRoot: root, Cluster: name, PropertiesDir: t.TempDir(), AdvertiseHost: "127.0.0.1", MySQL: "set"}, 9002, errIncarnationRefused, zap.NewNop())
+		fresh := newIncarnationCheck(incarnationNode(t, name), 9002, errIncarnationRefused, zap.NewNop())
 		fresh.setStore(store)
 		restored, why, err := fresh.Check(ctx, conn)
 		if err != nil {

@@ -301,7 +301,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	guard := clock.NewGuard(clock.GuardConfig{Clock: clk, MaxBackwardWait: cfg.MaxBackwardWait,
 		Logger: log.Named("clock"), OnReject: m.clockRejected, OnJump: m.clockJumped}, 0)
 	layout := cfg.Layout()
-	holder := &lateHolder{}
+	holder := &worker.LateHolder{Fault: faultSlot} // the identity outside faultinject builds (holder_*.go)
 	nd.setStarting("claiming a worker slot")
 	lease, err := startLease(ctx, cfg, layout, holder, clk, rpcPort, store, zs, inc, log)
 	if err != nil {
@@ -440,7 +440,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 			log.Info("wrapped business keys stored in the clear", zap.Int("businesses", n))
 		}
 	}
-	holder.attach(is)
+	holder.Attach(is)
 	health := newStoreHealth(store)
 	closers = append(closers, health.close)
 	nd.ready(is, unordered, own, lease, health, noSegments, floor, workersFunc(cfg, lease, rpcPort))

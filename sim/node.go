@@ -168,7 +168,7 @@ func (n *node) start(ctx context.Context) error {
 		return fmt.Errorf("zksession: %w", err)
 	}
 	store := &nodeDB{Store: c.db.mem, d: c.db, n: n}
-	holder := &lateHolder{fault: c.ctl.slot}
+	holder := &worker.LateHolder{Fault: c.ctl.slot} // the server's holder; Fault: the slot's negative controls
 	lease, err := worker.Register(ctx, worker.Config{Servers: []string{"zk0:2181"}, Root: "/idgen", Cluster: "sim",
 		Meta: worker.Meta{EpochMs: worker.DefaultEpochMs, IDCBits: idcBits, NodeBits: nodeBits},
 		App:  "idgen", Host: host, Port: port, PropertiesDir: n.dir, SessionTimeout: sessionTimeout,
@@ -265,7 +265,7 @@ func (n *node) start(ctx context.Context) error {
 		sess.Close()
 		return err
 	}
-	holder.attach(is)
+	holder.Attach(is)
 	marks := func() []segment.OrderedMark {
 		var marks []segment.OrderedMark
 		alloc.Remembered(func(biz, sub string, last int64) {
@@ -442,72 +442,4 @@ func splitAddr(a string) (string, int) {
 		}
 	}
 	return host, port
-}
-
-// lateHolder stands in for the issuer while the lease starts (the
-// server's lateHolder, server/holder.go), and applies the slot's negative
-// controls where the server's faultinject build does (faultSlot).
-type lateHolder struct {
-	fault  func(worker.Slot) worker.Slot
-	mu     sync.Mutex
-	target worker.Holder
-	slot   *worker.Slot
-	hw     int64
-	fenced error
-}
-
-func (h *lateHolder) attach(t worker.Holder) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.target = t
-	if h.slot != nil {
-		s := *h.slot
-		s.HighWater = max(s.HighWater, h.hw)
-		t.Acquired(s)
-	}
-	if h.fenced != nil {
-		t.Fenced(h.fenced)
-	}
-}
-
-func (h *lateHolder) Acquired(s worker.Slot) {
-	if h.fault != nil {
-		s = h.fault(s)
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.target != nil {
-		h.target.Acquired(s)
-		return
-	}
-	h.slot, h.hw, h.fenced = &s, s.HighWater, nil
-}
-
-func (h *lateHolder) Extended(hw int64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.target != nil {
-		h.target.Extended(hw)
-		return
-	}
-	h.hw = max(h.hw, hw)
-}
-
-func (h *lateHolder) Fenced(reason error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.target != nil {
-		h.target.Fenced(reason)
-		return
-	}
-	h.slot, h.fenced = nil, reason
-}
-
-func (h *lateHolder) LastUsed() int64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.target != nil {
-		return h.target.LastUsed()
-	}
-	return 0
 }

@@ -294,11 +294,7 @@ func zkRestore(neg bool) func(*Run) error {
 	return func(r *Run) error {
 		o := ClusterOpts{Nodes: 4, Spare: 1, Args: scarce, Outage: restoreOutage}
 		if neg {
-			o.FaultInject = true
-			o.Env = map[int][]string{}
-			for i := range 5 {
-				o.Env[i] = []string{"IDGEN_FAULT_IGNORE_RESTORE=1"}
-			}
+			o.setFault("IDGEN_FAULT_IGNORE_RESTORE=1", firstNodes(5)...)
 		}
 		z, c, err := ensembleCluster(r, o)
 		if err != nil {

@@ -67,6 +67,30 @@ type ClusterOpts struct {
 	NoMySQL bool
 }
 
+// setFault sets the faultinject switch sw ("IDGEN_FAULT_...=value") in the
+// environment of the given nodes (indexes), after what they have, and
+// runs the cluster on the faultinject build: only that build reads the
+// switches, so a switch on the normal build would test nothing.
+func (o *ClusterOpts) setFault(sw string, nodes ...int) {
+	o.FaultInject = true
+	if o.Env == nil {
+		o.Env = map[int][]string{}
+	}
+	for _, i := range nodes {
+		o.Env[i] = append(o.Env[i], sw)
+	}
+}
+
+// firstNodes returns the node indexes 0..n-1 (ClusterOpts.setFault on
+// every node of an n-node cluster).
+func firstNodes(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
 // Cluster is a scenario's idgen cluster.
 type Cluster struct {
 	Name    string

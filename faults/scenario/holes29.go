@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -63,36 +62,23 @@ func orderedFenceRowPause(neg bool) func(*Run) error {
 		}
 		arm := filepath.Join(dir, "persist-stall")
 		_ = os.Remove(arm)
-		o := ordOpts{Victim: 1, ClusterOpts: ClusterOpts{FaultInject: true, Env: map[int][]string{}}}
-		o.Env[1] = []string{"IDGEN_FAULT_ORDERED_PERSIST_STALL=" + arm}
+		o := ordOpts{Victim: 1}
+		o.setFault("IDGEN_FAULT_ORDERED_PERSIST_STALL="+arm, 1)
 		if neg {
 			r.negViolation = true
-			for i := range 3 {
-				o.Env[i] = append(o.Env[i], "IDGEN_FAULT_NO_SESSION_IDLE_LIMIT=1")
-			}
+			o.setFault("IDGEN_FAULT_NO_SESSION_IDLE_LIMIT=1", firstNodes(3)...)
 		}
 		s, err := ordCluster(r, o)
 		if err != nil {
 			return err
 		}
 		a := s.victim
-		s.startLoad(r)
-		r.Sleep(3 * time.Second)
-		off := a.LogSize()
-		offs := s.logOffsets()
-		if err := os.WriteFile(arm, fmt.Appendf(nil, "%d %s\n", s.shard, fenceStall), 0o644); err != nil {
-			return err
-		}
-		line, err := a.WaitLog(off, "faultinject: persist stalled after the fence", 10*time.Second)
+		armHook := func() error { return os.WriteFile(arm, fmt.Appendf(nil, "%d %s\n", s.shard, fenceStall), 0o644) }
+		st, err := s.stopInStall(r, armHook, "faultinject: persist stalled after the fence", 10*time.Second)
 		if err != nil {
 			return err
 		}
-		a.Signal(syscall.SIGSTOP)
-		stop := time.Now()
-		if m := stallShard.FindStringSubmatch(line); m == nil || m[1] != strconv.Itoa(s.shard) {
-			a.Signal(syscall.SIGCONT)
-			return fmt.Errorf("%s stalled in another shard than the hot shard %d: %q: the scenario did not happen", a.Name, s.shard, line)
-		}
+		offs, stop := st.offs, st.stopped
 		r.Note("%s (owner of shard %d) stalled a persist after its fence UPDATE; SIGSTOP %s for %v", a.Name, s.shard, a.Name, fencePause)
 		b, werr := s.waitOwner(s.others(), []*harness.Node{a}, fencePause-time.Second)
 		if werr == nil {
@@ -195,12 +181,7 @@ func twoClustersOneDB(neg bool) func(*Run) error {
 		// finish, keeping the gapless business's holes: a hole no failed
 		// call explains is a violation (x0's claims fence cluster 1's
 		// owners mid-persist in the control).
-		b := s.others()[0]
-		s.watchOwner(r, b, 5*time.Second)
-		r.Note("shard %d owner at the end: %s", s.shard, s.ownerName(b))
-		r.StopLoad()
-		s.acquisitions(r, offs)
-		assertGapless(r, s.report(r))
+		assertGapless(r, s.finish(r, s.others()[0], 5*time.Second, offs))
 		fenced := 0
 		for _, n := range c.Active() {
 			fenced += len(n.LogLines(offs[n], "epoch changed"))

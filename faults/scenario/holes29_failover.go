@@ -59,11 +59,7 @@ func asyncFailoverPaused(neg bool) func(*Run) error {
 		o := ClusterOpts{Step: pausedStep, MySQLBase: "root@tcp(" + rp.VIP.Addr + ")/",
 			Args: []string{"--max-step", strconv.Itoa(pausedStep)}}
 		if neg {
-			o.FaultInject = true
-			o.Env = map[int][]string{}
-			for i := range 3 {
-				o.Env[i] = []string{"IDGEN_FAULT_NO_REPLICATION_GUARD=1"}
-			}
+			o.setFault("IDGEN_FAULT_NO_REPLICATION_GUARD=1", firstNodes(3)...)
 			r.negOrder = true
 		}
 		c, err := std(r, o)

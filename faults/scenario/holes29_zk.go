@@ -70,11 +70,7 @@ func zkRestoreFreshFirst(neg, noMySQL bool) func(*Run) error {
 			o.ZK[i] = p.Addr
 		}
 		if neg {
-			o.FaultInject = true
-			o.Env = map[int][]string{}
-			for i := range 5 {
-				o.Env[i] = []string{"IDGEN_FAULT_NO_INCARNATION_CHECK=1"}
-			}
+			o.setFault("IDGEN_FAULT_NO_INCARNATION_CHECK=1", firstNodes(5)...)
 		}
 		c, err := r.NewCluster(o)
 		if err != nil {

@@ -130,11 +130,7 @@ func failover(semi, lossless, neg bool) func(*Run) error {
 		}
 		o := ClusterOpts{Step: replStep, MySQLBase: "root@tcp(" + rp.VIP.Addr + ")/"}
 		if neg {
-			o.FaultInject = true
-			o.Env = map[int][]string{}
-			for i := range 3 {
-				o.Env[i] = []string{"IDGEN_FAULT_NO_REPLICATION_GUARD=1"}
-			}
+			o.setFault("IDGEN_FAULT_NO_REPLICATION_GUARD=1", firstNodes(3)...)
 		}
 		c, err := std(r, o)
 		if err != nil {

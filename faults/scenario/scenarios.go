@@ -518,12 +518,9 @@ func negMySQLUnsafe(r *Run) error {
 	// Off, nothing but the durability check stands between the lost
 	// commits and numbers handed out again, which is what this control
 	// shows.
-	env := map[int][]string{}
-	for i := range 3 {
-		env[i] = []string{"IDGEN_FAULT_NO_REPLICATION_GUARD=1"}
-	}
-	c, err := std(r, ClusterOpts{Step: 10, FaultInject: true, Env: env,
-		Args: []string{"--mysql-accept-unsafe-durability=true", "--max-step", "50"}})
+	o := ClusterOpts{Step: 10, Args: []string{"--mysql-accept-unsafe-durability=true", "--max-step", "50"}}
+	o.setFault("IDGEN_FAULT_NO_REPLICATION_GUARD=1", firstNodes(3)...)
+	c, err := std(r, o)
 	if err != nil {
 		return err
 	}

@@ -165,6 +165,10 @@ func TestHeldBy(t *testing.T) {
 	if held, err := HeldBy(os.Getpid(), port); err != nil || !held {
 		t.Fatalf("HeldBy(this process) while it listens = %v, %v; want true", held, err)
 	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	if held, err := AddrsHeldBy(os.Getpid(), addr, l.Addr().String()); err != nil || !held {
+		t.Fatalf("AddrsHeldBy(this process, %s) = %v, %v; want true", addr, held, err)
+	}
 	// Another process does not hold this process's port: what the fault
 	// suite relies on when something else answers on a node's port.
 	other := exec.Command("sleep", "30")
@@ -174,6 +178,9 @@ func TestHeldBy(t *testing.T) {
 	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
 	if held, err := HeldBy(other.Process.Pid, port); err != nil || held {
 		t.Fatalf("HeldBy(another process) = %v, %v; want false", held, err)
+	}
+	if held, err := AddrsHeldBy(other.Process.Pid, addr); err != nil || held {
+		t.Fatalf("AddrsHeldBy(another process) = %v, %v; want false", held, err)
 	}
 	l.Close()
 	if held, err := HeldBy(os.Getpid(), port); err != nil || held {

@@ -2,6 +2,7 @@ package freeport
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -75,4 +76,23 @@ func listenInodes(text string, port int) []string {
 		}
 	}
 	return out
+}
+
+// AddrsHeldBy reports whether process pid listens on the port of every
+// host:port in addrs (see HeldBy).
+func AddrsHeldBy(pid int, addrs ...string) (bool, error) {
+	for _, a := range addrs {
+		_, ps, err := net.SplitHostPort(a)
+		if err != nil {
+			return false, err
+		}
+		port, err := strconv.Atoi(ps)
+		if err != nil {
+			return false, fmt.Errorf("freeport: port of %q: %w", a, err)
+		}
+		if held, err := HeldBy(pid, port); err != nil || !held {
+			return false, err
+		}
+	}
+	return true, nil
 }

@@ -211,13 +211,14 @@ func (n *Node) holdsPorts() bool {
 	return n.held
 }
 
-// exitErr describes the exit of the current process during its start,
-// wrapping ErrPortBusy when it names a taken port.
+// exitErr describes the exit of the current process, wrapping ErrPortBusy
+// when its log names a taken port (as the server's listen error does:
+// "rpc_addr: listen tcp ...: bind: address already in use").
 func (n *Node) exitErr() error {
 	if strings.Contains(n.startLog(), "address already in use") {
 		return fmt.Errorf("%w: %v", ErrPortBusy, n.startErr("exited at start on a busy port"))
 	}
-	return n.startErr(fmt.Sprintf("exited during start (code %d)", n.ExitCode()))
+	return n.startErr(fmt.Sprintf("exited (code %d)", n.ExitCode()))
 }
 
 // startErr is an error about the node's current start with the tail of

@@ -208,10 +208,30 @@ ensure_promtool() {
   rm -rf "$tmp"
 }
 
+# free_port: a free 127.0.0.1 port outside the kernel's ephemeral range,
+# where no client socket is given a port while a server is down (the
+# suite restarts ZooKeeper and MariaDB on theirs); internal/freeport does
+# the same for the Go side and says why.
 free_port() {
-  python3 - <<'PY' 2>/dev/null || echo $((20000 + RANDOM % 20000))
-import socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()
+  python3 - <<'PY' 2>/dev/null || echo $((10000 + RANDOM % 20000))
+import random, socket
+try:
+    lo, hi = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+except Exception:
+    lo, hi = 32768, 60999
+pool = [p for p in range(10000, 65536) if p < lo or p > hi] or list(range(10000, 65536))
+for p in random.sample(pool, 200):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(p)
+    break
+else:
+    raise SystemExit(1)
 PY
 }
 

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/idgen/idgen/internal/freeport"
 )
 
 // The replication scenarios (issue #18) run idgen on MariaDB topologies
@@ -151,7 +153,11 @@ func NewMariaDB(name, mariadbd, dir, template string, flags []string) (*MariaDB,
 	if err != nil {
 		return nil, err
 	}
-	m := &MariaDB{Name: name, Dir: dir, Port: FreePort(), Flags: flags, bin: mariadbd}
+	port, err := freeport.Pick()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	m := &MariaDB{Name: name, Dir: dir, Port: port, Flags: flags, bin: mariadbd}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -258,6 +264,10 @@ func (m *MariaDB) WaitServing(d time.Duration) error {
 		if !m.Running() {
 			return m.errorf("exited while starting")
 		}
+		if !m.holdsPort() {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		var one int
 		last = m.DB().QueryRowContext(ctx, "SELECT 1").Scan(&one)
@@ -268,6 +278,20 @@ func (m *MariaDB) WaitServing(d time.Duration) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return m.errorf("not answering after %v: %v", d, last)
+}
+
+// holdsPort reports whether the current process listens on m.Port: only
+// then is an answer there the server's own, not that of whatever took the
+// port while this one exits on "Address already in use".
+func (m *MariaDB) holdsPort() bool {
+	m.mu.Lock()
+	cmd := m.cmd
+	m.mu.Unlock()
+	if cmd == nil {
+		return false
+	}
+	held, _ := freeport.HeldBy(cmd.Process.Pid, m.Port)
+	return held
 }
 
 // errorf is an error about the server with the tail of its log.
@@ -571,25 +595,21 @@ func StartGalera(dir, mariadbd, cluster string, names []string, d time.Duration)
 	if _, err := findBin("rsync"); err != nil {
 		return nil, fmt.Errorf("rsync for state transfers: %w (apt-get install rsync)", err)
 	}
-	gports, iports, sports := make([]int, n), make([]int, n), make([]int, n)
-	used := map[int]bool{}
-	for _, ps := range [][]int{gports, iports, sports} {
-		for i := range ps {
-			p := FreePort()
-			for used[p] {
-				p = FreePort()
+	// SQL, group communication, IST and SST ports: distinct, as
+	// freeport.Pick never returns a port twice.
+	ports := make([][]int, 4)
+	for k := range ports {
+		ports[k] = make([]int, n)
+		for i := range n {
+			if ports[k][i], err = freeport.Pick(); err != nil {
+				return nil, err
 			}
-			used[p], ps[i] = true, p
 		}
 	}
 	g := &Galera{}
 	for i, name := range names {
-		m := &MariaDB{Name: name, Dir: filepath.Join(dir, name), Port: FreePort(), bin: mariadbd,
-			Flags: GaleraFlags(cluster, i, gports, iports, sports)}
-		for used[m.Port] {
-			m.Port = FreePort()
-		}
-		used[m.Port] = true
+		m := &MariaDB{Name: name, Dir: filepath.Join(dir, name), Port: ports[0][i], bin: mariadbd,
+			Flags: GaleraFlags(cluster, i, ports[1], ports[2], ports[3])}
 		g.Members = append(g.Members, m)
 	}
 	deadline := time.Now().Add(d)
@@ -649,6 +669,10 @@ func (g *Galera) WaitSynced(i int, d time.Duration) error {
 	for time.Now().Before(deadline) {
 		if !m.Running() {
 			return m.errorf("exited (state %s)", state)
+		}
+		if !m.holdsPort() {
+			time.Sleep(200 * time.Millisecond)
+			continue
 		}
 		if s, err := m.Status("wsrep_local_state_comment"); err == nil {
 			state = s

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	_ "github.com/go-sql-driver/mysql" // the driver the DSNs are for
+
+	"github.com/idgen/idgen/internal/freeport"
 )
 
 // Servers are the ZooKeeper and MariaDB that ./build.sh faults started
@@ -81,15 +83,17 @@ func waitClosed(addr string, d time.Duration) {
 	}
 }
 
+// waitOpen waits until process pid listens on addr: a restart keeps the
+// server's port, and an answer there from whatever took it meanwhile is
+// not the server's (freeport.HeldBy).
 func waitOpen(addr string, d time.Duration, pid int) error {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		if c, err := net.DialTimeout("tcp", addr, 500*time.Millisecond); err == nil {
-			c.Close()
+		if held, _ := freeport.AddrsHeldBy(pid, addr); held {
 			return nil
 		}
 		if !alive(pid) {
-			return fmt.Errorf("process %d exited before %s accepted connections", pid, addr)
+			return fmt.Errorf("process %d exited before it listened on %s", pid, addr)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

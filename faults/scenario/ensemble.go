@@ -100,7 +100,8 @@ func startRetrying(r *Run, n *harness.Node, d time.Duration) error {
 			}
 			return nil
 		}
-		if n.Running() || time.Now().After(deadline) {
+		// A busy port is not a held slot: waiting does not free it.
+		if n.Running() || errors.Is(err, harness.ErrPortBusy) || time.Now().After(deadline) {
 			return fmt.Errorf("%s not started after %d attempts: %w", n.Name, attempt, err)
 		}
 		time.Sleep(500 * time.Millisecond)

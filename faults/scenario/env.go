@@ -196,7 +196,11 @@ func (r *Run) NewCluster(o ClusterOpts) (*Cluster, error) {
 			"--heartbeat-interval", "500ms", "--outage-tolerance", o.Outage, "--advertise-host", "127.0.0.1",
 			"--auto-create-biz", "false", "--properties-dir", nd, "--data-dir", nd)
 		args = append(args, append(tokenArgs, o.Args...)...)
-		c.Nodes = append(c.Nodes, harness.NewNode(name, bin, dir, args, o.Env[i]))
+		n, err := harness.NewNode(name, bin, dir, args, o.Env[i])
+		if err != nil {
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, n)
 	}
 	r.cluster = c
 	order := o.StartOrder

@@ -140,7 +140,10 @@ func twoClustersOneDB(neg bool) func(*Run) error {
 			r.negViolation = true
 			bin, env = r.Env.BinFI, []string{"IDGEN_FAULT_NO_CLUSTER_BINDING=1"}
 		}
-		x := harness.NewNode("x0", bin, dir, args, env)
+		x, err := harness.NewNode("x0", bin, dir, args, env)
+		if err != nil {
+			return err
+		}
 		s.startLoad(r)
 		r.Sleep(3 * time.Second)
 		offs := s.logOffsets()

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +24,7 @@ import (
 	"github.com/cloudwego/kitex/transport"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/internal/freeport"
 	"github.com/idgen/idgen/internal/wait"
 	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 	"github.com/idgen/idgen/worker"
@@ -64,15 +64,16 @@ func Binary(t testing.TB, tags string) string {
 	return out
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port that was free a moment ago, outside
+// the kernel's ephemeral range and not handed out before in this process
+// (freeport.Pick says why).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // Node is a running idgen process.
@@ -273,7 +274,13 @@ func (n *Node) waitUp(t testing.TB, deadline time.Time) {
 // has finished start-up: /readyz no longer reports the segment channels as
 // starting (the store is open and the worker slot claimed; SNOWFLAKE may
 // still wait past its slot's mark, which /readyz reports separately).
+// Answers count only once the process holds both its ports: whatever took
+// a port the node then failed to bind could answer in its place (another
+// test's node does) while the node exits.
 func (n *Node) answers() bool {
+	if held, _ := freeport.AddrsHeldBy(n.cmd.Process.Pid, n.RPCAddr, n.AdminAddr); !held {
+		return false
+	}
 	resp, err := http.Get("http://" + n.AdminAddr + "/healthz")
 	if err != nil {
 		return false

@@ -24,6 +24,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/idgen/idgen/internal/freeport"
 )
 
 // Script is where Debian's zookeeper package puts its launcher.
@@ -84,9 +86,13 @@ func New(cfg Config) (*Ensemble, error) {
 	if cfg.JVMFlags == "" {
 		cfg.JVMFlags = "-Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 	}
-	ports, err := freePorts(3 * cfg.N)
-	if err != nil {
-		return nil, err
+	ports := make([]int, 3*cfg.N)
+	for i := range ports {
+		p, err := freeport.Pick() // distinct: never handed out twice
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = p
 	}
 	e := &Ensemble{cfg: cfg}
 	var peers strings.Builder
@@ -123,27 +129,6 @@ func (s *server) writeMyid() error {
 }
 
 func (s *server) addr() string { return fmt.Sprintf("127.0.0.1:%d", s.client) }
-
-// freePorts returns n distinct loopback ports that were free a moment ago
-// (all listeners are held until every port is chosen, so none repeats).
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
 
 // N returns the number of servers.
 func (e *Ensemble) N() int { return len(e.servers) }
@@ -245,8 +230,9 @@ func (e *Ensemble) Start(i int) error {
 	s.mu.Unlock()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if c, err := net.DialTimeout("tcp", s.addr(), time.Second); err == nil {
-			c.Close()
+		// The JVM (zkServer.sh execs it) holds its client port: a port
+		// another process took is not taken for this server's.
+		if held, _ := freeport.AddrsHeldBy(cmd.Process.Pid, s.addr()); held {
 			return nil
 		}
 		select {

@@ -151,7 +151,7 @@ func (g *Guard) close(why string) {
 // first round finds every live node acknowledging the cluster's current
 // server (or BarrierWait passed): a node that starts during another
 // node's barrier waits with it. flush raises the ORDERED rows
-// this node remembers on the store (segment.Ordered.Remembered into
+// this node remembers on the store (perrequest.Processor.Remembered into
 // mysqlstore.Store.RaiseOrdered).
 func (g *Guard) StartBarrier(store Server, flush func(ctx context.Context) error) {
 	if g.cfg.Disabled {

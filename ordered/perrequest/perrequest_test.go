@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idgen/idgen/internal/teststores"
 	"github.com/idgen/idgen/ordered/perrequest"
 	"github.com/idgen/idgen/segment"
-	"github.com/idgen/idgen/segment/boltstore"
 	"github.com/idgen/idgen/segment/memstore"
 )
 
@@ -26,36 +26,11 @@ func newOrdered(t testing.TB, cfg perrequest.Config) *perrequest.Processor {
 	return o
 }
 
-// stores are the Store implementations the processor tests run on (as in
-// package segment's processor tests).
-var stores = []struct {
-	name string
-	open func(t testing.TB) segment.Store
-}{
-	{"memstore", func(t testing.TB) segment.Store {
-		s := memstore.New()
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}},
-	{"boltstore", func(t testing.TB) segment.Store {
-		s, err := boltstore.Open(t.TempDir(), boltstore.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}},
-}
+// stores are the Store implementations the processor tests run on.
+var stores = teststores.All
 
 // mustCreate creates a business in st.
-func mustCreate(t testing.TB, st segment.Store, b segment.Biz) segment.Biz {
-	t.Helper()
-	got, err := st.CreateBiz(context.Background(), b)
-	if err != nil {
-		t.Fatalf("CreateBiz: %v", err)
-	}
-	return got
-}
+var mustCreate = teststores.MustCreate
 
 // TestOrderedConcurrent: 16 goroutines on 4 keys; each sees its numbers
 // strictly increasing per key, and per key the numbers are gap-free.
@@ -63,8 +38,8 @@ func TestOrderedConcurrent(t *testing.T) {
 	const workers, perWorker = 16, 100
 	keys := []string{"a", "b", "c", "d"}
 	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
-			s := st.open(t)
+		t.Run(st.Name, func(t *testing.T) {
+			s := st.Open(t)
 			biz := mustCreate(t, s, segment.Biz{Name: "ord", Channel: segment.ChannelOrdered, StartNum: 10})
 			o := newOrdered(t, perrequest.Config{Store: s})
 			type result struct {
@@ -124,8 +99,8 @@ func TestOrderedConcurrent(t *testing.T) {
 // also through another node, and is not mistaken for a regression.
 func TestOrderedRetries(t *testing.T) {
 	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
-			s := st.open(t)
+		t.Run(st.Name, func(t *testing.T) {
+			s := st.Open(t)
 			biz := mustCreate(t, s, segment.Biz{Name: "ord"})
 			a := newOrdered(t, perrequest.Config{Store: s})
 			b := newOrdered(t, perrequest.Config{Store: s}) // another node

@@ -7,13 +7,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cloudwego/gopkg/bufiox"
 	kclient "github.com/cloudwego/kitex/client"
 	"github.com/cloudwego/kitex/client/callopt"
 	"github.com/cloudwego/kitex/pkg/connpool"
@@ -22,6 +20,7 @@ import (
 	"github.com/cloudwego/kitex/transport"
 	"github.com/go-zookeeper/zk"
 
+	"github.com/idgen/idgen/internal/kitextls"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	"github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 )
@@ -484,53 +483,8 @@ func (cfg *Config) dialTLS(addr string) (Conn, error) {
 // (kclient.WithTransHandlerFactory(gonet.NewCliTransHandlerFactory())), as
 // Config.TLS does. An empty tc.ServerName is the host of the address
 // dialled. Exported for programs that build their own Kitex clients (idctl).
+// The implementation is internal/kitextls, shared with the servers'
+// ORDERED forwarding (ordered/forward).
 func TLSDialer(tc *tls.Config) remote.Dialer {
-	return tlsDialer{tc: tc}
-}
-
-type tlsDialer struct{ tc *tls.Config }
-
-func (d tlsDialer) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
-	tc := d.tc
-	if tc.ServerName == "" {
-		host, _, err := net.SplitHostPort(address)
-		if err != nil {
-			return nil, err
-		}
-		tc = tc.Clone()
-		tc.ServerName = host
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	c, err := (&tls.Dialer{Config: tc}).DialContext(ctx, network, address)
-	if err != nil {
-		return nil, err
-	}
-	return newTLSConn(c), nil
-}
-
-// tlsConn is a TLS connection as Kitex's Go net transport wants it: its
-// byte buffers come from the connection's Reader and Writer (the shape of
-// gonet's own client connection, pkg/remote/trans/gonet/conn.go).
-type tlsConn struct {
-	net.Conn
-	r      *bufiox.DefaultReader
-	w      *bufiox.DefaultWriter
-	closed atomic.Bool
-}
-
-func newTLSConn(c net.Conn) *tlsConn {
-	return &tlsConn{Conn: c, r: bufiox.NewDefaultReader(c), w: bufiox.NewDefaultWriter(c)}
-}
-
-func (c *tlsConn) Reader() *bufiox.DefaultReader { return c.r }
-func (c *tlsConn) Writer() *bufiox.DefaultWriter { return c.w }
-func (c *tlsConn) Read(b []byte) (int, error)    { return c.r.Read(b) }
-
-func (c *tlsConn) Close() error {
-	if c.closed.Swap(true) {
-		return nil
-	}
-	_ = c.r.Release(nil)
-	return c.Conn.Close()
+	return kitextls.Dialer(tc)
 }

@@ -267,7 +267,7 @@ func (r Response) Count() int64 {
 	return n
 }
 
-// OrderedTaker serves the ORDERED strategy: segment.Ordered (one store
+// OrderedTaker serves the ORDERED strategy: perrequest.Processor (one store
 // statement per request) or a node's shard owners (package ordered, through
 // the server's forwarding router).
 type OrderedTaker interface {

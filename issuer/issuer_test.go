@@ -13,6 +13,7 @@ import (
 
 	"github.com/idgen/idgen/clock"
 	"github.com/idgen/idgen/clock/clocktest"
+	"github.com/idgen/idgen/ordered/perrequest"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/memstore"
 	"github.com/idgen/idgen/snowflake"
@@ -45,7 +46,7 @@ func newIssuerOn(t testing.TB, store *memstore.Store, fc *clocktest.Fake, mod fu
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = u.Close() })
-	o, err := segment.NewOrdered(segment.OrderedConfig{Store: store})
+	o, err := perrequest.New(perrequest.Config{Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,7 @@ func TestMaxBatchAgreesWithSegments(t *testing.T) {
 	store := memstore.New()
 	u, _ := segment.NewUnordered(segment.UnorderedConfig{Store: store})
 	defer u.Close()
-	o, _ := segment.NewOrdered(segment.OrderedConfig{Store: store})
+	o, _ := perrequest.New(perrequest.Config{Store: store})
 	_, err := New(Config{Store: store, Unordered: u, Ordered: o, Bizs: segment.NewBizCache(store, 0), MaxBatch: segment.MaxBatch + 1})
 	if err == nil || !strings.Contains(err.Error(), "max_batch") {
 		t.Fatalf("MaxBatch above the segment limit: %v, want a refusal naming max_batch", err)

@@ -16,6 +16,7 @@ import (
 	"github.com/idgen/idgen/clock"
 	"github.com/idgen/idgen/ext"
 	"github.com/idgen/idgen/issuer"
+	"github.com/idgen/idgen/ordered/perrequest"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/memstore"
 	"github.com/idgen/idgen/snowflake"
@@ -32,7 +33,7 @@ func newIssuer(t *testing.T, reg *ext.Registry) *issuer.Issuer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = u.Close() })
-	o, err := segment.NewOrdered(segment.OrderedConfig{Store: store})
+	o, err := perrequest.New(perrequest.Config{Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}

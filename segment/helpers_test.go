@@ -5,40 +5,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idgen/idgen/internal/teststores"
 	"github.com/idgen/idgen/segment"
-	"github.com/idgen/idgen/segment/boltstore"
-	"github.com/idgen/idgen/segment/memstore"
 )
 
 // stores are the Store implementations the processor tests run on.
-var stores = []struct {
-	name string
-	open func(t testing.TB) segment.Store
-}{
-	{"memstore", func(t testing.TB) segment.Store {
-		s := memstore.New()
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}},
-	{"boltstore", func(t testing.TB) segment.Store {
-		s, err := boltstore.Open(t.TempDir(), boltstore.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}},
-}
+var stores = teststores.All
 
 // mustCreate creates a business in st.
-func mustCreate(t testing.TB, st segment.Store, b segment.Biz) segment.Biz {
-	t.Helper()
-	got, err := st.CreateBiz(context.Background(), b)
-	if err != nil {
-		t.Fatalf("CreateBiz: %v", err)
-	}
-	return got
-}
+var mustCreate = teststores.MustCreate
 
 func newUnordered(t testing.TB, cfg segment.UnorderedConfig) *segment.Unordered {
 	t.Helper()

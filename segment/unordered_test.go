@@ -47,9 +47,9 @@ func TestUnorderedNoDuplicates(t *testing.T) {
 	}
 	for _, st := range stores {
 		for _, mix := range mixes {
-			t.Run(st.name+"/"+mix.name, func(t *testing.T) {
+			t.Run(st.Name+"/"+mix.name, func(t *testing.T) {
 				batches := mix.batches
-				s := st.open(t)
+				s := st.Open(t)
 				biz := mustCreate(t, s, segment.Biz{Name: "order", Step: 1000})
 				cs := &countingStore{Store: s}
 				u := newUnordered(t, segment.UnorderedConfig{Store: cs})
@@ -253,8 +253,8 @@ func TestUnorderedStoreDown(t *testing.T) {
 // hanging, a request gives up at its deadline with ErrUnavailable.
 func TestUnorderedWaitBoundedByDeadline(t *testing.T) {
 	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
-			s := st.open(t)
+		t.Run(st.Name, func(t *testing.T) {
+			s := st.Open(t)
 			biz := mustCreate(t, s, segment.Biz{Name: "slow"})
 			gate := &gatedStore{Store: s, gate: make(chan struct{})}
 			u := newUnordered(t, segment.UnorderedConfig{Store: gate})

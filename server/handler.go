@@ -18,6 +18,7 @@ import (
 	"github.com/idgen/idgen/issuer"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	"github.com/idgen/idgen/ordered"
+	"github.com/idgen/idgen/ordered/forward"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/snowflake"
 )
@@ -91,7 +92,7 @@ func (h *handler) NextIDs(ctx context.Context, req *idl.NextIDsRequest) (resp *i
 	if err != nil {
 		return nil, err
 	}
-	if s := h.node.serving.Load(); s != nil && s.owners != nil && routedOrdered(req) {
+	if s := h.node.serving.Load(); s != nil && s.owners != nil && forward.Routed(req) {
 		// Answered by the shard's owner: forwarded whole, or served here
 		// when this node owns the shard (one policy path, issue 30).
 		return h.nextOrdered(ctx, is, s.owners, req, r)

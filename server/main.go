@@ -43,6 +43,7 @@ import (
 	"github.com/idgen/idgen/issuer/keywrap"
 	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 	"github.com/idgen/idgen/ordered"
+	"github.com/idgen/idgen/ordered/perrequest"
 	"github.com/idgen/idgen/plugins"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/boltstore"
@@ -375,7 +376,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 		orderedTaker, remembered, requests = own, own.alloc.Remembered, own.alloc.RememberedRequests
 		regressions = func() uint64 { return own.alloc.Stats().Regressions }
 	} else {
-		po, err := segment.NewOrdered(segment.OrderedConfig{Store: store, Timeout: cfg.StoreTimeout, Logger: log.Named("ordered"), Gate: gate})
+		po, err := perrequest.New(perrequest.Config{Store: store, Timeout: cfg.StoreTimeout, Logger: log.Named("ordered"), Gate: gate})
 		if err != nil {
 			return fail(err)
 		}

@@ -2,22 +2,18 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
-	"github.com/cloudwego/kitex/client"
-	"github.com/cloudwego/kitex/client/callopt"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	idgenclient "github.com/idgen/idgen/client"
 	"github.com/idgen/idgen/issuer"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
-	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 	"github.com/idgen/idgen/ordered"
+	"github.com/idgen/idgen/ordered/forward"
 	"github.com/idgen/idgen/ordered/zkown"
 	"github.com/idgen/idgen/segment"
 )
@@ -41,7 +37,7 @@ type owners struct {
 		Owners() []ordered.Owner
 	}
 	self string
-	fwd  *forwarder
+	fwd  *forward.Forwarder
 	log  *zap.Logger
 
 	forwarded, forwardFailures prometheus.Counter
@@ -131,18 +127,6 @@ func (o *owners) ownerOf(subKey string) string {
 	return ow.Addr
 }
 
-// routedOrdered reports whether req is answered by the owner of its sub
-// key's shard: it names a sub key and channel ORDERED, SLOW_ORDERED or
-// none (a sub key is only accepted on the ORDERED channels, so with no
-// channel it is an ORDERED request or a mistake the owner refuses as this
-// node would), and was not forwarded here already.
-func routedOrdered(req *idl.NextIDsRequest) bool {
-	if req.GetSubKey() == "" || req.GetNoForward() {
-		return false
-	}
-	return req.Channel == nil || *req.Channel == idl.Channel_ORDERED || *req.Channel == idl.Channel_SLOW_ORDERED
-}
-
 // nextOrdered answers an ORDERED NextIDs request on a node with shard
 // owners: forwarded whole to the shard's owner when that is another node,
 // served here (the full policy path, issuer.Next) otherwise. A shard that
@@ -154,7 +138,7 @@ func (h *handler) nextOrdered(ctx context.Context, is *issuer.Issuer, o *owners,
 	return rideOut(ctx, func() (*idl.NextIDsResponse, bool, error) {
 		if addr := o.ownerOf(r.SubKey); addr != "" {
 			resp, err := o.forward(ctx, addr, req, r.Count)
-			return resp, forwardedTransition(err), err
+			return resp, forward.Transition(err), err
 		}
 		out, err := is.Next(ctx, r)
 		again := o.ownedElsewhere(err) != ""
@@ -163,124 +147,16 @@ func (h *handler) nextOrdered(ctx context.Context, is *issuer.Issuer, o *owners,
 	})
 }
 
-// forwardedTransition reports an owner's refusal that passes within
-// milliseconds (it no longer owns the shard, or is taking it over): worth
-// another look at the owner map.
-func forwardedTransition(err error) bool {
-	var ie *idl.IdgenError
-	return errors.As(err, &ie) && ie.Code == idl.ErrorCode_SEGMENT_UNAVAILABLE && ie.Retryable &&
-		ie.RetryAfterMs > 0 && ie.RetryAfterMs <= 100
-}
-
 // forward sends the caller's whole request to the owner at addr, marked
 // no_forward, and returns the owner's answer as the caller's: its numbers
 // in their final form, or its refusal (the message naming the owner).
 func (o *owners) forward(ctx context.Context, addr string, req *idl.NextIDsRequest, count int) (*idl.NextIDsResponse, error) {
 	o.forwarded.Inc()
-	resp, err := o.fwd.nextIDs(ctx, addr, req, count)
+	resp, err := o.fwd.NextIDs(ctx, addr, req, count)
 	if err != nil {
 		o.forwardFailures.Inc()
 	}
 	return resp, err
-}
-
-// forwarder keeps one Kitex client per owner address.
-type forwarder struct {
-	mu      sync.Mutex
-	clients map[string]idgensvc.Client
-	tls     *tls.Config // nil: plain TCP
-	timeout time.Duration
-}
-
-func newForwarder(cfg Config) (*forwarder, error) {
-	f := &forwarder{clients: map[string]idgensvc.Client{}, timeout: cfg.StoreTimeout}
-	if cfg.TLSCert == "" {
-		return f, nil
-	}
-	// A node of a TLS cluster forwards over TLS, presenting its own
-	// certificate (mutual TLS clusters accept it when one CA issues the
-	// nodes' certificates) and trusting the client CA when one is set, the
-	// system roots otherwise.
-	sc, err := serverTLSConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: sc.Certificates, RootCAs: sc.ClientCAs}
-	f.tls = tc
-	return f, nil
-}
-
-func (f *forwarder) client(addr string) (idgensvc.Client, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if c, ok := f.clients[addr]; ok {
-		return c, nil
-	}
-	opts := []client.Option{client.WithHostPorts(addr), client.WithConnectTimeout(300 * time.Millisecond)}
-	if f.tls != nil {
-		opts = append(opts, client.WithDialer(idgenclient.TLSDialer(f.tls)))
-	}
-	c, err := idgensvc.NewClient("idgen", opts...)
-	if err != nil {
-		return nil, err
-	}
-	f.clients[addr] = c
-	return c, nil
-}
-
-// nextIDs asks the owner at addr for req (count numbers, as this node
-// read the request). The owner's refusal comes back as it answered it,
-// the message prefixed with its address; a transport failure or a
-// malformed answer is a retryable SEGMENT_UNAVAILABLE.
-func (f *forwarder) nextIDs(ctx context.Context, addr string, req *idl.NextIDsRequest, count int) (*idl.NextIDsResponse, error) {
-	unavailable := func(why string) error {
-		return &idl.IdgenError{Code: idl.ErrorCode_SEGMENT_UNAVAILABLE, Retryable: true, RetryAfterMs: 200,
-			Message: fmt.Sprintf("ordered shard %d: forwarding to the owner %s: %s: retry, or send the request to the owner (the Go client does)",
-				segment.Shard(req.GetSubKey()), addr, why)}
-	}
-	c, err := f.client(addr)
-	if err != nil {
-		return nil, unavailable(err.Error())
-	}
-	fwd := *req
-	yes := true
-	fwd.NoForward = &yes
-	timeout := f.timeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, time.Until(dl))
-	}
-	resp, err := c.NextIDs(ctx, &fwd, callopt.WithRPCTimeout(max(timeout, time.Millisecond)))
-	var ie *idl.IdgenError
-	switch {
-	case errors.As(err, &ie):
-		out := *ie
-		out.Message = "owner " + addr + ": " + ie.Message
-		return nil, &out
-	case err != nil:
-		return nil, unavailable(err.Error())
-	case resp == nil || resp.Count != int64(count) || !wellFormed(resp, count):
-		return nil, unavailable(fmt.Sprintf("the owner answered a malformed response for %d numbers", count))
-	}
-	return resp, nil
-}
-
-// wellFormed checks that resp carries count numbers in exactly one form:
-// ranges of positive numbers, IDs or codes.
-func wellFormed(resp *idl.NextIDsResponse, count int) bool {
-	switch {
-	case len(resp.Ids) > 0:
-		return len(resp.Ids) == count && len(resp.Ranges) == 0 && len(resp.Codes) == 0
-	case len(resp.Codes) > 0:
-		return len(resp.Codes) == count && len(resp.Ranges) == 0
-	}
-	var n int64
-	for _, r := range resp.Ranges {
-		if r == nil || r.First < 1 || r.Last < r.First {
-			return false
-		}
-		n += r.Last - r.First + 1
-	}
-	return n == int64(count)
 }
 
 // OrderedTake is the ORDERED hop of nodes older than issue 30, kept for

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/idgen/idgen/cluster/zksession"
 	"github.com/idgen/idgen/ordered"
+	"github.com/idgen/idgen/ordered/forward"
 	"github.com/idgen/idgen/ordered/zkown"
 	"github.com/idgen/idgen/segment"
 )
@@ -59,10 +61,11 @@ func startOwners(ctx context.Context, cfg Config, store ordered.Store, gate segm
 		u.UnsafeIgnoreEpoch()
 	}
 	o := &owners{self: self, log: log, forwarded: m.orderedForwards, forwardFailures: m.orderedForwardFailures}
-	var err error
-	if o.fwd, err = newForwarder(cfg); err != nil {
+	tc, err := forwardTLS(cfg)
+	if err != nil {
 		return nil, err
 	}
+	o.fwd = forward.New(tc, cfg.StoreTimeout)
 	if cfg.ZK != "" {
 		noWait := faultOrderedNoLeaseWait()
 		if noWait {
@@ -130,4 +133,20 @@ func (o *owners) close() {
 		}
 		o.log.Info("ORDERED shards handed off", zap.Duration("took", time.Since(start)))
 	})
+}
+
+// forwardTLS is the TLS configuration of this node's forwarding to shard
+// owners: nil (plain TCP) unless the node serves TLS. A node of a TLS
+// cluster forwards over TLS, presenting its own certificate (mutual TLS
+// clusters accept it when one CA issues the nodes' certificates) and
+// trusting the client CA when one is set, the system roots otherwise.
+func forwardTLS(cfg Config) (*tls.Config, error) {
+	if cfg.TLSCert == "" {
+		return nil, nil
+	}
+	sc, err := serverTLSConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: sc.Certificates, RootCAs: sc.ClientCAs}, nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/idgen/idgen/ext"
 	"github.com/idgen/idgen/issuer"
+	"github.com/idgen/idgen/ordered/perrequest"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/server"
 )
@@ -33,7 +34,7 @@ const seqDigits = 1_000_000
 // from Ordered, or, when that is nil, from the ORDERED strategy of
 // Registry (the server's own, registered after Options.Register ran).
 type Strategy struct {
-	Ordered  *segment.Ordered
+	Ordered  *perrequest.Processor
 	Registry *ext.Registry
 	Now      func() time.Time // nil: time.Now
 	Loc      *time.Location   // nil: UTC
@@ -92,7 +93,7 @@ func New(store segment.Store, now func() time.Time) (*issuer.Issuer, func(), err
 	if err != nil {
 		return nil, nil, err
 	}
-	ordered, err := segment.NewOrdered(segment.OrderedConfig{Store: store})
+	ordered, err := perrequest.New(perrequest.Config{Store: store})
 	if err != nil {
 		_ = unordered.Close()
 		return nil, nil, err

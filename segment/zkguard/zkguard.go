@@ -20,7 +20,7 @@
 //     node closes its ORDERED gate at once, before the new connection serves
 //     a statement, records the new server and a new generation under
 //     /<root>/<cluster>/mysql/server, raises every ORDERED row it remembers
-//     (segment.Ordered.Remembered) on the new server, and acknowledges the
+//     (perrequest.Processor.Remembered) on the new server, and acknowledges the
 //     generation in its member record /<root>/<cluster>/mysql/members/<node>.
 //     Every node that sees the new generation does the same. A gate opens
 //     again when every member acknowledged the generation or provably cannot

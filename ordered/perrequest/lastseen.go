@@ -1,4 +1,4 @@
-package segment
+package perrequest
 
 import (
 	"container/list"

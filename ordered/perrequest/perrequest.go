@@ -1,4 +1,12 @@
-package segment
+// Package perrequest is ORDERED without shard owners: every request is
+// one atomic reservation in the segment store (Store.ReserveOrdered), so
+// any node can answer any key and nothing is held in memory but the
+// regression guard's last-seen numbers. A node serves ORDERED this way
+// when it has no ZooKeeper for the owners' leases (--mysql without --zk),
+// and embedded users (examples/dateorder) use it directly. The shard
+// owners that answer from memory are package ordered; both share the
+// store's rows, so a cluster can move between them.
+package perrequest
 
 import (
 	"context"
@@ -9,19 +17,21 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/idgen/idgen/segment"
 )
 
-// Defaults for OrderedConfig fields left zero.
+// Defaults for Config fields left zero.
 const (
-	DefaultOrderedTimeout = 2 * time.Second
-	DefaultOrderedMaxKeys = 100_000
+	DefaultTimeout = 2 * time.Second
+	DefaultMaxKeys = 100_000
 )
 
-// OrderedConfig configures an Ordered processor. The zero value of every
+// Config configures a Processor. The zero value of every
 // field but Store is a documented default.
-type OrderedConfig struct {
+type Config struct {
 	// Store reserves the ranges. Required.
-	Store Store
+	Store segment.Store
 	// Timeout bounds one request's store call, on top of the caller's
 	// context (default 2s).
 	Timeout time.Duration
@@ -32,45 +42,25 @@ type OrderedConfig struct {
 	// Gate, when set, decides whether reservations may run now and
 	// whether a finished one may be answered (the cluster's barrier after
 	// a MySQL server change; package zkguard). Nil: always.
-	Gate Gate
+	Gate segment.Gate
 	// Logger receives refused ranges (nil: no logs).
 	Logger *zap.Logger
 }
 
-// Gate holds ORDERED reservations back while the cluster repairs the store
-// after the MySQL server behind the connection changed (a failover): the
-// new server may have lost reservations that some node served and still
-// remembers, so no node may reserve on it before every node has raised
-// the rows it remembers.
-//
-// The token changes whenever the gate closes (and stays the same when it
-// opens again): a number reserved under one token may be answered from
-// memory only while Enter still returns that token (package ordered's
-// cached reservations), and the barrier reads Remembered only after the
-// token changed. Enter is on the hot path of cached answers: keep it cheap.
-type Gate interface {
-	// Enter returns a token when reservations may run, or an error
-	// wrapping ErrUnavailable (retryable) while the gate is closed.
-	Enter() (token uint64, err error)
-	// Check returns nil when a reservation started with token may still
-	// be committed and answered: the gate has not closed since.
-	Check(token uint64) error
-}
-
-func (c OrderedConfig) withDefaults() (OrderedConfig, error) {
+func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.Store == nil:
-		return c, fmt.Errorf("%w: OrderedConfig.Store is nil", ErrInvalid)
+		return c, fmt.Errorf("%w: Config.Store is nil", segment.ErrInvalid)
 	case c.Timeout < 0:
-		return c, fmt.Errorf("%w: OrderedConfig.Timeout %v is negative", ErrInvalid, c.Timeout)
+		return c, fmt.Errorf("%w: Config.Timeout %v is negative", segment.ErrInvalid, c.Timeout)
 	case c.MaxKeys < 0:
-		return c, fmt.Errorf("%w: OrderedConfig.MaxKeys %d is negative", ErrInvalid, c.MaxKeys)
+		return c, fmt.Errorf("%w: Config.MaxKeys %d is negative", segment.ErrInvalid, c.MaxKeys)
 	}
 	if c.Timeout == 0 {
-		c.Timeout = DefaultOrderedTimeout
+		c.Timeout = DefaultTimeout
 	}
 	if c.MaxKeys == 0 {
-		c.MaxKeys = DefaultOrderedMaxKeys
+		c.MaxKeys = DefaultMaxKeys
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
@@ -78,39 +68,39 @@ func (c OrderedConfig) withDefaults() (OrderedConfig, error) {
 	return c, nil
 }
 
-// Ordered serves the ORDERED channel: every request is one atomic store
+// Processor serves the ORDERED channel: every request is one atomic store
 // reservation, so numbers are strictly increasing per (biz, sub key) across
 // the cluster. It keeps no buffer; its only state is the bounded last-seen
 // map of the regression guard. It is safe for concurrent use.
-type Ordered struct {
-	cfg    OrderedConfig
+type Processor struct {
+	cfg    Config
 	log    *zap.Logger
-	replay ReplayReporter // nil when the store cannot report replays
+	replay segment.ReplayReporter // nil when the store cannot report replays
 	seen   *lastSeen
 
 	requests, failures, regressions atomic.Uint64
 }
 
-// OrderedStats are the processor's counters, for metrics.
-type OrderedStats struct {
+// Stats are the processor's counters, for metrics.
+type Stats struct {
 	Requests    uint64 // store calls made
 	Failures    uint64 // calls that returned an error
 	Regressions uint64 // ranges refused because the store went backwards
 	Keys        int    // (biz, sub key) pairs remembered by the guard
 }
 
-// NewOrdered returns a processor.
-func NewOrdered(cfg OrderedConfig) (*Ordered, error) {
+// New returns a processor.
+func New(cfg Config) (*Processor, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	o := &Ordered{cfg: cfg, log: cfg.Logger, seen: newLastSeen(cfg.MaxKeys)}
-	o.replay, _ = cfg.Store.(ReplayReporter)
+	o := &Processor{cfg: cfg, log: cfg.Logger, seen: newLastSeen(cfg.MaxKeys)}
+	o.replay, _ = cfg.Store.(segment.ReplayReporter)
 	return o, nil
 }
 
-// Take reserves n (1..MaxBatch) consecutive numbers for (biz, subKey); a
+// Take reserves n (1..segment.MaxBatch) consecutive numbers for (biz, subKey); a
 // new key starts at biz.StartNum. With a request id, a retry (same id and
 // scope, sub key and count) returns the range of the first success.
 //
@@ -118,25 +108,26 @@ func NewOrdered(cfg OrderedConfig) (*Ordered, error) {
 // key: the store raises a row that went backwards (a failover to a lagging
 // replica) before reserving, in the same transaction as the request id, so
 // neither this answer nor a retry's replay can repeat a number this node
-// handed out. Errors wrap ErrInvalid, ErrUnknownBiz, ErrRequestMismatch or
-// ErrExhausted as the store reported them, ErrRegressed (with
-// ErrUnavailable) for a store that ignored the raise, and ErrUnavailable
-// for everything else (store down, timeout, the Gate closed).
-func (o *Ordered) Take(ctx context.Context, biz Biz, subKey string, n int64, rid RequestID) (Range, error) {
-	if n < 1 || n > MaxBatch {
-		return Range{}, fmt.Errorf("%w: count %d out of range 1..%d", ErrInvalid, n, MaxBatch)
+// handed out. Errors wrap segment.ErrInvalid, ErrUnknownBiz,
+// ErrRequestMismatch or ErrExhausted as the store reported them,
+// ErrRegressed (with ErrUnavailable) for a store that ignored the raise,
+// and ErrUnavailable for everything else (store down, timeout, the Gate
+// closed).
+func (o *Processor) Take(ctx context.Context, biz segment.Biz, subKey string, n int64, rid segment.RequestID) (segment.Range, error) {
+	if n < 1 || n > segment.MaxBatch {
+		return segment.Range{}, fmt.Errorf("%w: count %d out of range 1..%d", segment.ErrInvalid, n, segment.MaxBatch)
 	}
-	req, err := NormalizeOrderedRequest(OrderedRequest{
+	req, err := segment.NormalizeOrderedRequest(segment.OrderedRequest{
 		Biz: biz.Name, SubKey: subKey, Count: n, StartNum: biz.StartNum, RequestID: rid.ID, RequestScope: rid.Scope,
 	})
 	if err != nil {
-		return Range{}, err
+		return segment.Range{}, err
 	}
 	var token uint64
 	if o.cfg.Gate != nil {
 		if token, err = o.cfg.Gate.Enter(); err != nil {
 			o.failures.Add(1)
-			return Range{}, orderedError(req, err)
+			return segment.Range{}, orderedError(req, err)
 		}
 		req.Fence = func() error { return o.cfg.Gate.Check(token) }
 	}
@@ -151,7 +142,7 @@ func (o *Ordered) Take(ctx context.Context, biz Biz, subKey string, n int64, rid
 	ctx, cancel := context.WithTimeout(ctx, o.cfg.Timeout)
 	defer cancel()
 	o.requests.Add(1)
-	var r Reservation
+	var r segment.Reservation
 	if o.replay != nil {
 		r, err = o.replay.ReserveOrderedReplay(ctx, req)
 	} else {
@@ -159,12 +150,12 @@ func (o *Ordered) Take(ctx context.Context, biz Biz, subKey string, n int64, rid
 	}
 	if err != nil {
 		o.failures.Add(1)
-		return Range{}, orderedError(req, err)
+		return segment.Range{}, orderedError(req, err)
 	}
 	if r.First < 1 || r.Len() != n {
 		o.failures.Add(1)
-		return Range{}, fmt.Errorf("segment: biz %q sub key %q: %w: store returned %d..%d for a request of %d",
-			biz.Name, subKey, ErrUnavailable, r.First, r.Last, n)
+		return segment.Range{}, fmt.Errorf("segment: biz %q sub key %q: %w: store returned %d..%d for a request of %d",
+			biz.Name, subKey, segment.ErrUnavailable, r.First, r.Last, n)
 	}
 	if r.Raised {
 		o.regressions.Add(1)
@@ -184,11 +175,11 @@ func (o *Ordered) Take(ctx context.Context, biz Biz, subKey string, n int64, rid
 		o.failures.Add(1)
 		o.regressions.Add(1)
 		err := fmt.Errorf("segment: biz %q sub key %q: store returned %d..%d, not above %d already received: %w",
-			biz.Name, subKey, r.First, r.Last, before, ErrRegressed)
+			biz.Name, subKey, r.First, r.Last, before, segment.ErrRegressed)
 		o.log.Error("ordered range refused: store went backwards", zap.String("biz", biz.Name),
 			zap.String("sub_key", subKey), zap.Int64("first", r.First), zap.Int64("last", r.Last),
 			zap.Int64("highest_received", before), zap.Error(err))
-		return Range{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return segment.Range{}, fmt.Errorf("%w: %w", segment.ErrUnavailable, err)
 	}
 	o.seen.raise(key, r.Last)
 	if o.cfg.Gate != nil {
@@ -200,7 +191,7 @@ func (o *Ordered) Take(ctx context.Context, biz Biz, subKey string, n int64, rid
 		// gap.
 		if err := o.cfg.Gate.Check(token); err != nil {
 			o.failures.Add(1)
-			return Range{}, orderedError(req, err)
+			return segment.Range{}, orderedError(req, err)
 		}
 	}
 	return r.Range, nil
@@ -213,7 +204,7 @@ func (o *Ordered) Take(ctx context.Context, biz Biz, subKey string, n int64, rid
 // starts after the gate closed sees every range answered under the old
 // token (each request reserves exactly what it answers: the range's end is
 // the reservation's end).
-func (o *Ordered) Remembered(fn func(biz, subKey string, last int64)) {
+func (o *Processor) Remembered(fn func(biz, subKey string, last int64)) {
 	o.seen.each(func(key string, last int64) {
 		biz, sub, _ := strings.Cut(key, "\x00")
 		fn(biz, sub, last)
@@ -221,19 +212,19 @@ func (o *Ordered) Remembered(fn func(biz, subKey string, last int64)) {
 }
 
 // orderedError keeps the sentinels a caller acts on and turns everything
-// else into ErrUnavailable.
-func orderedError(req OrderedRequest, err error) error {
-	for _, keep := range []error{ErrUnknownBiz, ErrInvalid, ErrRequestMismatch, ErrExhausted} {
+// else into segment.ErrUnavailable.
+func orderedError(req segment.OrderedRequest, err error) error {
+	for _, keep := range []error{segment.ErrUnknownBiz, segment.ErrInvalid, segment.ErrRequestMismatch, segment.ErrExhausted} {
 		if errors.Is(err, keep) {
 			return err
 		}
 	}
-	return fmt.Errorf("segment: biz %q sub key %q: %w: %w", req.Biz, req.SubKey, ErrUnavailable, err)
+	return fmt.Errorf("segment: biz %q sub key %q: %w: %w", req.Biz, req.SubKey, segment.ErrUnavailable, err)
 }
 
 // Stats returns the processor's counters.
-func (o *Ordered) Stats() OrderedStats {
-	return OrderedStats{
+func (o *Processor) Stats() Stats {
+	return Stats{
 		Requests: o.requests.Load(), Failures: o.failures.Load(),
 		Regressions: o.regressions.Load(), Keys: o.seen.len(),
 	}

@@ -1,4 +1,4 @@
-package server
+package forward
 
 import (
 	"errors"
@@ -7,11 +7,11 @@ import (
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 )
 
-// TestRoutedOrdered: only a request that can be ORDERED (a sub key, and
+// TestRouted: only a request that can be ORDERED (a sub key, and
 // channel ORDERED, SLOW_ORDERED or none) and was not forwarded already is
 // routed to the shard's owner; a forwarded one (no_forward) is answered or
 // refused where it arrives, so forwarding never loops.
-func TestRoutedOrdered(t *testing.T) {
+func TestRouted(t *testing.T) {
 	yes, no := true, false
 	for _, tc := range []struct {
 		name string
@@ -28,8 +28,8 @@ func TestRoutedOrdered(t *testing.T) {
 		{"snowflake with a sub key", &idl.NextIDsRequest{Biz: "b", Channel: ch(idl.Channel_SNOWFLAKE), SubKey: str("k")}, false},
 		{"unordered with a sub key", &idl.NextIDsRequest{Biz: "b", Channel: ch(idl.Channel_UNORDERED), SubKey: str("k")}, false},
 	} {
-		if got := routedOrdered(tc.req); got != tc.want {
-			t.Errorf("%s: routedOrdered = %v, want %v", tc.name, got, tc.want)
+		if got := Routed(tc.req); got != tc.want {
+			t.Errorf("%s: Routed = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
@@ -73,8 +73,11 @@ func TestForwardedAnswers(t *testing.T) {
 		{errors.New("connection refused"), false},
 		{nil, false},
 	} {
-		if got := forwardedTransition(tc.err); got != tc.want {
-			t.Errorf("forwardedTransition(%v) = %v, want %v", tc.err, got, tc.want)
+		if got := Transition(tc.err); got != tc.want {
+			t.Errorf("Transition(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }
+
+func ch(c idl.Channel) *idl.Channel { return &c }
+func str(s string) *string          { return &s }

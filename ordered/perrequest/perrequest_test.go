@@ -1,4 +1,4 @@
-package segment_test
+package perrequest_test
 
 import (
 	"cmp"
@@ -11,18 +11,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idgen/idgen/internal/teststores"
+	"github.com/idgen/idgen/ordered/perrequest"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/memstore"
 )
 
-func newOrdered(t testing.TB, cfg segment.OrderedConfig) *segment.Ordered {
+func newOrdered(t testing.TB, cfg perrequest.Config) *perrequest.Processor {
 	t.Helper()
-	o, err := segment.NewOrdered(cfg)
+	o, err := perrequest.New(cfg)
 	if err != nil {
-		t.Fatalf("NewOrdered: %v", err)
+		t.Fatalf("New: %v", err)
 	}
 	return o
 }
+
+// stores are the Store implementations the processor tests run on.
+var stores = teststores.All
+
+// mustCreate creates a business in st.
+var mustCreate = teststores.MustCreate
 
 // TestOrderedConcurrent: 16 goroutines on 4 keys; each sees its numbers
 // strictly increasing per key, and per key the numbers are gap-free.
@@ -30,10 +38,10 @@ func TestOrderedConcurrent(t *testing.T) {
 	const workers, perWorker = 16, 100
 	keys := []string{"a", "b", "c", "d"}
 	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
-			s := st.open(t)
+		t.Run(st.Name, func(t *testing.T) {
+			s := st.Open(t)
 			biz := mustCreate(t, s, segment.Biz{Name: "ord", Channel: segment.ChannelOrdered, StartNum: 10})
-			o := newOrdered(t, segment.OrderedConfig{Store: s})
+			o := newOrdered(t, perrequest.Config{Store: s})
 			type result struct {
 				key string
 				r   segment.Range
@@ -91,11 +99,11 @@ func TestOrderedConcurrent(t *testing.T) {
 // also through another node, and is not mistaken for a regression.
 func TestOrderedRetries(t *testing.T) {
 	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
-			s := st.open(t)
+		t.Run(st.Name, func(t *testing.T) {
+			s := st.Open(t)
 			biz := mustCreate(t, s, segment.Biz{Name: "ord"})
-			a := newOrdered(t, segment.OrderedConfig{Store: s})
-			b := newOrdered(t, segment.OrderedConfig{Store: s}) // another node
+			a := newOrdered(t, perrequest.Config{Store: s})
+			b := newOrdered(t, perrequest.Config{Store: s}) // another node
 			ctx := context.Background()
 
 			r1, err := a.Take(ctx, biz, "k", 2, segment.RequestID{ID: "req-1"})
@@ -106,7 +114,7 @@ func TestOrderedRetries(t *testing.T) {
 			if err != nil || r2.First != r1.Last+1 {
 				t.Fatalf("second request: %v, %v", r2, err)
 			}
-			for _, node := range []*segment.Ordered{a, b, b} {
+			for _, node := range []*perrequest.Processor{a, b, b} {
 				again, err := node.Take(ctx, biz, "k", 2, segment.RequestID{ID: "req-1"})
 				if err != nil || again != r1 {
 					t.Fatalf("retry: %v, %v; want %v", again, err, r1)
@@ -131,7 +139,7 @@ func TestOrderedRetries(t *testing.T) {
 func TestOrderedRegressionRaised(t *testing.T) {
 	ms := memstore.New()
 	biz := mustCreate(t, ms, segment.Biz{Name: "ord"})
-	o := newOrdered(t, segment.OrderedConfig{Store: ms})
+	o := newOrdered(t, perrequest.Config{Store: ms})
 	ctx := context.Background()
 	for range 5 {
 		if _, err := o.Take(ctx, biz, "k", 1, segment.RequestID{}); err != nil {
@@ -166,8 +174,8 @@ func TestOrderedRegressionRaised(t *testing.T) {
 func TestOrderedRetryNeverReplaysARegressedRange(t *testing.T) {
 	ms := memstore.New()
 	biz := mustCreate(t, ms, segment.Biz{Name: "ord"})
-	nodeA := newOrdered(t, segment.OrderedConfig{Store: ms})
-	nodeB := newOrdered(t, segment.OrderedConfig{Store: ms}) // another node: remembers nothing
+	nodeA := newOrdered(t, perrequest.Config{Store: ms})
+	nodeB := newOrdered(t, perrequest.Config{Store: ms}) // another node: remembers nothing
 	ctx := context.Background()
 	var served int64
 	for range 5 {
@@ -185,7 +193,7 @@ func TestOrderedRetryNeverReplaysARegressedRange(t *testing.T) {
 	if first.First <= served {
 		t.Fatalf("first attempt: %v, not above %d already served", first, served)
 	}
-	for _, node := range []*segment.Ordered{nodeA, nodeB, nodeA} {
+	for _, node := range []*perrequest.Processor{nodeA, nodeB, nodeA} {
 		again, err := node.Take(ctx, biz, "chat", 1, segment.RequestID{ID: "req-1"})
 		if err != nil || again != first {
 			t.Fatalf("retry: %v, %v; want the first attempt's %v", again, err, first)
@@ -202,7 +210,7 @@ type plainStore struct{ segment.Store }
 func TestOrderedWithoutReplayReports(t *testing.T) {
 	ms := memstore.New()
 	biz := mustCreate(t, ms, segment.Biz{Name: "ord"})
-	o := newOrdered(t, segment.OrderedConfig{Store: plainStore{ms}})
+	o := newOrdered(t, perrequest.Config{Store: plainStore{ms}})
 	ctx := context.Background()
 	r1, err := o.Take(ctx, biz, "k", 1, segment.RequestID{ID: "r1"})
 	if err != nil {
@@ -244,7 +252,7 @@ func TestOrderedErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ms := memstore.New()
 			mustCreate(t, ms, segment.Biz{Name: "ord"})
-			o := newOrdered(t, segment.OrderedConfig{Store: ms, Timeout: 20 * time.Millisecond})
+			o := newOrdered(t, perrequest.Config{Store: ms, Timeout: 20 * time.Millisecond})
 			if tc.setup != nil {
 				defer tc.setup(ms)()
 			}
@@ -260,18 +268,18 @@ func TestOrderedConfigValidation(t *testing.T) {
 	ms := memstore.New()
 	tests := []struct {
 		name  string
-		cfg   segment.OrderedConfig
+		cfg   perrequest.Config
 		field string
 	}{
-		{"no store", segment.OrderedConfig{}, "Store"},
-		{"negative timeout", segment.OrderedConfig{Store: ms, Timeout: -1}, "Timeout"},
-		{"negative max keys", segment.OrderedConfig{Store: ms, MaxKeys: -1}, "MaxKeys"},
+		{"no store", perrequest.Config{}, "Store"},
+		{"negative timeout", perrequest.Config{Store: ms, Timeout: -1}, "Timeout"},
+		{"negative max keys", perrequest.Config{Store: ms, MaxKeys: -1}, "MaxKeys"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := segment.NewOrdered(tc.cfg)
+			_, err := perrequest.New(tc.cfg)
 			if !errors.Is(err, segment.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
-				t.Fatalf("NewOrdered: %v, want ErrInvalid naming %s", err, tc.field)
+				t.Fatalf("New: %v, want ErrInvalid naming %s", err, tc.field)
 			}
 		})
 	}
@@ -281,7 +289,7 @@ func TestOrderedConfigValidation(t *testing.T) {
 func TestOrderedKeysBounded(t *testing.T) {
 	ms := memstore.New()
 	biz := mustCreate(t, ms, segment.Biz{Name: "ord"})
-	o := newOrdered(t, segment.OrderedConfig{Store: ms, MaxKeys: 64})
+	o := newOrdered(t, perrequest.Config{Store: ms, MaxKeys: 64})
 	for i := range 1000 {
 		if _, err := o.Take(context.Background(), biz, fmt.Sprint("key-", i), 1, segment.RequestID{}); err != nil {
 			t.Fatal(err)

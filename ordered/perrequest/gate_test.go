@@ -1,4 +1,4 @@
-package segment_test
+package perrequest_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/idgen/idgen/ordered/perrequest"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/memstore"
 )
@@ -60,7 +61,7 @@ func TestOrderedRangeAnsweredOnlyIfRemembered(t *testing.T) {
 	s := memstore.New()
 	biz := mustCreate(t, s, segment.Biz{Name: "ord", Channel: segment.ChannelOrdered, StartNum: 1})
 	g := &closingGate{token: 1, open: true}
-	o := newOrdered(t, segment.OrderedConfig{Store: s, Gate: g})
+	o := newOrdered(t, perrequest.Config{Store: s, Gate: g})
 	flushed := map[string]int64{}
 	g.onClose = func() {
 		o.Remembered(func(_, sub string, last int64) { flushed[sub] = last })

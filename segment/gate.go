@@ -1,0 +1,21 @@
+package segment
+
+// Gate holds ORDERED reservations back while the cluster repairs the store
+// after the MySQL server behind the connection changed (a failover): the
+// new server may have lost reservations that some node served and still
+// remembers, so no node may reserve on it before every node has raised
+// the rows it remembers.
+//
+// The token changes whenever the gate closes (and stays the same when it
+// opens again): a number reserved under one token may be answered from
+// memory only while Enter still returns that token (package ordered's
+// cached reservations), and the barrier reads Remembered only after the
+// token changed. Enter is on the hot path of cached answers: keep it cheap.
+type Gate interface {
+	// Enter returns a token when reservations may run, or an error
+	// wrapping ErrUnavailable (retryable) while the gate is closed.
+	Enter() (token uint64, err error)
+	// Check returns nil when a reservation started with token may still
+	// be committed and answered: the gate has not closed since.
+	Check(token uint64) error
+}

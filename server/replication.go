@@ -233,12 +233,15 @@ var (
 		"Segments served unverified (ZooKeeper unreachable, lossless replication) not yet recorded in the ledger; recorded as soon as ZooKeeper answers.", nil, nil)
 	descServerChanges = prometheus.NewDesc("idgen_mysql_server_changes_total",
 		"New MySQL connections that reached another server than the one before (a failover or switchover).", nil, nil)
+	descParted = prometheus.NewDesc("idgen_ordered_parted_marks_total",
+		"ORDERED marks carried over a clean stop, by op: written (this node wrote its marks to ZooKeeper when it stopped; counted by the stopping process) and raised (marks of stopped nodes this node raised on a new MySQL server before its gate opened).",
+		[]string{"op"}, nil)
 	descConflicts = prometheus.NewDesc("idgen_mysql_conflict_retries_total",
 		"Reservations rolled back by a deadlock or a Galera certification conflict and tried again.", nil, nil)
 )
 
 func (c guardCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descStoreRegr, descBarriers, descBarrierExpired, descGuardRestores, descGate, descLedger, descLedgerPending, descServerChanges, descConflicts} {
+	for _, d := range []*prometheus.Desc{descStoreRegr, descBarriers, descBarrierExpired, descGuardRestores, descGate, descLedger, descLedgerPending, descServerChanges, descConflicts, descParted} {
 		ch <- d
 	}
 }
@@ -263,6 +266,8 @@ func (c guardCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descBarrierExpired, prometheus.CounterValue, float64(s.MembersExpired))
 	ch <- prometheus.MustNewConstMetric(descGuardRestores, prometheus.CounterValue, float64(s.Restores))
 	ch <- prometheus.MustNewConstMetric(descGate, prometheus.GaugeValue, b2f(s.GateOpen))
+	ch <- prometheus.MustNewConstMetric(descParted, prometheus.CounterValue, float64(s.PartedWritten), "written")
+	ch <- prometheus.MustNewConstMetric(descParted, prometheus.CounterValue, float64(s.PartedRaised), "raised")
 	for _, x := range []struct {
 		r string
 		n uint64

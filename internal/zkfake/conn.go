@@ -32,6 +32,9 @@ type Conn struct {
 	// frozenDisconnect: the session was cut by a pause; the client is told
 	// at the thaw.
 	frozenDisconnect bool
+	// stale: the tree the client reads while it talks to a lagging
+	// follower (ReadFrom); nil: reads are current.
+	stale map[string]*node
 }
 
 type pendingEvent struct {
@@ -102,18 +105,38 @@ func (c *Conn) dropWatches() {
 	c.pending = nil
 }
 
-// begin waits out a pause, then checks the client; it returns with s.mu
-// held when the operation may run.
-func (c *Conn) begin() error {
+// begin waits out a pause, runs the test's hook and fail (Server.SetHook,
+// SetFail), then checks the client; it returns with s.mu held when the
+// operation op on p may run. A write brings a lagging client's reads up
+// to date (ReadFrom), as a write through the leader does.
+func (c *Conn) begin(op, p string) error {
 	s := c.s
+	hooked := false
 	for {
 		s.mu.Lock()
-		ch := s.pausedCh[c.name]
-		if ch == nil {
-			break
+		if ch := s.pausedCh[c.name]; ch != nil {
+			s.mu.Unlock()
+			<-ch
+			continue
 		}
-		s.mu.Unlock()
-		<-ch
+		if writes[op] {
+			c.stale = nil
+		}
+		if !hooked && (s.hook != nil || s.fail != nil) {
+			hook, fail := s.hook, s.fail
+			s.mu.Unlock()
+			hooked = true
+			if hook != nil {
+				hook(c, op, p)
+			}
+			if fail != nil {
+				if err := fail(c, op, p); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		break
 	}
 	s.Ops++
 	switch {
@@ -125,6 +148,18 @@ func (c *Conn) begin() error {
 		return zk.ErrNoServer
 	}
 	return nil
+}
+
+// writes are the operations that go through the leader.
+var writes = map[string]bool{"create": true, "set": true, "delete": true, "multi": true}
+
+// tree is what the client reads: the lagging follower's copy, or the
+// server's tree; s.mu is held.
+func (c *Conn) tree() map[string]*node {
+	if c.stale != nil {
+		return c.stale
+	}
+	return c.s.nodes
 }
 
 // end records the zxid the answer carries and releases s.mu.
@@ -148,7 +183,7 @@ func (c *Conn) Create(p string, data []byte, flags int32, acl []zk.ACL) (string,
 		s.loseCreate = ""
 	}
 	s.mu.Unlock()
-	if err := c.begin(); err != nil {
+	if err := c.begin("create", p); err != nil {
 		return "", err
 	}
 	defer c.end()
@@ -192,11 +227,11 @@ func (s *Server) createLocked(p string, data []byte, flags int32, sid int64) (st
 
 // Get reads p.
 func (c *Conn) Get(p string) ([]byte, *zk.Stat, error) {
-	if err := c.begin(); err != nil {
+	if err := c.begin("get", p); err != nil {
 		return nil, nil, err
 	}
 	defer c.end()
-	n, ok := c.s.nodes[p]
+	n, ok := c.tree()[p]
 	if !ok {
 		return nil, nil, zk.ErrNoNode
 	}
@@ -206,11 +241,11 @@ func (c *Conn) Get(p string) ([]byte, *zk.Stat, error) {
 
 // GetW reads p and sets a data watch.
 func (c *Conn) GetW(p string) ([]byte, *zk.Stat, <-chan zk.Event, error) {
-	if err := c.begin(); err != nil {
+	if err := c.begin("getw", p); err != nil {
 		return nil, nil, nil, err
 	}
 	defer c.end()
-	n, ok := c.s.nodes[p]
+	n, ok := c.tree()[p]
 	if !ok {
 		return nil, nil, nil, zk.ErrNoNode
 	}
@@ -220,7 +255,7 @@ func (c *Conn) GetW(p string) ([]byte, *zk.Stat, <-chan zk.Event, error) {
 
 // Set writes p if version matches (-1: any).
 func (c *Conn) Set(p string, data []byte, version int32) (*zk.Stat, error) {
-	if err := c.begin(); err != nil {
+	if err := c.begin("set", p); err != nil {
 		return nil, err
 	}
 	defer c.end()
@@ -247,39 +282,39 @@ func (s *Server) setLocked(p string, data []byte, version int32) (*zk.Stat, erro
 
 // Children lists p's children, sorted.
 func (c *Conn) Children(p string) ([]string, *zk.Stat, error) {
-	if err := c.begin(); err != nil {
+	if err := c.begin("children", p); err != nil {
 		return nil, nil, err
 	}
 	defer c.end()
-	n, ok := c.s.nodes[p]
+	n, ok := c.tree()[p]
 	if !ok {
 		return nil, nil, zk.ErrNoNode
 	}
 	st := n.stat
-	return c.s.childrenOf(p), &st, nil
+	return childrenIn(c.tree(), p), &st, nil
 }
 
 // ChildrenW lists p's children and sets a children watch.
 func (c *Conn) ChildrenW(p string) ([]string, *zk.Stat, <-chan zk.Event, error) {
-	if err := c.begin(); err != nil {
+	if err := c.begin("childrenw", p); err != nil {
 		return nil, nil, nil, err
 	}
 	defer c.end()
-	n, ok := c.s.nodes[p]
+	n, ok := c.tree()[p]
 	if !ok {
 		return nil, nil, nil, zk.ErrNoNode
 	}
 	st := n.stat
-	return c.s.childrenOf(p), &st, c.watch(watchKey{p, true}), nil
+	return childrenIn(c.tree(), p), &st, c.watch(watchKey{p, true}), nil
 }
 
 // Exists reports whether p exists.
 func (c *Conn) Exists(p string) (bool, *zk.Stat, error) {
-	if err := c.begin(); err != nil {
+	if err := c.begin("exists", p); err != nil {
 		return false, nil, err
 	}
 	defer c.end()
-	n, ok := c.s.nodes[p]
+	n, ok := c.tree()[p]
 	if !ok {
 		return false, &zk.Stat{}, nil
 	}
@@ -289,7 +324,7 @@ func (c *Conn) Exists(p string) (bool, *zk.Stat, error) {
 
 // Delete removes p if version matches (-1: any) and it has no children.
 func (c *Conn) Delete(p string, version int32) error {
-	if err := c.begin(); err != nil {
+	if err := c.begin("delete", p); err != nil {
 		return err
 	}
 	defer c.end()
@@ -320,7 +355,7 @@ func (s *Server) deleteChecked(p string, version int32) error {
 // *zk.CheckVersionRequest, *zk.SetDataRequest, *zk.CreateRequest and
 // *zk.DeleteRequest.
 func (c *Conn) Multi(ops ...any) ([]zk.MultiResponse, error) {
-	if err := c.begin(); err != nil {
+	if err := c.begin("multi", ""); err != nil {
 		return nil, err
 	}
 	defer c.end()
@@ -381,7 +416,7 @@ func (c *Conn) Multi(ops ...any) ([]zk.MultiResponse, error) {
 
 // AddAuth accepts any credential (the fake has no ACLs).
 func (c *Conn) AddAuth(scheme string, auth []byte) error {
-	if err := c.begin(); err != nil {
+	if err := c.begin("addauth", ""); err != nil {
 		return err
 	}
 	c.end()

@@ -1,6 +1,8 @@
 package zkfake
 
 import (
+	"time"
+
 	"github.com/go-zookeeper/zk"
 )
 
@@ -218,4 +220,13 @@ func (c *Conn) Closed() bool {
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
 	return c.closed
+}
+
+// SetNow sets the server's clock: the ctime and mtime of znodes (what
+// cluster.Now reads as ZooKeeper's time) and, with the loop running, the
+// session activity it expires by. A test with a fake clock sets it first.
+func (s *Server) SetNow(now func() time.Time) {
+	s.mu.Lock()
+	s.now = now
+	s.mu.Unlock()
 }

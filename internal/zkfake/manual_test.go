@@ -197,6 +197,19 @@ func TestHookAndFail(t *testing.T) {
 	}
 }
 
+func TestSetNowStampsZnodes(t *testing.T) {
+	s := NewManual()
+	at := time.UnixMilli(1_234_567)
+	s.SetNow(func() time.Time { return at })
+	c, _ := s.Connect("a", time.Second)
+	if _, err := c.Create("/t", nil, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, st, _ := s.Get("/t"); st.Ctime != at.UnixMilli() || st.Mtime != at.UnixMilli() {
+		t.Fatalf("ctime %d mtime %d, want %d", st.Ctime, st.Mtime, at.UnixMilli())
+	}
+}
+
 func TestRestoreTreeAndWipeTreeKeepSessions(t *testing.T) {
 	s := NewManual()
 	c, _ := s.Connect("a", time.Second)

@@ -69,6 +69,14 @@ func (c *Conn) send(st zk.State) {
 	}
 }
 
+// disconnectLocked drops the connection (the session lives on); s.mu is
+// held.
+func (c *Conn) disconnectLocked() {
+	c.has = false
+	c.send(zk.StateDisconnected)
+	c.send(zk.StateConnecting)
+}
+
 // flushPending delivers the watch events that fired while the client was
 // away; s.mu is held.
 func (c *Conn) flushPending() {
@@ -360,9 +368,13 @@ func (c *Conn) Multi(ops ...any) ([]zk.MultiResponse, error) {
 	}
 	defer c.end()
 	s := c.s
-	// Apply to a copy; keep it only if every op succeeded. Watches fire
-	// only on success, so they are collected and fired after.
-	saved, savedCounter, savedWatches := copyNodes(s.nodes), s.counter, s.watches
+	// Apply in place, remembering the first state of every znode an op
+	// touches (nil: absent); undo it unless every op succeeded. Watches
+	// fire only on success, so they are collected and fired after. (The
+	// whole tree was copied before: the same result, but a cost per Multi
+	// that grew with the tree.)
+	u := multiUndo{s: s, prev: map[string]*node{}}
+	savedCounter, savedWatches := s.counter, s.watches
 	s.watches = map[watchKey][]watch{}
 	res := make([]zk.MultiResponse, len(ops))
 	var first error
@@ -376,10 +388,18 @@ func (c *Conn) Multi(ops ...any) ([]zk.MultiResponse, error) {
 				err = zk.ErrBadVersion
 			}
 		case *zk.SetDataRequest:
+			u.touch(o.Path)
 			res[i].Stat, err = s.setLocked(o.Path, o.Data, o.Version)
 		case *zk.CreateRequest:
+			u.touch(path.Dir(o.Path))
+			u.touch(o.Path)
 			res[i].String, err = s.createLocked(o.Path, o.Data, o.Flags, c.sid)
+			if err == nil {
+				u.created(res[i].String) // a sequential node's own name
+			}
 		case *zk.DeleteRequest:
+			u.touch(path.Dir(o.Path))
+			u.touch(o.Path)
 			err = s.deleteChecked(o.Path, o.Version)
 		default:
 			err = ErrUnsupported
@@ -391,27 +411,71 @@ func (c *Conn) Multi(ops ...any) ([]zk.MultiResponse, error) {
 	}
 	s.watches = savedWatches
 	if first != nil {
-		s.nodes, s.counter = saved, savedCounter
+		u.undo()
+		s.counter = savedCounter
 		return res, first
 	}
-	// Fire the watches of what changed, comparing with the saved tree.
-	for p, n := range s.nodes {
-		o, ok := saved[p]
+	// Fire the watches of what changed, comparing with the first states.
+	for _, p := range u.order {
+		o, n := u.prev[p], s.nodes[p]
 		switch {
-		case !ok:
+		case o == nil && n != nil:
 			s.fire(p, false, zk.EventNodeCreated)
 			s.fire(path.Dir(p), true, zk.EventNodeChildrenChanged)
-		case o.stat.Mzxid != n.stat.Mzxid:
+		case o != nil && n != nil && o.stat.Mzxid != n.stat.Mzxid:
 			s.fire(p, false, zk.EventNodeDataChanged)
 		}
 	}
-	for p := range saved {
-		if _, ok := s.nodes[p]; !ok {
+	for _, p := range u.order {
+		if u.prev[p] != nil && s.nodes[p] == nil {
 			s.fire(p, false, zk.EventNodeDeleted)
 			s.fire(path.Dir(p), true, zk.EventNodeChildrenChanged)
 		}
 	}
 	return res, nil
+}
+
+// multiUndo remembers, for one Multi, the state each touched znode had
+// before it (nil: absent), in the order first touched; s.mu is held.
+// Nodes are copied by value: a write replaces a node's data slice and
+// never changes it in place.
+type multiUndo struct {
+	s     *Server
+	prev  map[string]*node
+	order []string
+}
+
+func (u *multiUndo) touch(p string) {
+	if _, ok := u.prev[p]; ok {
+		return
+	}
+	var before *node
+	if n, ok := u.s.nodes[p]; ok {
+		c := *n
+		before = &c
+	}
+	u.prev[p] = before
+	u.order = append(u.order, p)
+}
+
+// created records p, just created, as absent before, unless touched
+// already (a node deleted earlier in the Multi and created again).
+func (u *multiUndo) created(p string) {
+	if _, ok := u.prev[p]; !ok {
+		u.prev[p] = nil
+		u.order = append(u.order, p)
+	}
+}
+
+// undo puts every touched znode back as it was.
+func (u *multiUndo) undo() {
+	for p, n := range u.prev {
+		if n == nil {
+			delete(u.s.nodes, p)
+		} else {
+			u.s.nodes[p] = n
+		}
+	}
 }
 
 // AddAuth accepts any credential (the fake has no ACLs).

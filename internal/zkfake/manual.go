@@ -136,17 +136,7 @@ func (s *Server) WipeTree() {
 // Disconnect drops c's connection; its session lives on on the server.
 // On a NewManual server c stays without a session until Reconnect; with
 // the loop running it reconnects at the next tick.
-func (c *Conn) Disconnect() {
-	s := c.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c.closed {
-		return
-	}
-	c.has = false
-	c.send(zk.StateDisconnected)
-	c.send(zk.StateConnecting)
-}
+func (c *Conn) Disconnect() { c.unlessClosed(c.disconnectLocked) }
 
 // Reconnect makes c try its handshake now, by the server's rules (see
 // Handshake). A client that has a session is left as it is.
@@ -164,20 +154,25 @@ func (c *Conn) Reconnect() {
 // or is electing: TCP connected, then closed), after c loses its
 // connection. c stays without a session; Reconnect ends the refusals.
 func (c *Conn) RefuseHandshakes(n int) {
-	s := c.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c.closed {
-		return
-	}
-	c.has = false
-	c.send(zk.StateDisconnected)
-	for range n {
-		c.send(zk.StateConnecting)
-		c.send(zk.StateConnected)
+	c.unlessClosed(func() {
+		c.has = false
 		c.send(zk.StateDisconnected)
+		for range n {
+			c.send(zk.StateConnecting)
+			c.send(zk.StateConnected)
+			c.send(zk.StateDisconnected)
+		}
+		c.refused += n
+	})
+}
+
+// unlessClosed runs f with s.mu held, unless c is closed.
+func (c *Conn) unlessClosed(f func()) {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	if !c.closed {
+		f()
 	}
-	c.refused += n
 }
 
 // Renew ends c's session on the server and lets c handshake again, so it

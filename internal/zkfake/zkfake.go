@@ -228,9 +228,7 @@ func (s *Server) SetPartitioned(name string, cut bool) {
 	}
 	for _, c := range s.conns {
 		if c.name == name && !c.closed && cut && c.has {
-			c.has = false
-			c.send(zk.StateDisconnected)
-			c.send(zk.StateConnecting)
+			c.disconnectLocked()
 		}
 	}
 }
@@ -247,9 +245,7 @@ func (s *Server) Kill(name string) {
 	s.killed[name] = true
 	for _, c := range s.conns {
 		if c.name == name && !c.closed && c.has {
-			c.has = false
-			c.send(zk.StateDisconnected)
-			c.send(zk.StateConnecting)
+			c.disconnectLocked()
 		}
 	}
 }
@@ -303,9 +299,7 @@ func (s *Server) SetDown(down bool) {
 func (s *Server) disconnectAll() {
 	for _, c := range s.conns {
 		if !c.closed && c.has {
-			c.has = false
-			c.send(zk.StateDisconnected)
-			c.send(zk.StateConnecting)
+			c.disconnectLocked()
 		}
 	}
 }

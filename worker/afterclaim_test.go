@@ -46,12 +46,8 @@ func (p *afterClaimProbe) hook(ctx context.Context) error {
 	return nil
 }
 
-// lockedChildren is fakeZK.childrenOf with f.mu held.
-func lockedChildren(f *fakeZK, p string) []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.childrenOf(p)
-}
+// lockedChildren is fakeZK.childrenOf (the server's tree under its lock).
+func lockedChildren(f *fakeZK, p string) []string { return f.childrenOf(p) }
 
 func (p *afterClaimProbe) snap() []afterClaimCall {
 	p.mu.Lock()
@@ -64,7 +60,7 @@ func (p *afterClaimProbe) snap() []afterClaimCall {
 // start and at the re-claim after an expiry; a failed one keeps the slot
 // from serving and the claim is made again.
 func TestAfterClaimRunsBeforeTheSlotServes(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	h := newTestHolder("a", nil, nil)
 	p := &afterClaimProbe{f: f, h: h, fail: 1}
 	cfg := fakeConfig(t, f, h, 9000)
@@ -93,7 +89,7 @@ func TestAfterClaimRunsBeforeTheSlotServes(t *testing.T) {
 	p.mu.Lock()
 	p.fail = 1
 	p.mu.Unlock()
-	connOf(l).expire()
+	connOf(l).Renew(false)
 	waitFor(t, "re-claim", 10*time.Second, func() bool { return len(h.snap().acquired) == 2 })
 	calls = p.snap()
 	if len(calls) < 4 {
@@ -110,7 +106,7 @@ func TestAfterClaimRunsBeforeTheSlotServes(t *testing.T) {
 // A start whose AfterClaim keeps failing is refused (no slot serves),
 // after startClaimAttempts claims, each released.
 func TestAfterClaimFailingRefusesTheStart(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	h := newTestHolder("a", nil, nil)
 	p := &afterClaimProbe{f: f, h: h, fail: 100}
 	cfg := fakeConfig(t, f, h, 9000)

@@ -22,8 +22,8 @@ import (
 // TestNoClusterRefusesNamingInit: a node never creates a cluster; one
 // that finds none and was never a member refuses, naming the command.
 func TestNoClusterRefusesNamingInit(t *testing.T) {
-	f := newFakeZK(nil)
-	f.down = true // fakeConfig must not create the cluster
+	f := newFakeZK()
+	f.setDown() // fakeConfig must not create the cluster
 	cfg := fakeConfig(t, f, newTestHolder("a", nil, nil), 9000)
 	f.up()
 	_, err := Register(context.Background(), cfg)
@@ -39,7 +39,7 @@ func TestNoClusterRefusesNamingInit(t *testing.T) {
 // slot held, so its first nodes take unmarked slots with no wait, even
 // with the default lead (a cluster created by a node waited one lead).
 func TestNewClusterServesAtOnce(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	for i := range 3 {
 		cfg := fakeConfig(t, f, newTestHolder("a", nil, nil), 9000+i)
 		cfg.OutageTolerance, cfg.HeartbeatInterval, cfg.SessionTimeout = DefaultOutageTolerance, time.Second, DefaultSessionTimeout
@@ -55,7 +55,7 @@ func TestNewClusterServesAtOnce(t *testing.T) {
 // from its properties file (same created_ms, marked restored), and every
 // slot taken in the next lead waits past it.
 func TestSurvivorRestoresWipedRecord(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	ha := newTestHolder("a", nil, nil)
 	cfgA := fakeConfig(t, f, ha, 9000)
 	cfgA.OutageTolerance = 2 * time.Second
@@ -105,7 +105,7 @@ func TestSurvivorRestoresWipedRecord(t *testing.T) {
 // restored ensemble runs in a new epoch, so every slot taken within a lead
 // waits past it. One slot per IDC makes the new node take a's.
 func TestInvariantRestoredEnsemble(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	log := newIssuedLog()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -123,7 +123,7 @@ func TestInvariantRestoredEnsemble(t *testing.T) {
 	a := register(t, cfgA)
 	go ha.issueLoop(ctx)
 	waitFor(t, "a issuing", 5*time.Second, func() bool { return ha.snap().issued > 5 })
-	connOf(a).disconnect()
+	connOf(a).Disconnect()
 	f.restore(snap)
 
 	hb := newTestHolder("b", nil, log)
@@ -148,7 +148,7 @@ func TestInvariantRestoredEnsemble(t *testing.T) {
 // later heartbeats) keeps its slot, and marks the cluster restored so that
 // others wait.
 func TestOwnMarkWentBackMarksRestored(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	log := newIssuedLog()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -157,10 +157,7 @@ func TestOwnMarkWentBackMarksRestored(t *testing.T) {
 	go h.issueLoop(ctx)
 	snap := f.snapshot()
 	waitFor(t, "a issuing and a few heartbeats", 5*time.Second, func() bool { return h.snap().issued > 5 && len(h.snap().extended) > 3 })
-	f.mu.Lock()
-	f.nodes = snap.nodes
-	f.zxid = snap.zxid
-	f.mu.Unlock()
+	f.RestoreTree(snap, false) // silently: same epoch, nobody disconnected
 	waitFor(t, "the loss detected", 5*time.Second, func() bool { return a.Status().StateLosses >= 1 })
 	b, _, _ := f.get("/t/c1/meta")
 	var rec cluster.Record
@@ -182,27 +179,21 @@ func TestOwnMarkWentBackMarksRestored(t *testing.T) {
 // new client would abandon it (its claim staying until it expires) and
 // stop SNOWFLAKE for nothing.
 func TestElectionRefusalsKeepTheSession(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	h := newTestHolder("a", nil, nil)
 	cfg := fakeConfig(t, f, h, 9000)
 	cfg.OutageTolerance = 10 * time.Second // the election is well within it
 	a := register(t, cfg)
-	f.mu.Lock()
-	conns := len(f.conns)
-	f.notServing = true
-	f.mu.Unlock()
+	conns := f.Conns()
+	f.SetNotServing(true)
 	c := connOf(a)
-	c.refuseHandshakes(2 * zksession.RedialAfter)
+	c.RefuseHandshakes(2 * zksession.RedialAfter)
 	time.Sleep(2*zksession.RefusalCheckEvery + 200*time.Millisecond) // judged at least twice
-	c.refuseHandshakes(zksession.RedialAfter)
-	f.mu.Lock()
-	f.notServing = false
-	f.mu.Unlock()
-	c.reconnect()
+	c.RefuseHandshakes(zksession.RedialAfter)
+	f.SetNotServing(false)
+	c.Reconnect()
 	waitFor(t, "the session back", 5*time.Second, func() bool { return a.Status().ZKConnected })
-	f.mu.Lock()
-	now := len(f.conns)
-	f.mu.Unlock()
+	now := f.Conns()
 	if now != conns {
 		t.Fatalf("%d new clients during an election", now-conns)
 	}
@@ -217,7 +208,7 @@ func TestElectionRefusalsKeepTheSession(t *testing.T) {
 // TestUnreadableMarkIsSkipped (issue 17 item 5): a last/<node> that does
 // not decode is skipped, logged and counted, not picked again and again.
 func TestUnreadableMarkIsSkipped(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	cfg := fakeConfig(t, f, newTestHolder("a", nil, nil), 9000)
 	cfg.Meta = Meta{IDCBits: 8, NodeBits: 2}
 	f.wipe()
@@ -247,7 +238,7 @@ func TestUnreadableMarkIsSkipped(t *testing.T) {
 // ahead of it, so the wait must be converted with the measured offset, not
 // compared raw (which would not wait at all).
 func TestLegacyUnmarkedWaitUsesOneClock(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	cfg := fakeConfig(t, f, newTestHolder("a", nil, nil), 9000)
 	f.wipe()
 	c, _, _ := f.connect(nil, time.Second)
@@ -272,12 +263,14 @@ func TestLegacyUnmarkedWaitUsesOneClock(t *testing.T) {
 // slot is held (deleted by hand, or lost) is re-created at the next
 // heartbeat, so operators and peers still find the node.
 func TestMissingMemberIsRecreated(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	l := register(t, fakeConfig(t, f, newTestHolder("a", nil, nil), 9000))
 	old := l.Member()
-	f.mu.Lock()
-	f.deleteLocked(old)
-	f.mu.Unlock()
+	by, _, _ := f.connect(nil, time.Second) // an operator's client
+	if err := by.Delete(old, -1); err != nil {
+		t.Fatal(err)
+	}
+	by.Close()
 	waitFor(t, "the member re-created", 5*time.Second, func() bool {
 		m := l.Member()
 		_, _, ok := f.get(m)

@@ -23,7 +23,7 @@ import (
 // conditional on a's old version, fails, and a stops. The mark is never
 // lowered below what b issued.
 func TestInvariantPausedHolderResumedAfterSlotTaken(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	log := newIssuedLog()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -35,14 +35,11 @@ func TestInvariantPausedHolderResumedAfterSlotTaken(t *testing.T) {
 	waitFor(t, "a issuing", 5*time.Second, func() bool { return ha.snap().issued > 5 })
 
 	ca := connOf(a)
-	ca.disconnect() // a is paused or partitioned; it does not know its session ends
-	f.mu.Lock()
-	f.expireEphemerals(ca.sid)
-	f.mu.Unlock()
+	ca.Disconnect() // a is paused or partitioned; it does not know its session ends
+	f.DropEphemerals(ca.SessionID())
 	// a's durable mark: what ZooKeeper holds once a can no longer write.
-	f.mu.Lock()
-	d0, err := decodeLast(f.nodes[a.l.last(0, sa.Node)].data)
-	f.mu.Unlock()
+	b0, _, _ := f.get(a.l.last(0, sa.Node))
+	d0, err := decodeLast(b0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +63,7 @@ func TestInvariantPausedHolderResumedAfterSlotTaken(t *testing.T) {
 	waitFor(t, "b issuing", 5*time.Second, func() bool { return hb.snap().issued > 5 })
 
 	// a resumes: its late, conditional write must fail and stop it.
-	ca.reconnect()
+	ca.Reconnect()
 	waitFor(t, "a fenced by its failed conditional write", 5*time.Second, func() bool {
 		fenced := ha.snap().fenced
 		return len(fenced) > 0 && errors.Is(fenced[0], ErrSlotTaken)
@@ -75,9 +72,8 @@ func TestInvariantPausedHolderResumedAfterSlotTaken(t *testing.T) {
 		t.Fatalf("a issued %d on worker %d past its durable mark %d", used, sa.Worker, aMark)
 	}
 	waitFor(t, "b issuing after a's late write", 5*time.Second, func() bool { return hb.snap().issued > 20 })
-	f.mu.Lock()
-	d, err := decodeLast(f.nodes[a.l.last(0, sa.Node)].data)
-	f.mu.Unlock()
+	b1, _, _ := f.get(a.l.last(0, sa.Node))
+	d, err := decodeLast(b1)
 	if err != nil || d.HighWater < hb.LastUsed() {
 		t.Fatalf("mark %d (%v) below b's last used %d: a late write lowered it", d.HighWater, err, hb.LastUsed())
 	}
@@ -90,16 +86,15 @@ func TestInvariantPausedHolderResumedAfterSlotTaken(t *testing.T) {
 // before the slot changed hands, arrives after the new holder's write. It
 // is conditional on the old version and is refused.
 func TestInvariantStaleWriteLandsLate(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	ha := newTestHolder("a", nil, nil)
 	a := register(t, fakeConfig(t, f, ha, 9000))
 	sa, _ := a.Slot()
 	path := a.l.last(0, sa.Node)
 	// Another holder writes the slot's mark (it took the slot meanwhile).
 	other, _, _ := f.connect(nil, 0)
-	f.mu.Lock()
-	newMark := f.nodes[path].stat.Version
-	f.mu.Unlock()
+	_, markStat, _ := f.get(path)
+	newMark := markStat.Version
 	st, err := other.Set(path, toJSON(lastData{HighWater: time.Now().Add(time.Hour).UnixMilli(), Token: "b"}), newMark)
 	if err != nil {
 		t.Fatal(err)
@@ -108,9 +103,8 @@ func TestInvariantStaleWriteLandsLate(t *testing.T) {
 	if _, err := a.writeLast(sa, time.Now().UnixMilli(), false); !errors.Is(err, ErrSlotTaken) {
 		t.Fatalf("late write: %v, want ErrSlotTaken", err)
 	}
-	f.mu.Lock()
-	ver := f.nodes[path].stat.Version
-	f.mu.Unlock()
+	_, verStat, _ := f.get(path)
+	ver := verStat.Version
 	if ver != st.Version {
 		t.Fatalf("the late write changed the mark (version %d, want %d)", ver, st.Version)
 	}

@@ -25,10 +25,7 @@ import (
 // creates the cluster on f first (as `idctl cluster init`) if f is up.
 func fakeConfig(t *testing.T, f *fakeZK, h Holder, port int) Config {
 	t.Helper()
-	f.mu.Lock()
-	down := f.down
-	f.mu.Unlock()
-	if !down {
+	if !f.down.Load() {
 		initFake(t, f)
 	}
 	return Config{
@@ -166,7 +163,7 @@ func TestPropertiesRoundTripAtomic(t *testing.T) {
 }
 
 func TestRegisterThreeDistinctSlots(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	log := newIssuedLog()
 	seen := map[int]bool{}
 	var leases []*ZKLease
@@ -212,7 +209,7 @@ func TestRegisterThreeDistinctSlots(t *testing.T) {
 }
 
 func TestMetaMismatchRefusesNamingSetting(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	register(t, fakeConfig(t, f, newTestHolder("a", nil, nil), 9000))
 	tests := []struct {
 		meta    Meta
@@ -232,7 +229,7 @@ func TestMetaMismatchRefusesNamingSetting(t *testing.T) {
 }
 
 func TestHeartbeatExtendsAndRecordsMark(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	h := newTestHolder("a", nil, nil)
 	cfg := fakeConfig(t, f, h, 9000)
 	l := register(t, cfg)
@@ -260,7 +257,7 @@ func TestHeartbeatExtendsAndRecordsMark(t *testing.T) {
 }
 
 func TestCloseWritesExactMarkAndReleases(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	h := newTestHolder("a", nil, nil)
 	l := register(t, fakeConfig(t, f, h, 9000))
 	s, _ := l.Slot()
@@ -296,14 +293,14 @@ func TestCloseWritesExactMarkAndReleases(t *testing.T) {
 // it keeps serving up to its durable mark and no further (the ceiling),
 // and after reconnection heartbeats extend it again without a new slot.
 func TestConnectionLossServesUpToTheMark(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	h := newTestHolder("a", nil, nil)
 	l := register(t, fakeConfig(t, f, h, 9000))
 	c := connOf(l)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go h.issueLoop(ctx)
-	c.disconnect()
+	c.Disconnect()
 	hw := l.Status().HighWater
 	waitFor(t, "the clock to pass the mark", 5*time.Second, func() bool { return time.Now().UnixMilli() > hw+20 })
 	snap := h.snap()
@@ -313,7 +310,7 @@ func TestConnectionLossServesUpToTheMark(t *testing.T) {
 	if snap.lastUsed > snap.hw {
 		t.Fatalf("issued %d past the durable mark %d", snap.lastUsed, snap.hw)
 	}
-	c.reconnect()
+	c.Reconnect()
 	n := len(h.snap().extended)
 	waitFor(t, "heartbeats after reconnection", 5*time.Second, func() bool { return len(h.snap().extended) >= n+2 })
 	if snap := h.snap(); len(snap.acquired) != 1 || len(snap.fenced) != 0 {
@@ -323,14 +320,14 @@ func TestConnectionLossServesUpToTheMark(t *testing.T) {
 }
 
 func TestShortDisconnectDoesNotFence(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	h := newTestHolder("a", nil, nil)
 	cfg := fakeConfig(t, f, h, 9000)
 	l := register(t, cfg)
 	c := connOf(l)
-	c.disconnect()
+	c.Disconnect()
 	time.Sleep(20 * time.Millisecond)
-	c.reconnect()
+	c.Reconnect()
 	n := len(h.snap().extended)
 	waitFor(t, "heartbeats after the blip", 5*time.Second, func() bool { return len(h.snap().extended) >= n+2 })
 	if snap := h.snap(); len(snap.fenced) != 0 || len(snap.acquired) != 1 {
@@ -339,7 +336,7 @@ func TestShortDisconnectDoesNotFence(t *testing.T) {
 }
 
 func TestSessionExpiryFencesAndReclaims(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	log := newIssuedLog()
 	h := newTestHolder("a", nil, log)
 	l := register(t, fakeConfig(t, f, h, 9000))
@@ -350,7 +347,7 @@ func TestSessionExpiryFencesAndReclaims(t *testing.T) {
 	oldMember := l.Member()
 	waitFor(t, "some IDs", 5*time.Second, func() bool { return h.snap().issued > 5 })
 
-	connOf(l).expire()
+	connOf(l).Renew(false)
 	waitFor(t, "re-claim", 5*time.Second, func() bool { return len(h.snap().acquired) == 2 })
 	snap := h.snap()
 	if len(snap.fenced) != 1 || !errors.Is(snap.fenced[0], ErrSessionExpired) {
@@ -370,22 +367,20 @@ func TestSessionExpiryFencesAndReclaims(t *testing.T) {
 }
 
 func TestExpiryWithSlotTakenClaimsAnother(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	h := newTestHolder("a", nil, nil)
 	l := register(t, fakeConfig(t, f, h, 9000))
 	s0, _ := l.Slot()
 	c := connOf(l)
 	// The session ends on the server and another node takes the slot
 	// before this client reconnects.
-	c.disconnect()
-	f.mu.Lock()
-	f.expireEphemerals(c.sid)
-	f.mu.Unlock()
+	c.Disconnect()
+	f.DropEphemerals(c.SessionID())
 	other, _, _ := f.connect(nil, 0)
 	if _, err := other.Create(l.l.slot(0, s0.Node), nil, zk.FlagEphemeral, nil); err != nil {
 		t.Fatal(err)
 	}
-	c.expire()
+	c.Renew(false)
 	waitFor(t, "re-claim", 5*time.Second, func() bool { return len(h.snap().acquired) == 2 })
 	if s1 := h.snap().acquired[1]; s1.Node == s0.Node {
 		t.Fatalf("took node %d held by another session", s1.Node)
@@ -393,7 +388,7 @@ func TestExpiryWithSlotTakenClaimsAnother(t *testing.T) {
 }
 
 func TestLeastRecentlyUsedSlotFirst(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	c, _, _ := f.connect(nil, 0)
 	now := time.Now().UnixMilli()
 	for _, p := range []string{"/t", "/t/c1", "/t/c1/idc-0", "/t/c1/idc-0/last"} {
@@ -437,9 +432,9 @@ func ageCluster(t *testing.T, f *fakeZK, clk *clocktest.Fake) {
 // TestCleanRestartResumesCachedSlot: a clean shutdown's exact mark lets the
 // restart take its own slot again at once.
 func TestCleanRestartResumesCachedSlot(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	clk := clocktest.New(time.Now())
-	f.now = clk.Now
+	f.SetNow(clk.Now)
 	h := newTestHolder("a", clk, nil)
 	cfg := fakeConfig(t, f, h, 9000)
 	cfg.Clock = clk
@@ -460,9 +455,9 @@ func TestCleanRestartResumesCachedSlot(t *testing.T) {
 // mark is a look-ahead still in the future; the restart takes another slot
 // whose mark has passed and serves at once, instead of waiting.
 func TestCrashRestartTakesAPassedSlot(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	clk := clocktest.New(time.Now())
-	f.now = clk.Now
+	f.SetNow(clk.Now)
 	h := newTestHolder("a", clk, nil)
 	cfg := fakeConfig(t, f, h, 9000)
 	cfg.Clock = clk
@@ -484,9 +479,9 @@ func TestCrashRestartTakesAPassedSlot(t *testing.T) {
 // was written under another host address; the restart still finds the
 // cached slot and its mark.
 func TestCacheFoundAfterAddressChange(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	clk := clocktest.New(time.Now())
-	f.now = clk.Now
+	f.SetNow(clk.Now)
 	h := newTestHolder("a", clk, nil)
 	cfg := fakeConfig(t, f, h, 9000)
 	cfg.Clock = clk
@@ -503,7 +498,7 @@ func TestCacheFoundAfterAddressChange(t *testing.T) {
 }
 
 func TestCachedSlotHeldByAnotherIsNotUsed(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	a := register(t, fakeConfig(t, f, newTestHolder("a", nil, nil), 9000))
 	sa, _ := a.Slot()
 	cfg := fakeConfig(t, f, newTestHolder("b", nil, nil), 9001)
@@ -518,7 +513,7 @@ func TestCachedSlotHeldByAnotherIsNotUsed(t *testing.T) {
 }
 
 func TestStartWaitTooLongRefusesWithFigures(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	c, _, _ := f.connect(nil, 0)
 	for _, p := range []string{"/t", "/t/c1", "/t/c1/idc-0", "/t/c1/idc-0/last"} {
 		_, _ = c.Create(p, nil, 0, nil)
@@ -538,7 +533,7 @@ func TestStartWaitTooLongRefusesWithFigures(t *testing.T) {
 }
 
 func TestNoFreeSlot(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	c, _, _ := f.connect(nil, 0)
 	for _, p := range []string{"/t", "/t/c1", "/t/c1/idc-0", "/t/c1/idc-0/slots"} {
 		_, _ = c.Create(p, nil, 0, nil)
@@ -553,12 +548,12 @@ func TestNoFreeSlot(t *testing.T) {
 }
 
 func TestLostCreateResponsesAreRecovered(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	c, _, _ := f.connect(nil, 0)
 	for _, p := range []string{"/m", "/s"} {
 		_, _ = c.Create(p, nil, 0, nil)
 	}
-	f.loseCreate = "/m/"
+	f.LoseNextCreate("/m/")
 	p, err := createMember(context.Background(), c, "/m", []byte("{}"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -570,7 +565,7 @@ func TestLostCreateResponsesAreRecovered(t *testing.T) {
 		t.Fatalf("member name %q", p)
 	}
 
-	f.loseCreate = "/s/"
+	f.LoseNextCreate("/s/")
 	cl := claimer{zk: c, l: layout{"/x", "y"}, data: func() []byte { return nil }}
 	cl.l = layout{root: "/", cluster: "s"} // slots path is /s/idc-0/slots/<n>
 	for _, p := range []string{"/s/idc-0", "/s/idc-0/slots"} {
@@ -583,7 +578,7 @@ func TestLostCreateResponsesAreRecovered(t *testing.T) {
 }
 
 func TestPeerClockCheck(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	register(t, fakeConfig(t, f, newTestHolder("a", nil, nil), 9000))
 	cfgB := fakeConfig(t, f, newTestHolder("b", nil, nil), 9001)
 	cfgB.Host = "10.0.0.2"
@@ -640,13 +635,13 @@ func crashCache(t *testing.T, dir string, port, node int, hw, contact int64) {
 }
 
 func TestDegradedStartThenZooKeeperReturns(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	initFake(t, f)
 	dir := t.TempDir()
 	now := time.Now().UnixMilli()
 	crashCache(t, dir, 9000, 5, now+50, now)
 
-	f.down = true
+	f.setDown()
 	h := newTestHolder("b", nil, nil)
 	cfg := fakeConfig(t, f, h, 9000)
 	cfg.PropertiesDir = dir
@@ -715,7 +710,7 @@ func TestDegradedStartRefusedUnlessProvablySafe(t *testing.T) {
 		{"default lead: mark past the claim's expiry", Bool(true), 30 * time.Second, false, now + 35_000, now, "not safe to use"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeZK(nil)
+			f := newFakeZK()
 			dir := t.TempDir()
 			if err := writeProperties(propertiesPath(dir, "idgen", 9000, "10.0.0.1"), properties{
 				Cluster: "c1", IDC: 0, Node: 5, WorkerID: 5, HighWater: tc.hw, Exact: tc.exact, ZKContactMs: tc.contact,
@@ -723,7 +718,7 @@ func TestDegradedStartRefusedUnlessProvablySafe(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			f.down = true
+			f.setDown()
 			cfg := fakeConfig(t, f, newTestHolder("a", nil, nil), 9000)
 			cfg.PropertiesDir = dir
 			cfg.AllowCachedSlotWithoutZK = tc.allow
@@ -744,7 +739,7 @@ func TestDegradedStartRefusedUnlessProvablySafe(t *testing.T) {
 // cached slot would issue on the worker the other node issues on; it must
 // refuse.
 func TestStaleCacheDuringOutageIsNotServed(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	hA := newTestHolder("a", nil, nil)
 	cfgA := fakeConfig(t, f, hA, 9000)
 	cfgA.Meta = Meta{IDCBits: 8, NodeBits: 2}
@@ -754,9 +749,7 @@ func TestStaleCacheDuringOutageIsNotServed(t *testing.T) {
 	sa, _ := a.Slot()
 	// A crashes: its claim expires after the session timeout.
 	sid := connOf(a).SessionID()
-	f.mu.Lock()
-	f.expireEphemerals(sid)
-	f.mu.Unlock()
+	f.DropEphemerals(sid)
 	a.cancel() // stop its heartbeats without a clean shutdown
 	<-a.done
 	// B takes the slot: with 4 slots, fill the other three first.
@@ -781,7 +774,7 @@ func TestStaleCacheDuringOutageIsNotServed(t *testing.T) {
 	if err := writeProperties(a.props, p); err != nil {
 		t.Fatal(err)
 	}
-	f.down = true
+	f.setDown()
 	cfg := cfgA
 	cfg.Holder = newTestHolder("a2", nil, nil)
 	cfg.AllowCachedSlotWithoutZK = Bool(true)
@@ -794,7 +787,7 @@ func TestStaleCacheDuringOutageIsNotServed(t *testing.T) {
 }
 
 func TestDegradedSlotHeldByAnotherFencesAtOnce(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	dir := t.TempDir()
 	crashCache(t, dir, 9000, 5, time.Now().UnixMilli(), time.Now().UnixMilli())
 	// Another node holds slot 5.
@@ -809,7 +802,7 @@ func TestDegradedSlotHeldByAnotherFencesAtOnce(t *testing.T) {
 		t.Fatalf("setup: other node holds %d", s.Node)
 	}
 
-	f.down = true
+	f.setDown()
 	h := newTestHolder("b", nil, nil)
 	cfg := fakeConfig(t, f, h, 9000)
 	cfg.PropertiesDir = dir
@@ -830,7 +823,7 @@ func TestDegradedSlotHeldByAnotherFencesAtOnce(t *testing.T) {
 }
 
 func TestDegradedSlotUsedByAnotherMeanwhileWaitsPastTheirMark(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	dir := t.TempDir()
 	now := time.Now().UnixMilli()
 	crashCache(t, dir, 9000, 5, now-5000, now)
@@ -842,7 +835,7 @@ func TestDegradedSlotUsedByAnotherMeanwhileWaitsPastTheirMark(t *testing.T) {
 	theirs := now + 300
 	_, _ = c.Create("/t/c1/idc-0/last/5", toJSON(lastData{HighWater: theirs, Host: "10.9.9.9", Port: 1, PID: 1}), 0, nil)
 
-	f.down = true
+	f.setDown()
 	h := newTestHolder("b", nil, nil)
 	cfg := fakeConfig(t, f, h, 9000)
 	cfg.PropertiesDir = dir
@@ -864,8 +857,8 @@ func TestDegradedSlotUsedByAnotherMeanwhileWaitsPastTheirMark(t *testing.T) {
 }
 
 func TestZooKeeperDownWithoutUsableCacheRefuses(t *testing.T) {
-	f := newFakeZK(nil)
-	f.down = true
+	f := newFakeZK()
+	f.setDown()
 	cfg := fakeConfig(t, f, newTestHolder("a", nil, nil), 9000)
 	cfg.AllowCachedSlotWithoutZK = Bool(true)
 	_, err := Register(context.Background(), cfg)
@@ -935,7 +928,7 @@ func TestStandalone(t *testing.T) {
 }
 
 func TestListAndWatchWorkers(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	a := register(t, fakeConfig(t, f, newTestHolder("a", nil, nil), 9000))
 	cfgB := fakeConfig(t, f, newTestHolder("b", nil, nil), 9001)
 	cfgB.IDC = 1

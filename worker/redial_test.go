@@ -5,40 +5,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zookeeper/zk"
-
 	"github.com/idgen/idgen/cluster/zksession"
 )
-
-// refuseHandshakes makes the connection behave as against an ensemble that
-// lost its state: the session is gone from the client's view and every
-// reconnect is closed by the server before a session (n times).
-func (c *fakeConn) refuseHandshakes(n int) {
-	c.f.mu.Lock()
-	defer c.f.mu.Unlock()
-	c.has = false
-	c.send(zk.StateDisconnected)
-	for range n {
-		c.send(zk.StateConnecting)
-		c.send(zk.StateConnected)
-		c.send(zk.StateDisconnected)
-	}
-}
-
-// wipe drops every znode, as a ZooKeeper restarted with an empty data dir.
-func (f *fakeZK) wipe() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.nodes = map[string]*fakeNode{"/": {}}
-	f.epoch, f.zxid = 0, 0 // a server on an empty data dir starts over
-}
 
 // TestWipedEnsembleRedialsAndReclaims (issue 10): ZooKeeper loses its state
 // and refuses the old client's handshakes. The lease replaces its client,
 // re-creates the cluster znodes, claims its slot again above everything it
 // issued, and no (worker, millisecond) is issued twice.
 func TestWipedEnsembleRedialsAndReclaims(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	log := newIssuedLog()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -49,16 +24,12 @@ func TestWipedEnsembleRedialsAndReclaims(t *testing.T) {
 	before, _ := a.Slot()
 
 	old := connOf(a)
-	f.mu.Lock()
-	conns := len(f.conns)
-	f.mu.Unlock()
+	conns := f.Conns()
 	f.wipe()
-	old.refuseHandshakes(zksession.RedialAfter)
+	old.RefuseHandshakes(zksession.RedialAfter)
 
 	waitFor(t, "a new client", 5*time.Second, func() bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return len(f.conns) > conns
+		return f.Conns() > conns
 	})
 	waitFor(t, "the slot claimed again in the wiped ensemble", 10*time.Second, func() bool {
 		s, ok := a.Slot()
@@ -69,9 +40,7 @@ func TestWipedEnsembleRedialsAndReclaims(t *testing.T) {
 		_, _, meta := f.get(a.l.meta())
 		return exists && meta
 	})
-	f.mu.Lock()
-	closed := old.closed
-	f.mu.Unlock()
+	closed := old.Closed()
 	if !closed {
 		t.Error("the refused client was not closed")
 	}
@@ -90,10 +59,8 @@ func TestWipedEnsembleRedialsAndReclaims(t *testing.T) {
 // TestSessionWatchCountsRefusedHandshakes: only connections the server
 // closed before a session count, and a session resets the count.
 func TestSessionWatchCountsRefusedHandshakes(t *testing.T) {
-	f := newFakeZK(nil)
-	f.mu.Lock()
-	f.notServing = true // the session judges nothing meanwhile
-	f.mu.Unlock()
+	f := newFakeZK()
+	f.SetNotServing(true) // the session judges nothing meanwhile
 	w, err := zksession.Start(zksession.Config{Servers: []string{"fake:2181"}, Connect: f.connect, ServerStats: f.serverStats})
 	if err != nil {
 		t.Fatal(err)
@@ -101,10 +68,10 @@ func TestSessionWatchCountsRefusedHandshakes(t *testing.T) {
 	defer w.Close()
 	waitFor(t, "session", time.Second, func() bool { return w.View().Has })
 	c := w.Client().(*fakeConn)
-	c.disconnect() // a plain outage: no TCP connection accepted
-	c.refuseHandshakes(2)
+	c.Disconnect() // a plain outage: no TCP connection accepted
+	c.RefuseHandshakes(2)
 	waitFor(t, "two refusals", time.Second, func() bool { return w.View().Refusals == 2 })
-	c.reconnect()
+	c.Reconnect()
 	waitFor(t, "reset by the session", time.Second, func() bool { v := w.View(); return v.Has && v.Refusals == 0 })
 }
 
@@ -113,7 +80,7 @@ func TestSessionWatchCountsRefusedHandshakes(t *testing.T) {
 // takes its own slot back (continuing above what it issued), rather than
 // another slot whose mark it would have to wait past.
 func TestReclaimWaitsForOwnExpiredClaim(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	log := newIssuedLog()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -123,12 +90,10 @@ func TestReclaimWaitsForOwnExpiredClaim(t *testing.T) {
 	waitFor(t, "a issuing", 5*time.Second, func() bool { return h.snap().issued > 5 })
 	before, _ := a.Slot()
 
-	old := connOf(a).replaceSession(true)
+	old := connOf(a).Renew(true)
 	waitFor(t, "fenced by the expiry", 5*time.Second, func() bool { return len(h.snap().fenced) > 0 })
 	time.Sleep(300 * time.Millisecond) // some re-claim attempts find the old claim
-	f.mu.Lock()
-	f.expireEphemerals(old)
-	f.mu.Unlock()
+	f.DropEphemerals(old)
 	waitFor(t, "the slot claimed again", 10*time.Second, func() bool {
 		return len(h.snap().acquired) >= 2 && a.State() == StateRegistered
 	})
@@ -146,18 +111,14 @@ func TestReclaimWaitsForOwnExpiredClaim(t *testing.T) {
 // refused; the lease still sees, from the servers' zxid, that the ensemble
 // lost writes it saw, and replaces its client without waiting for refusals.
 func TestWipedEnsembleRedialsWithoutRefusals(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	h := newTestHolder("a", nil, nil)
 	a := register(t, fakeConfig(t, f, h, 9000))
-	f.mu.Lock()
-	conns := len(f.conns)
-	f.mu.Unlock()
-	connOf(a).disconnect() // no refusal: the reconnect hangs
+	conns := f.Conns()
+	connOf(a).Disconnect() // no refusal: the reconnect hangs
 	f.wipe()
 	waitFor(t, "a new client", 5*time.Second, func() bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return len(f.conns) > conns
+		return f.Conns() > conns
 	})
 	waitFor(t, "registered again", 10*time.Second, func() bool { return a.State() == StateRegistered && a.Status().StateLosses >= 1 })
 }
@@ -165,18 +126,14 @@ func TestWipedEnsembleRedialsWithoutRefusals(t *testing.T) {
 // TestPlainOutageKeepsTheClient: ZooKeeper unreachable (no server answers
 // srvr) with no refused handshake: the client is kept, whatever the time.
 func TestPlainOutageKeepsTheClient(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	cfg := fakeConfig(t, f, newTestHolder("a", nil, nil), 9000)
 	a := register(t, cfg)
-	f.mu.Lock()
-	conns := len(f.conns)
-	f.down = true
-	f.mu.Unlock()
-	connOf(a).disconnect()
+	conns := f.Conns()
+	f.setDown()
+	connOf(a).Disconnect()
 	time.Sleep(3*zksession.RefusalCheckEvery + cfg.Lead())
-	f.mu.Lock()
-	now := len(f.conns)
-	f.mu.Unlock()
+	now := f.Conns()
 	if now != conns {
 		t.Fatalf("%d new clients during a plain outage", now-conns)
 	}
@@ -187,23 +144,17 @@ func TestPlainOutageKeepsTheClient(t *testing.T) {
 // session timeout: the session is expired on a serving ensemble, so the
 // lease connects a new client instead of waiting on the old one.
 func TestServingEnsembleWithoutTheSessionRedials(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	h := newTestHolder("a", nil, nil)
 	cfg := fakeConfig(t, f, h, 9000)
 	a := register(t, cfg)
-	f.mu.Lock()
-	conns := len(f.conns)
-	f.mu.Unlock()
+	conns := f.Conns()
 	c := connOf(a)
 	sid := c.SessionID()
-	c.disconnect() // its reconnects hang: no refusal, no session
-	f.mu.Lock()
-	f.expireEphemerals(sid) // the serving server expires the session
-	f.mu.Unlock()
+	c.Disconnect()        // its reconnects hang: no refusal, no session
+	f.DropEphemerals(sid) // the serving server expires the session
 	waitFor(t, "a new client", cfg.SessionTimeout+5*time.Second, func() bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return len(f.conns) > conns
+		return f.Conns() > conns
 	})
 	waitFor(t, "registered again", 10*time.Second, func() bool { return a.State() == StateRegistered })
 	if n := a.Status().StateLosses; n != 0 {
@@ -215,28 +166,20 @@ func TestServingEnsembleWithoutTheSessionRedials(t *testing.T) {
 // ensemble lost writes, the new client is not judged by the old client's
 // zxids: it is not replaced again while it connects, nor later.
 func TestRedialOnceAfterAWipe(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	a := register(t, fakeConfig(t, f, newTestHolder("a", nil, nil), 9000))
-	f.mu.Lock()
-	conns := len(f.conns)
-	f.mu.Unlock()
-	f.mu.Lock()
-	f.holdSessions = true // the new client gets no session at first
-	f.mu.Unlock()
-	connOf(a).disconnect()
+	conns := f.Conns()
+	f.SetHoldHandshakes(true) // the new client gets no session at first
+	connOf(a).Disconnect()
 	f.wipe()
 	waitFor(t, "a new client", 5*time.Second, func() bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return len(f.conns) == conns+1
+		return f.Conns() == conns+1
 	})
 	time.Sleep(3 * zksession.RefusalCheckEvery) // judged while it has no session yet
 	f.up()
 	waitFor(t, "registered again", 10*time.Second, func() bool { return a.State() == StateRegistered })
 	time.Sleep(2 * zksession.RefusalCheckEvery)
-	f.mu.Lock()
-	n := len(f.conns)
-	f.mu.Unlock()
+	n := f.Conns()
 	if n != conns+1 {
 		t.Fatalf("%d clients connected after the wipe, want exactly one", n-conns)
 	}
@@ -251,7 +194,7 @@ func TestRedialOnceAfterAWipe(t *testing.T) {
 // client, no loss of state, the same slot under the same session.
 // Control: IDGEN_FAULT_ZXID_ANY_SERVER=1 in a faultinject build.
 func TestLaggingFollowerKeepsTheSession(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	h := newTestHolder("a", nil, nil)
 	cfg := fakeConfig(t, f, h, 9000)
 	cfg.SessionTimeout = 10 * time.Second // the "served for a session timeout" rule stays out of it
@@ -260,18 +203,14 @@ func TestLaggingFollowerKeepsTheSession(t *testing.T) {
 	}
 	a := register(t, cfg)
 	waitFor(t, "a heartbeat", 5*time.Second, func() bool { return !a.Status().LastHeartbeat.IsZero() })
-	f.mu.Lock()
-	conns := len(f.conns)
-	f.mu.Unlock()
+	conns := f.Conns()
 	c := connOf(a)
 	sid := c.SessionID()
-	c.refuseHandshakes(zksession.RedialAfter)
+	c.RefuseHandshakes(zksession.RedialAfter)
 	time.Sleep(3*zksession.RefusalCheckEvery + 200*time.Millisecond) // judged three times
-	c.reconnect()
+	c.Reconnect()
 	waitFor(t, "registered", 10*time.Second, func() bool { return a.State() == StateRegistered })
-	f.mu.Lock()
-	now := len(f.conns)
-	f.mu.Unlock()
+	now := f.Conns()
 	if now != conns || a.Status().SessionID != sid {
 		t.Fatalf("%d new clients, session %x (was %x): one lagging follower cost the live session", now-conns, a.Status().SessionID, sid)
 	}

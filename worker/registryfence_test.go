@@ -42,7 +42,7 @@ func (c *markAfterClaim) Create(p string, data []byte, flags int32, acl []zk.ACL
 // before it, could have missed it. The node reads the record again after
 // claiming: it must give the slot back and not serve.
 func TestReclaimRefusedWhenRecordMarkedAfterClaim(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	h := newTestHolder("a", nil, nil)
 	cfg := fakeConfig(t, f, h, 9000)
 	var armed, fired atomic.Bool
@@ -60,12 +60,8 @@ func TestReclaimRefusedWhenRecordMarkedAfterClaim(t *testing.T) {
 		t.Fatalf("acquired %d slots at start; want 1", n)
 	}
 	armed.Store(true)
-	last.Load().expire()
-	slotsHeld := func() int {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return len(f.childrenOf(l.l.slots(0)))
-	}
+	last.Load().Renew(false)
+	slotsHeld := func() int { return len(f.childrenOf(l.l.slots(0))) }
 	waitFor(t, "the re-claim refused (slot given back) or a slot re-acquired", 5*time.Second, func() bool {
 		return fired.Load() && slotsHeld() == 0 || len(h.snap().acquired) > 1
 	})

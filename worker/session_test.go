@@ -28,7 +28,7 @@ func sharedSession(t *testing.T, f *fakeZK, check func(context.Context, zksessio
 // session uses it and leaves it open when it closes (the other guards
 // still hold their ephemerals under it).
 func TestSharedSessionIsNotClosedByTheLease(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	s := sharedSession(t, f, nil)
 	cfg := fakeConfig(t, f, newTestHolder("a", nil, nil), 9000)
 	cfg.Session, cfg.Servers, cfg.Connect = s, nil, nil
@@ -50,7 +50,7 @@ func TestSharedSessionIsNotClosedByTheLease(t *testing.T) {
 // record (StateLosses) and claims its slot again above everything it
 // issued; no (worker, millisecond) is issued twice.
 func TestRestoreFoundByTheCheckReclaims(t *testing.T) {
-	f := newFakeZK(nil)
+	f := newFakeZK()
 	var restored atomic.Bool
 	s := sharedSession(t, f, func(context.Context, zksession.ZK) (bool, string, error) {
 		if restored.Swap(false) {
@@ -71,8 +71,8 @@ func TestRestoreFoundByTheCheckReclaims(t *testing.T) {
 
 	restored.Store(true)
 	c := connOf(a)
-	c.disconnect()
-	c.reconnect()
+	c.Disconnect()
+	c.Reconnect()
 	waitFor(t, "the restore recorded and the slot claimed again", 10*time.Second, func() bool {
 		return a.Status().StateLosses == 1 && a.State() == StateRegistered && len(h.snap().acquired) >= 2
 	})

@@ -272,7 +272,7 @@ func TestCheckCrashBetweenLineageWrites(t *testing.T) {
 	}
 	// Crash after recording the pending lineage, before the znode write.
 	c := f.client(false)
-	a.rec.FailSave = func(n int) error { c.failWrites = zk.ErrConnectionClosed; return nil }
+	a.rec.FailSave = func(n int) error { f.failWrites(c, zk.ErrConnectionClosed); return nil }
 	if _, _, err := a.chk.Check(context.Background(), c); err == nil {
 		t.Fatal("the check passed with its writes failing")
 	}

@@ -11,92 +11,50 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/idgen/idgen/internal/zkfake"
 )
 
-// The tests here drive the session's state machine with stubConn, a
-// client that only emits session events (no znodes: the guards' tests use
-// the worker's in-memory ZooKeeper, and the simulator internal/zkfake).
+// The tests here drive the session's state machine with the shared
+// in-memory ZooKeeper (internal/zkfake), stepped by hand: its clients'
+// session events (Disconnect, Reconnect, RefuseHandshakes). The srvr
+// answers are scripted (setStats): they are what the session judges.
 
-type stubConn struct {
-	mu     sync.Mutex
-	sid    int64
-	events chan zk.Event
-	closed bool
-	auths  int
-}
-
-var _ ZK = (*stubConn)(nil)
-
-func (c *stubConn) send(s zk.State) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.closed {
-		c.events <- zk.Event{Type: zk.EventSession, State: s}
-	}
-}
-
-// refuse emits n refused handshakes (TCP connected, closed before a session).
-func (c *stubConn) refuse(n int) {
-	c.send(zk.StateDisconnected)
-	for range n {
-		c.send(zk.StateConnecting)
-		c.send(zk.StateConnected)
-		c.send(zk.StateDisconnected)
-	}
-}
-
-func (c *stubConn) Create(string, []byte, int32, []zk.ACL) (string, error) { return "", zk.ErrNoServer }
-func (c *stubConn) Get(string) ([]byte, *zk.Stat, error)                   { return nil, nil, zk.ErrNoServer }
-func (c *stubConn) GetW(string) ([]byte, *zk.Stat, <-chan zk.Event, error) {
-	return nil, nil, nil, zk.ErrNoServer
-}
-func (c *stubConn) Set(string, []byte, int32) (*zk.Stat, error) { return nil, zk.ErrNoServer }
-func (c *stubConn) Children(string) ([]string, *zk.Stat, error) { return nil, nil, zk.ErrNoServer }
-func (c *stubConn) Exists(string) (bool, *zk.Stat, error)       { return false, nil, zk.ErrNoServer }
-func (c *stubConn) Delete(string, int32) error                  { return zk.ErrNoServer }
-func (c *stubConn) Multi(...any) ([]zk.MultiResponse, error)    { return nil, zk.ErrNoServer }
-func (c *stubConn) State() zk.State                             { return zk.StateUnknown }
-func (c *stubConn) ChildrenW(string) ([]string, *zk.Stat, <-chan zk.Event, error) {
-	return nil, nil, nil, zk.ErrNoServer
-}
-func (c *stubConn) AddAuth(string, []byte) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.auths++
-	return nil
-}
-func (c *stubConn) SessionID() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.sid
-}
-func (c *stubConn) Close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.closed {
-		c.closed = true
-		close(c.events)
-	}
-}
-
-// stubZK hands out stubConns, each with a session at once, and answers
-// srvr with stats.
+// stubZK hands out zkfake clients, each with a session at once, and
+// answers srvr with stats.
 type stubZK struct {
+	srv   *zkfake.Server
 	mu    sync.Mutex
-	conns []*stubConn
+	conns []*zkfake.Conn
+	auths map[*zkfake.Conn]int
 	stats []ServerStat
 	now   time.Time
 	probe atomic.Int64 // ServerStats calls
 }
 
+var _ ZK = (*zkfake.Conn)(nil)
+
 func (f *stubZK) connect([]string, time.Duration) (ZK, <-chan zk.Event, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c := &stubConn{sid: int64(len(f.conns) + 1), events: make(chan zk.Event, 64)}
+	c, ev := f.srv.Connect(fmt.Sprintf("client%d", len(f.conns)), 10*time.Second)
 	f.conns = append(f.conns, c)
-	c.events <- zk.Event{Type: zk.EventSession, State: zk.StateConnected}
-	c.events <- zk.Event{Type: zk.EventSession, State: zk.StateHasSession}
-	return c, c.events, nil
+	return c, ev, nil
+}
+
+// countAuths counts each client's AddAuth calls.
+func (f *stubZK) countAuths(c *zkfake.Conn, op, _ string) {
+	if op == "addauth" {
+		f.mu.Lock()
+		f.auths[c]++
+		f.mu.Unlock()
+	}
+}
+
+func (f *stubZK) authsOf(i int) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.auths[f.conns[i]]
 }
 
 func (f *stubZK) serverStats([]string, time.Duration) []ServerStat {
@@ -124,7 +82,7 @@ func (f *stubZK) advance(d time.Duration) {
 	f.mu.Unlock()
 }
 
-func (f *stubZK) conn(i int) *stubConn {
+func (f *stubZK) conn(i int) *zkfake.Conn {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.conns[i]
@@ -136,7 +94,11 @@ func (f *stubZK) clients() int {
 	return len(f.conns)
 }
 
-func newStub() *stubZK { return &stubZK{now: time.Unix(1_700_000_000, 0)} }
+func newStub() *stubZK {
+	f := &stubZK{srv: zkfake.NewManual(), auths: map[*zkfake.Conn]int{}, now: time.Unix(1_700_000_000, 0)}
+	f.srv.SetHook(f.countAuths)
+	return f
+}
 
 func (f *stubZK) config(t *testing.T) Config {
 	return Config{Servers: []string{"a:2181", "b:2181", "c:2181"}, SessionTimeout: 10 * time.Second, Lead: time.Hour,
@@ -200,7 +162,7 @@ func TestLaggingFollowerKeepsTheSession(t *testing.T) {
 	f.setStats(ServerStat{Server: "a:2181", Serving: true, Zxid: 0x100000010}, // lagging follower
 		ServerStat{Server: "b:2181", Serving: true, Zxid: 0x100000050},
 		ServerStat{Server: "c:2181", Serving: true, Zxid: 0x100000060})
-	f.conn(0).refuse(RedialAfter)
+	f.conn(0).RefuseHandshakes(RedialAfter)
 	waitFor(t, "the first probe (at once after the refusals)", 5*time.Second, func() bool { return f.probe.Load() >= 1 })
 	time.Sleep(3 * tick)
 	probes(t, s, f, 4, RefusalCheckEvery+100*time.Millisecond)
@@ -217,7 +179,7 @@ func TestOneProbeBelowIsNotEnough(t *testing.T) {
 	s := open(t, f.config(t))
 	s.NoteZxid(0x100000050)
 	f.setStats(ServerStat{Server: "a:2181", Serving: true, Zxid: 0x100000010}, ServerStat{Server: "b:2181", Err: errors.New("down")})
-	f.conn(0).refuse(RedialAfter)
+	f.conn(0).RefuseHandshakes(RedialAfter)
 	waitFor(t, "refusals seen", 5*time.Second, func() bool { return s.View().Refusals >= RedialAfter })
 	waitFor(t, "the first probe (at once after the refusals)", 5*time.Second, func() bool { return f.probe.Load() >= 1 })
 	time.Sleep(3 * tick)
@@ -238,7 +200,7 @@ func TestLostWritesReplacesTheClient(t *testing.T) {
 	f.setStats(ServerStat{Server: "a:2181", Serving: true, Zxid: 0x3},
 		ServerStat{Server: "b:2181", Serving: true, Zxid: 0x2},
 		ServerStat{Server: "c:2181", Err: errors.New("refused")})
-	f.conn(0).refuse(RedialAfter)
+	f.conn(0).RefuseHandshakes(RedialAfter)
 	waitFor(t, "refusals seen", 5*time.Second, func() bool { return s.View().Refusals >= RedialAfter })
 	waitFor(t, "the first probe (at once after the refusals)", 5*time.Second, func() bool { return f.probe.Load() >= 1 })
 	time.Sleep(3 * tick)
@@ -247,10 +209,10 @@ func TestLostWritesReplacesTheClient(t *testing.T) {
 	}
 	probes(t, s, f, 1, RefusalCheckEvery+100*time.Millisecond)
 	waitFor(t, "a new client with a session", 5*time.Second, func() bool { v := s.View(); return v.Client == 2 && v.Has })
-	if v := s.View(); v.Restores != 1 || v.ID != 2 {
-		t.Fatalf("restores %d, session %d: want 1 restore and the new client's session 2", v.Restores, v.ID)
+	if v := s.View(); v.Restores != 1 || v.ID != f.conn(1).SessionID() {
+		t.Fatalf("restores %d, session %x: want 1 restore and the new client's session %x", v.Restores, v.ID, f.conn(1).SessionID())
 	}
-	if !f.conn(0).closed {
+	if !f.conn(0).Closed() {
 		t.Fatal("the refused client was not closed")
 	}
 }
@@ -268,7 +230,7 @@ func TestLostWritesWithCheckOnlyReplaces(t *testing.T) {
 	s := open(t, cfg)
 	s.NoteZxid(0x100000050)
 	f.setStats(ServerStat{Server: "a:2181", Serving: true, Zxid: 0x3})
-	f.conn(0).refuse(RedialAfter)
+	f.conn(0).RefuseHandshakes(RedialAfter)
 	waitFor(t, "refusals seen", 5*time.Second, func() bool { return s.View().Refusals >= RedialAfter })
 	waitFor(t, "the first probe (at once after the refusals)", 5*time.Second, func() bool { return f.probe.Load() >= 1 })
 	time.Sleep(3 * tick)
@@ -313,15 +275,15 @@ func TestCheckHook(t *testing.T) {
 	if v := s.View(); !v.Has || v.Restores != 0 || calls.Load() != 1 {
 		t.Fatalf("after the first check: %+v, %d calls", v, calls.Load())
 	}
-	if n := f.conn(0).auths; n != 1 {
+	if n := f.authsOf(0); n != 1 {
 		t.Fatalf("credential added %d times, want 1", n)
 	}
 
 	// Same session back after a disconnect: checked again, restored.
 	c := f.conn(0)
-	c.send(zk.StateDisconnected)
+	c.Disconnect()
 	waitFor(t, "loss seen", 5*time.Second, func() bool { return !s.View().Has })
-	c.send(zk.StateHasSession)
+	c.Reconnect()
 	time.Sleep(3 * tick)
 	if s.View().Has {
 		t.Fatal("usable before the check passed")
@@ -336,8 +298,8 @@ func TestCheckHook(t *testing.T) {
 	}
 
 	// Cannot tell: Has stays false, retried (with backoff on the fake clock).
-	c.send(zk.StateDisconnected)
-	c.send(zk.StateHasSession)
+	c.Disconnect()
+	c.Reconnect()
 	answers <- answer{err: errors.New("incarnation marker unreadable")}
 	waitFor(t, "the failing check", 5*time.Second, func() bool { return calls.Load() == 3 })
 	time.Sleep(3 * tick)
@@ -347,17 +309,17 @@ func TestCheckHook(t *testing.T) {
 	answers <- answer{}
 	f.advance(checkBackoffMax)
 	waitFor(t, "usable after the retry", 5*time.Second, func() bool { return s.View().Has })
-	if n := f.conn(0).auths; n != 1 {
+	if n := f.authsOf(0); n != 1 {
 		t.Fatalf("credential added %d times to one client, want 1", n)
 	}
 
 	// Refused: sticks.
-	c.send(zk.StateDisconnected)
-	c.send(zk.StateHasSession)
+	c.Disconnect()
+	c.Reconnect()
 	answers <- answer{err: fmt.Errorf("%w: cluster re-created (incarnation b, this node ran in a)", ErrRefused)}
 	waitFor(t, "refused", 5*time.Second, func() bool { return s.View().Refused != "" })
-	c.send(zk.StateDisconnected)
-	c.send(zk.StateHasSession)
+	c.Disconnect()
+	c.Reconnect()
 	f.advance(time.Minute)
 	time.Sleep(3 * tick)
 	if v := s.View(); v.Has || calls.Load() != 5 {
@@ -376,14 +338,14 @@ func TestCloseStopsEverything(t *testing.T) {
 	f := newStub()
 	s := open(t, f.config(t))
 	s.Conn().Close()
-	if f.conn(0).closed {
+	if f.conn(0).Closed() {
 		t.Fatal("Conn().Close closed the shared client")
 	}
 	ch := s.Changed()
 	s.Close()
 	<-ch
-	if v := s.View(); !v.Closed || v.Has || !f.conn(0).closed {
-		t.Fatalf("after Close: %+v, client closed %v", v, f.conn(0).closed)
+	if v := s.View(); !v.Closed || v.Has || !f.conn(0).Closed() {
+		t.Fatalf("after Close: %+v, client closed %v", v, f.conn(0).Closed())
 	}
 }
 
@@ -428,7 +390,7 @@ func TestCloseDuringAProbe(t *testing.T) {
 	}
 	s := open(t, cfg)
 	s.NoteZxid(5)
-	f.conn(0).refuse(RedialAfter)
+	f.conn(0).RefuseHandshakes(RedialAfter)
 	waitFor(t, "a probe running", 5*time.Second, probing.Load)
 	closed := make(chan struct{})
 	go func() { s.Close(); close(closed) }()
@@ -441,7 +403,7 @@ func TestCloseDuringAProbe(t *testing.T) {
 		t.Fatal("Close hung during a probe")
 	}
 	for i := range f.clients() {
-		if !f.conn(i).closed {
+		if !f.conn(i).Closed() {
 			t.Fatalf("client %d left open after Close", i)
 		}
 	}

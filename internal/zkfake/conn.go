@@ -32,6 +32,9 @@ type Conn struct {
 	// frozenDisconnect: the session was cut by a pause; the client is told
 	// at the thaw.
 	frozenDisconnect bool
+	// stale: the tree the client reads while it talks to a lagging
+	// follower (ReadFrom); nil: reads are current.
+	stale map[string]*node
 }
 
 type pendingEvent struct {
@@ -64,6 +67,14 @@ func (c *Conn) send(st zk.State) {
 	case c.events <- zk.Event{Type: zk.EventSession, State: st}:
 	default:
 	}
+}
+
+// disconnectLocked drops the connection (the session lives on); s.mu is
+// held.
+func (c *Conn) disconnectLocked() {
+	c.has = false
+	c.send(zk.StateDisconnected)
+	c.send(zk.StateConnecting)
 }
 
 // flushPending delivers the watch events that fired while the client was
@@ -102,18 +113,38 @@ func (c *Conn) dropWatches() {
 	c.pending = nil
 }
 
-// begin waits out a pause, then checks the client; it returns with s.mu
-// held when the operation may run.
-func (c *Conn) begin() error {
+// begin waits out a pause, runs the test's hook and fail (Server.SetHook,
+// SetFail), then checks the client; it returns with s.mu held when the
+// operation op on p may run. A write brings a lagging client's reads up
+// to date (ReadFrom), as a write through the leader does.
+func (c *Conn) begin(op, p string) error {
 	s := c.s
+	hooked := false
 	for {
 		s.mu.Lock()
-		ch := s.pausedCh[c.name]
-		if ch == nil {
-			break
+		if ch := s.pausedCh[c.name]; ch != nil {
+			s.mu.Unlock()
+			<-ch
+			continue
 		}
-		s.mu.Unlock()
-		<-ch
+		if writes[op] {
+			c.stale = nil
+		}
+		if !hooked && (s.hook != nil || s.fail != nil) {
+			hook, fail := s.hook, s.fail
+			s.mu.Unlock()
+			hooked = true
+			if hook != nil {
+				hook(c, op, p)
+			}
+			if fail != nil {
+				if err := fail(c, op, p); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		break
 	}
 	s.Ops++
 	switch {
@@ -125,6 +156,18 @@ func (c *Conn) begin() error {
 		return zk.ErrNoServer
 	}
 	return nil
+}
+
+// writes are the operations that go through the leader.
+var writes = map[string]bool{"create": true, "set": true, "delete": true, "multi": true}
+
+// tree is what the client reads: the lagging follower's copy, or the
+// server's tree; s.mu is held.
+func (c *Conn) tree() map[string]*node {
+	if c.stale != nil {
+		return c.stale
+	}
+	return c.s.nodes
 }
 
 // end records the zxid the answer carries and releases s.mu.
@@ -148,7 +191,7 @@ func (c *Conn) Create(p string, data []byte, flags int32, acl []zk.ACL) (string,
 		s.loseCreate = ""
 	}
 	s.mu.Unlock()
-	if err := c.begin(); err != nil {
+	if err := c.begin("create", p); err != nil {
 		return "", err
 	}
 	defer c.end()
@@ -192,11 +235,11 @@ func (s *Server) createLocked(p string, data []byte, flags int32, sid int64) (st
 
 // Get reads p.
 func (c *Conn) Get(p string) ([]byte, *zk.Stat, error) {
-	if err := c.begin(); err != nil {
+	if err := c.begin("get", p); err != nil {
 		return nil, nil, err
 	}
 	defer c.end()
-	n, ok := c.s.nodes[p]
+	n, ok := c.tree()[p]
 	if !ok {
 		return nil, nil, zk.ErrNoNode
 	}
@@ -206,11 +249,11 @@ func (c *Conn) Get(p string) ([]byte, *zk.Stat, error) {
 
 // GetW reads p and sets a data watch.
 func (c *Conn) GetW(p string) ([]byte, *zk.Stat, <-chan zk.Event, error) {
-	if err := c.begin(); err != nil {
+	if err := c.begin("getw", p); err != nil {
 		return nil, nil, nil, err
 	}
 	defer c.end()
-	n, ok := c.s.nodes[p]
+	n, ok := c.tree()[p]
 	if !ok {
 		return nil, nil, nil, zk.ErrNoNode
 	}
@@ -220,7 +263,7 @@ func (c *Conn) GetW(p string) ([]byte, *zk.Stat, <-chan zk.Event, error) {
 
 // Set writes p if version matches (-1: any).
 func (c *Conn) Set(p string, data []byte, version int32) (*zk.Stat, error) {
-	if err := c.begin(); err != nil {
+	if err := c.begin("set", p); err != nil {
 		return nil, err
 	}
 	defer c.end()
@@ -247,39 +290,39 @@ func (s *Server) setLocked(p string, data []byte, version int32) (*zk.Stat, erro
 
 // Children lists p's children, sorted.
 func (c *Conn) Children(p string) ([]string, *zk.Stat, error) {
-	if err := c.begin(); err != nil {
+	if err := c.begin("children", p); err != nil {
 		return nil, nil, err
 	}
 	defer c.end()
-	n, ok := c.s.nodes[p]
+	n, ok := c.tree()[p]
 	if !ok {
 		return nil, nil, zk.ErrNoNode
 	}
 	st := n.stat
-	return c.s.childrenOf(p), &st, nil
+	return childrenIn(c.tree(), p), &st, nil
 }
 
 // ChildrenW lists p's children and sets a children watch.
 func (c *Conn) ChildrenW(p string) ([]string, *zk.Stat, <-chan zk.Event, error) {
-	if err := c.begin(); err != nil {
+	if err := c.begin("childrenw", p); err != nil {
 		return nil, nil, nil, err
 	}
 	defer c.end()
-	n, ok := c.s.nodes[p]
+	n, ok := c.tree()[p]
 	if !ok {
 		return nil, nil, nil, zk.ErrNoNode
 	}
 	st := n.stat
-	return c.s.childrenOf(p), &st, c.watch(watchKey{p, true}), nil
+	return childrenIn(c.tree(), p), &st, c.watch(watchKey{p, true}), nil
 }
 
 // Exists reports whether p exists.
 func (c *Conn) Exists(p string) (bool, *zk.Stat, error) {
-	if err := c.begin(); err != nil {
+	if err := c.begin("exists", p); err != nil {
 		return false, nil, err
 	}
 	defer c.end()
-	n, ok := c.s.nodes[p]
+	n, ok := c.tree()[p]
 	if !ok {
 		return false, &zk.Stat{}, nil
 	}
@@ -289,7 +332,7 @@ func (c *Conn) Exists(p string) (bool, *zk.Stat, error) {
 
 // Delete removes p if version matches (-1: any) and it has no children.
 func (c *Conn) Delete(p string, version int32) error {
-	if err := c.begin(); err != nil {
+	if err := c.begin("delete", p); err != nil {
 		return err
 	}
 	defer c.end()
@@ -320,14 +363,18 @@ func (s *Server) deleteChecked(p string, version int32) error {
 // *zk.CheckVersionRequest, *zk.SetDataRequest, *zk.CreateRequest and
 // *zk.DeleteRequest.
 func (c *Conn) Multi(ops ...any) ([]zk.MultiResponse, error) {
-	if err := c.begin(); err != nil {
+	if err := c.begin("multi", ""); err != nil {
 		return nil, err
 	}
 	defer c.end()
 	s := c.s
-	// Apply to a copy; keep it only if every op succeeded. Watches fire
-	// only on success, so they are collected and fired after.
-	saved, savedCounter, savedWatches := copyNodes(s.nodes), s.counter, s.watches
+	// Apply in place, remembering the first state of every znode an op
+	// touches (nil: absent); undo it unless every op succeeded. Watches
+	// fire only on success, so they are collected and fired after. (The
+	// whole tree was copied before: the same result, but a cost per Multi
+	// that grew with the tree.)
+	u := multiUndo{s: s, prev: map[string]*node{}}
+	savedCounter, savedWatches := s.counter, s.watches
 	s.watches = map[watchKey][]watch{}
 	res := make([]zk.MultiResponse, len(ops))
 	var first error
@@ -341,10 +388,18 @@ func (c *Conn) Multi(ops ...any) ([]zk.MultiResponse, error) {
 				err = zk.ErrBadVersion
 			}
 		case *zk.SetDataRequest:
+			u.touch(o.Path)
 			res[i].Stat, err = s.setLocked(o.Path, o.Data, o.Version)
 		case *zk.CreateRequest:
+			u.touch(path.Dir(o.Path))
+			u.touch(o.Path)
 			res[i].String, err = s.createLocked(o.Path, o.Data, o.Flags, c.sid)
+			if err == nil {
+				u.created(res[i].String) // a sequential node's own name
+			}
 		case *zk.DeleteRequest:
+			u.touch(path.Dir(o.Path))
+			u.touch(o.Path)
 			err = s.deleteChecked(o.Path, o.Version)
 		default:
 			err = ErrUnsupported
@@ -356,22 +411,23 @@ func (c *Conn) Multi(ops ...any) ([]zk.MultiResponse, error) {
 	}
 	s.watches = savedWatches
 	if first != nil {
-		s.nodes, s.counter = saved, savedCounter
+		u.undo()
+		s.counter = savedCounter
 		return res, first
 	}
-	// Fire the watches of what changed, comparing with the saved tree.
-	for p, n := range s.nodes {
-		o, ok := saved[p]
+	// Fire the watches of what changed, comparing with the first states.
+	for _, p := range u.order {
+		o, n := u.prev[p], s.nodes[p]
 		switch {
-		case !ok:
+		case o == nil && n != nil:
 			s.fire(p, false, zk.EventNodeCreated)
 			s.fire(path.Dir(p), true, zk.EventNodeChildrenChanged)
-		case o.stat.Mzxid != n.stat.Mzxid:
+		case o != nil && n != nil && o.stat.Mzxid != n.stat.Mzxid:
 			s.fire(p, false, zk.EventNodeDataChanged)
 		}
 	}
-	for p := range saved {
-		if _, ok := s.nodes[p]; !ok {
+	for _, p := range u.order {
+		if u.prev[p] != nil && s.nodes[p] == nil {
 			s.fire(p, false, zk.EventNodeDeleted)
 			s.fire(path.Dir(p), true, zk.EventNodeChildrenChanged)
 		}
@@ -379,9 +435,52 @@ func (c *Conn) Multi(ops ...any) ([]zk.MultiResponse, error) {
 	return res, nil
 }
 
+// multiUndo remembers, for one Multi, the state each touched znode had
+// before it (nil: absent), in the order first touched; s.mu is held.
+// Nodes are copied by value: a write replaces a node's data slice and
+// never changes it in place.
+type multiUndo struct {
+	s     *Server
+	prev  map[string]*node
+	order []string
+}
+
+func (u *multiUndo) touch(p string) {
+	if _, ok := u.prev[p]; ok {
+		return
+	}
+	var before *node
+	if n, ok := u.s.nodes[p]; ok {
+		c := *n
+		before = &c
+	}
+	u.prev[p] = before
+	u.order = append(u.order, p)
+}
+
+// created records p, just created, as absent before, unless touched
+// already (a node deleted earlier in the Multi and created again).
+func (u *multiUndo) created(p string) {
+	if _, ok := u.prev[p]; !ok {
+		u.prev[p] = nil
+		u.order = append(u.order, p)
+	}
+}
+
+// undo puts every touched znode back as it was.
+func (u *multiUndo) undo() {
+	for p, n := range u.prev {
+		if n == nil {
+			delete(u.s.nodes, p)
+		} else {
+			u.s.nodes[p] = n
+		}
+	}
+}
+
 // AddAuth accepts any credential (the fake has no ACLs).
 func (c *Conn) AddAuth(scheme string, auth []byte) error {
-	if err := c.begin(); err != nil {
+	if err := c.begin("addauth", ""); err != nil {
 		return err
 	}
 	c.end()

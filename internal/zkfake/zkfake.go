@@ -17,6 +17,10 @@
 // a background loop every few milliseconds, so a test that partitions a
 // client for longer than its session timeout sees the session expire.
 // The zero value is not usable; call New, and Close when done.
+//
+// NewManual returns the same server driven by hand, for unit tests that
+// step a client through one exact sequence (manual.go): no loop, so no
+// session expires and no client reconnects unless the test says so.
 package zkfake
 
 import (
@@ -63,6 +67,17 @@ type Server struct {
 	stopped  sync.Once
 	// Ops counts operations (tests assert a path made no call).
 	Ops int
+	// The hand-driven extras (manual.go); the simulator sets none of them.
+	//
+	// startEpoch: the epoch of a new (or wiped) server.
+	startEpoch int64
+	// hold: handshakes hang (no session, no refusal); notServing: srvr
+	// answers "not currently serving".
+	hold, notServing bool
+	// hook runs before every client operation and fail may refuse it,
+	// both without s.mu (they may call other clients: an interleaving).
+	hook func(c *Conn, op, p string)
+	fail func(c *Conn, op, p string) error
 }
 
 type node struct {
@@ -91,10 +106,14 @@ type session struct {
 
 // New returns a running server with an empty tree ("/" only) in epoch 1.
 func New() *Server {
-	s := &Server{now: time.Now, nodes: map[string]*node{"/": {}}, epoch: 1, nextSID: 0x1000,
-		sessions: map[int64]*session{}, watches: map[watchKey][]watch{}, stop: make(chan struct{})}
+	s := newServer(1)
 	go s.loop()
 	return s
+}
+
+func newServer(epoch int64) *Server {
+	return &Server{now: time.Now, nodes: map[string]*node{"/": {}}, epoch: epoch, startEpoch: epoch, nextSID: 0x1000,
+		sessions: map[int64]*session{}, watches: map[watchKey][]watch{}, stop: make(chan struct{})}
 }
 
 // Close stops the background loop. The connections stay as they are.
@@ -153,6 +172,9 @@ func (s *Server) loop() {
 // newer zxid than the server's is refused; a client whose session is gone
 // is told it expired and gets a new one, as go-zookeeper does.
 func (s *Server) handshake(c *Conn) {
+	if s.hold {
+		return
+	}
 	if s.down || c.lastZxid > s.zxidLocked() {
 		c.refused++
 		return
@@ -206,9 +228,7 @@ func (s *Server) SetPartitioned(name string, cut bool) {
 	}
 	for _, c := range s.conns {
 		if c.name == name && !c.closed && cut && c.has {
-			c.has = false
-			c.send(zk.StateDisconnected)
-			c.send(zk.StateConnecting)
+			c.disconnectLocked()
 		}
 	}
 }
@@ -225,9 +245,7 @@ func (s *Server) Kill(name string) {
 	s.killed[name] = true
 	for _, c := range s.conns {
 		if c.name == name && !c.closed && c.has {
-			c.has = false
-			c.send(zk.StateDisconnected)
-			c.send(zk.StateConnecting)
+			c.disconnectLocked()
 		}
 	}
 }
@@ -281,9 +299,7 @@ func (s *Server) SetDown(down bool) {
 func (s *Server) disconnectAll() {
 	for _, c := range s.conns {
 		if !c.closed && c.has {
-			c.has = false
-			c.send(zk.StateDisconnected)
-			c.send(zk.StateConnecting)
+			c.disconnectLocked()
 		}
 	}
 }
@@ -339,12 +355,12 @@ func (s *Server) Restore(snap Snapshot) {
 }
 
 // Wipe restarts the server with an empty data dir: no znode but "/", no
-// session, zxid back to the start of epoch 1.
+// session, zxid back to the start of the first epoch (1; 0 for NewManual).
 func (s *Server) Wipe() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nodes = map[string]*node{"/": {}}
-	s.epoch, s.counter = 1, 0
+	s.epoch, s.counter = s.startEpoch, 0
 	s.sessions = map[int64]*session{}
 	s.restarted()
 }
@@ -386,11 +402,12 @@ type Stat struct {
 }
 
 // Stats answers srvr for the leader ("zk0") and each lagging follower
-// ("zk1", ...). A down server answers nothing serving.
+// ("zk1", ...). A down server (or one SetNotServing) answers nothing
+// serving.
 func (s *Server) Stats() []Stat {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.down {
+	if s.down || s.notServing {
 		return []Stat{{Server: "zk0:2181"}}
 	}
 	z := s.zxidLocked()
@@ -447,6 +464,21 @@ func (s *Server) expireLocked(id int64) {
 		return
 	}
 	delete(s.sessions, id)
+	s.dropEphemeralsLocked(id)
+	for _, c := range s.conns {
+		if c.sid == id && c.has {
+			// The client is connected but the server ended the session
+			// (an operator's kill, or a timeout the client did not see):
+			// the client learns it at its next request or ping.
+			c.has = false
+			c.send(zk.StateDisconnected)
+		}
+	}
+}
+
+// dropEphemeralsLocked deletes the ephemerals of session id, in path
+// order, one zxid each; s.mu is held.
+func (s *Server) dropEphemeralsLocked(id int64) {
 	var gone []string
 	for p, n := range s.nodes {
 		if n.stat.EphemeralOwner == id {
@@ -457,15 +489,6 @@ func (s *Server) expireLocked(id int64) {
 	for _, p := range gone {
 		s.nextZxid()
 		s.deleteLocked(p)
-	}
-	for _, c := range s.conns {
-		if c.sid == id && c.has {
-			// The client is connected but the server ended the session
-			// (an operator's kill, or a timeout the client did not see):
-			// the client learns it at its next request or ping.
-			c.has = false
-			c.send(zk.StateDisconnected)
-		}
 	}
 }
 
@@ -486,13 +509,16 @@ func (s *Server) partitioned() map[string]bool {
 	return s.cut
 }
 
-func (s *Server) childrenOf(p string) []string {
+func (s *Server) childrenOf(p string) []string { return childrenIn(s.nodes, p) }
+
+// childrenIn lists the children of p in the tree nodes, sorted.
+func childrenIn(nodes map[string]*node, p string) []string {
 	var out []string
 	prefix := p + "/"
 	if p == "/" {
 		prefix = "/"
 	}
-	for k := range s.nodes {
+	for k := range nodes {
 		if k != "/" && strings.HasPrefix(k, prefix) && !strings.Contains(k[len(prefix):], "/") {
 			out = append(out, k[len(prefix):])
 		}

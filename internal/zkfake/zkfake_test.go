@@ -2,6 +2,7 @@ package zkfake
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -184,5 +185,57 @@ func TestKillOutlivesAPartitionHeal(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if c.State() == zk.StateHasSession {
 		t.Fatal("a killed client came back with the partition's heal")
+	}
+}
+
+// A failed Multi leaves every znode it touched as it was (data, stats,
+// a parent's child count and sequence counter, the zxid); a successful
+// one fires the watches of what it created, changed and deleted.
+func TestMultiUndoesCreatesAndDeletes(t *testing.T) {
+	s := NewManual()
+	c, _ := s.Connect("n1", time.Second)
+	for _, p := range []string{"/p", "/p/old", "/p/set"} {
+		if _, err := c.Create(p, []byte("x"), 0, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, parent, _ := s.Get("/p")
+	paths, zxid := s.Paths(), s.Zxid()
+	_, err := c.Multi(&zk.CreateRequest{Path: "/p/new", Data: []byte("1")},
+		&zk.CreateRequest{Path: "/p/seq-", Flags: zk.FlagSequence},
+		&zk.DeleteRequest{Path: "/p/old", Version: -1},
+		&zk.SetDataRequest{Path: "/p/set", Data: []byte("2"), Version: -1},
+		&zk.CheckVersionRequest{Path: "/p", Version: 99})
+	if !errors.Is(err, zk.ErrBadVersion) {
+		t.Fatalf("Multi: %v, want ErrBadVersion", err)
+	}
+	if got := s.Paths(); !slices.Equal(got, paths) || s.Zxid() != zxid {
+		t.Fatalf("after a failed Multi: %v at zxid %x, want %v at %x", got, s.Zxid(), paths, zxid)
+	}
+	if b, st, _ := s.Get("/p/set"); string(b) != "x" || st.Version != 0 {
+		t.Fatalf("/p/set %q version %d after a failed Multi", b, st.Version)
+	}
+	if _, st, _ := s.Get("/p"); st != parent {
+		t.Fatalf("parent stat %+v, want %+v", st, parent)
+	}
+	if got, _ := c.Create("/p/seq-", nil, zk.FlagSequence, nil); got != "/p/seq-0000000000" {
+		t.Fatalf("sequence after a failed Multi: %s", got)
+	}
+
+	_, _, deleted, _ := c.GetW("/p/old")
+	_, _, kids, _ := c.ChildrenW("/p")
+	_, _, changed, _ := c.GetW("/p/set")
+	if _, err := c.Multi(&zk.CreateRequest{Path: "/p/new", Data: []byte("1")},
+		&zk.DeleteRequest{Path: "/p/old", Version: -1},
+		&zk.SetDataRequest{Path: "/p/set", Data: []byte("2"), Version: -1}); err != nil {
+		t.Fatal(err)
+	}
+	for ch, want := range map[<-chan zk.Event]zk.EventType{deleted: zk.EventNodeDeleted, kids: zk.EventNodeChildrenChanged, changed: zk.EventNodeDataChanged} {
+		if ev := <-ch; ev.Type != want {
+			t.Fatalf("watch %v, want %v", ev.Type, want)
+		}
+	}
+	if _, _, ok := s.Get("/p/new"); !ok {
+		t.Fatal("the created node is missing")
 	}
 }

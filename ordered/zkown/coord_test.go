@@ -673,8 +673,8 @@ func TestZooKeeperUnreachable(t *testing.T) {
 	b := w.node(addrB, fast)
 	settle(t, w, 60, a, b)
 	aUntil := a.c.ValidUntil()
-	a.conn.setDown(true)
-	b.conn.setDown(true)
+	setDown(a.conn, true)
+	setDown(b.conn, true)
 	mark := w.j.len()
 	for range 2 * 6 {
 		w.stepAll(testTick, a, b)
@@ -693,8 +693,8 @@ func TestZooKeeperUnreachable(t *testing.T) {
 			t.Fatalf("shard %d changed: %+v", s, r)
 		}
 	}
-	a.conn.setDown(false)
-	b.conn.setDown(false)
+	setDown(a.conn, false)
+	setDown(b.conn, false)
 	settle(t, w, 60, a, b)
 	checkEpochs(t, w)
 }
@@ -715,7 +715,7 @@ func TestSessionExpiryNewID(t *testing.T) {
 	}
 	mark = w.j.len()
 	w.stepAll(testTick, a)
-	if _, _, ok := w.fz.get("/idgen-test/unit/ordered/nodes/" + a.c.ID()); !ok {
+	if _, _, ok := w.fz.Get("/idgen-test/unit/ordered/nodes/" + a.c.ID()); !ok {
 		t.Fatal("no znode for the new id")
 	}
 	acq := filter(w.j.since(mark), addrA, "acquire")
@@ -754,7 +754,7 @@ func TestCloseHandsOff(t *testing.T) {
 			t.Fatalf("shard %d: %+v", s, r)
 		}
 	}
-	if _, _, ok := w.fz.get("/idgen-test/unit/ordered/nodes/" + id); ok {
+	if _, _, ok := w.fz.Get("/idgen-test/unit/ordered/nodes/" + id); ok {
 		t.Fatal("node znode left")
 	}
 	if !a.c.ValidUntil().IsZero() {

@@ -226,7 +226,7 @@ func (n *tnode) held() []int {
 // shard reads shards/NN from the fake.
 func (w *world) shard(s int) shardRecord {
 	w.t.Helper()
-	data, _, ok := w.fz.get(fmt.Sprintf("/idgen-test/unit/ordered/shards/%02d", s))
+	data, _, ok := w.fz.Get(fmt.Sprintf("/idgen-test/unit/ordered/shards/%02d", s))
 	if !ok {
 		w.t.Fatalf("shard %d: no znode", s)
 	}

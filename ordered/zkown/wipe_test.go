@@ -20,7 +20,11 @@ import (
 // it connects gets session events, and wipe empties the tree the way a
 // server restarted on an empty data dir does: the clients that saw the old
 // zxids are refused their handshakes forever (connected, then closed before
-// a session), and only a new client gets a session.
+// a session), and only a new client gets a session. The tree and the
+// sessions are zkfake's; the refused handshakes' events, repeated every
+// 20 ms as go-zookeeper retries, are this wrapper's: zkfake's loop counts
+// refusals without events (the simulator's model), and on a NewManual
+// server nothing retries by itself.
 type wipeWorld struct {
 	fz *fakeZK
 
@@ -88,34 +92,23 @@ func (c *wipeClient) Close() {
 	c.fakeConn.Close()
 }
 
-// wipe empties the tree and refuses every client connected so far.
+// wipe restarts the server on an empty data dir (zkfake's Wipe: no
+// znode, no session, every watch ended with EventNotWatching) and refuses
+// every client connected so far.
 func (w *wipeWorld) wipe() {
-	f := w.fz
-	f.mu.Lock()
-	f.nodes = map[string]*fakeNode{"/": {}}
-	f.zxid = 0
-	for k, chs := range f.watches {
-		for _, ch := range chs {
-			close(ch)
-		}
-		delete(f.watches, k)
-	}
-	f.mu.Unlock()
+	w.fz.Wipe()
 	w.mu.Lock()
 	old := append([]*wipeClient(nil), w.clients...)
 	w.wiped = true
 	w.mu.Unlock()
 	for _, c := range old {
-		c.setDown(true)
 		close(c.refused)
 	}
 }
 
 // stats is the srvr answer of the one fake server: serving, at its zxid.
 func (w *wipeWorld) stats(servers []string, _ time.Duration) []zksession.ServerStat {
-	w.fz.mu.Lock()
-	defer w.fz.mu.Unlock()
-	return []zksession.ServerStat{{Server: "fake:2181", Serving: true, Zxid: w.fz.zxid}}
+	return []zksession.ServerStat{{Server: "fake:2181", Serving: true, Zxid: w.fz.Zxid()}}
 }
 
 // Issue 29 hole l: after a wipe, the ORDERED coordinator's client is
@@ -209,7 +202,7 @@ func TestWipeRefusedClientRecovers(t *testing.T) {
 	if control && early == 0 {
 		t.Fatal("negative control: every grant after the wipe still waited a lease: the switch does not reopen the hole")
 	}
-	if _, _, ok := w.fz.get("/idgen-test/wipe/ordered/nodes/" + c.ID()); !ok {
+	if _, _, ok := w.fz.Get("/idgen-test/wipe/ordered/nodes/" + c.ID()); !ok {
 		t.Fatal("the node's znode was not created again")
 	}
 	t.Logf("recovered %v after the wipe (session replaced, restore rule applied)", time.Since(wiped).Round(time.Millisecond))

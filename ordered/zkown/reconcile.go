@@ -471,8 +471,11 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler) {
 				// A release that carries a wait (written after the store
 				// showed ZooKeeper had lost the shard's history) is taken
 				// one lease from now: the owner before the loss may still
-				// answer until then.
-				c.takeover(ctx, h, s, v, now.Add(time.Duration(r.WaitMs)*time.Millisecond), nil, "released")
+				// answer until then. "Now" is read here, after the record
+				// was read, not at the start of the pass: the release may
+				// have been written after the pass began (by this node's
+				// own refused takeover), and the wait counts from it.
+				c.takeover(ctx, h, s, v, c.cfg.Clock.Now().Add(time.Duration(r.WaitMs)*time.Millisecond), nil, "released")
 			}
 		case isRetired(retired, r.Owner):
 			// An earlier id of this node: its lease ended at the

@@ -40,6 +40,10 @@ type Config struct {
 	Self string
 	// Clock is monotonic time (default SystemClock).
 	Clock Clock
+	// Wall is the wall clock the lease is checked on too (default
+	// WallClock, or Clock when that is not SystemClock: a test's fake
+	// clock drives both; see Coordinator.ValidUntilWall).
+	Wall Clock
 	// Window sizes a cached reservation: about this much of the key's
 	// recent traffic (default 300ms), so an owner's crash costs a small,
 	// bounded gap whatever the key's rate.
@@ -101,6 +105,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RequestTTL == 0 {
 		c.RequestTTL = DefaultRequestTTL
+	}
+	if c.Wall == nil {
+		c.Wall = defaultWall(c.Clock)
 	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
@@ -302,6 +309,10 @@ func (a *Allocator) mayAnswer(sh *shard) error {
 	case !now.Before(a.cfg.Coordinator.ValidUntil()):
 		a.st.leaseRefusals.Add(1)
 		return &UnavailableError{Shard: sh.idx, Reason: "this node's ownership lease could not be renewed (coordinator unreachable)",
+			RetryAfter: 500 * time.Millisecond}
+	case !faultLeaseMonotonicOnly() && !wallBefore(a.cfg.Wall.Now(), a.cfg.Coordinator.ValidUntilWall()):
+		a.st.leaseRefusals.Add(1)
+		return &UnavailableError{Shard: sh.idx, Reason: "this node's ownership lease ran out on the wall clock (the monotonic clock lost time: a frozen VM?)",
 			RetryAfter: 500 * time.Millisecond}
 	}
 	return nil

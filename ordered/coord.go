@@ -18,6 +18,28 @@ type SystemClock struct{}
 // Now returns time.Now().
 func (SystemClock) Now() time.Time { return time.Now() }
 
+// WallClock is time.Now without its monotonic reading: times from it
+// compare on the wall clock.
+type WallClock struct{}
+
+// Now returns time.Now().Round(0).
+func (WallClock) Now() time.Time { return time.Now().Round(0) }
+
+// defaultWall is the wall clock that goes with clk: WallClock for the
+// system's clock (nil), clk itself for any other (a fake drives both).
+func defaultWall(clk Clock) Clock {
+	if _, system := clk.(SystemClock); clk == nil || system {
+		return WallClock{}
+	}
+	return clk
+}
+
+// DefaultWall is defaultWall for the coordinators (package zkown).
+func DefaultWall(clk Clock) Clock { return defaultWall(clk) }
+
+// wallBefore compares a and b on their wall clock readings.
+func wallBefore(a, b time.Time) bool { return a.Round(0).Before(b.Round(0)) }
+
 // Grant is this node's ownership of one shard for one epoch.
 type Grant struct {
 	Shard int
@@ -74,6 +96,11 @@ type Coordinator interface {
 	// ValidUntil is the end of this node's lease: no answer at or after
 	// it (zero: no lease). It moves forward with every renewal.
 	ValidUntil() time.Time
+	// ValidUntilWall is the same end on the wall clock (Config.Wall):
+	// the lease ends at whichever comes first. A frozen VM's monotonic
+	// clock loses the freeze, its wall clock does not; the owners that
+	// take its shards over count on theirs.
+	ValidUntilWall() time.Time
 	// Fenced: the handler stopped serving the shard because the store
 	// refused its epoch (a newer owner claimed it: ZooKeeper lost the
 	// shard's history, or a second cluster uses the same database). The

@@ -145,7 +145,10 @@ func newFakeClock() *fakeClock { return clocktest.New(time.Unix(1_000_000, 0)) }
 type fakeCoord struct {
 	self       string
 	validUntil atomic.Pointer[time.Time]
-	fenced     atomic.Int64 // Fenced calls
+	// validUntilWall, when set, is the lease's end on the wall clock
+	// (else the same as validUntil).
+	validUntilWall atomic.Pointer[time.Time]
+	fenced         atomic.Int64 // Fenced calls
 }
 
 func newFakeCoord(self string, until time.Time) *fakeCoord {
@@ -157,9 +160,15 @@ func newFakeCoord(self string, until time.Time) *fakeCoord {
 func (c *fakeCoord) Start(context.Context, Handler) error { return nil }
 func (c *fakeCoord) Owner(shard int) Owner                { return Owner{Shard: shard, Addr: "other:1", Epoch: 0} }
 func (c *fakeCoord) ValidUntil() time.Time                { return *c.validUntil.Load() }
-func (c *fakeCoord) Close(context.Context) error          { return nil }
-func (c *fakeCoord) Fenced(shard int, epoch int64)        { c.fenced.Add(1) }
-func (c *fakeCoord) setValidUntil(t time.Time)            { c.validUntil.Store(&t) }
+func (c *fakeCoord) ValidUntilWall() time.Time {
+	if w := c.validUntilWall.Load(); w != nil {
+		return *w
+	}
+	return *c.validUntil.Load()
+}
+func (c *fakeCoord) Close(context.Context) error   { return nil }
+func (c *fakeCoord) Fenced(shard int, epoch int64) { c.fenced.Add(1) }
+func (c *fakeCoord) setValidUntil(t time.Time)     { c.validUntil.Store(&t) }
 
 // node is one allocator over a shared store, as one process.
 type node struct {

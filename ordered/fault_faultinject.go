@@ -31,3 +31,8 @@ func faultUncleanHandOff() bool { return os.Getenv("IDGEN_FAULT_ORDERED_UNCLEAN_
 // ids again: after a lossy failover a retry of an answered request id
 // gets a fresh range.
 func faultForgetRequests() bool { return os.Getenv("IDGEN_FAULT_ORDERED_FORGET_REQUESTS") == "1" }
+
+// faultLeaseMonotonicOnly (IDGEN_FAULT_LEASE_MONOTONIC_ONLY=1) checks the
+// ownership lease on the monotonic clock only, as before: a VM frozen past
+// its lease resumes answering although its shards were taken over.
+func faultLeaseMonotonicOnly() bool { return os.Getenv("IDGEN_FAULT_LEASE_MONOTONIC_ONLY") == "1" }

@@ -11,3 +11,4 @@ func faultCachedNoGate() bool     { return false }
 func faultRememberAnswered() bool { return false }
 func faultUncleanHandOff() bool   { return false }
 func faultForgetRequests() bool   { return false }
+func faultLeaseMonotonicOnly() bool { return false }

@@ -14,7 +14,8 @@ func (a *Allocator) Serves(shard int) bool {
 		return false
 	}
 	now := a.cfg.Clock.Now()
-	return !now.Before(sh.grant.NotBefore) && now.Before(a.cfg.Coordinator.ValidUntil())
+	return !now.Before(sh.grant.NotBefore) && now.Before(a.cfg.Coordinator.ValidUntil()) &&
+		wallBefore(a.cfg.Wall.Now(), a.cfg.Coordinator.ValidUntilWall())
 }
 
 // Unserved returns the shards that have no serving owner as far as this

@@ -76,6 +76,9 @@ func (l *Local) Fenced(int, int64) {}
 // ValidUntil never runs out.
 func (l *Local) ValidUntil() time.Time { return farFuture }
 
+// ValidUntilWall implements Coordinator: never.
+func (l *Local) ValidUntilWall() time.Time { return farFuture }
+
 // Close hands every shard off: the exact counters are written back, so a
 // restart continues without a gap.
 func (l *Local) Close(ctx context.Context) error {

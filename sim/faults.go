@@ -93,6 +93,8 @@ var Controls = []Control{
 		func(c *controls) {}},
 	{"IDGEN_FAULT_IGNORE_PARTED", "a node that stops cleanly takes its ORDERED memory with it: a lossy failover after it repeats its last numbers (found in the default mix: seeds 173, 214, 215)", []kind{kTerm, kFailover, kTermBack},
 		func(c *controls) {}},
+	{"IDGEN_FAULT_LEASE_MONOTONIC_ONLY", "the ORDERED lease is checked on the monotonic clock only: a VM frozen past its lease answers again after its shards were taken over", []kind{kPause, kPartition},
+		func(c *controls) {}},
 	{"IDGEN_FAULT_IGNORE_RESTORE", "a restored cluster's marks are trusted (no wait of one lead)", []kind{kRestoreInit, kRestore, kFresh, kKillBack},
 		func(c *controls) {
 			c.slot = func(s worker.Slot) worker.Slot { s.NotBefore = s.MarkNotBefore; return s }

@@ -224,7 +224,7 @@ func (n *node) start(ctx context.Context) error {
 		return err
 	}
 	coord, err := zkown.Open(ctx, zkown.Config{Session: sess, Root: "/idgen", Cluster: "sim", Self: n.addr,
-		SessionTimeout: sessionTimeout, Lease: orderedLease, Clock: mono, Timeout: zkTimeout, HandlerTimeout: time.Second,
+		SessionTimeout: sessionTimeout, Lease: orderedLease, Clock: mono, Wall: wall, Timeout: zkTimeout, HandlerTimeout: time.Second,
 		UnsafeNoLeaseWait: c.ctl.noLeaseWait, Logger: log.Named("owners")})
 	if err != nil {
 		_ = un.Close()
@@ -234,7 +234,7 @@ func (n *node) start(ctx context.Context) error {
 		sess.Close()
 		return fmt.Errorf("zkown: %w", err)
 	}
-	alloc, err := ordered.New(ordered.Config{Store: store, Coordinator: coord, Self: n.addr, Clock: mono, Window: 50 * time.Millisecond, Gate: gate,
+	alloc, err := ordered.New(ordered.Config{Store: store, Coordinator: coord, Self: n.addr, Clock: mono, Wall: wall, Window: 50 * time.Millisecond, Gate: gate,
 		Timeout: 500 * time.Millisecond, Logger: log.Named("ordered"), BeforeWriteBack: n.beforeWriteBack})
 	if err != nil {
 		_ = coord.Close(context.Background())

@@ -52,7 +52,7 @@ func (c *Coordinator) createNode(ctx context.Context) error {
 	id, term := c.id, c.term
 	c.mu.Unlock()
 	p := path.Join(c.nodesDir, id)
-	send := c.cfg.Clock.Now()
+	send, sendWall := c.cfg.Clock.Now(), c.cfg.Wall.Now()
 	err := c.call(ctx, c.renewTimeout(), func() error {
 		_, err := c.conn.Create(p, c.nodeData(id), zk.FlagEphemeral, c.acl)
 		if errors.Is(err, zk.ErrNoNode) {
@@ -86,7 +86,7 @@ func (c *Coordinator) createNode(ctx context.Context) error {
 		return nil
 	}
 	c.nodeOK = true
-	c.extendLocked(send, reply, term)
+	c.extendLocked(send, sendWall, reply, term)
 	return nil
 }
 
@@ -106,7 +106,7 @@ func (c *Coordinator) renew(ctx context.Context) {
 		}
 		return
 	}
-	send := c.cfg.Clock.Now()
+	send, sendWall := c.cfg.Clock.Now(), c.cfg.Wall.Now()
 	err := c.call(ctx, c.renewTimeout(), func() error {
 		st, err := c.conn.Set(path.Join(c.nodesDir, id), c.nodeData(id), -1)
 		c.noteStat(st)
@@ -138,13 +138,13 @@ func (c *Coordinator) renew(ctx context.Context) {
 		return
 	}
 	c.renewals.Add(1)
-	c.extendLocked(send, reply, term)
+	c.extendLocked(send, sendWall, reply, term)
 }
 
-// extendLocked applies a successful renewal sent at send whose answer
-// arrived at reply; term is the term read before it was sent. c.mu is
-// held.
-func (c *Coordinator) extendLocked(send, reply time.Time, term uint64) {
+// extendLocked applies a successful renewal sent at send (sendWall on the
+// wall clock) whose answer arrived at reply; term is the term read before
+// it was sent. c.mu is held.
+func (c *Coordinator) extendLocked(send, sendWall, reply time.Time, term uint64) {
 	until := send.Add(c.cfg.Lease - c.cfg.LeaseMargin)
 	switch {
 	case reply.Before(c.validUn) && term == c.term && !c.lapsed:
@@ -168,6 +168,9 @@ func (c *Coordinator) extendLocked(send, reply time.Time, term uint64) {
 	}
 	if until.After(c.validUn) {
 		c.validUn = until
+	}
+	if w := sendWall.Add(c.cfg.Lease - c.cfg.LeaseMargin); w.Round(0).After(c.validUnWall.Round(0)) {
+		c.validUnWall = w
 	}
 	c.lastSend = send
 }

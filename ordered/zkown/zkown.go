@@ -129,6 +129,11 @@ type Config struct {
 	// Clock is the monotonic clock of the lease (default
 	// ordered.SystemClock).
 	Clock ordered.Clock
+	// Wall is the wall clock the lease also ends on (default
+	// ordered.WallClock, or Clock when that is not the system's): a
+	// frozen VM's monotonic clock stops, its wall clock does not
+	// (ValidUntilWall).
+	Wall ordered.Clock
 	// UnsafeNoLeaseWait switches the lease wait off: takeovers get
 	// NotBefore = now and a foreign owner is stale as soon as it misses one
 	// renewal (no change for Lease/2: the renewal interval Lease/3 plus a
@@ -168,6 +173,9 @@ func (cfg *Config) defaults() error {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = ordered.SystemClock{}
+	}
+	if cfg.Wall == nil {
+		cfg.Wall = ordered.DefaultWall(cfg.Clock)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -283,7 +291,9 @@ type Coordinator struct {
 	id       string
 	nodeOK   bool      // nodes/<id> exists as far as this node knows
 	validUn  time.Time // ValidUntil
-	lastSend time.Time // send time of the last renewal that extended the lease
+	// validUnWall is ValidUntilWall.
+	validUnWall time.Time
+	lastSend    time.Time // send time of the last renewal that extended the lease
 	// term changes whenever the lease is broken (a lapse, a new znode):
 	// a takeover checks it did not change while it ran.
 	term   uint64
@@ -510,6 +520,14 @@ func (c *Coordinator) ValidUntil() time.Time {
 	return c.validUn
 }
 
+// ValidUntilWall implements ordered.Coordinator: the lease's end on the
+// wall clock, from the wall time each renewal was sent.
+func (c *Coordinator) ValidUntilWall() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.validUnWall
+}
+
 // OnChange registers f, called (from the coordinator's goroutine) after
 // the owners returned by Owners changed.
 func (c *Coordinator) OnChange(f func()) {
@@ -597,7 +615,7 @@ func (c *Coordinator) Close(ctx context.Context) error {
 		<-c.renewDone
 	}
 	c.mu.Lock()
-	c.validUn = time.Time{}
+	c.validUn, c.validUnWall = time.Time{}, time.Time{}
 	id, nodeOK = c.id, c.nodeOK
 	c.nodeOK = false
 	c.mu.Unlock()

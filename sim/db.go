@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/memstore"
+	"github.com/idgen/idgen/segment/mysqlstore"
 )
 
 // db is the simulated MySQL primary: memstore for businesses and
@@ -21,13 +23,16 @@ import (
 type db struct {
 	mem *memstore.Store
 
-	mu       sync.Mutex
-	epochs   map[int]int64
-	owners   map[int]string
-	rows     map[ordered.Key]int64
-	reqs     map[ordered.RequestKey]ordered.Request
-	server   int // the server identity (a failover changes it)
-	noFence  bool
+	mu      sync.Mutex
+	epochs  map[int]int64
+	owners  map[int]string
+	rows    map[ordered.Key]int64
+	reqs    map[ordered.RequestKey]ordered.Request
+	server  int // the server identity (a failover changes it)
+	noFence bool
+	// binding is the cluster the database belongs to (cluster_binding;
+	// nil until the first node binds it).
+	binding  *mysqlstore.Binding
 	shardMus [segment.OrderedShards]sync.Mutex // the shard's fence row
 }
 
@@ -43,12 +48,29 @@ type dbSnapshot struct {
 	owners map[int]string
 	rows   map[ordered.Key]int64
 	reqs   map[ordered.RequestKey]ordered.Request
+	// binding is the database's cluster binding (a pointer to an
+	// immutable value: it is written once).
+	binding *mysqlstore.Binding
 }
 
 func (d *db) snapshot() dbSnapshot {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return dbSnapshot{mem: d.mem.Snapshot(), epochs: maps.Clone(d.epochs), owners: maps.Clone(d.owners), rows: maps.Clone(d.rows), reqs: maps.Clone(d.reqs)}
+	return dbSnapshot{mem: d.mem.Snapshot(), epochs: maps.Clone(d.epochs), owners: maps.Clone(d.owners), rows: maps.Clone(d.rows), reqs: maps.Clone(d.reqs),
+		binding: d.binding}
+}
+
+// bindCluster is mysqlstore.Store.BindCluster on the simulated database:
+// the first caller binds it (INSERT IGNORE), and every caller is judged by
+// the real rule (mysqlstore.CheckBinding). A failover to a replica that
+// has no binding yet lets the next node bind it again, as on MySQL.
+func (d *db) bindCluster(cluster string, createdMs int64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.binding == nil {
+		d.binding = &mysqlstore.Binding{Cluster: cluster, CreatedMs: createdMs, BoundBy: "sim", BoundAt: time.Now()}
+	}
+	return mysqlstore.CheckBinding(*d.binding, cluster, createdMs, "idgen")
 }
 
 func (d *db) serverID() int {
@@ -63,6 +85,7 @@ func (d *db) failover(snap dbSnapshot) {
 	defer d.mu.Unlock()
 	d.mem.Restore(snap.mem)
 	d.epochs, d.owners, d.rows, d.reqs = maps.Clone(snap.epochs), maps.Clone(snap.owners), maps.Clone(snap.rows), maps.Clone(snap.reqs)
+	d.binding = snap.binding
 	d.server++
 }
 
@@ -79,6 +102,9 @@ type nodeDB struct {
 	onChange func(old, new string)
 	seenMu   sync.Mutex
 	seen     int
+	// calls counts the statements the node ran (every store call passes
+	// boundary): a node refused at start must have run none.
+	calls atomic.Int64
 }
 
 // Server is the identity of the server behind the node's newest
@@ -98,6 +124,7 @@ func (s *nodeDB) Ping(ctx context.Context) error { return s.boundary(ctx) }
 // boundary is n.boundary plus the server change check: a statement after a
 // failover reports the new server first, as a new MySQL connection does.
 func (s *nodeDB) boundary(ctx context.Context) error {
+	s.calls.Add(1)
 	if err := s.n.boundary(ctx); err != nil {
 		return err
 	}

@@ -47,6 +47,12 @@ const (
 	// write-back left. The epoch must have refused it.
 	kStallKill kind = "sigterm-stall-kill"
 	kFresh     kind = "kill-fresh" // SIGKILL, restart after d with an empty properties dir (a replaced machine)
+	// other-cluster: a node of a second cluster (its own ZooKeeper
+	// subtree, otherCluster) starts on this cluster's database, serves
+	// ORDERED for d if it is let in, then is killed (issue 29 hole k). The
+	// database's cluster binding must refuse it at start, before it runs
+	// a statement.
+	kIntruder kind = "other-cluster"
 )
 
 // defaultMix is what a run without a control draws: the faults the
@@ -61,6 +67,7 @@ type controls struct {
 	noLeaseWait bool
 	noFence     bool
 	noGuard     bool
+	noBinding   bool // the database's cluster binding is not checked
 	slot        func(worker.Slot) worker.Slot
 }
 
@@ -112,6 +119,8 @@ var Controls = []Control{
 		func(c *controls) {}},
 	{"IDGEN_FAULT_ZXID_ANY_SERVER", "hole g: one lagging ZooKeeper follower marks a healthy cluster restored (availability: slots wait one lead, 450 ms in the scaled timings, over before the probe; NOT found in seeds 1-40)", []kind{kLag, kPause, kKill, kTerm},
 		func(c *controls) {}},
+	{"IDGEN_FAULT_NO_CLUSTER_BINDING", "hole k: a node of another cluster starts on this cluster's database and takes ORDERED shards with its own epochs", []kind{kIntruder, kPause},
+		func(c *controls) { c.noBinding = true }},
 	{"IDGEN_FAULT_IGNORE_RESTORE", "a restored cluster's marks are trusted (no wait of one lead)", []kind{kRestoreInit, kRestore, kFresh, kKillBack},
 		func(c *controls) {
 			c.slot = func(s worker.Slot) worker.Slot { s.NotBefore = s.MarkNotBefore; return s }
@@ -384,6 +393,8 @@ func (c *cluster) play(ctx context.Context, t0 time.Time, sched []event) {
 			c.zk.Restore(s)
 		case kRestoreInit:
 			c.zk.Restore(c.initSnap)
+		case kIntruder:
+			c.intrude(e.d)
 		case kStep:
 			n.clk.Set(n.clk.Get() + e.d)
 		case kStall:
@@ -407,6 +418,56 @@ func (c *cluster) play(ctx context.Context, t0 time.Time, sched []event) {
 	c.bg.Wait()
 	close(stopSnaps)
 	<-snapDone
+}
+
+// intrude starts the second cluster's node on this cluster's database
+// (other-cluster), in the background. With the binding checked (the real
+// code), its start must be refused before it runs a statement there: a
+// start, or a statement, is recorded as let through (Result.Let). Under
+// IDGEN_FAULT_NO_CLUSTER_BINDING it starts, takes ORDERED shards with its
+// own cluster's epochs and serves a quarter of the ORDERED load (send)
+// for d, then is killed: what the load saw is judged by the checker, and
+// the probe judges whether this cluster's owners recover.
+func (c *cluster) intrude(d time.Duration) {
+	n := c.intruder
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		err := n.start(ctx)
+		cancel()
+		n.mu.Lock()
+		store := n.store
+		n.mu.Unlock()
+		var calls int64
+		if store != nil {
+			calls = store.calls.Load()
+		}
+		switch {
+		case err != nil:
+			c.log.Sugar().Infof("sim: the other cluster's node %s was refused: %v", n.addr, err)
+			n.mu.Lock()
+			name := n.zkName()
+			n.dead = true
+			n.mu.Unlock()
+			c.zk.Kill(name)
+			if calls > 0 && !c.ctl.noBinding {
+				c.letThrough(fmt.Sprintf("node %s of cluster %q was refused (%v) after it ran %d statements on cluster %q's database", n.addr, otherCluster, err, calls, simCluster))
+			}
+		case !c.ctl.noBinding:
+			c.letThrough(fmt.Sprintf("node %s of cluster %q started on cluster %q's database (%d statements)", n.addr, otherCluster, simCluster, calls))
+			n.kill()
+		default:
+			time.Sleep(d)
+			n.kill()
+		}
+	}()
+}
+
+func (c *cluster) letThrough(s string) {
+	c.gmu.Lock()
+	c.let = append(c.let, s)
+	c.gmu.Unlock()
 }
 
 // later runs f after d in the background (play waits for it).

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"reflect"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idgen/idgen/faults/checker"
+	"github.com/idgen/idgen/segment/mysqlstore"
 )
 
 // The checker the simulator uses catches a planted duplicate and a
@@ -177,5 +179,31 @@ func TestLimitExplainsOnlyItsOwnViolations(t *testing.T) {
 		checker.Call{Caller: "b", Node: "10.0.0.1:8888", Inc: 1, Biz: bizUnordered, Channel: checker.Unordered, Ranges: [][2]int64{{2, 3}}, Start: at(99), End: at(100)})
 	if l.explains(sf) {
 		t.Fatal("an UNORDERED repeat explained by the ORDERED limit")
+	}
+}
+
+// The simulated database runs the real binding rule: the first cluster
+// binds it, a node of another cluster (or of another cluster of the same
+// name) is refused with mysqlstore.ErrOtherCluster, and a replica promoted
+// by a failover keeps the binding it copied.
+func TestDatabaseBindsOneCluster(t *testing.T) {
+	d := newDB()
+	if err := d.bindCluster(simCluster, 1000); err != nil {
+		t.Fatalf("first bind: %v", err)
+	}
+	if err := d.bindCluster(simCluster, 1000); err != nil {
+		t.Fatalf("the bound cluster's next node: %v", err)
+	}
+	for _, other := range []struct {
+		name    string
+		created int64
+	}{{otherCluster, 1000}, {simCluster, 2000}} {
+		if err := d.bindCluster(other.name, other.created); !errors.Is(err, mysqlstore.ErrOtherCluster) {
+			t.Fatalf("cluster %q created %d: %v; want ErrOtherCluster", other.name, other.created, err)
+		}
+	}
+	d.failover(d.snapshot())
+	if err := d.bindCluster(otherCluster, 1000); !errors.Is(err, mysqlstore.ErrOtherCluster) {
+		t.Fatalf("after a failover: %v; want ErrOtherCluster", err)
 	}
 }

@@ -46,6 +46,10 @@ type node struct {
 	cluster string
 	dir     string // properties dir, kept across restarts
 	clk     *clock.Offset
+	// mono is the node's monotonic clock (what ORDERED's leases and
+	// waits read): the true time less what VM freezes took from it
+	// (vm-freeze). Kept across restarts, as the machine is.
+	mono *clock.Offset
 
 	// life serializes the lifecycle (start, stop, kill): two faults of
 	// one node that overlap (a SIGTERM while the last restart is still
@@ -146,7 +150,7 @@ func (n *node) start(ctx context.Context) error {
 	c := n.c
 	log := c.log.With(zap.String("node", n.addr), zap.Int("inc", inc))
 	wall := pausingClock{n: n, base: n.clk.Now}
-	mono := pausingClock{n: n, base: time.Now}
+	mono := pausingClock{n: n, base: n.mono.Now}
 	name := n.zkName()
 	host, port := splitAddr(n.addr)
 	// The cluster incarnation check, as the server runs it
@@ -364,6 +368,19 @@ func (n *node) pause() {
 	name := n.zkName()
 	n.mu.Unlock()
 	n.c.zk.SetPaused(name, true)
+}
+
+// freeze is a VM freeze of d: the node stops as in pause, and at the
+// resume its monotonic clock has not moved while the wall clock (and
+// every other node) went on: ORDERED's leases, read on the monotonic
+// clock, lost d. Set before the thaw, so no goroutine of the node reads
+// the clock in between (pausingClock blocks while paused).
+func (n *node) freeze(d time.Duration) {
+	n.pause()
+	start := time.Now()
+	time.Sleep(d)
+	n.mono.Set(n.mono.Get() - time.Since(start))
+	n.thaw()
 }
 
 func (n *node) thaw() {

@@ -346,7 +346,7 @@ func (c *cluster) setup(dir string, skews []time.Duration) error {
 		if err != nil {
 			return err
 		}
-		n := &node{c: c, idx: i, addr: fmt.Sprintf("10.0.0.%d:8888", i+1), cluster: simCluster, dir: d, clk: newClock()}
+		n := &node{c: c, idx: i, addr: fmt.Sprintf("10.0.0.%d:8888", i+1), cluster: simCluster, dir: d, clk: newClock(), mono: newClock()}
 		n.clk.Set(skews[i])
 		c.nodes = append(c.nodes, n)
 		c.byAdr[n.addr] = n
@@ -355,7 +355,7 @@ func (c *cluster) setup(dir string, skews []time.Duration) error {
 	if err != nil {
 		return err
 	}
-	c.intruder = &node{c: c, idx: -1, addr: "10.0.1.1:8888", cluster: otherCluster, dir: d, clk: newClock()}
+	c.intruder = &node{c: c, idx: -1, addr: "10.0.1.1:8888", cluster: otherCluster, dir: d, clk: newClock(), mono: newClock()}
 	var wg sync.WaitGroup
 	for _, n := range c.nodes {
 		wg.Add(1)

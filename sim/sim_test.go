@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idgen/idgen/faults/checker"
+	"github.com/idgen/idgen/internal/zkfake"
 	"github.com/idgen/idgen/segment/mysqlstore"
 )
 
@@ -205,5 +206,19 @@ func TestDatabaseBindsOneCluster(t *testing.T) {
 	d.failover(d.snapshot())
 	if err := d.bindCluster(otherCluster, 1000); !errors.Is(err, mysqlstore.ErrOtherCluster) {
 		t.Fatalf("after a failover: %v; want ErrOtherCluster", err)
+	}
+}
+
+// vm-freeze stops the node's monotonic clock for the freeze, while its
+// wall clock goes on (ORDERED's leases read the monotonic one).
+func TestFreezeStopsTheMonotonicClock(t *testing.T) {
+	c := &cluster{zk: zkfake.New()}
+	defer c.zk.Close()
+	n := &node{c: c, addr: "10.0.0.1:8888", clk: newClock(), mono: newClock()}
+	w0, m0 := n.clk.Now(), n.mono.Now()
+	n.freeze(100 * time.Millisecond)
+	wall, mono := n.clk.Now().Sub(w0), n.mono.Now().Sub(m0)
+	if wall < 100*time.Millisecond || mono > wall-90*time.Millisecond {
+		t.Fatalf("after a freeze of 100ms the wall clock moved %v, the monotonic clock %v; want at least 100ms and about 0", wall, mono)
 	}
 }

@@ -32,8 +32,11 @@ type db struct {
 	noFence bool
 	// binding is the cluster the database belongs to (cluster_binding;
 	// nil until the first node binds it).
-	binding  *mysqlstore.Binding
-	shardMus [segment.OrderedShards]sync.Mutex // the shard's fence row
+	binding *mysqlstore.Binding
+	// conflicts is how many commits from now on are refused by a Galera
+	// certification conflict (db-cert).
+	conflicts atomic.Int64
+	shardMus  [segment.OrderedShards]sync.Mutex // the shard's fence row
 }
 
 func newDB() *db {
@@ -77,6 +80,26 @@ func (d *db) serverID() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.server
+}
+
+// commit is the COMMIT of a write whose statements ran: it fails while
+// db-cert has conflicts left to hand out. A Galera certification conflict
+// refuses the commit after every statement looked fine (error 1213) and
+// rolls the transaction back whole, so the caller returns before applying
+// anything. The real store tries such a transaction again up to 12 times
+// (mysqlstore.retryConflicts, which the simulator does not run); what
+// reaches the layers above, modelled here, is the error once those
+// attempts are spent, or a slower success.
+func (d *db) commit() error {
+	for {
+		n := d.conflicts.Load()
+		if n <= 0 {
+			return nil
+		}
+		if d.conflicts.CompareAndSwap(n, n-1) {
+			return errCertConflict
+		}
+	}
 }
 
 // failover promotes a replica that holds only snap.
@@ -147,6 +170,9 @@ func (s *nodeDB) raiseOwned(ctx context.Context, marks []segment.OrderedMark) er
 	if err := s.boundary(ctx); err != nil {
 		return err
 	}
+	if err := s.d.commit(); err != nil {
+		return err
+	}
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	for _, m := range marks {
@@ -178,6 +204,9 @@ func (s *nodeDB) RaiseSegment(ctx context.Context, biz string, atLeast int64) er
 	if err := s.boundary(ctx); err != nil {
 		return err
 	}
+	if err := s.d.commit(); err != nil {
+		return err
+	}
 	return s.Store.RaiseSegment(ctx, biz, atLeast)
 }
 
@@ -190,6 +219,9 @@ func (s *nodeDB) ReserveSegment(ctx context.Context, biz string, step int64) (se
 	if err := s.boundary(ctx); err != nil {
 		return segment.Range{}, err
 	}
+	if err := s.d.commit(); err != nil {
+		return segment.Range{}, err
+	}
 	return s.Store.ReserveSegment(ctx, biz, step)
 }
 
@@ -197,11 +229,17 @@ func (s *nodeDB) ReserveOrdered(ctx context.Context, req segment.OrderedRequest)
 	if err := s.boundary(ctx); err != nil {
 		return segment.Range{}, err
 	}
+	if err := s.d.commit(); err != nil {
+		return segment.Range{}, err
+	}
 	return s.Store.ReserveOrdered(ctx, req)
 }
 
 func (s *nodeDB) ReserveOrderedReplay(ctx context.Context, req segment.OrderedRequest) (segment.Reservation, error) {
 	if err := s.boundary(ctx); err != nil {
+		return segment.Reservation{}, err
+	}
+	if err := s.d.commit(); err != nil {
 		return segment.Reservation{}, err
 	}
 	return s.Store.ReserveOrderedReplay(ctx, req)
@@ -241,6 +279,9 @@ func (s *nodeDB) Claim(ctx context.Context, shard int, epoch int64, owner string
 		return err
 	}
 	defer unlock()
+	if err := s.d.commit(); err != nil {
+		return err
+	}
 	d := s.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -290,6 +331,9 @@ func (s *nodeDB) Persist(ctx context.Context, shard int, epoch int64, rows []ord
 	if err := s.boundary(context.Background()); err != nil {
 		return err
 	}
+	if err := s.d.commit(); err != nil {
+		return err
+	}
 	d := s.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -325,6 +369,9 @@ func (s *nodeDB) WriteBack(ctx context.Context, shard int, epoch int64, rows []o
 		return err
 	}
 	defer unlock()
+	if err := s.d.commit(); err != nil {
+		return err
+	}
 	d := s.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -356,6 +403,11 @@ func (s *nodeDB) LookupRequests(ctx context.Context, biz, scope string, ids []st
 
 // errDead is what a killed node's boundary calls get.
 var errDead = errors.New("sim: the node was killed")
+
+// errCertConflict is what a write gets when a Galera certification
+// conflict refused its commit (and the store's retries were spent):
+// retryable, nothing stored.
+var errCertConflict = fmt.Errorf("sim: deadlock, rolled back (a Galera certification conflict refused the commit): %w", segment.ErrUnavailable)
 
 // errStoreDown wraps segment.ErrUnavailable for injected store failures.
 var errStoreDown = fmt.Errorf("sim: store connection lost: %w", segment.ErrUnavailable)

@@ -57,6 +57,10 @@ const (
 	// resume its monotonic clock lost d: the wall clock jumped forward by
 	// the freeze, the monotonic time did not move.
 	kFreeze kind = "vm-freeze"
+	// db-cert: the next 1+d/50ms commits of writes are refused by a Galera
+	// certification conflict after their statements ran (fence rows
+	// taken), and rolled back whole.
+	kCert kind = "db-cert"
 )
 
 // defaultMix is what a run without a control draws: the faults the
@@ -106,16 +110,19 @@ var Controls = []Control{
 		func(c *controls) {}},
 	// Issue 29's switches that the packages read from the environment
 	// (faultinject builds only: ./build.sh sim, go run -tags faultinject
-	// ./cmd/idgen-sim). Seeds found on 40 (--seeds 40 --first 1
-	// --parallel 2) are in notes and docs; none is found reliably enough
-	// for TestControlsAreFound.
-	{"IDGEN_FAULT_ORDERED_CACHED_NO_GATE", "hole a: an ORDERED owner answers from a reservation without asking the gate, across a lossy MySQL failover (found rarely: seed 16 of 1-40)", []kind{kFailover, kPause, kTerm, kPartition, kExpire},
+	// ./cmd/idgen-sim). The seeds named are those of 1-40 (--seeds 40
+	// --first 1) that failed with the switch and passed on the real code
+	// with the same mix; none is found reliably enough for
+	// TestControlsAreFound. Their mixes also draw SIGTERMs inside a lossy
+	// failover's loss window, which fail on the real code too (seeds 7,
+	// 15, 21: see the notes of dropDoubleFaults' memoryLoss).
+	{"IDGEN_FAULT_ORDERED_CACHED_NO_GATE", "hole a: an ORDERED owner answers from a reservation without asking the gate, across a lossy MySQL failover (seed 16 of 1-40)", []kind{kFailover, kPause, kTerm, kPartition, kExpire},
 		func(c *controls) {}},
-	{"IDGEN_FAULT_ORDERED_REMEMBER_ANSWERED", "hole a: the barrier raises an ORDERED row only to the highest number answered, not to the reservation's end (seeds 16, 21 of 1-40)", []kind{kFailover, kPause, kTerm, kPartition, kExpire},
+	{"IDGEN_FAULT_ORDERED_REMEMBER_ANSWERED", "hole a: the barrier raises an ORDERED row only to the highest number answered, not to the reservation's end (seed 16 of 1-40)", []kind{kFailover, kPause, kTerm, kPartition, kExpire},
 		func(c *controls) {}},
-	{"IDGEN_FAULT_ORDERED_UNCLEAN_HANDOFF", "hole a: a hand-off whose write-back is refused (gate closed after a failover) releases the shard as clean, with no lease wait (seeds 7, 15, 30 of 1-40)", []kind{kFailover, kTerm, kTermStall, kPause},
+	{"IDGEN_FAULT_ORDERED_UNCLEAN_HANDOFF", "hole a: a hand-off whose write-back is refused (gate closed after a failover) releases the shard as clean, with no lease wait (seed 30 of 1-40)", []kind{kFailover, kTerm, kTermStall, kPause},
 		func(c *controls) {}},
-	{"IDGEN_FAULT_BARRIER_EPHEMERAL_MEMBERS", "hole c: barrier membership is an ephemeral acknowledgement; a paused or cut-off member that may still serve from memory is not waited for (seeds 7, 9 of 1-40)", []kind{kFailover, kPause, kPartition, kExpire},
+	{"IDGEN_FAULT_BARRIER_EPHEMERAL_MEMBERS", "hole c: barrier membership is an ephemeral acknowledgement; a paused or cut-off member that may still serve from memory is not waited for (seed 7 of 1-40)", []kind{kFailover, kPause, kPartition, kExpire},
 		func(c *controls) {}},
 	{"IDGEN_FAULT_BARRIER_NO_RESTORE_RESET", "hole d: after ZooKeeper is restored from a copy the guards keep their acknowledged generation and raise nothing at the next failover (NOT found in seeds 1-40)", []kind{kRestore, kRestoreInit, kWipe, kFailover, kPause},
 		func(c *controls) {}},
@@ -145,8 +152,9 @@ var Holes = []struct {
 	// ORDERED lease (ordered/zkown lease.go) is extended from the send
 	// time on the monotonic clock; after a VM freeze that stopped it, a
 	// deposed owner's lease still looks valid and it answers cached keys
-	// from memory below what the new owner answered (seeds 3 and 19 of
-	// 1-30, not every run; the same schedules with pause pass).
+	// from memory below what the new owner answered (mix:vm-freeze: seeds
+	// 3 and 19 of 1-30 and 13 of 1-40, each not every run; seed 3 as
+	// mix:pause, the same schedule with pauses, passed 4 runs of 4).
 	{"vm-freeze", "a VM freeze (monotonic clock stopped, wall clock jumped at the resume): a deposed ORDERED owner answers from memory on a lease read on the frozen clock (real-time order)", []kind{kFreeze}},
 }
 
@@ -228,6 +236,14 @@ const lossWindowAfter = 3500 * time.Millisecond
 // on after a lossy MySQL failover: a node's memory of the numbers it
 // handed out (a crash) or the guard's records in ZooKeeper (a wipe or a
 // restore from a copy).
+//
+// A SIGTERM is not counted: its hand-off writes the exact counters back
+// and the process's memory goes, so a lossy failover to a replica that
+// missed the write-back repeats them as after a kill (control mixes found
+// it on the real code: seed 7 of mix:db-failover,sigterm,sigterm-stall,pause,
+// seed 21 of mix:db-failover,pause,sigterm,zk-partition,zk-expire). Whether
+// that is a double fault by design or a hole is open (notes-simext.md);
+// counting it would change the default mix's schedules.
 var memoryLoss = map[kind]bool{kKill: true, kKillBack: true, kFresh: true, kStallKill: true, kWipe: true, kRestore: true, kRestoreInit: true}
 
 // dropDoubleFaults removes the faults that lose memory from the window of
@@ -414,6 +430,8 @@ func (c *cluster) play(ctx context.Context, t0 time.Time, sched []event) {
 		case kStall:
 			release := c.db.mem.Block()
 			c.later(e.d, release)
+		case kCert:
+			c.db.conflicts.Store(1 + int64(e.d/(50*time.Millisecond)))
 		case kDBFail:
 			c.db.mem.FailNext(1+int(e.d/(100*time.Millisecond)), errStoreDown)
 		case kFailover:

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/idgen/idgen/faults/checker"
 	"github.com/idgen/idgen/internal/zkfake"
+	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/mysqlstore"
 )
 
@@ -220,5 +222,26 @@ func TestFreezeStopsTheMonotonicClock(t *testing.T) {
 	wall, mono := n.clk.Now().Sub(w0), n.mono.Now().Sub(m0)
 	if wall < 100*time.Millisecond || mono > wall-90*time.Millisecond {
 		t.Fatalf("after a freeze of 100ms the wall clock moved %v, the monotonic clock %v; want at least 100ms and about 0", wall, mono)
+	}
+}
+
+// db-cert: a refused commit returns a retryable error and stores nothing;
+// the conflicts run out and the next commit goes through.
+func TestCertConflictStoresNothing(t *testing.T) {
+	d := newDB()
+	s := &nodeDB{Store: d.mem, d: d, n: &node{}}
+	ctx := context.Background()
+	d.conflicts.Store(1)
+	if err := s.Claim(ctx, 3, 1, "a"); !errors.Is(err, segment.ErrUnavailable) {
+		t.Fatalf("claim under a certification conflict: %v; want ErrUnavailable", err)
+	}
+	if _, ok := d.epochs[3]; ok {
+		t.Fatalf("the refused claim stored epoch %d", d.epochs[3])
+	}
+	if err := s.Claim(ctx, 3, 1, "a"); err != nil {
+		t.Fatalf("claim after the conflict: %v", err)
+	}
+	if d.epochs[3] != 1 {
+		t.Fatalf("epoch %d, want 1", d.epochs[3])
 	}
 }

@@ -113,9 +113,7 @@ var Controls = []Control{
 	// ./cmd/idgen-sim). The seeds named are those of 1-40 (--seeds 40
 	// --first 1) that failed with the switch and passed on the real code
 	// with the same mix; none is found reliably enough for
-	// TestControlsAreFound. Their mixes also draw SIGTERMs inside a lossy
-	// failover's loss window, which fail on the real code too (seeds 7,
-	// 15, 21: see the notes of dropDoubleFaults' memoryLoss).
+	// TestControlsAreFound.
 	{"IDGEN_FAULT_ORDERED_CACHED_NO_GATE", "hole a: an ORDERED owner answers from a reservation without asking the gate, across a lossy MySQL failover (seed 16 of 1-40)", []kind{kFailover, kPause, kTerm, kPartition, kExpire},
 		func(c *controls) {}},
 	{"IDGEN_FAULT_ORDERED_REMEMBER_ANSWERED", "hole a: the barrier raises an ORDERED row only to the highest number answered, not to the reservation's end (seed 16 of 1-40)", []kind{kFailover, kPause, kTerm, kPartition, kExpire},
@@ -153,8 +151,8 @@ var Holes = []struct {
 	// time on the monotonic clock; after a VM freeze that stopped it, a
 	// deposed owner's lease still looks valid and it answers cached keys
 	// from memory below what the new owner answered (mix:vm-freeze: seeds
-	// 3 and 19 of 1-30 and 13 of 1-40, each not every run; seed 3 as
-	// mix:pause, the same schedule with pauses, passed 4 runs of 4).
+	// 3, 16 and 39 of 1-40 on main at 70ff0cc; each not every run; seed 3
+	// as mix:pause, the same schedule with pauses, passed 4 runs of 4).
 	{"vm-freeze", "a VM freeze (monotonic clock stopped, wall clock jumped at the resume): a deposed ORDERED owner answers from memory on a lease read on the frozen clock (real-time order)", []kind{kFreeze}},
 }
 
@@ -237,13 +235,12 @@ const lossWindowAfter = 3500 * time.Millisecond
 // handed out (a crash) or the guard's records in ZooKeeper (a wipe or a
 // restore from a copy).
 //
-// A SIGTERM is not counted: its hand-off writes the exact counters back
-// and the process's memory goes, so a lossy failover to a replica that
-// missed the write-back repeats them as after a kill (control mixes found
-// it on the real code: seed 7 of mix:db-failover,sigterm,sigterm-stall,pause,
-// seed 21 of mix:db-failover,pause,sigterm,zk-partition,zk-expire). Whether
-// that is a double fault by design or a hole is open (notes-simext.md);
-// counting it would change the default mix's schedules.
+// A SIGTERM is not counted: a node that stops cleanly writes its ORDERED
+// marks to ZooKeeper before it leaves (zkguard parted marks). On the code
+// before that fix, control mixes found SIGTERMs inside a loss window
+// repeating numbers (seed 7 of mix:db-failover,sigterm,sigterm-stall,pause,
+// seed 21 of mix:db-failover,pause,sigterm,zk-partition,zk-expire); they
+// pass on the code with it.
 var memoryLoss = map[kind]bool{kKill: true, kKillBack: true, kFresh: true, kStallKill: true, kWipe: true, kRestore: true, kRestoreInit: true}
 
 // dropDoubleFaults removes the faults that lose memory from the window of

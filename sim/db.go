@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/memstore"
+	"github.com/idgen/idgen/segment/mysqlstore"
 )
 
 // db is the simulated MySQL primary: memstore for businesses and
@@ -21,14 +23,20 @@ import (
 type db struct {
 	mem *memstore.Store
 
-	mu       sync.Mutex
-	epochs   map[int]int64
-	owners   map[int]string
-	rows     map[ordered.Key]int64
-	reqs     map[ordered.RequestKey]ordered.Request
-	server   int // the server identity (a failover changes it)
-	noFence  bool
-	shardMus [segment.OrderedShards]sync.Mutex // the shard's fence row
+	mu      sync.Mutex
+	epochs  map[int]int64
+	owners  map[int]string
+	rows    map[ordered.Key]int64
+	reqs    map[ordered.RequestKey]ordered.Request
+	server  int // the server identity (a failover changes it)
+	noFence bool
+	// binding is the cluster the database belongs to (cluster_binding;
+	// nil until the first node binds it).
+	binding *mysqlstore.Binding
+	// conflicts is how many commits from now on are refused by a Galera
+	// certification conflict (db-cert).
+	conflicts atomic.Int64
+	shardMus  [segment.OrderedShards]sync.Mutex // the shard's fence row
 }
 
 func newDB() *db {
@@ -43,12 +51,29 @@ type dbSnapshot struct {
 	owners map[int]string
 	rows   map[ordered.Key]int64
 	reqs   map[ordered.RequestKey]ordered.Request
+	// binding is the database's cluster binding (a pointer to an
+	// immutable value: it is written once).
+	binding *mysqlstore.Binding
 }
 
 func (d *db) snapshot() dbSnapshot {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return dbSnapshot{mem: d.mem.Snapshot(), epochs: maps.Clone(d.epochs), owners: maps.Clone(d.owners), rows: maps.Clone(d.rows), reqs: maps.Clone(d.reqs)}
+	return dbSnapshot{mem: d.mem.Snapshot(), epochs: maps.Clone(d.epochs), owners: maps.Clone(d.owners), rows: maps.Clone(d.rows), reqs: maps.Clone(d.reqs),
+		binding: d.binding}
+}
+
+// bindCluster is mysqlstore.Store.BindCluster on the simulated database:
+// the first caller binds it (INSERT IGNORE), and every caller is judged by
+// the real rule (mysqlstore.CheckBinding). A failover to a replica that
+// has no binding yet lets the next node bind it again, as on MySQL.
+func (d *db) bindCluster(cluster string, createdMs int64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.binding == nil {
+		d.binding = &mysqlstore.Binding{Cluster: cluster, CreatedMs: createdMs, BoundBy: "sim", BoundAt: time.Now()}
+	}
+	return mysqlstore.CheckBinding(*d.binding, cluster, createdMs, "idgen")
 }
 
 func (d *db) serverID() int {
@@ -57,12 +82,33 @@ func (d *db) serverID() int {
 	return d.server
 }
 
+// commit is the COMMIT of a write whose statements ran: it fails while
+// db-cert has conflicts left to hand out. A Galera certification conflict
+// refuses the commit after every statement looked fine (error 1213) and
+// rolls the transaction back whole, so the caller returns before applying
+// anything. The real store tries such a transaction again up to 12 times
+// (mysqlstore.retryConflicts, which the simulator does not run); what
+// reaches the layers above, modelled here, is the error once those
+// attempts are spent, or a slower success.
+func (d *db) commit() error {
+	for {
+		n := d.conflicts.Load()
+		if n <= 0 {
+			return nil
+		}
+		if d.conflicts.CompareAndSwap(n, n-1) {
+			return errCertConflict
+		}
+	}
+}
+
 // failover promotes a replica that holds only snap.
 func (d *db) failover(snap dbSnapshot) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.mem.Restore(snap.mem)
 	d.epochs, d.owners, d.rows, d.reqs = maps.Clone(snap.epochs), maps.Clone(snap.owners), maps.Clone(snap.rows), maps.Clone(snap.reqs)
+	d.binding = snap.binding
 	d.server++
 }
 
@@ -79,6 +125,9 @@ type nodeDB struct {
 	onChange func(old, new string)
 	seenMu   sync.Mutex
 	seen     int
+	// calls counts the statements the node ran (every store call passes
+	// boundary): a node refused at start must have run none.
+	calls atomic.Int64
 }
 
 // Server is the identity of the server behind the node's newest
@@ -98,6 +147,7 @@ func (s *nodeDB) Ping(ctx context.Context) error { return s.boundary(ctx) }
 // boundary is n.boundary plus the server change check: a statement after a
 // failover reports the new server first, as a new MySQL connection does.
 func (s *nodeDB) boundary(ctx context.Context) error {
+	s.calls.Add(1)
 	if err := s.n.boundary(ctx); err != nil {
 		return err
 	}
@@ -118,6 +168,9 @@ func (s *nodeDB) boundary(ctx context.Context) error {
 // repair on a new server (mysqlstore.Store.RaiseOrdered).
 func (s *nodeDB) raiseOwned(ctx context.Context, marks []segment.OrderedMark) error {
 	if err := s.boundary(ctx); err != nil {
+		return err
+	}
+	if err := s.d.commit(); err != nil {
 		return err
 	}
 	s.d.mu.Lock()
@@ -151,6 +204,9 @@ func (s *nodeDB) RaiseSegment(ctx context.Context, biz string, atLeast int64) er
 	if err := s.boundary(ctx); err != nil {
 		return err
 	}
+	if err := s.d.commit(); err != nil {
+		return err
+	}
 	return s.Store.RaiseSegment(ctx, biz, atLeast)
 }
 
@@ -163,6 +219,9 @@ func (s *nodeDB) ReserveSegment(ctx context.Context, biz string, step int64) (se
 	if err := s.boundary(ctx); err != nil {
 		return segment.Range{}, err
 	}
+	if err := s.d.commit(); err != nil {
+		return segment.Range{}, err
+	}
 	return s.Store.ReserveSegment(ctx, biz, step)
 }
 
@@ -170,11 +229,17 @@ func (s *nodeDB) ReserveOrdered(ctx context.Context, req segment.OrderedRequest)
 	if err := s.boundary(ctx); err != nil {
 		return segment.Range{}, err
 	}
+	if err := s.d.commit(); err != nil {
+		return segment.Range{}, err
+	}
 	return s.Store.ReserveOrdered(ctx, req)
 }
 
 func (s *nodeDB) ReserveOrderedReplay(ctx context.Context, req segment.OrderedRequest) (segment.Reservation, error) {
 	if err := s.boundary(ctx); err != nil {
+		return segment.Reservation{}, err
+	}
+	if err := s.d.commit(); err != nil {
 		return segment.Reservation{}, err
 	}
 	return s.Store.ReserveOrderedReplay(ctx, req)
@@ -214,6 +279,9 @@ func (s *nodeDB) Claim(ctx context.Context, shard int, epoch int64, owner string
 		return err
 	}
 	defer unlock()
+	if err := s.d.commit(); err != nil {
+		return err
+	}
 	d := s.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -263,6 +331,9 @@ func (s *nodeDB) Persist(ctx context.Context, shard int, epoch int64, rows []ord
 	if err := s.boundary(context.Background()); err != nil {
 		return err
 	}
+	if err := s.d.commit(); err != nil {
+		return err
+	}
 	d := s.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -298,6 +369,9 @@ func (s *nodeDB) WriteBack(ctx context.Context, shard int, epoch int64, rows []o
 		return err
 	}
 	defer unlock()
+	if err := s.d.commit(); err != nil {
+		return err
+	}
 	d := s.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -329,6 +403,11 @@ func (s *nodeDB) LookupRequests(ctx context.Context, biz, scope string, ids []st
 
 // errDead is what a killed node's boundary calls get.
 var errDead = errors.New("sim: the node was killed")
+
+// errCertConflict is what a write gets when a Galera certification
+// conflict refused its commit (and the store's retries were spent):
+// retryable, nothing stored.
+var errCertConflict = fmt.Errorf("sim: deadlock, rolled back (a Galera certification conflict refused the commit): %w", segment.ErrUnavailable)
 
 // errStoreDown wraps segment.ErrUnavailable for injected store failures.
 var errStoreDown = fmt.Errorf("sim: store connection lost: %w", segment.ErrUnavailable)

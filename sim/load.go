@@ -97,6 +97,11 @@ func (c *cluster) caller(ctx context.Context, name string, rng *rand.Rand, rec *
 // shard's owner as the RPC handler does (at most twice). ok is false when
 // the call got no IDs.
 func (c *cluster) send(rng *rand.Rand, caller string, req issuer.Request) (checker.Call, bool) {
+	if in := c.intruder; *req.Channel == segment.ChannelOrdered && in.isUp() && rng.IntN(4) == 0 {
+		// A client of the other cluster: the same businesses (one
+		// database), its own cluster's node.
+		return c.sendTo(rng, in, caller, req)
+	}
 	return c.sendTo(rng, c.nodes[rng.IntN(len(c.nodes))], caller, req)
 }
 

@@ -41,8 +41,15 @@ type node struct {
 	c    *cluster
 	idx  int
 	addr string // host:port, the node's identity (properties file, ORDERED Self)
-	dir  string // properties dir, kept across restarts
-	clk  *clock.Offset
+	// cluster is the node's cluster name (its ZooKeeper subtree under
+	// /idgen): simCluster, or otherCluster for the intruder of hole k.
+	cluster string
+	dir     string // properties dir, kept across restarts
+	clk     *clock.Offset
+	// mono is the node's monotonic clock (what ORDERED's leases and
+	// waits read): the true time less what VM freezes took from it
+	// (vm-freeze). Kept across restarts, as the machine is.
+	mono *clock.Offset
 
 	// life serializes the lifecycle (start, stop, kill): two faults of
 	// one node that overlap (a SIGTERM while the last restart is still
@@ -62,6 +69,9 @@ type node struct {
 	alloc *ordered.Allocator
 	sess  *zksession.Session
 	guard *zkguard.Guard
+	// store is the incarnation's connection to the database (kept after
+	// the incarnation ends: what it ran is counted).
+	store *nodeDB
 	// stopTouch stops the incarnation's heartbeat touches.
 	stopTouch func()
 	stall     time.Duration // next planned hand-off stalls this long before its write-back
@@ -73,6 +83,13 @@ type node struct {
 // zkName is the ZooKeeper client name of the current incarnation (a
 // killed incarnation's clients stay cut off; the next one's are new).
 func (n *node) zkName() string { return fmt.Sprintf("%s#%d", n.addr, n.inc) }
+
+// isUp reports whether the node serves.
+func (n *node) isUp() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.up
+}
 
 // wait blocks while the node is paused.
 func (n *node) wait() {
@@ -133,19 +150,19 @@ func (n *node) start(ctx context.Context) error {
 	c := n.c
 	log := c.log.With(zap.String("node", n.addr), zap.Int("inc", inc))
 	wall := pausingClock{n: n, base: n.clk.Now}
-	mono := pausingClock{n: n, base: time.Now}
+	mono := pausingClock{n: n, base: n.mono.Now}
 	name := n.zkName()
 	host, port := splitAddr(n.addr)
 	// The cluster incarnation check, as the server runs it
 	// (server/incarnation.go): at every (re)connect before any write,
 	// after every slot claim and every heartbeat. Its record is the
 	// node's properties file (kept across restarts; a fresh node has
-	// none). No database witness: the simulated MySQL has no
-	// cluster_binding, so a fresh node that starts first after a restore
+	// none). No database witness: the simulated MySQL's cluster_binding
+	// (db.bindCluster) keeps no incarnation marker, so a fresh node that starts first after a restore
 	// is protected only by what the old nodes see (the configuration the
 	// server refuses on one ZooKeeper server unless opted in).
-	chk := clusterinc.NewChecker(clusterinc.Config{Root: "/idgen", Cluster: "sim", NodeKey: fmt.Sprintf("idgen:%d:%s", port, host),
-		Record: worker.IncarnationRecord(n.dir, "idgen", port, host, "sim"), Refused: zksession.ErrRefused, Logger: log.Named("incarnation")})
+	chk := clusterinc.NewChecker(clusterinc.Config{Root: "/idgen", Cluster: n.cluster, NodeKey: fmt.Sprintf("idgen:%d:%s", port, host),
+		Record: worker.IncarnationRecord(n.dir, "idgen", port, host, n.cluster), Refused: zksession.ErrRefused, Logger: log.Named("incarnation")})
 	// The node's one ZooKeeper session (cluster/zksession), shared by the
 	// worker lease and the ORDERED coordinator as in the server; every
 	// client it opens (a redial replaces the client) is a zkfake client of
@@ -168,8 +185,11 @@ func (n *node) start(ctx context.Context) error {
 		return fmt.Errorf("zksession: %w", err)
 	}
 	store := &nodeDB{Store: c.db.mem, d: c.db, n: n}
+	n.mu.Lock()
+	n.store = store
+	n.mu.Unlock()
 	holder := &worker.LateHolder{Fault: c.ctl.slot} // the server's holder; Fault: the slot's negative controls
-	lease, err := worker.Register(ctx, worker.Config{Servers: []string{"zk0:2181"}, Root: "/idgen", Cluster: "sim",
+	lease, err := worker.Register(ctx, worker.Config{Servers: []string{"zk0:2181"}, Root: "/idgen", Cluster: n.cluster,
 		Meta: worker.Meta{EpochMs: worker.DefaultEpochMs, IDCBits: idcBits, NodeBits: nodeBits},
 		App:  "idgen", Host: host, Port: port, PropertiesDir: n.dir, SessionTimeout: sessionTimeout,
 		HeartbeatInterval: heartbeat, OutageTolerance: outageTol, HighWaterMargin: hwMargin, MaxStartWait: 10 * time.Second,
@@ -179,6 +199,16 @@ func (n *node) start(ctx context.Context) error {
 		sess.Close()
 		return fmt.Errorf("worker: %w", err)
 	}
+	// One database, one cluster (server/main.go, after the lease starts
+	// and before anything serves from the store): the database's binding
+	// is checked, and a node of another cluster stops here.
+	if !c.ctl.noBinding {
+		if err := c.db.bindCluster(n.cluster, lease.Meta().CreatedMs); err != nil {
+			_ = lease.Close(context.Background())
+			sess.Close()
+			return err
+		}
+	}
 	stopTouch := chk.TouchEvery(heartbeat, sess, log.Named("incarnation"))
 	layout := snowflake.Layout{IDCBits: idcBits, NodeBits: nodeBits}.Normalize()
 	floor := layout.Floor(lease.Meta().CreatedMs)
@@ -186,7 +216,7 @@ func (n *node) start(ctx context.Context) error {
 	// The replication guard (segment/zkguard) on the same session: the
 	// ledger of UNORDERED segments and the ORDERED barrier after a server
 	// change of the simulated MySQL (db.failover).
-	guardCfg := zkguard.Config{Session: sess, Root: "/idgen", Cluster: "sim", Self: n.addr, Timeout: zkTimeout,
+	guardCfg := zkguard.Config{Session: sess, Root: "/idgen", Cluster: n.cluster, Self: n.addr, Timeout: zkTimeout,
 		BarrierWait: time.Second, MemberLease: time.Second, MaxClockSkew: 500 * time.Millisecond, Now: wall.Now,
 		Disabled: c.ctl.noGuard, Logger: log.Named("guard"),
 		OnMembersGone: func(members []string) {
@@ -223,7 +253,7 @@ func (n *node) start(ctx context.Context) error {
 		sess.Close()
 		return err
 	}
-	coord, err := zkown.Open(ctx, zkown.Config{Session: sess, Root: "/idgen", Cluster: "sim", Self: n.addr,
+	coord, err := zkown.Open(ctx, zkown.Config{Session: sess, Root: "/idgen", Cluster: n.cluster, Self: n.addr,
 		SessionTimeout: sessionTimeout, Lease: orderedLease, Clock: mono, Wall: wall, Timeout: zkTimeout, HandlerTimeout: time.Second,
 		UnsafeNoLeaseWait: c.ctl.noLeaseWait, Logger: log.Named("owners")})
 	if err != nil {
@@ -338,6 +368,19 @@ func (n *node) pause() {
 	name := n.zkName()
 	n.mu.Unlock()
 	n.c.zk.SetPaused(name, true)
+}
+
+// freeze is a VM freeze of d: the node stops as in pause, and at the
+// resume its monotonic clock has not moved while the wall clock (and
+// every other node) went on: ORDERED's leases, read on the monotonic
+// clock, lost d. Set before the thaw, so no goroutine of the node reads
+// the clock in between (pausingClock blocks while paused).
+func (n *node) freeze(d time.Duration) {
+	n.pause()
+	start := time.Now()
+	time.Sleep(d)
+	n.mono.Set(n.mono.Get() - time.Since(start))
+	n.thaw()
 }
 
 func (n *node) thaw() {

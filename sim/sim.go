@@ -60,6 +60,10 @@ type Result struct {
 	Replays  int      // request-id replays checked
 	Replay   []string // replays that returned another range
 	Stuck    []string // availability: what a node could not serve after the faults ended
+	// Let is what a guard let through that the simulator checks directly,
+	// not through the load: a node of another cluster that started on the
+	// database, or ran a statement there (hole k). A safety finding.
+	Let []string
 	// MaxLag is the worst scheduling delay seen by a 10 ms ticker during
 	// the run. Above OverloadLag the machine starved the run: its
 	// availability findings and start failures are not judged (they are
@@ -94,7 +98,7 @@ func (r *Result) Overloaded() bool { return r.MaxLag > OverloadLag }
 // a (worker, ms) of two incarnations, or a replay with another range (not
 // availability).
 func (r *Result) Unsafe() bool {
-	return len(r.Replay) > 0 || (r.Report != nil && r.Report.Failed() && !r.Limit)
+	return len(r.Replay) > 0 || len(r.Let) > 0 || (r.Report != nil && r.Report.Failed() && !r.Limit)
 }
 
 // String is the seed's verdict with, on failure, its schedule and findings.
@@ -130,6 +134,9 @@ func (r *Result) String() string {
 		}
 		for _, s := range r.Replay {
 			b.WriteString("\n  replay: " + s)
+		}
+		for _, s := range r.Let {
+			b.WriteString("\n  let through: " + s)
 		}
 		for i, s := range r.Stuck {
 			if i == 6 {
@@ -179,6 +186,11 @@ type cluster struct {
 	log   *zap.Logger
 	// initSnap is ZooKeeper's state right after cluster init.
 	initSnap zkfake.Snapshot
+	// intruder is the one node of the second cluster (otherCluster) that
+	// other-cluster starts on this cluster's database.
+	intruder *node
+	// let is what a guard let through (Result.Let).
+	let []string
 
 	gmu   sync.Mutex
 	grave []incarnation // killed incarnations, stopped at the end
@@ -192,6 +204,14 @@ func (c *cluster) graveyard(p incarnation) {
 	c.grave = append(c.grave, p)
 	c.gmu.Unlock()
 }
+
+// The clusters: the simulated one, and the second cluster whose node
+// other-cluster starts on the same database (hole k). Both are created on
+// the one simulated ZooKeeper, each in its own subtree.
+const (
+	simCluster   = "sim"
+	otherCluster = "sim2"
+)
 
 // The bit split: 4 slots per IDC (all nodes run in IDC 0), so that slots
 // change hands between nodes often (a crash restart takes another free
@@ -273,6 +293,7 @@ func Run(seed uint64, o Options) *Result {
 	res.Report = checker.Check(rec.okCalls(), checker.Options{Layout: checker.DefaultLayout})
 	res.Limit = res.Report.Failed() && c.limits.explains(res.Report)
 	res.Replays, res.Replay = rec.replays, rec.replayDiffs
+	res.Let = c.let
 	res.Took = time.Since(start)
 	return res
 }
@@ -285,14 +306,16 @@ func (c *cluster) setup(dir string, skews []time.Duration) error {
 	for conn.State() != zk.StateHasSession {
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := zkcluster.Init(conn, "/idgen", "sim", zkcluster.Settings{EpochMs: worker.DefaultEpochMs, IDCBits: idcBits, NodeBits: nodeBits}, nil); err != nil {
-		conn.Close()
-		return fmt.Errorf("cluster init: %w", err)
-	}
-	// idctl cluster init writes the incarnation marker with the meta.
-	if _, err := clusterinc.Create(conn, "/idgen", "sim", nil, time.Now()); err != nil {
-		conn.Close()
-		return fmt.Errorf("cluster init: the incarnation marker: %w", err)
+	for _, name := range []string{simCluster, otherCluster} {
+		if _, err := zkcluster.Init(conn, "/idgen", name, zkcluster.Settings{EpochMs: worker.DefaultEpochMs, IDCBits: idcBits, NodeBits: nodeBits}, nil); err != nil {
+			conn.Close()
+			return fmt.Errorf("cluster init %s: %w", name, err)
+		}
+		// idctl cluster init writes the incarnation marker with the meta.
+		if _, err := clusterinc.Create(conn, "/idgen", name, nil, time.Now()); err != nil {
+			conn.Close()
+			return fmt.Errorf("cluster init %s: the incarnation marker: %w", name, err)
+		}
 	}
 	conn.Close()
 	// The operator's oldest backup: taken right after cluster init, before
@@ -323,11 +346,16 @@ func (c *cluster) setup(dir string, skews []time.Duration) error {
 		if err != nil {
 			return err
 		}
-		n := &node{c: c, idx: i, addr: fmt.Sprintf("10.0.0.%d:8888", i+1), dir: d, clk: newClock()}
+		n := &node{c: c, idx: i, addr: fmt.Sprintf("10.0.0.%d:8888", i+1), cluster: simCluster, dir: d, clk: newClock(), mono: newClock()}
 		n.clk.Set(skews[i])
 		c.nodes = append(c.nodes, n)
 		c.byAdr[n.addr] = n
 	}
+	d, err := os.MkdirTemp(dir, "intruder")
+	if err != nil {
+		return err
+	}
+	c.intruder = &node{c: c, idx: -1, addr: "10.0.1.1:8888", cluster: otherCluster, dir: d, clk: newClock(), mono: newClock()}
 	var wg sync.WaitGroup
 	for _, n := range c.nodes {
 		wg.Add(1)

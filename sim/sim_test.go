@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"reflect"
@@ -9,6 +11,9 @@ import (
 	"time"
 
 	"github.com/idgen/idgen/faults/checker"
+	"github.com/idgen/idgen/internal/zkfake"
+	"github.com/idgen/idgen/segment"
+	"github.com/idgen/idgen/segment/mysqlstore"
 )
 
 // The checker the simulator uses catches a planted duplicate and a
@@ -177,5 +182,66 @@ func TestLimitExplainsOnlyItsOwnViolations(t *testing.T) {
 		checker.Call{Caller: "b", Node: "10.0.0.1:8888", Inc: 1, Biz: bizUnordered, Channel: checker.Unordered, Ranges: [][2]int64{{2, 3}}, Start: at(99), End: at(100)})
 	if l.explains(sf) {
 		t.Fatal("an UNORDERED repeat explained by the ORDERED limit")
+	}
+}
+
+// The simulated database runs the real binding rule: the first cluster
+// binds it, a node of another cluster (or of another cluster of the same
+// name) is refused with mysqlstore.ErrOtherCluster, and a replica promoted
+// by a failover keeps the binding it copied.
+func TestDatabaseBindsOneCluster(t *testing.T) {
+	d := newDB()
+	if err := d.bindCluster(simCluster, 1000); err != nil {
+		t.Fatalf("first bind: %v", err)
+	}
+	if err := d.bindCluster(simCluster, 1000); err != nil {
+		t.Fatalf("the bound cluster's next node: %v", err)
+	}
+	for _, other := range []struct {
+		name    string
+		created int64
+	}{{otherCluster, 1000}, {simCluster, 2000}} {
+		if err := d.bindCluster(other.name, other.created); !errors.Is(err, mysqlstore.ErrOtherCluster) {
+			t.Fatalf("cluster %q created %d: %v; want ErrOtherCluster", other.name, other.created, err)
+		}
+	}
+	d.failover(d.snapshot())
+	if err := d.bindCluster(otherCluster, 1000); !errors.Is(err, mysqlstore.ErrOtherCluster) {
+		t.Fatalf("after a failover: %v; want ErrOtherCluster", err)
+	}
+}
+
+// vm-freeze stops the node's monotonic clock for the freeze, while its
+// wall clock goes on (ORDERED's leases read the monotonic one).
+func TestFreezeStopsTheMonotonicClock(t *testing.T) {
+	c := &cluster{zk: zkfake.New()}
+	defer c.zk.Close()
+	n := &node{c: c, addr: "10.0.0.1:8888", clk: newClock(), mono: newClock()}
+	w0, m0 := n.clk.Now(), n.mono.Now()
+	n.freeze(100 * time.Millisecond)
+	wall, mono := n.clk.Now().Sub(w0), n.mono.Now().Sub(m0)
+	if wall < 100*time.Millisecond || mono > wall-90*time.Millisecond {
+		t.Fatalf("after a freeze of 100ms the wall clock moved %v, the monotonic clock %v; want at least 100ms and about 0", wall, mono)
+	}
+}
+
+// db-cert: a refused commit returns a retryable error and stores nothing;
+// the conflicts run out and the next commit goes through.
+func TestCertConflictStoresNothing(t *testing.T) {
+	d := newDB()
+	s := &nodeDB{Store: d.mem, d: d, n: &node{}}
+	ctx := context.Background()
+	d.conflicts.Store(1)
+	if err := s.Claim(ctx, 3, 1, "a"); !errors.Is(err, segment.ErrUnavailable) {
+		t.Fatalf("claim under a certification conflict: %v; want ErrUnavailable", err)
+	}
+	if _, ok := d.epochs[3]; ok {
+		t.Fatalf("the refused claim stored epoch %d", d.epochs[3])
+	}
+	if err := s.Claim(ctx, 3, 1, "a"); err != nil {
+		t.Fatalf("claim after the conflict: %v", err)
+	}
+	if d.epochs[3] != 1 {
+		t.Fatalf("epoch %d, want 1", d.epochs[3])
 	}
 }

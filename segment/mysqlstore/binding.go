@@ -60,19 +60,29 @@ func (s *Store) BindCluster(ctx context.Context, cluster string, createdMs int64
 	if !ok {
 		return Binding{}, fmt.Errorf("mysqlstore: %s: the binding vanished right after it was written (`idctl db unbind` run meanwhile?); start the node again", op)
 	}
+	return b, CheckBinding(b, cluster, createdMs, s.dbName)
+}
+
+// CheckBinding is the rule of BindCluster: a node of cluster (created at
+// createdMs) may use the database named dbName, bound to b, only when b
+// is that cluster, by name and creation time. Otherwise it returns
+// ErrOtherCluster with a message naming the fix. Kept apart from the SQL
+// so that the cluster simulator (sim/db.go) runs this rule on its
+// simulated database.
+func CheckBinding(b Binding, cluster string, createdMs int64, dbName string) error {
 	if b.Cluster == cluster && b.CreatedMs == createdMs {
-		return b, nil
+		return nil
 	}
 	same := ""
 	if b.Cluster == cluster {
 		same = fmt.Sprintf(" (another cluster of the same name: %q is the name of every cluster created without --cluster; "+
 			"or this cluster re-created with `idctl cluster init` after its ZooKeeper data was lost)", cluster)
 	}
-	return b, fmt.Errorf("%w: database %q belongs to cluster %q created %s (bound by %s at %s), this node is of cluster %q created %s%s. "+
+	return fmt.Errorf("%w: database %q belongs to cluster %q created %s (bound by %s at %s), this node is of cluster %q created %s%s. "+
 		"Two clusters on one database take each other's ORDERED shards and share counters: give each cluster its own database "+
 		"(CREATE DATABASE, `idctl db migrate --mysql DSN`, then --mysql DSN on every node of the cluster). "+
 		"Only if the database's cluster is gone for good (every node of it stopped), run `idctl db unbind --mysql DSN` and start this node again",
-		ErrOtherCluster, s.dbName, b.Cluster, msTime(b.CreatedMs), b.BoundBy, b.BoundAt.Format(time.RFC3339),
+		ErrOtherCluster, dbName, b.Cluster, msTime(b.CreatedMs), b.BoundBy, b.BoundAt.Format(time.RFC3339),
 		cluster, msTime(createdMs), same)
 }
 

@@ -12,3 +12,9 @@ const faultInjectBuild = true
 // restore the session reports is ignored, as before the fix: takeovers of
 // shards ZooKeeper shows released serve at once.
 func faultNoRestoreRule() bool { return os.Getenv("IDGEN_FAULT_ORDERED_NO_RESTORE_RULE") == "1" }
+
+// faultLeaseMonotonicOnly (IDGEN_FAULT_LEASE_MONOTONIC_ONLY=1, read by
+// package ordered too) ends the lease on the monotonic clock only, as
+// before: a renewal after a VM freeze extends a lease the peers counted
+// out.
+func faultLeaseMonotonicOnly() bool { return os.Getenv("IDGEN_FAULT_LEASE_MONOTONIC_ONLY") == "1" }

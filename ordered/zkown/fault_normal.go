@@ -7,3 +7,5 @@ const faultInjectBuild = false
 
 // faultNoRestoreRule is false in normal builds (see fault_faultinject.go).
 func faultNoRestoreRule() bool { return false }
+
+func faultLeaseMonotonicOnly() bool { return false }

@@ -72,7 +72,7 @@ func (c *Coordinator) createNode(ctx context.Context) error {
 		}
 		return err
 	})
-	reply := c.cfg.Clock.Now()
+	reply, replyWall := c.cfg.Clock.Now(), c.cfg.Wall.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
@@ -86,7 +86,7 @@ func (c *Coordinator) createNode(ctx context.Context) error {
 		return nil
 	}
 	c.nodeOK = true
-	c.extendLocked(send, sendWall, reply, term)
+	c.extendLocked(send, sendWall, reply, replyWall, term)
 	return nil
 }
 
@@ -112,7 +112,7 @@ func (c *Coordinator) renew(ctx context.Context) {
 		c.noteStat(st)
 		return err
 	})
-	reply := c.cfg.Clock.Now()
+	reply, replyWall := c.cfg.Clock.Now(), c.cfg.Wall.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.id != id {
@@ -138,16 +138,22 @@ func (c *Coordinator) renew(ctx context.Context) {
 		return
 	}
 	c.renewals.Add(1)
-	c.extendLocked(send, sendWall, reply, term)
+	c.extendLocked(send, sendWall, reply, replyWall, term)
 }
 
 // extendLocked applies a successful renewal sent at send (sendWall on the
-// wall clock) whose answer arrived at reply; term is the term read before
-// it was sent. c.mu is held.
-func (c *Coordinator) extendLocked(send, sendWall, reply time.Time, term uint64) {
+// wall clock) whose answer arrived at reply (replyWall); term is the term
+// read before it was sent. c.mu is held.
+//
+// The lease ran without a gap only if the answer came before its end on
+// both clocks: a VM frozen past the lease resumes with a monotonic clock
+// that lost the freeze, and its first renewal would otherwise extend a
+// lease its peers have already counted out (they took its shards).
+func (c *Coordinator) extendLocked(send, sendWall, reply, replyWall time.Time, term uint64) {
 	until := send.Add(c.cfg.Lease - c.cfg.LeaseMargin)
+	noGap := reply.Before(c.validUn) && (faultLeaseMonotonicOnly() || replyWall.Round(0).Before(c.validUnWall.Round(0)))
 	switch {
-	case reply.Before(c.validUn) && term == c.term && !c.lapsed:
+	case noGap && term == c.term && !c.lapsed:
 		// The lease ran without a gap.
 	case len(c.held) == 0:
 		// The lease ran out (or none yet): a new lease starts; takeovers

@@ -103,7 +103,8 @@ func (c *Coordinator) round(ctx context.Context) {
 // selfLiveLocked: this node may take shards (its znode exists, its lease
 // runs). c.mu is held.
 func (c *Coordinator) selfLiveLocked(now time.Time) bool {
-	return c.nodeOK && !c.lapsed && !c.closed && now.Before(c.validUn) && c.cfg.Wall.Now().Round(0).Before(c.validUnWall.Round(0))
+	return c.nodeOK && !c.lapsed && !c.closed && now.Before(c.validUn) &&
+		(faultLeaseMonotonicOnly() || c.cfg.Wall.Now().Round(0).Before(c.validUnWall.Round(0)))
 }
 
 // dropIfLapsed tells the handler every held shard is lost when the lease

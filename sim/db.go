@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	clusterinc "github.com/idgen/idgen/cluster/incarnation"
 	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/memstore"
@@ -33,6 +34,10 @@ type db struct {
 	// binding is the cluster the database belongs to (cluster_binding;
 	// nil until the first node binds it).
 	binding *mysqlstore.Binding
+	// witness is the cluster incarnation's witness in cluster_binding
+	// (zk_incarnation, zk_counter): what a node with no record of its own
+	// compares ZooKeeper's marker with (cluster/incarnation.Witness).
+	witness witnessState
 	// conflicts is how many commits from now on are refused by a Galera
 	// certification conflict (db-cert).
 	conflicts atomic.Int64
@@ -54,13 +59,20 @@ type dbSnapshot struct {
 	// binding is the database's cluster binding (a pointer to an
 	// immutable value: it is written once).
 	binding *mysqlstore.Binding
+	witness witnessState
+}
+
+// witnessState is the incarnation witness's row.
+type witnessState struct {
+	id      string
+	counter int64
 }
 
 func (d *db) snapshot() dbSnapshot {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return dbSnapshot{mem: d.mem.Snapshot(), epochs: maps.Clone(d.epochs), owners: maps.Clone(d.owners), rows: maps.Clone(d.rows), reqs: maps.Clone(d.reqs),
-		binding: d.binding}
+		binding: d.binding, witness: d.witness}
 }
 
 // bindCluster is mysqlstore.Store.BindCluster on the simulated database:
@@ -109,6 +121,7 @@ func (d *db) failover(snap dbSnapshot) {
 	d.mem.Restore(snap.mem)
 	d.epochs, d.owners, d.rows, d.reqs = maps.Clone(snap.epochs), maps.Clone(snap.owners), maps.Clone(snap.rows), maps.Clone(snap.reqs)
 	d.binding = snap.binding
+	d.witness = snap.witness
 	d.server++
 }
 
@@ -411,3 +424,44 @@ var errCertConflict = fmt.Errorf("sim: deadlock, rolled back (a Galera certifica
 
 // errStoreDown wraps segment.ErrUnavailable for injected store failures.
 var errStoreDown = fmt.Errorf("sim: store connection lost: %w", segment.ErrUnavailable)
+
+// simWitness is the database as the cluster incarnation's witness, as the
+// server wires it (server/incarnation.go, mysqlstore's cluster_binding
+// row): it survives a ZooKeeper restore, and a lossy failover rolls it back
+// like every other row.
+type simWitness struct {
+	s       *nodeDB
+	cluster string
+}
+
+// Load implements incarnation.Witness.
+func (w simWitness) Load(ctx context.Context) (clusterinc.WitnessState, error) {
+	if err := w.s.boundary(ctx); err != nil {
+		return clusterinc.WitnessState{}, err
+	}
+	d := w.s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.binding == nil || d.binding.Cluster != w.cluster {
+		return clusterinc.WitnessState{}, nil
+	}
+	return clusterinc.WitnessState{Bound: true, ID: d.witness.id, Counter: d.witness.counter}, nil
+}
+
+// Raise implements incarnation.Witness.
+func (w simWitness) Raise(ctx context.Context, id string, counter int64) error {
+	if err := w.s.boundary(ctx); err != nil {
+		return err
+	}
+	d := w.s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.binding == nil || d.binding.Cluster != w.cluster {
+		return nil // not bound to this cluster: nothing recorded (the server's row has the cluster in its key)
+	}
+	if d.witness.id == "" {
+		d.witness.id = id
+	}
+	d.witness.counter = max(d.witness.counter, counter)
+	return nil
+}

@@ -161,8 +161,16 @@ func (n *node) start(ctx context.Context) error {
 	// (db.bindCluster) keeps no incarnation marker, so a fresh node that starts first after a restore
 	// is protected only by what the old nodes see (the configuration the
 	// server refuses on one ZooKeeper server unless opted in).
+	// The database is the check's witness, as with --mysql: a node whose
+	// own writes predate a restore's copy learns from it that ZooKeeper
+	// went back (seed 259: a restart right after a restore, its own
+	// lineage intact in the copy, took a slot whose holder's claim the
+	// copy lacked). Its own connection: its reads do not count as the
+	// node's statements (an intruder of another cluster reads no row).
+	wdb := &nodeDB{Store: c.db.mem, d: c.db, n: n}
 	chk := clusterinc.NewChecker(clusterinc.Config{Root: "/idgen", Cluster: n.cluster, NodeKey: fmt.Sprintf("idgen:%d:%s", port, host),
-		Record: worker.IncarnationRecord(n.dir, "idgen", port, host, n.cluster), Refused: zksession.ErrRefused, Logger: log.Named("incarnation")})
+		Record: worker.IncarnationRecord(n.dir, "idgen", port, host, n.cluster), Refused: zksession.ErrRefused,
+		Witness: simWitness{s: wdb, cluster: n.cluster}, Logger: log.Named("incarnation")})
 	// The node's one ZooKeeper session (cluster/zksession), shared by the
 	// worker lease and the ORDERED coordinator as in the server; every
 	// client it opens (a redial replaces the client) is a zkfake client of

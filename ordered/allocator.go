@@ -233,10 +233,13 @@ func (a *Allocator) Take(ctx context.Context, biz segment.Biz, subKey string, n 
 	// owner's lease wait would otherwise cost a gapless key one number per
 	// request that arrives during it. The check after the allocation stays:
 	// it is what makes a pause in between safe.
+	key := Key{Biz: biz.Name, SubKey: subKey}
 	if err := a.mayAnswer(sh); err != nil {
+		if a.cfg.Clock.Now().Before(sh.grant.NotBefore) {
+			sh.prefetch(a, key, req.StartNum)
+		}
 		return segment.Range{}, err
 	}
-	key := Key{Biz: biz.Name, SubKey: subKey}
 	var entry *requestEntry
 	if rid.ID != "" {
 		rk := requestKeyOf(req)

@@ -36,3 +36,8 @@ func faultForgetRequests() bool { return os.Getenv("IDGEN_FAULT_ORDERED_FORGET_R
 // ownership lease on the monotonic clock only, as before: a VM frozen past
 // its lease resumes answering although its shards were taken over.
 func faultLeaseMonotonicOnly() bool { return os.Getenv("IDGEN_FAULT_LEASE_MONOTONIC_ONLY") == "1" }
+
+// faultForgetLoaded (IDGEN_FAULT_ORDERED_FORGET_LOADED=1) keeps a loaded
+// row's number out of Remembered, as before: a key this node loaded but
+// never answered is not raised by its barrier flush.
+func faultForgetLoaded() bool { return os.Getenv("IDGEN_FAULT_ORDERED_FORGET_LOADED") == "1" }

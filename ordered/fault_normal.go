@@ -12,3 +12,4 @@ func faultRememberAnswered() bool   { return false }
 func faultUncleanHandOff() bool     { return false }
 func faultForgetRequests() bool     { return false }
 func faultLeaseMonotonicOnly() bool { return false }
+func faultForgetLoaded() bool       { return false }

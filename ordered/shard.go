@@ -135,14 +135,7 @@ func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.Or
 			}
 		}
 		now := a.cfg.Clock.Now()
-		ks := sh.keys[key]
-		if ks == nil {
-			sh.evictOne(a)
-			ks = &keyState{key: key, startNum: req.StartNum, winStart: now}
-			sh.keys[key] = ks
-			sh.loadQ = append(sh.loadQ, ks)
-			sh.signal()
-		}
+		ks := sh.keyLocked(a, key, req.StartNum, now)
 		ks.lastUse = now
 		if !ks.loaded {
 			ch := make(chan struct{})
@@ -236,6 +229,37 @@ func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.Or
 			sh.inflight.Done()
 			return segment.Range{}, false, &UnavailableError{Shard: sh.idx, Reason: "waiting for the store", Err: ctx.Err()}
 		}
+	}
+}
+
+// keyLocked returns the key's state in this term, queueing its load when
+// it is new. Called with sh.mu held.
+func (sh *shard) keyLocked(a *Allocator, key Key, startNum int64, now time.Time) *keyState {
+	ks := sh.keys[key]
+	if ks == nil {
+		sh.evictOne(a)
+		ks = &keyState{key: key, startNum: startNum, winStart: now}
+		sh.keys[key] = ks
+		sh.loadQ = append(sh.loadQ, ks)
+		sh.signal()
+	}
+	return ks
+}
+
+// prefetch queues the key's load without allocating: a request refused
+// during the term's lease wait still reads the key, so the node remembers
+// the stored number (Remembered) while the store that holds it may still
+// be the one the previous owner wrote to. A lossy MySQL failover during
+// the wait then finds the row raised by this node's barrier flush, even
+// though the previous owner is paused or gone (found by the fault
+// scenario async-failover-paused, seed 32: the refusal moved before the
+// allocation no longer loaded the key, and a failover 6 s into the
+// owner's pause lost its last 74 numbers).
+func (sh *shard) prefetch(a *Allocator, key Key, startNum int64) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !sh.closed {
+		sh.keyLocked(a, key, startNum, a.cfg.Clock.Now())
 	}
 }
 
@@ -734,6 +758,12 @@ func (sh *shard) loadKeys(a *Allocator, loads []*keyState) {
 			}
 			ks.durable, ks.served, ks.want, ks.gen = stored, base, base, gen
 			ks.loaded = true
+			if ok && !faultForgetLoaded() {
+				// The stored number may have been handed out by the
+				// previous owner: the barrier raises it on a new server
+				// (Remembered), even if this node never answers the key.
+				a.reserved[sh.idx].raise(ks.key, stored)
+			}
 		}
 		for _, ch := range ks.loadWait {
 			close(ch)

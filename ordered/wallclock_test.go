@@ -48,3 +48,60 @@ func TestLeaseEndsOnTheWallClock(t *testing.T) {
 		t.Fatal("the shard counts as served after the lease ran out on the wall clock")
 	}
 }
+
+// TestLeaseWaitLoadsAndRemembers: a request refused during a new owner's
+// lease wait loads its key, and the stored number (which the previous
+// owner, now paused, may have handed out) is in Remembered, so a barrier
+// after a lossy failover during the wait raises the row to it (the fault
+// scenario async-failover-paused, seed 32: the new owner's first load came
+// after the failover, from the new server, and it repeated the paused
+// owner's last 74 numbers). Negative control:
+// IDGEN_FAULT_ORDERED_FORGET_LOADED=1 (the number is not remembered).
+func TestLeaseWaitLoadsAndRemembers(t *testing.T) {
+	t.Setenv("IDGEN_FAULT_ORDERED_FORGET_LOADED", "1")
+	control := faultInjectBuild
+	store, clk := newFakeStore(), newFakeClock()
+	k := Key{Biz: "chat", SubKey: "k"}
+	store.rows[k] = 380 // the previous owner's last persist
+	b := newNode(t, store, clk, "b:1")
+	b.acquireAll(t, 2, clk.Now().Add(3*time.Second))
+	biz := bizMode("chat", segment.OrderedCached)
+	if _, err := b.a.Take(context.Background(), biz, "k", 1, segment.RequestID{}); err == nil {
+		t.Fatal("answered during the lease wait")
+	}
+	remembered := func() int64 {
+		var got int64
+		b.a.Remembered(func(biz, sub string, last int64) {
+			if biz == k.Biz && sub == k.SubKey {
+				got = last
+			}
+		})
+		return got
+	}
+	loaded := func() bool {
+		sh := b.a.shards[segment.Shard("k")].Load()
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		ks := sh.keys[k]
+		return ks != nil && ks.loaded
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !loaded() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if !loaded() {
+		t.Fatal("the key was not loaded during the lease wait")
+	}
+	if control {
+		if remembered() != 0 {
+			t.Fatal("negative control: the loaded number is remembered: the switch does not reopen the hole")
+		}
+		return
+	}
+	if got := remembered(); got != 380 {
+		t.Fatalf("remembered %d for the key loaded during the lease wait, want 380", got)
+	}
+	if store.persists != 0 {
+		t.Fatalf("%d persists during the lease wait, want none", store.persists)
+	}
+}

@@ -204,9 +204,8 @@ func (s *nodeDB) restoreRequests(ctx context.Context, reqs []ordered.Request) er
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	for _, q := range reqs {
-		k := ordered.RequestKey{Biz: q.Biz, Scope: q.Scope, ID: q.ID}
-		if _, ok := s.d.reqs[k]; !ok {
-			s.d.reqs[k] = q
+		if _, ok := s.d.reqs[requestKey(q)]; !ok {
+			s.d.reqs[requestKey(q)] = q
 		}
 	}
 	return nil
@@ -284,6 +283,22 @@ func (s *nodeDB) lockShard(ctx context.Context, shard int) (func(), error) {
 
 // Claim implements ordered.Store with the rules of the real stores.
 func (s *nodeDB) Claim(ctx context.Context, shard int, epoch int64, owner string) error {
+	return s.shardTx(ctx, shard, false, func(d *db) error {
+		stored, claimed := d.epochs[shard]
+		if stored > epoch || (claimed && stored == epoch && d.owners[shard] != owner) {
+			return &ordered.FencedError{Shard: shard, Epoch: epoch, Stored: stored}
+		}
+		d.epochs[shard], d.owners[shard] = epoch, owner
+		return nil
+	})
+}
+
+// shardTx runs fn as one transaction on the shard's fence row: the node's
+// pause is waited out first (and, with pausedInside, again while holding
+// the row: a client paused inside its transaction holds it, issue 29
+// hole j), then the commit may be refused (db-cert), then fn runs under
+// the database's lock.
+func (s *nodeDB) shardTx(ctx context.Context, shard int, pausedInside bool, fn func(d *db) error) error {
 	if err := s.boundary(ctx); err != nil {
 		return err
 	}
@@ -292,18 +307,17 @@ func (s *nodeDB) Claim(ctx context.Context, shard int, epoch int64, owner string
 		return err
 	}
 	defer unlock()
+	if pausedInside {
+		if err := s.boundary(context.Background()); err != nil {
+			return err
+		}
+	}
 	if err := s.d.commit(); err != nil {
 		return err
 	}
-	d := s.d
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	stored, claimed := d.epochs[shard]
-	if stored > epoch || (claimed && stored == epoch && d.owners[shard] != owner) {
-		return &ordered.FencedError{Shard: shard, Epoch: epoch, Stored: stored}
-	}
-	d.epochs[shard], d.owners[shard] = epoch, owner
-	return nil
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	return fn(s.d)
 }
 
 // Load implements ordered.Store.
@@ -333,68 +347,45 @@ func (s *nodeDB) Persist(ctx context.Context, shard int, epoch int64, rows []ord
 	if err := ordered.ValidatePersist(shard, rows, reqs); err != nil {
 		return err
 	}
-	if err := s.boundary(ctx); err != nil {
-		return err
-	}
-	unlock, err := s.lockShard(ctx, shard)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	if err := s.boundary(context.Background()); err != nil {
-		return err
-	}
-	if err := s.d.commit(); err != nil {
-		return err
-	}
-	d := s.d
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.noFence && d.epochs[shard] != epoch {
-		return ordered.ErrFenced
-	}
-	var dup []ordered.RequestKey
-	for _, r := range reqs {
-		k := ordered.RequestKey{Biz: r.Biz, Scope: r.Scope, ID: r.ID}
-		if _, ok := d.reqs[k]; ok {
-			dup = append(dup, k)
+	return s.shardTx(ctx, shard, true, func(d *db) error {
+		if !d.noFence && d.epochs[shard] != epoch {
+			return ordered.ErrFenced
 		}
-	}
-	if len(dup) > 0 {
-		return &ordered.DuplicateRequestsError{Requests: dup}
-	}
-	for _, r := range reqs {
-		d.reqs[ordered.RequestKey{Biz: r.Biz, Scope: r.Scope, ID: r.ID}] = r
-	}
-	for _, r := range rows {
-		d.rows[r.Key] = max(d.rows[r.Key], r.Num)
-	}
-	return nil
+		var dup []ordered.RequestKey
+		for _, r := range reqs {
+			if _, ok := d.reqs[requestKey(r)]; ok {
+				dup = append(dup, requestKey(r))
+			}
+		}
+		if len(dup) > 0 {
+			return &ordered.DuplicateRequestsError{Requests: dup}
+		}
+		for _, r := range reqs {
+			d.reqs[requestKey(r)] = r
+		}
+		for _, r := range rows {
+			d.rows[r.Key] = max(d.rows[r.Key], r.Num)
+		}
+		return nil
+	})
+}
+
+// requestKey is the key a request id is stored under.
+func requestKey(r ordered.Request) ordered.RequestKey {
+	return ordered.RequestKey{Biz: r.Biz, Scope: r.Scope, ID: r.ID}
 }
 
 // WriteBack implements ordered.Store.
 func (s *nodeDB) WriteBack(ctx context.Context, shard int, epoch int64, rows []ordered.Row) error {
-	if err := s.boundary(ctx); err != nil {
-		return err
-	}
-	unlock, err := s.lockShard(ctx, shard)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	if err := s.d.commit(); err != nil {
-		return err
-	}
-	d := s.d
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.noFence && d.epochs[shard] != epoch {
-		return ordered.ErrFenced
-	}
-	for _, r := range rows {
-		d.rows[r.Key] = r.Num
-	}
-	return nil
+	return s.shardTx(ctx, shard, false, func(d *db) error {
+		if !d.noFence && d.epochs[shard] != epoch {
+			return ordered.ErrFenced
+		}
+		for _, r := range rows {
+			d.rows[r.Key] = r.Num
+		}
+		return nil
+	})
 }
 
 // LookupRequests implements ordered.Store.

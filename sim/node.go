@@ -192,6 +192,7 @@ func (n *node) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("zksession: %w", err)
 	}
+	p := incarnation{sess: sess} // the components started so far, closed on a failure
 	store := &nodeDB{Store: c.db.mem, d: c.db, n: n}
 	n.mu.Lock()
 	n.store = store
@@ -204,20 +205,21 @@ func (n *node) start(ctx context.Context) error {
 		ConnectTimeout: 2 * time.Second, Session: sess, Clock: wall, Holder: holder, AfterClaim: chk.AfterClaim(sess),
 		Logger: log.Named("worker")})
 	if err != nil {
-		sess.Close()
+		p.close(false) // what started so far, as a crash would leave it
 		return fmt.Errorf("worker: %w", err)
 	}
+	p.lease = lease
 	// One database, one cluster (server/main.go, after the lease starts
 	// and before anything serves from the store): the database's binding
 	// is checked, and a node of another cluster stops here.
 	if !c.ctl.noBinding {
 		if err := c.db.bindCluster(n.cluster, lease.Meta().CreatedMs); err != nil {
-			_ = lease.Close(context.Background())
-			sess.Close()
+			p.close(false) // what started so far, as a crash would leave it
 			return err
 		}
 	}
 	stopTouch := chk.TouchEvery(heartbeat, sess, log.Named("incarnation"))
+	p.stopTouch = stopTouch
 	layout := snowflake.Layout{IDCBits: idcBits, NodeBits: nodeBits}.Normalize()
 	floor := layout.Floor(lease.Meta().CreatedMs)
 	guard := clock.NewGuard(clock.GuardConfig{Clock: wall, Logger: log.Named("clock")}, 0)
@@ -239,11 +241,10 @@ func (n *node) start(ctx context.Context) error {
 		}}
 	g, err := zkguard.Open(guardCfg)
 	if err != nil {
-		_ = lease.Close(context.Background())
-		stopTouch()
-		sess.Close()
+		p.close(false) // what started so far, as a crash would leave it
 		return fmt.Errorf("zkguard: %w", err)
 	}
+	p.guard = g
 	// Wired as the server does (server/replication.go startGuard), also
 	// under the control: a Disabled guard admits everything, so
 	// IDGEN_FAULT_NO_REPLICATION_GUARD reopens the hole for ORDERED too.
@@ -255,52 +256,32 @@ func (n *node) start(ctx context.Context) error {
 	un, err := segment.NewUnordered(segment.UnorderedConfig{Store: store, Floor: floor, Logger: log.Named("unordered"), Ledger: ledger,
 		RetryBackoff: 20 * time.Millisecond, MaxRetryBackoff: 200 * time.Millisecond}) // the defaults scaled like the other timings
 	if err != nil {
-		g.Close()
-		_ = lease.Close(context.Background())
-		stopTouch()
-		sess.Close()
+		p.close(false) // what started so far, as a crash would leave it
 		return err
 	}
+	p.un = un
 	coord, err := zkown.Open(ctx, zkown.Config{Session: sess, Root: "/idgen", Cluster: n.cluster, Self: n.addr,
 		SessionTimeout: sessionTimeout, Lease: orderedLease, Clock: mono, Wall: wall, Timeout: zkTimeout, HandlerTimeout: time.Second,
 		UnsafeNoLeaseWait: c.ctl.noLeaseWait, Logger: log.Named("owners")})
 	if err != nil {
-		_ = un.Close()
-		g.Close()
-		_ = lease.Close(context.Background())
-		stopTouch()
-		sess.Close()
+		p.close(false) // what started so far, as a crash would leave it
 		return fmt.Errorf("zkown: %w", err)
 	}
+	p.coord = coord
 	alloc, err := ordered.New(ordered.Config{Store: store, Coordinator: coord, Self: n.addr, Clock: mono, Wall: wall, Window: 50 * time.Millisecond, Gate: gate,
 		Timeout: 500 * time.Millisecond, Logger: log.Named("ordered"), BeforeWriteBack: n.beforeWriteBack})
 	if err != nil {
-		_ = coord.Close(context.Background())
-		_ = un.Close()
-		g.Close()
-		_ = lease.Close(context.Background())
-		stopTouch()
-		sess.Close()
+		p.close(false) // what started so far, as a crash would leave it
 		return err
 	}
 	if err := coord.Start(ctx, alloc); err != nil {
-		_ = coord.Close(context.Background())
-		_ = un.Close()
-		g.Close()
-		_ = lease.Close(context.Background())
-		stopTouch()
-		sess.Close()
+		p.close(false) // what started so far, as a crash would leave it
 		return err
 	}
 	is, err := issuer.New(issuer.Config{Store: store, Unordered: un, Ordered: alloc, Bizs: segment.NewBizCache(store, time.Second),
 		Layout: layout, Guard: guard, Floor: floor, ExtendNow: lease.RequestExtend, Logger: log.Named("issuer")})
 	if err != nil {
-		_ = coord.Close(context.Background())
-		_ = un.Close()
-		g.Close()
-		_ = lease.Close(context.Background())
-		stopTouch()
-		sess.Close()
+		p.close(false) // what started so far, as a crash would leave it
 		return err
 	}
 	holder.Attach(is)

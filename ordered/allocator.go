@@ -107,7 +107,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.RequestTTL = DefaultRequestTTL
 	}
 	if c.Wall == nil {
-		c.Wall = defaultWall(c.Clock)
+		c.Wall = DefaultWall(c.Clock)
 	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout

@@ -25,17 +25,15 @@ type WallClock struct{}
 // Now returns time.Now().Round(0).
 func (WallClock) Now() time.Time { return time.Now().Round(0) }
 
-// defaultWall is the wall clock that goes with clk: WallClock for the
+// DefaultWall is the wall clock that goes with clk: WallClock for the
 // system's clock (nil), clk itself for any other (a fake drives both).
-func defaultWall(clk Clock) Clock {
+// The allocator and the coordinators (package zkown) default to it.
+func DefaultWall(clk Clock) Clock {
 	if _, system := clk.(SystemClock); clk == nil || system {
 		return WallClock{}
 	}
 	return clk
 }
-
-// DefaultWall is defaultWall for the coordinators (package zkown).
-func DefaultWall(clk Clock) Clock { return defaultWall(clk) }
 
 // wallBefore compares a and b on their wall clock readings.
 func wallBefore(a, b time.Time) bool { return a.Round(0).Before(b.Round(0)) }

@@ -35,6 +35,16 @@ type OrderedMark struct {
 	Last        int64
 }
 
+// Marks collects what a Remembered method (the ORDERED owners', or the
+// per-request path's) reports, for a barrier's raise.
+func Marks(remembered func(fn func(biz, subKey string, last int64))) []OrderedMark {
+	var marks []OrderedMark
+	remembered(func(biz, sub string, last int64) {
+		marks = append(marks, OrderedMark{Biz: biz, SubKey: sub, Last: last})
+	})
+	return marks
+}
+
 // Raiser is an optional Store extension: it repairs counters that went
 // backwards (a failover to a lagging replica lost reservations) by raising
 // them, never lowering them, so the next reservation starts above numbers

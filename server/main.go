@@ -388,7 +388,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	}
 	if replGuard != nil {
 		replGuard.StartBarrier(ms, zkguard.Repair{Flush: flushRemembered(remembered, requests, ms),
-			Remembered: func() []segment.OrderedMark { return rememberedMarks(remembered) }, Raise: ms.RaiseOrdered})
+			Remembered: func() []segment.OrderedMark { return segment.Marks(remembered) }, Raise: ms.RaiseOrdered})
 		nd.gate = replGuard
 		// The first round takes a ZooKeeper round trip or two; not waited
 		// for when the lease could not reach ZooKeeper either.

@@ -184,22 +184,13 @@ func startGuard(cfg Config, ms *mysqlstore.Store, repl *replicationWatch, rpcPor
 func flushRemembered(remembered func(fn func(biz, sub string, last int64)), requests func(fn func(ordered.Request)),
 	ms *mysqlstore.Store) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		if err := ms.RaiseOrdered(ctx, rememberedMarks(remembered)); err != nil || requests == nil {
+		if err := ms.RaiseOrdered(ctx, segment.Marks(remembered)); err != nil || requests == nil {
 			return err
 		}
 		var reqs []ordered.Request
 		requests(func(q ordered.Request) { reqs = append(reqs, q) })
 		return ms.RestoreRequests(ctx, reqs)
 	}
-}
-
-// rememberedMarks collects what remembered reports.
-func rememberedMarks(remembered func(fn func(biz, sub string, last int64))) []segment.OrderedMark {
-	var marks []segment.OrderedMark
-	remembered(func(biz, sub string, last int64) {
-		marks = append(marks, segment.OrderedMark{Biz: biz, SubKey: sub, Last: last})
-	})
-	return marks
 }
 
 // guardCollector exports the guard's and the MySQL store's counters (the

@@ -285,13 +285,7 @@ func (n *node) start(ctx context.Context) error {
 		return err
 	}
 	holder.Attach(is)
-	marks := func() []segment.OrderedMark {
-		var marks []segment.OrderedMark
-		alloc.Remembered(func(biz, sub string, last int64) {
-			marks = append(marks, segment.OrderedMark{Biz: biz, SubKey: sub, Last: last})
-		})
-		return marks
-	}
+	marks := func() []segment.OrderedMark { return segment.Marks(alloc.Remembered) }
 	g.StartBarrier(store, zkguard.Repair{Flush: func(ctx context.Context) error {
 		if err := store.raiseOwned(ctx, marks()); err != nil {
 			return err

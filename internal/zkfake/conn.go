@@ -235,30 +235,39 @@ func (s *Server) createLocked(p string, data []byte, flags int32, sid int64) (st
 
 // Get reads p.
 func (c *Conn) Get(p string) ([]byte, *zk.Stat, error) {
-	if err := c.begin("get", p); err != nil {
-		return nil, nil, err
-	}
-	defer c.end()
-	n, ok := c.tree()[p]
-	if !ok {
-		return nil, nil, zk.ErrNoNode
-	}
-	st := n.stat
-	return append([]byte(nil), n.data...), &st, nil
+	data, st, _, err := read(c, "get", p, false, false, dataOf)
+	return data, st, err
 }
 
 // GetW reads p and sets a data watch.
 func (c *Conn) GetW(p string) ([]byte, *zk.Stat, <-chan zk.Event, error) {
-	if err := c.begin("getw", p); err != nil {
-		return nil, nil, nil, err
+	return read(c, "getw", p, false, true, dataOf)
+}
+
+func dataOf(tree map[string]*node, p string) []byte { return append([]byte(nil), tree[p].data...) }
+
+// read is every read of an existing znode p (Get, GetW, Children,
+// ChildrenW): op names the call for the test's hook (SetHook, SetFail),
+// value takes what the call answers from the client's tree, and watched
+// sets a watch on p, on its children when children. A missing p is
+// zk.ErrNoNode, with no watch set.
+func read[T any](c *Conn, op, p string, children, watched bool, value func(tree map[string]*node, p string) T) (T, *zk.Stat, <-chan zk.Event, error) {
+	var none T
+	if err := c.begin(op, p); err != nil {
+		return none, nil, nil, err
 	}
 	defer c.end()
-	n, ok := c.tree()[p]
+	tree := c.tree()
+	n, ok := tree[p]
 	if !ok {
-		return nil, nil, nil, zk.ErrNoNode
+		return none, nil, nil, zk.ErrNoNode
 	}
 	st := n.stat
-	return append([]byte(nil), n.data...), &st, c.watch(watchKey{p, false}), nil
+	var w <-chan zk.Event
+	if watched {
+		w = c.watch(watchKey{p, children})
+	}
+	return value(tree, p), &st, w, nil
 }
 
 // Set writes p if version matches (-1: any).
@@ -290,30 +299,13 @@ func (s *Server) setLocked(p string, data []byte, version int32) (*zk.Stat, erro
 
 // Children lists p's children, sorted.
 func (c *Conn) Children(p string) ([]string, *zk.Stat, error) {
-	if err := c.begin("children", p); err != nil {
-		return nil, nil, err
-	}
-	defer c.end()
-	n, ok := c.tree()[p]
-	if !ok {
-		return nil, nil, zk.ErrNoNode
-	}
-	st := n.stat
-	return childrenIn(c.tree(), p), &st, nil
+	kids, st, _, err := read(c, "children", p, true, false, childrenIn)
+	return kids, st, err
 }
 
 // ChildrenW lists p's children and sets a children watch.
 func (c *Conn) ChildrenW(p string) ([]string, *zk.Stat, <-chan zk.Event, error) {
-	if err := c.begin("childrenw", p); err != nil {
-		return nil, nil, nil, err
-	}
-	defer c.end()
-	n, ok := c.tree()[p]
-	if !ok {
-		return nil, nil, nil, zk.ErrNoNode
-	}
-	st := n.stat
-	return childrenIn(c.tree(), p), &st, c.watch(watchKey{p, true}), nil
+	return read(c, "childrenw", p, true, true, childrenIn)
 }
 
 // Exists reports whether p exists.

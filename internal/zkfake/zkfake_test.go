@@ -2,6 +2,7 @@ package zkfake
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -13,10 +14,38 @@ import (
 // milliseconds; the bound is generous).
 func waitState(t *testing.T, c *Conn, want zk.State) {
 	t.Helper()
+	waitUntil(t, func() bool { return c.State() == want }, func() string {
+		return fmt.Sprintf("%s: state %v, want %v", c.Name(), c.State(), want)
+	})
+}
+
+// connect opens a client named name and waits for its session.
+func connect(t *testing.T, s *Server, name string, timeout time.Duration) *Conn {
+	t.Helper()
+	c, _ := s.Connect(name, timeout)
+	waitState(t, c, zk.StateHasSession)
+	return c
+}
+
+// waitNewSession waits for c's next session and fails if it is the
+// session sid, which the server should have expired.
+func waitNewSession(t *testing.T, c *Conn, sid int64) {
+	t.Helper()
+	waitState(t, c, zk.StateHasSession)
+	if c.SessionID() == sid {
+		t.Fatalf("%s kept session %#x, which should have expired", c.Name(), sid)
+	}
+}
+
+// waitUntil polls done until it holds, and fails with failure() if it
+// does not within a generous bound (the fake's loop runs every few
+// milliseconds).
+func waitUntil(t *testing.T, done func() bool, failure func() string) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for c.State() != want {
+	for !done() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: state %v, want %v", c.Name(), c.State(), want)
+			t.Fatal(failure())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -25,8 +54,7 @@ func waitState(t *testing.T, c *Conn, want zk.State) {
 func TestPartitionExpiresTheSessionAndItsEphemerals(t *testing.T) {
 	s := New()
 	defer s.Close()
-	c, _ := s.Connect("n1", 50*time.Millisecond)
-	waitState(t, c, zk.StateHasSession)
+	c := connect(t, s, "n1", 50*time.Millisecond)
 	if _, err := c.Create("/e", nil, zk.FlagEphemeral, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -35,21 +63,10 @@ func TestPartitionExpiresTheSessionAndItsEphemerals(t *testing.T) {
 	if _, _, err := c.Get("/e"); !errors.Is(err, zk.ErrNoServer) {
 		t.Fatalf("a partitioned client's Get: %v, want ErrNoServer", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, _, ok := s.Get("/e"); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the ephemeral outlived its partitioned session")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitUntil(t, func() bool { _, _, ok := s.Get("/e"); return !ok },
+		func() string { return "the ephemeral outlived its partitioned session" })
 	s.SetPartitioned("n1", false)
-	waitState(t, c, zk.StateHasSession)
-	if c.SessionID() == sid {
-		t.Fatal("the client kept an expired session")
-	}
+	waitNewSession(t, c, sid)
 }
 
 // A client that saw a newer zxid than a wiped server's is refused until
@@ -57,23 +74,16 @@ func TestPartitionExpiresTheSessionAndItsEphemerals(t *testing.T) {
 func TestWipeRefusesClientsThatSawNewerZxids(t *testing.T) {
 	s := New()
 	defer s.Close()
-	old, _ := s.Connect("old", time.Second)
-	waitState(t, old, zk.StateHasSession)
+	old := connect(t, s, "old", time.Second)
 	for i := range 5 {
 		if _, err := old.Create("/n"+string(rune('a'+i)), nil, 0, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	s.Wipe()
-	fresh, _ := s.Connect("fresh", time.Second)
-	waitState(t, fresh, zk.StateHasSession)
-	deadline := time.Now().Add(5 * time.Second)
-	for old.Refused() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the old client's handshake was never tried")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	fresh := connect(t, s, "fresh", time.Second)
+	waitUntil(t, func() bool { return old.Refused() > 0 },
+		func() string { return "the old client's handshake was never tried" })
 	if old.State() == zk.StateHasSession {
 		t.Fatal("the old client got a session from the wiped server")
 	}
@@ -90,8 +100,7 @@ func TestWipeRefusesClientsThatSawNewerZxids(t *testing.T) {
 func TestRestoreBringsBackSessions(t *testing.T) {
 	s := New()
 	defer s.Close()
-	c, _ := s.Connect("n1", time.Second)
-	waitState(t, c, zk.StateHasSession)
+	c := connect(t, s, "n1", time.Second)
 	if _, err := c.Create("/e", []byte("x"), zk.FlagEphemeral, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -105,8 +114,7 @@ func TestRestoreBringsBackSessions(t *testing.T) {
 	}
 	// The client saw the delete's zxid, above the copy's: refused until
 	// another client writes.
-	other, _ := s.Connect("n2", time.Second)
-	waitState(t, other, zk.StateHasSession)
+	other := connect(t, s, "n2", time.Second)
 	if _, err := other.Create("/x", nil, 0, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -120,8 +128,7 @@ func TestRestoreBringsBackSessions(t *testing.T) {
 func TestMultiIsAllOrNothing(t *testing.T) {
 	s := New()
 	defer s.Close()
-	c, _ := s.Connect("n1", time.Second)
-	waitState(t, c, zk.StateHasSession)
+	c := connect(t, s, "n1", time.Second)
 	if _, err := c.Create("/a", []byte("1"), 0, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -149,8 +156,7 @@ func TestMultiIsAllOrNothing(t *testing.T) {
 func TestPauseBlocksAndExpires(t *testing.T) {
 	s := New()
 	defer s.Close()
-	c, _ := s.Connect("n1", 30*time.Millisecond)
-	waitState(t, c, zk.StateHasSession)
+	c := connect(t, s, "n1", 30*time.Millisecond)
 	sid := c.SessionID()
 	s.SetPaused("n1", true)
 	done := make(chan error, 1)
@@ -167,18 +173,14 @@ func TestPauseBlocksAndExpires(t *testing.T) {
 	if err := <-done; err != nil && !errors.Is(err, zk.ErrNoServer) {
 		t.Fatalf("Get after the thaw: %v, want nil or ErrNoServer", err)
 	}
-	waitState(t, c, zk.StateHasSession)
-	if c.SessionID() == sid {
-		t.Fatal("the session survived a pause past its timeout")
-	}
+	waitNewSession(t, c, sid)
 }
 
 // A killed client stays cut off when a partition of its name heals.
 func TestKillOutlivesAPartitionHeal(t *testing.T) {
 	s := New()
 	defer s.Close()
-	c, _ := s.Connect("n1", 30*time.Millisecond)
-	waitState(t, c, zk.StateHasSession)
+	c := connect(t, s, "n1", 30*time.Millisecond)
 	s.SetPartitioned("n1", true)
 	s.Kill("n1")
 	s.SetPartitioned("n1", false)

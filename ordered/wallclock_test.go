@@ -15,37 +15,68 @@ import (
 // wall clock went on: the lease ended on it, and the node refuses (the
 // simulator's hole:vm-freeze found real-time order violations on cached
 // keys before). Negative control: IDGEN_FAULT_LEASE_MONOTONIC_ONLY=1.
+//
+// With the system's clocks (production's), the allocator takes the wall
+// reading from the same time.Now as the monotonic one (Allocator.wallAt):
+// the second case shows the wall check still refuses there, with a lease
+// whose wall end passed while its monotonic end did not.
 func TestLeaseEndsOnTheWallClock(t *testing.T) {
 	t.Setenv("IDGEN_FAULT_LEASE_MONOTONIC_ONLY", "1")
 	control := faultInjectBuild
-	mono, wall := newFakeClock(), newFakeClock()
-	coord := newFakeCoord("a:1", mono.Now().Add(3*time.Second))
-	wallEnd := wall.Now().Add(3 * time.Second)
-	coord.validUntilWall.Store(&wallEnd)
-	a, err := New(Config{Store: newFakeStore(), Coordinator: coord, Clock: mono, Wall: wall, Self: "a:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &node{a: a, coord: coord}
-	n.acquireAll(t, 1, time.Time{})
-	biz := bizMode("chat", segment.OrderedCached)
-	if _, err := a.Take(context.Background(), biz, "k", 1, segment.RequestID{}); err != nil {
-		t.Fatal(err)
-	}
-	wall.Add(5 * time.Second) // frozen for 5 s: the monotonic clock did not move
-	_, err = a.Take(context.Background(), biz, "k", 1, segment.RequestID{})
-	if control {
-		if err != nil {
-			t.Fatalf("negative control: refused (%v): the switch does not reopen the hole", err)
-		}
-		return
-	}
-	var ue *UnavailableError
-	if !errors.As(err, &ue) || ue.NotOwner {
-		t.Fatalf("after a freeze past the lease: %v, want a retryable refusal", err)
-	}
-	if a.Serves(segment.Shard("k")) {
-		t.Fatal("the shard counts as served after the lease ran out on the wall clock")
+	fakeMono, fakeWall := newFakeClock(), newFakeClock()
+	for _, tc := range []struct {
+		name       string
+		mono, wall Clock // nil: the defaults
+		// monoEnd and wallEnd are the lease's ends; freeze moves the
+		// clocks (or the wall end) as a freeze past the lease does.
+		monoEnd, wallEnd time.Time
+		freeze           func(coord *fakeCoord)
+	}{
+		{name: "fake clocks", mono: fakeMono, wall: fakeWall,
+			monoEnd: fakeMono.Now().Add(3 * time.Second), wallEnd: fakeWall.Now().Add(3 * time.Second),
+			// Frozen for 5 s: the monotonic clock did not move.
+			freeze: func(*fakeCoord) { fakeWall.Add(5 * time.Second) }},
+		{name: "system clocks",
+			monoEnd: time.Now().Add(time.Hour), wallEnd: time.Now().Round(0).Add(time.Hour),
+			// The real clocks cannot be frozen here: the wall end passes
+			// instead, and the monotonic end stays an hour ahead.
+			freeze: func(coord *fakeCoord) {
+				end := time.Now().Round(0).Add(-time.Second)
+				coord.validUntilWall.Store(&end)
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			coord := newFakeCoord("a:1", tc.monoEnd)
+			coord.validUntilWall.Store(&tc.wallEnd)
+			a, err := New(Config{Store: newFakeStore(), Coordinator: coord, Clock: tc.mono, Wall: tc.wall, Self: "a:1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.systemClocks != (tc.mono == nil) {
+				t.Fatalf("systemClocks %v with Clock %v: the case does not test the path it names", a.systemClocks, tc.mono)
+			}
+			n := &node{a: a, coord: coord}
+			n.acquireAll(t, 1, time.Time{})
+			biz := bizMode("chat", segment.OrderedCached)
+			if _, err := a.Take(context.Background(), biz, "k", 1, segment.RequestID{}); err != nil {
+				t.Fatal(err)
+			}
+			tc.freeze(coord)
+			_, err = a.Take(context.Background(), biz, "k", 1, segment.RequestID{})
+			if control {
+				if err != nil {
+					t.Fatalf("negative control: refused (%v): the switch does not reopen the hole", err)
+				}
+				return
+			}
+			var ue *UnavailableError
+			if !errors.As(err, &ue) || ue.NotOwner {
+				t.Fatalf("after a freeze past the lease: %v, want a retryable refusal", err)
+			}
+			if a.Serves(segment.Shard("k")) {
+				t.Fatal("the shard counts as served after the lease ran out on the wall clock")
+			}
+		})
 	}
 }
 

@@ -118,9 +118,12 @@ func (sh *shard) closedErr(a *Allocator) error {
 }
 
 // take allocates n numbers of key and waits until they may be answered
-// (loaded, and durable as the mode requires). On success the caller holds
-// sh.inflight and must call Done after its answer check.
-func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.OrderedRequest, mode segment.OrderedMode) (segment.Range, bool, error) {
+// (loaded, and durable as the mode requires). now is a recent reading of
+// Config.Clock (the caller's lease check's), for the key's bookkeeping;
+// take reads the clock again after it waited for the key's load. On
+// success the caller holds sh.inflight and must call Done after its
+// answer check.
+func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.OrderedRequest, mode segment.OrderedMode, now time.Time) (segment.Range, bool, error) {
 	n := req.Count
 	for {
 		sh.mu.Lock()
@@ -134,7 +137,6 @@ func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.Or
 				return sh.join(ctx, first, key, n)
 			}
 		}
-		now := a.cfg.Clock.Now()
 		ks := sh.keyLocked(a, key, req.StartNum, now)
 		ks.lastUse = now
 		if !ks.loaded {
@@ -152,6 +154,7 @@ func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.Or
 			if err != nil {
 				return segment.Range{}, false, err
 			}
+			now = a.cfg.Clock.Now() // after the wait
 			continue
 		}
 		if ks.served > math.MaxInt64-n {

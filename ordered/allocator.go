@@ -242,8 +242,8 @@ func (a *Allocator) Take(ctx context.Context, biz segment.Biz, subKey string, n 
 	key := Key{Biz: biz.Name, SubKey: subKey}
 	now, err := a.mayAnswer(sh)
 	if err != nil {
-		if a.cfg.Clock.Now().Before(sh.grant.NotBefore) {
-			sh.prefetch(a, key, req.StartNum)
+		if now.Before(sh.grant.NotBefore) {
+			sh.prefetch(a, key, req.StartNum, now) // refused in the lease wait: still load the key
 		}
 		return segment.Range{}, err
 	}

@@ -249,20 +249,35 @@ func (sh *shard) keyLocked(a *Allocator, key Key, startNum int64, now time.Time)
 	return ks
 }
 
-// prefetch queues the key's load without allocating: a request refused
-// during the term's lease wait still reads the key, so the node remembers
-// the stored number (Remembered) while the store that holds it may still
-// be the one the previous owner wrote to. A lossy MySQL failover during
-// the wait then finds the row raised by this node's barrier flush, even
-// though the previous owner is paused or gone (found by the fault
-// scenario async-failover-paused, seed 32: the refusal moved before the
-// allocation no longer loaded the key, and a failover 6 s into the
-// owner's pause lost its last 74 numbers).
-func (sh *shard) prefetch(a *Allocator, key Key, startNum int64) {
+// prefetch queues the key's load without allocating, for a request
+// refused during the term's lease wait; now is the refusal's clock
+// reading.
+//
+// Why the key must be loaded then: the load puts the stored number into
+// Remembered (loadKeys), and the number may have been handed out by the
+// previous owner, now paused or gone. If a lossy MySQL failover happens
+// during the wait, the barrier's flush raises the row on the new server
+// to that number; a key first loaded after the failover would be read
+// from the new server, which lost it. Found by the fault scenario
+// async-failover-paused, seed 32: once the lease-wait refusal moved before
+// the allocation, nothing loaded the key during the wait, and a failover
+// 6 s into the old owner's pause lost its last 74 numbers, which the new
+// owner then repeated. TestLeaseWaitLoadsAndRemembers shows it.
+//
+// Why a call of its own and not the normal take: the refusal has to come
+// before the allocation (Take: a gapless number allocated and then
+// refused is a gap), so a refused request never reaches the take that
+// loads keys. What it calls is that take's own step, keyLocked: the same
+// queue, the same loadKeys, so there is still one way to load a key, and
+// IDGEN_FAULT_ORDERED_FORGET_LOADED (in loadKeys) reopens the hole for
+// both. A load answers no request, so it needs no lease; the term's epoch
+// was claimed at Acquire, so anything the load leads to writing (a raise
+// above a number this node answered before) is fenced as a take's is.
+func (sh *shard) prefetch(a *Allocator, key Key, startNum int64, now time.Time) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if !sh.closed {
-		sh.keyLocked(a, key, startNum, a.cfg.Clock.Now())
+		sh.keyLocked(a, key, startNum, now)
 	}
 }
 

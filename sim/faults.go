@@ -108,6 +108,8 @@ var Controls = []Control{
 		func(c *controls) {}},
 	{"IDGEN_FAULT_IGNORE_PARTED", "a node that stops cleanly takes its ORDERED memory with it: a lossy failover after it repeats its last numbers (found in the default mix: seeds 173, 214, 215)", []kind{kTerm, kFailover, kTermBack},
 		func(c *controls) {}},
+	{"IDGEN_FAULT_NO_OUTAGE_GRACE", "the barrier counts a member gone as soon as its bound passed, even when it passed in an outage of the whole ensemble: the first node back opens its gate before the others raise their rows (found in the default mix: seed 163)", []kind{kDown, kFailover},
+		func(c *controls) {}},
 	{"IDGEN_FAULT_LEASE_MONOTONIC_ONLY", "the ORDERED lease is checked on the monotonic clock only: a VM frozen past its lease answers again after its shards were taken over (hole:vm-freeze)", []kind{kFreeze, kPause, kPartition},
 		func(c *controls) {}},
 	// Issue 29's switches that the packages read from the environment

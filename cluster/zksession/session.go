@@ -138,6 +138,17 @@ type View struct {
 	RestoreWhy string
 	// LostAt is when the session was last seen lost (zero while Has).
 	LostAt time.Time
+	// UsableSince is when the session last became usable (zero while
+	// not Has), and OutageFrom the LostAt of the outage that ended then
+	// (the node's start for its first session). A guard that counts
+	// other nodes out because they did not renew something in ZooKeeper
+	// uses them: a node that could not renew while this node could not
+	// reach ZooKeeper either may have been cut off by the same outage,
+	// and gets time to come back (segment/zkguard's barrier).
+	UsableSince, OutageFrom time.Time
+	// At is when this View was taken, on the same clock (Config.Now), so
+	// a reader can age the times above without mixing clocks.
+	At time.Time
 	// Refusals is how many handshakes were refused in a row (a TCP
 	// connection the server closed before a session); reset by a session.
 	Refusals int
@@ -175,6 +186,10 @@ type Session struct {
 	gone    bool // the current client's event channel closed: it will not come back
 	authed  int  // the client number the credential was added to
 	maxZxid int64
+	// unusableFrom is when the session last stopped being usable (the
+	// start, before the first): View.OutageFrom once usable again. Not
+	// LostAt, which a replaced client moves to its own start.
+	unusableFrom time.Time
 }
 
 // Start creates the Session and its first client and returns without
@@ -197,6 +212,7 @@ func Start(cfg Config) (*Session, error) {
 	}
 	s.h = &handle{s: s}
 	s.v.LostAt = cfg.Now()
+	s.unusableFrom = s.v.LostAt
 	s.attach(conn, events)
 	go s.run()
 	return s, nil
@@ -272,7 +288,9 @@ func (s *Session) ViewChanged() (View, <-chan struct{}) { return s.view() }
 func (s *Session) view() (View, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.v, s.changed
+	v := s.v
+	v.At = s.cfg.Now()
+	return v, s.changed
 }
 
 // unusable says why requests are refused now ("" while usable).
@@ -423,6 +441,9 @@ func (s *Session) read(conn ZK, events <-chan zk.Event, gen int) {
 
 // usableLocked reports the session usable; s.mu is held.
 func (s *Session) usableLocked() {
+	if !s.v.Has {
+		s.v.UsableSince, s.v.OutageFrom = s.cfg.Now(), s.unusableFrom
+	}
 	s.v.Has = true
 	s.v.LostAt = time.Time{}
 }
@@ -432,7 +453,11 @@ func (s *Session) lostLocked() {
 	if s.v.Has || s.zkHas {
 		s.v.LostAt = s.cfg.Now()
 	}
+	if s.v.Has {
+		s.unusableFrom = s.v.LostAt
+	}
 	s.v.Has, s.zkHas = false, false
+	s.v.UsableSince = time.Time{}
 }
 
 // signal wakes the consumers; s.mu is held.

@@ -190,6 +190,15 @@ func twoClustersOneDB(neg bool) func(*Run) error {
 			fenced += len(n.LogLines(offs[n], "epoch changed"))
 		}
 		r.Note("cluster %s's log lines naming a changed epoch since x0 started: %d", c.Name, fenced)
+		if fenced > 0 {
+			// Another cluster's claims fenced this cluster's owners in
+			// the shared ordered_shard table: what one database per
+			// cluster prevents. Since owners refuse before they allocate
+			// during a lease wait, the fencing no longer leaves gapless
+			// holes (the control's first signal); it still costs every
+			// fenced shard a takeover and a lease wait.
+			r.Violation("a second cluster's node fenced this cluster's ORDERED owners: %d 'epoch changed' log lines", fenced)
+		}
 		worst := s.hotGaps(r, clusterGapBound, "a second cluster's node on the first cluster's database")
 		r.Note("hot keys' longest outage %v (bound %v)", worst.Round(time.Millisecond), clusterGapBound)
 		return nil

@@ -631,6 +631,17 @@ func (c *Coordinator) takeover(ctx context.Context, h ordered.Handler, s int, v 
 	b.until = c.cfg.Clock.Now().Add(wait)
 	c.log.Warn("ORDERED shard acquisition failed; giving the shard up", zap.Int("shard", s), zap.Int64("epoch", rec.Epoch),
 		zap.Duration("retry_in", wait), zap.Error(err))
+	if fe != nil {
+		// Released at once, with the store's epoch as the floor and a
+		// lease wait counted from now, whatever wait was pending: kept
+		// as this node's, the shard would be taken again by the
+		// "reacquire" path at the pending wait (a restore's, counted from
+		// its detection, which can end sooner than a lease after this
+		// refusal) and at an epoch that ignores the floor
+		// (TestWipeStoreEpochsWaitedOut failed 1 run in about 30).
+		c.releaseZnode(ctx, s, v)
+		return
+	}
 	c.releaseIfWaited(ctx, s, v)
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"path"
 	"strings"
 	"time"
@@ -488,6 +489,7 @@ func (g *Guard) writeMember(ctx context.Context, rec serverRecord) error {
 func (g *Guard) members(ctx context.Context, gen int64) (missing, gone []string, err error) {
 	dir := path.Join(g.base, "mysql", "members")
 	now := g.cfg.Now()
+	cutFrom, backFor := g.ownOutage(now)
 	err = g.call(ctx, func() error {
 		missing, gone = nil, nil
 		kids, _, err := g.conn.Children(dir)
@@ -525,6 +527,15 @@ func (g *Guard) members(ctx context.Context, gen int64) (missing, gone []string,
 						zap.Time("serving_until", time.UnixMilli(m.UntilMs)))
 				}
 				gone = append(gone, k)
+			case past > g.cfg.MaxClockSkew && backFor < g.cfg.MemberLease && !time.UnixMilli(m.UntilMs).Add(g.cfg.MaxClockSkew).Before(cutFrom):
+				// Its bound passed while this node could not reach
+				// ZooKeeper either: the same outage (the ensemble down
+				// or unreachable from everyone) may have kept it from
+				// renewing, and it may be coming back with memory to
+				// raise. Wait for it up to one member lease after this
+				// node came back (seed 163 of the simulator: a member
+				// counted gone 200 ms before it raised its rows).
+				missing = append(missing, fmt.Sprintf("%s (its bound passed while this node could not reach ZooKeeper either; waited for up to %s after this node came back)", k, g.cfg.MemberLease))
 			case past > g.cfg.MaxClockSkew:
 				gone = append(gone, k)
 			default:
@@ -560,6 +571,21 @@ func (g *Guard) members(ctx context.Context, gen int64) (missing, gone []string,
 		return nil
 	})
 	return missing, gone, err
+}
+
+// ownOutage returns when this node's last ZooKeeper outage began, on its
+// wall clock at now, and how long its session has been usable since
+// (a large duration when it never had an outage the session reports, or
+// without a shared session).
+func (g *Guard) ownOutage(now time.Time) (from time.Time, backFor time.Duration) {
+	if g.sess == nil || faultNoOutageGrace() {
+		return time.Time{}, time.Duration(math.MaxInt64)
+	}
+	v := g.sess.View()
+	if !v.Has || v.UsableSince.IsZero() {
+		return time.Time{}, time.Duration(math.MaxInt64)
+	}
+	return now.Add(-v.At.Sub(v.OutageFrom)), v.At.Sub(v.UsableSince)
 }
 
 // leave deletes this node's member record on a clean stop, so the next

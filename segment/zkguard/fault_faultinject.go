@@ -34,3 +34,10 @@ func faultNoRestoreReset() bool { return os.Getenv("IDGEN_FAULT_BARRIER_NO_RESTO
 // node's marks nor raises those of nodes that left, as before: a node that
 // stopped cleanly shortly before a lossy failover took its memory with it.
 func faultIgnoreParted() bool { return os.Getenv("IDGEN_FAULT_IGNORE_PARTED") == "1" }
+
+// faultNoOutageGrace (IDGEN_FAULT_NO_OUTAGE_GRACE=1) counts a member gone
+// as soon as its bound passed, even when it passed while this node could
+// not reach ZooKeeper either, as before: after an outage of the whole
+// ensemble the first node back opened its gate before the others raised
+// their rows (simulator seed 163).
+func faultNoOutageGrace() bool { return os.Getenv("IDGEN_FAULT_NO_OUTAGE_GRACE") == "1" }

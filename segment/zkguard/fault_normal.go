@@ -9,3 +9,4 @@ func faultGuardOwnClient() bool        { return false }
 func faultEphemeralMembers() bool      { return false }
 func faultNoRestoreReset() bool        { return false }
 func faultIgnoreParted() bool          { return false }
+func faultNoOutageGrace() bool         { return false }

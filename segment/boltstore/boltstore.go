@@ -27,8 +27,6 @@
 package boltstore
 
 import (
-	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -41,6 +39,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/internal/boltfile"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -127,9 +126,8 @@ var (
 	bucketMeta     = []byte("meta")
 	bucketBiz      = []byte("biz")
 	bucketSegments = []byte("segments")
-	bucketOrdered  = []byte("ordered")
-	bucketRequests = []byte("requests")
-	bucketReqTime  = []byte("req_time")
+	// ordered, requests and req_time: boltfile.Bucket*, shared with
+	// ordered/boltstore.
 
 	keyCreatedAt = []byte("created_at")
 	keySchema    = []byte("schema")
@@ -138,6 +136,7 @@ var (
 // Store is the bbolt-backed segment.Store. It is safe for concurrent use.
 type Store struct {
 	db        *bolt.DB
+	file      *boltfile.File // db with the clock and retention, shared with ordered/boltstore
 	path      string
 	opts      Options
 	log       *zap.Logger
@@ -177,6 +176,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	db.MaxBatchDelay = opts.BatchDelay
 
 	s := &Store{db: db, path: path, opts: opts, log: opts.Logger, stop: make(chan struct{}), done: make(chan struct{})}
+	s.file = &boltfile.File{DB: db, Clock: opts.Clock, RequestRetention: opts.RequestRetention}
 	if err := s.init(); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("boltstore: init %s: %w", path, err)
@@ -189,7 +189,7 @@ func Open(dir string, opts Options) (*Store, error) {
 // init creates the buckets and records the creation time on first open.
 func (s *Store) init() error {
 	return s.db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketBiz, bucketSegments, bucketOrdered, bucketRequests, bucketReqTime} {
+		for _, name := range [][]byte{bucketMeta, bucketBiz, bucketSegments, boltfile.BucketOrdered, boltfile.BucketRequests, boltfile.BucketReqTime} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -215,6 +215,12 @@ func (s *Store) init() error {
 // standalone snowflake floor is derived from it, so it never changes.
 func (s *Store) CreatedAt() time.Time { return s.createdAt }
 
+// File returns the store's open file with its clock and request
+// retention: the ORDERED owners' store of a standalone node
+// (ordered/boltstore.New) runs on it, since bbolt allows one handle per
+// file. Its type is internal to the module.
+func (s *Store) File() *boltfile.File { return s.file }
+
 // Path returns the database file's path.
 func (s *Store) Path() string { return s.path }
 
@@ -227,41 +233,4 @@ func (s *Store) Close() error {
 		s.log.Info("segment store closed", zap.String("path", s.path))
 	})
 	return s.closeErr
-}
-
-// batch runs fn in a bbolt Batch transaction but returns when ctx ends,
-// because bbolt itself ignores contexts: a caller is never held past its
-// deadline by a slow disk. A transaction abandoned this way may still
-// commit; that leaves a gap (or, with a request id, an answer for the
-// retry), never a duplicate. fn may run more than once and must set its
-// results from scratch each time.
-func (s *Store) batch(ctx context.Context, fn func(*bolt.Tx) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- s.db.Batch(fn) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func u64(v int64) []byte {
-	b := make([]byte, 8)
-	binary.BigEndian.PutUint64(b, uint64(v))
-	return b
-}
-
-func i64(b []byte) int64 { return int64(binary.BigEndian.Uint64(b)) }
-
-// joinKey builds biz 0x00 rest; biz names cannot contain 0x00, so the
-// split is unambiguous whatever rest holds.
-func joinKey(biz, rest string) []byte {
-	k := make([]byte, 0, len(biz)+1+len(rest))
-	k = append(k, biz...)
-	k = append(k, 0)
-	return append(k, rest...)
 }

@@ -7,6 +7,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/idgen/idgen/internal/boltfile"
 	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/segment"
 )
@@ -40,8 +41,8 @@ func shardKey(shard int) []byte { return fmt.Appendf(nil, "%02d", shard) }
 
 func encodeShard(r shardRecord) []byte {
 	b := make([]byte, 0, 16+len(r.owner))
-	b = append(b, u64(r.epoch)...)
-	b = append(b, u64(r.updated)...)
+	b = append(b, boltfile.U64(r.epoch)...)
+	b = append(b, boltfile.U64(r.updated)...)
 	return append(b, r.owner...)
 }
 
@@ -49,7 +50,7 @@ func decodeShard(v []byte) (shardRecord, error) {
 	if len(v) < 16 {
 		return shardRecord{}, fmt.Errorf("boltstore: shard epoch record of %d bytes (want at least 16): the file is damaged", len(v))
 	}
-	return shardRecord{epoch: i64(v[0:8]), updated: i64(v[8:16]), owner: string(v[16:])}, nil
+	return shardRecord{epoch: boltfile.I64(v[0:8]), updated: boltfile.I64(v[8:16]), owner: string(v[16:])}, nil
 }
 
 // Claim makes epoch the shard's stored epoch (ordered.Store): refused with
@@ -66,7 +67,7 @@ func (s *Store) Claim(ctx context.Context, shard int, epoch int64, owner string)
 	owner = strings.ToValidUTF8(owner, "\uFFFD")
 	now := s.opts.Clock.Now().UnixNano()
 	var opErr error
-	err := s.batch(ctx, func(tx *bolt.Tx) error {
+	err := s.file.Batch(ctx, func(tx *bolt.Tx) error {
 		opErr = nil
 		b, err := tx.CreateBucketIfNotExists(bucketShards)
 		if err != nil {
@@ -137,16 +138,16 @@ func (s *Store) Load(ctx context.Context, shard int, epoch int64, keys []ordered
 		if err := checkEpoch(tx, shard, epoch); err != nil {
 			return err
 		}
-		ord := tx.Bucket(bucketOrdered)
+		ord := tx.Bucket(boltfile.BucketOrdered)
 		for _, k := range keys {
-			v := ord.Get(joinKey(k.Biz, k.SubKey))
+			v := ord.Get(boltfile.JoinKey(k.Biz, k.SubKey))
 			if v == nil {
 				continue
 			}
 			if len(v) != 8 {
 				return fmt.Errorf("ordered counter of %q/%q is %d bytes: the file is damaged", k.Biz, k.SubKey, len(v))
 			}
-			out[k] = i64(v)
+			out[k] = boltfile.I64(v)
 		}
 		return nil
 	})
@@ -170,32 +171,32 @@ func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []orde
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	now := s.opts.Clock.Now().UnixNano()
-	expiredBefore := now - int64(s.opts.RequestRetention)
+	expiredBefore := s.file.ExpiredBefore(now)
 	var opErr error
-	err := s.batch(ctx, func(tx *bolt.Tx) error {
+	err := s.file.Batch(ctx, func(tx *bolt.Tx) error {
 		opErr = nil
 		if err := checkEpoch(tx, shard, epoch); err != nil {
 			opErr = fmt.Errorf("%s: %w", op, err)
 			return nil
 		}
-		reqsB, byTime := tx.Bucket(bucketRequests), tx.Bucket(bucketReqTime)
+		reqsB, byTime := tx.Bucket(boltfile.BucketRequests), tx.Bucket(boltfile.BucketReqTime)
 		var (
 			dup   *ordered.DuplicateRequestsError
-			prevs = make([]request, len(reqs)) // created -1: none stored
+			prevs = make([]boltfile.Request, len(reqs)) // created -1: none stored
 			rks   = make([][]byte, len(reqs))
 		)
 		for i, q := range reqs {
-			rks[i] = joinKey(q.Biz, segment.StoredRequestID(q.Scope, q.ID))
+			rks[i] = boltfile.JoinKey(q.Biz, segment.StoredRequestID(q.Scope, q.ID))
 			v := reqsB.Get(rks[i])
-			prevs[i].created = -1
+			prevs[i].Created = -1
 			if v == nil {
 				continue
 			}
-			prev, err := decodeRequest(v)
+			prev, err := boltfile.DecodeRequest(v)
 			if err != nil {
 				return err
 			}
-			if prev.created >= expiredBefore {
+			if prev.Created >= expiredBefore {
 				if dup == nil {
 					dup = &ordered.DuplicateRequestsError{}
 				}
@@ -208,17 +209,14 @@ func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []orde
 			return nil
 		}
 		for i, q := range reqs {
-			if prev := prevs[i]; prev.created >= 0 {
+			if prev := prevs[i]; prev.Created >= 0 {
 				// Expired but not cleaned up yet: forget it.
-				if err := deleteRequest(reqsB, byTime, rks[i], prev.created); err != nil {
+				if err := boltfile.DeleteRequest(reqsB, byTime, rks[i], prev.Created); err != nil {
 					return err
 				}
 			}
-			rec := request{created: now, r: q.Range, count: q.Count, subKey: q.SubKey}
-			if err := reqsB.Put(rks[i], encodeRequest(rec)); err != nil {
-				return err
-			}
-			if err := byTime.Put(append(u64(now), rks[i]...), nil); err != nil {
+			rec := boltfile.Request{Created: now, Range: q.Range, Count: q.Count, SubKey: q.SubKey}
+			if err := boltfile.PutRequest(reqsB, byTime, rks[i], rec); err != nil {
 				return err
 			}
 		}
@@ -239,7 +237,7 @@ func (s *Store) WriteBack(ctx context.Context, shard int, epoch int64, rows []or
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	var opErr error
-	err := s.batch(ctx, func(tx *bolt.Tx) error {
+	err := s.file.Batch(ctx, func(tx *bolt.Tx) error {
 		opErr = nil
 		if err := checkEpoch(tx, shard, epoch); err != nil {
 			opErr = fmt.Errorf("%s: %w", op, err)
@@ -256,20 +254,20 @@ func (s *Store) WriteBack(ctx context.Context, shard int, epoch int64, rows []or
 // putRows writes rows into the ORDERED counters: exact sets them
 // (WriteBack), else a row is only raised (Persist).
 func putRows(tx *bolt.Tx, rows []ordered.Row, exact bool) error {
-	ord := tx.Bucket(bucketOrdered)
+	ord := tx.Bucket(boltfile.BucketOrdered)
 	for _, r := range rows {
-		k := joinKey(r.Biz, r.SubKey)
+		k := boltfile.JoinKey(r.Biz, r.SubKey)
 		if !exact {
 			if v := ord.Get(k); v != nil {
 				if len(v) != 8 {
 					return fmt.Errorf("ordered counter of %q/%q is %d bytes: the file is damaged", r.Biz, r.SubKey, len(v))
 				}
-				if i64(v) >= r.Num {
+				if boltfile.I64(v) >= r.Num {
 					continue
 				}
 			}
 		}
-		if err := ord.Put(k, u64(r.Num)); err != nil {
+		if err := ord.Put(k, boltfile.U64(r.Num)); err != nil {
 			return err
 		}
 	}
@@ -292,23 +290,23 @@ func (s *Store) LookupRequests(ctx context.Context, biz, scope string, ids []str
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	expiredBefore := s.opts.Clock.Now().UnixNano() - int64(s.opts.RequestRetention)
+	expiredBefore := s.file.ExpiredBefore(s.opts.Clock.Now().UnixNano())
 	out := make(map[string]ordered.Request, len(ids))
 	err := s.db.View(func(tx *bolt.Tx) error {
-		reqs := tx.Bucket(bucketRequests)
+		reqs := tx.Bucket(boltfile.BucketRequests)
 		for _, id := range ids {
-			v := reqs.Get(joinKey(biz, segment.StoredRequestID(scope, id)))
+			v := reqs.Get(boltfile.JoinKey(biz, segment.StoredRequestID(scope, id)))
 			if v == nil {
 				continue
 			}
-			q, err := decodeRequest(v)
+			q, err := boltfile.DecodeRequest(v)
 			if err != nil {
 				return err
 			}
-			if q.created < expiredBefore {
+			if q.Created < expiredBefore {
 				continue
 			}
-			out[id] = ordered.Request{Biz: biz, Scope: scope, ID: id, SubKey: q.subKey, Count: q.count, Range: q.r}
+			out[id] = ordered.Request{Biz: biz, Scope: scope, ID: id, SubKey: q.SubKey, Count: q.Count, Range: q.Range}
 		}
 		return nil
 	})

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idgen/idgen/internal/mysqldb"
 	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/ordered/storetest"
 	"github.com/idgen/idgen/segment"
@@ -177,7 +178,7 @@ func TestOwned_PersistHoldsShardUntilCommit(t *testing.T) {
 	}
 	defer blocker.Rollback() //nolint:errcheck
 	var num int64
-	if err := blocker.QueryRowContext(ctx, `SELECT num FROM `+orderedTable(shard)+` WHERE biz = ? AND sub_key = ? FOR UPDATE`,
+	if err := blocker.QueryRowContext(ctx, `SELECT num FROM `+mysqldb.OrderedTable(shard)+` WHERE biz = ? AND sub_key = ? FOR UPDATE`,
 		k.Biz, []byte(k.SubKey)).Scan(&num); err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +337,7 @@ func TestOwned_PausedOwnerHoldingFenceRow(t *testing.T) {
 		t.Fatal("the Claim never waited for the paused owner: the test shows nothing")
 	}
 	t.Logf("the successor's Claim succeeded after %v and %d lock waits (session idle limit %v)",
-		time.Since(start).Round(100*time.Millisecond), busy, sessionIdleLimit(s.cfg.Timeout))
+		time.Since(start).Round(100*time.Millisecond), busy, mysqldb.SessionIdleLimit(s.cfg.Timeout))
 	// The owner resumes: its transaction is gone, and its retry is fenced.
 	if err := paused.Commit(); err == nil {
 		t.Fatal("the paused owner's transaction committed after the successor's claim")

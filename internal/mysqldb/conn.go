@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 
@@ -77,6 +78,22 @@ func OrderedTable(shard int) string {
 // Batch bounds the rows (or request ids, or keys) of one statement, well
 // inside max_allowed_packet for the longest sub keys.
 const Batch = 500
+
+// ownerColumnChars is the width of the owner label columns
+// (ordered_shard.owner, cluster_binding.bound_by), in characters.
+const ownerColumnChars = 255
+
+// OwnerColumn fits owner (an RPC address or node name, for operators
+// only) into an owner label column: valid UTF-8, at most 255 characters.
+// A claim or a binding never fails over its label.
+func OwnerColumn(owner string) string {
+	owner = strings.ToValidUTF8(owner, "\uFFFD")
+	if utf8.RuneCountInString(owner) <= ownerColumnChars {
+		return owner
+	}
+	r := []rune(owner)
+	return string(r[:ownerColumnChars])
+}
 
 // Stmt is one statement with its arguments.
 type Stmt struct {

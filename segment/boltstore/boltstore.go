@@ -19,6 +19,8 @@
 //	ordered   biz 0x00 sub_key -> 8-byte big-endian last reserved number
 //	requests  biz 0x00 request_id -> created(8) first(8) last(8) count(8) sub_key
 //	req_time  created(8) biz 0x00 request_id -> "" (index for expiry)
+//	ordered_shards  the ORDERED shard owners' epochs, created by the owners'
+//	          store in this file (ordered/boltstore)
 //
 // A request_id key is segment.StoredRequestID: the caller's id, or for a
 // request that carried a token 0x00 scope 0x00 id, so ids of different

@@ -52,7 +52,7 @@ func (s *Store) BindCluster(ctx context.Context, cluster string, createdMs int64
 	defer cancel()
 	if _, err := s.db.ExecContext(cctx,
 		`INSERT IGNORE INTO cluster_binding (id, cluster, created_ms, bound_by, bound_at) VALUES (1, ?, ?, ?, ?)`,
-		cluster, createdMs, ownerColumn(node), mysqldb.Now()); err != nil {
+		cluster, createdMs, mysqldb.OwnerColumn(node), mysqldb.Now()); err != nil {
 		return Binding{}, s.conn.Classify(ctx, op, err)
 	}
 	b, ok, err := readBinding(cctx, s.db)

@@ -80,7 +80,10 @@ func (s *Store) raiseOrderedBatch(ctx context.Context, shard int, ms []segment.O
 // lossy failover (ordered.Allocator.RememberedRequests), whose new server
 // may have lost the ids of the last group commits with their rows. Not
 // fenced: it runs while the barrier holds every persist back, and a
-// stored id never changes.
+// stored id never changes. It is the barrier's repair, like RaiseOrdered,
+// so it is here rather than in the owners' store (ordered/mysqlstore),
+// which writes and reads these ids and holds its test
+// (TestRestoreRequests).
 func (s *Store) RestoreRequests(ctx context.Context, reqs []ordered.Request) error {
 	var valid []ordered.Request
 	for _, q := range reqs {

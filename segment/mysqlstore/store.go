@@ -10,6 +10,8 @@
 //	ordered_00..63   one row per (biz, sub_key): num, the highest ORDERED
 //	                 number handed out; the table is Shard(sub_key)
 //	ordered_request  ORDERED request ids and the range each one got
+//	ordered_shard    the ORDERED shard owners' epochs (schema 6); the owners'
+//	                 store on these tables is ordered/mysqlstore
 //	worker_cluster   snowflake settings of clusters without ZooKeeper (schema 2),
 //	                 and the worker registry of every cluster: mysql or
 //	                 zookeeper (schema 4)
@@ -37,7 +39,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -68,11 +69,8 @@ type Store struct {
 
 	// conn is db with the call bound, conflict retry and error
 	// classification that ordered/mysqlstore shares (Conn).
-	conn *mysqldb.Conn
-	// ignoreEpoch switches the ORDERED owners' epoch condition off (fault
-	// injection's negative control only: UnsafeIgnoreEpoch).
-	ignoreEpoch atomic.Bool
-	servers     serverWatch // identity of the server behind the connections
+	conn    *mysqldb.Conn
+	servers serverWatch // identity of the server behind the connections
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -84,13 +82,6 @@ var (
 	_ segment.Store          = (*Store)(nil)
 	_ segment.ReplayReporter = (*Store)(nil)
 )
-
-// UnsafeIgnoreEpoch makes ORDERED persists and write-backs ignore the
-// shard's epoch, so a deposed owner's stale write-back lands. It exists
-// for fault injection's negative control (IDGEN_FAULT_ORDERED_NO_EPOCH in
-// faultinject builds) and must never be called otherwise: it is the
-// mechanism that keeps a stale counter from being written back.
-func (s *Store) UnsafeIgnoreEpoch() { s.ignoreEpoch.Store(true) }
 
 // Open connects to the database, checks that the server is crash-safe
 // (see Durability and Config.AcceptUnsafeDurability), checks the schema

@@ -1,23 +1,14 @@
-package mysqlstore
-
-import (
-	"context"
-	"database/sql"
-	"errors"
-	"fmt"
-	"strings"
-	"unicode/utf8"
-
-	"github.com/idgen/idgen/internal/mysqldb"
-	"github.com/idgen/idgen/ordered"
-	"github.com/idgen/idgen/segment"
-)
-
-// The shard owners of package ordered persist through the methods below.
-// They share the rows of the per-request path (ordered_NN, ordered_request),
-// so a cluster can move from ReserveOrdered to owners and back without a
-// migration of data: an owner loads the rows ReserveOrdered left, and
-// ReserveOrdered continues above the rows an owner persisted.
+// Package mysqlstore is the ORDERED owners' store (ordered.Store) on the
+// MySQL/MariaDB database of an idgen cluster: Claim, Load, Persist,
+// WriteBack and LookupRequests, each fenced by the shard's epoch. It runs
+// on the segment store's connection (New(*segment/mysqlstore.Store)): one
+// pool, one conflict counter, one error classification per node.
+//
+// The owners share the rows of the per-request path (ordered_NN,
+// ordered_request), so a cluster can move from ReserveOrdered to owners
+// and back without a migration of data: an owner loads the rows
+// ReserveOrdered left, and ReserveOrdered continues above the rows an
+// owner persisted. The schema is segment/mysqlstore's (its Migrate).
 //
 // Fencing lives in ordered_shard (schema 6): Claim raises a shard's epoch
 // under the row's exclusive lock, and every Persist, WriteBack and Load
@@ -32,15 +23,55 @@ import (
 // members' writes to one row are certified against each other, so a
 // persist racing a Claim on another member is rolled back (and retried,
 // then fenced) rather than committed beside it.
+//
+// The barrier's repairs after a MySQL server change (RaiseOrdered,
+// RestoreRequests) stay in segment/mysqlstore: they belong to the
+// replication barrier, not to an owner. They are not fenced (they run
+// while the barrier holds every persist back, and only raise rows or add
+// missing request ids), and the per-request path without owners needs
+// them too.
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"github.com/idgen/idgen/internal/mysqldb"
+	"github.com/idgen/idgen/ordered"
+	"github.com/idgen/idgen/segment"
+	segmentmysql "github.com/idgen/idgen/segment/mysqlstore"
+)
+
+// Store is the ORDERED owners' store on the database of a
+// segment/mysqlstore.Store. It is safe for concurrent use.
+type Store struct {
+	conn *mysqldb.Conn
+	// ignoreEpoch switches the epoch condition of persists and
+	// write-backs off (fault injection's negative control only:
+	// UnsafeIgnoreEpoch).
+	ignoreEpoch atomic.Bool
+}
+
 var _ ordered.Store = (*Store)(nil)
 
-// ownedBatch bounds the rows (or request ids, or keys) of one statement:
-// the same bound as the raising statements, well inside max_allowed_packet
-// for the longest sub keys.
-const ownedBatch = mysqldb.Batch
+// New returns the owners' store on seg's connection pool. Closing seg
+// closes it too; it has nothing of its own to close.
+func New(seg *segmentmysql.Store) *Store { return &Store{conn: seg.Conn()} }
 
-// ownerColumnChars is the width of ordered_shard.owner, in characters.
-const ownerColumnChars = 255
+// UnsafeIgnoreEpoch makes ORDERED persists and write-backs ignore the
+// shard's epoch, so a deposed owner's stale write-back lands. It exists
+// for fault injection's negative control (IDGEN_FAULT_ORDERED_NO_EPOCH in
+// faultinject builds) and must never be called otherwise: it is the
+// mechanism that keeps a stale counter from being written back.
+func (s *Store) UnsafeIgnoreEpoch() { s.ignoreEpoch.Store(true) }
+
+// ownedBatch bounds the rows (or request ids, or keys) of one statement:
+// the same bound as the raising statements (mysqldb.Batch).
+const ownedBatch = mysqldb.Batch
 
 // Claim makes epoch the shard's stored epoch (ordered.Store). One
 // transaction: create the shard's row if it has none (the row's first
@@ -57,7 +88,7 @@ func (s *Store) Claim(ctx context.Context, shard int, epoch int64, owner string)
 	if epoch < 0 {
 		return fmt.Errorf("mysqlstore: %s: %w: negative epoch (epochs come from the coordinator and start at 0)", op, segment.ErrInvalid)
 	}
-	owner = ownerColumn(owner)
+	owner = mysqldb.OwnerColumn(owner)
 	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
 	err := s.conn.RetryConflicts(cctx, op, func() error { return s.claimOnce(cctx, shard, epoch, owner) })
@@ -65,7 +96,7 @@ func (s *Store) Claim(ctx context.Context, shard int, epoch int64, owner string)
 }
 
 func (s *Store) claimOnce(ctx context.Context, shard int, epoch int64, owner string) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.conn.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -149,7 +180,7 @@ func (s *Store) Load(ctx context.Context, shard int, epoch int64, keys []ordered
 }
 
 func (s *Store) loadOnce(ctx context.Context, shard int, epoch int64, keys []ordered.Key, out map[ordered.Key]int64) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.conn.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -314,7 +345,7 @@ func rowUpserts(shard int, rows []ordered.Row, exact bool) []mysqldb.Stmt {
 }
 
 func (s *Store) persistOnce(ctx context.Context, shard int, epoch int64, reqs []ordered.Request, reqStmts, rowStmts []mysqldb.Stmt) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.conn.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -347,7 +378,7 @@ func (s *Store) persistOnce(ctx context.Context, shard int, epoch int64, reqs []
 // write in ordered_shard.persists on the condition that the shard's stored
 // epoch is epoch, which both checks the epoch and holds the shard row's
 // lock until the transaction ends. unsafeAnyEpoch drops the condition
-// (Store.UnsafeIgnoreEpoch, fault injection's negative control only).
+// (UnsafeIgnoreEpoch, fault injection's negative control only).
 func (s *Store) fence(ctx context.Context, tx *sql.Tx, shard int, epoch int64, unsafeAnyEpoch bool) error {
 	res, err := tx.ExecContext(ctx, `UPDATE ordered_shard SET persists = persists + 1 WHERE shard = ? AND (epoch = ? OR ?)`,
 		shard, epoch, unsafeAnyEpoch)
@@ -437,7 +468,7 @@ func (s *Store) lookupRequests(ctx context.Context, biz, scope string, ids []str
 			args = append(args, []byte(segment.StoredRequestID(scope, id)))
 		}
 		b.WriteString(")")
-		if err := scanRequests(ctx, s.db, biz, b.String(), args, out); err != nil {
+		if err := scanRequests(ctx, s.conn.DB, biz, b.String(), args, out); err != nil {
 			return nil, err
 		}
 		ids = ids[n:]
@@ -486,16 +517,4 @@ func (s *Store) ownedErr(parent context.Context, op string, err error) error {
 		return fmt.Errorf("%w: %w", ordered.ErrShardBusy, s.conn.Classify(parent, op, err))
 	}
 	return s.conn.Classify(parent, op, err)
-}
-
-// ownerColumn fits owner (an RPC address, for operators only) into
-// ordered_shard.owner: valid UTF-8, at most 255 characters. A claim never
-// fails over its label.
-func ownerColumn(owner string) string {
-	owner = strings.ToValidUTF8(owner, "\uFFFD")
-	if utf8.RuneCountInString(owner) <= ownerColumnChars {
-		return owner
-	}
-	r := []rune(owner)
-	return string(r[:ownerColumnChars])
 }

@@ -1,3 +1,24 @@
+// Package boltstore is the ORDERED owners' store (ordered.Store) of a
+// standalone node: Claim, Load, Persist, WriteBack and LookupRequests on
+// the node's bbolt file, each conditional on the shard's epoch. It runs on
+// the segment store's open file (New(*segment/boltstore.Store)): bbolt
+// allows one handle per file.
+//
+// The owners persist on the very rows of the per-request path: the
+// ordered bucket (biz 0x00 sub_key -> 8-byte number) and the requests and
+// req_time buckets, in the formats ReserveOrderedReplay writes
+// (internal/boltfile). So a node switching between the two paths
+// continues above the other's numbers and replays its request ids.
+//
+// A standalone node has one process and one writer, so the epochs here
+// guard against a stale term of the same process (an owner that lost the
+// shard and was handed it again) rather than against another machine; the
+// rules are the same as ordered/mysqlstore's, and the same suite
+// (ordered/storetest) checks them.
+//
+// Layout added to segment/boltstore's (created by the first Claim):
+//
+//	ordered_shards  2-digit shard ("07") -> epoch(8) updated_at(8, Unix ns) owner
 package boltstore
 
 import (
@@ -10,23 +31,20 @@ import (
 	"github.com/idgen/idgen/internal/boltfile"
 	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/segment"
+	segmentbolt "github.com/idgen/idgen/segment/boltstore"
 )
 
-// The shard owners of package ordered persist through the methods below,
-// on the very rows of the per-request path: the ordered bucket (biz 0x00
-// sub_key -> 8-byte number) and the requests and req_time buckets, in the
-// formats ReserveOrderedReplay writes. So a node switching between the two
-// paths continues above the other's numbers and replays its request ids.
-//
-// A standalone node has one process and one writer, so the epochs here
-// guard against a stale term of the same process (an owner that lost the
-// shard and was handed it again) rather than against another machine; the
-// rules are the same as mysqlstore's, and the same suite checks them.
-//
-// Layout added (created by the first Claim):
-//
-//	ordered_shards  2-digit shard ("07") -> epoch(8) updated_at(8, Unix ns) owner
+// Store is the ORDERED owners' store in the file of a
+// segment/boltstore.Store. It is safe for concurrent use.
+type Store struct {
+	file *boltfile.File
+}
+
 var _ ordered.Store = (*Store)(nil)
+
+// New returns the owners' store in seg's file. Closing seg closes it too;
+// it has nothing of its own to close.
+func New(seg *segmentbolt.Store) *Store { return &Store{file: seg.File()} }
 
 var bucketShards = []byte("ordered_shards")
 
@@ -65,7 +83,7 @@ func (s *Store) Claim(ctx context.Context, shard int, epoch int64, owner string)
 		return fmt.Errorf("%s: %w: negative epoch (epochs come from the coordinator and start at 0)", op, segment.ErrInvalid)
 	}
 	owner = strings.ToValidUTF8(owner, "\uFFFD")
-	now := s.opts.Clock.Now().UnixNano()
+	now := s.file.Clock.Now().UnixNano()
 	var opErr error
 	err := s.file.Batch(ctx, func(tx *bolt.Tx) error {
 		opErr = nil
@@ -80,7 +98,7 @@ func (s *Store) Claim(ctx context.Context, shard int, epoch int64, owner string)
 				return err
 			}
 			if cur.epoch > epoch || (cur.epoch == epoch && cur.owner != owner) {
-				// Each epoch has one claimer (see mysqlstore's Claim).
+				// Each epoch has one claimer (see ordered/mysqlstore's Claim).
 				opErr = fmt.Errorf("%s: %w: shard %d is at epoch %d (owner %q), not below %d: a newer owner claimed it; give the shard up",
 					op, &ordered.FencedError{Shard: shard, Epoch: epoch, Stored: cur.epoch}, shard, cur.epoch, cur.owner, epoch)
 				return nil
@@ -134,7 +152,7 @@ func (s *Store) Load(ctx context.Context, shard int, epoch int64, keys []ordered
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	out := make(map[ordered.Key]int64, len(keys))
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.file.DB.View(func(tx *bolt.Tx) error {
 		if err := checkEpoch(tx, shard, epoch); err != nil {
 			return err
 		}
@@ -170,7 +188,7 @@ func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []orde
 	if err := ordered.ValidatePersist(shard, rows, reqs); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	now := s.opts.Clock.Now().UnixNano()
+	now := s.file.Clock.Now().UnixNano()
 	expiredBefore := s.file.ExpiredBefore(now)
 	var opErr error
 	err := s.file.Batch(ctx, func(tx *bolt.Tx) error {
@@ -290,9 +308,9 @@ func (s *Store) LookupRequests(ctx context.Context, biz, scope string, ids []str
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	expiredBefore := s.file.ExpiredBefore(s.opts.Clock.Now().UnixNano())
+	expiredBefore := s.file.ExpiredBefore(s.file.Clock.Now().UnixNano())
 	out := make(map[string]ordered.Request, len(ids))
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.file.DB.View(func(tx *bolt.Tx) error {
 		reqs := tx.Bucket(boltfile.BucketRequests)
 		for _, id := range ids {
 			v := reqs.Get(boltfile.JoinKey(biz, segment.StoredRequestID(scope, id)))

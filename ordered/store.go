@@ -55,8 +55,9 @@ type Request struct {
 	Range                  segment.Range
 }
 
-// Store is the durable side of the owners. Implemented by mysqlstore (a
-// cluster) and boltstore (a standalone node). All methods are safe for
+// Store is the durable side of the owners. Implemented by
+// ordered/mysqlstore (a cluster) and ordered/boltstore (a standalone node),
+// each on its segment store's database. All methods are safe for
 // concurrent use; each is one atomic operation.
 type Store interface {
 	// Claim makes epoch the shard's stored epoch, raising it (never

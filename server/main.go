@@ -368,7 +368,8 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	)
 	if path := orderedPath(cfg, store, noSegments); path == orderedOwners {
 		nd.setStarting("electing ORDERED shard owners")
-		if own, err = startOwners(ctx, cfg, store.(ordered.Store), gate, rpcPort, zs, m, log.Named("ordered")); err != nil {
+		ownStore, _ := orderedStore(store) // orderedOwners: there is one
+		if own, err = startOwners(ctx, cfg, ownStore, gate, rpcPort, zs, m, log.Named("ordered")); err != nil {
 			return fail(err)
 		}
 		closers = append(closers, own.close)

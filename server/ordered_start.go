@@ -11,9 +11,13 @@ import (
 
 	"github.com/idgen/idgen/cluster/zksession"
 	"github.com/idgen/idgen/ordered"
+	orderedbolt "github.com/idgen/idgen/ordered/boltstore"
 	"github.com/idgen/idgen/ordered/forward"
+	orderedmysql "github.com/idgen/idgen/ordered/mysqlstore"
 	"github.com/idgen/idgen/ordered/zkown"
 	"github.com/idgen/idgen/segment"
+	"github.com/idgen/idgen/segment/boltstore"
+	"github.com/idgen/idgen/segment/mysqlstore"
 )
 
 // How a node serves ORDERED.
@@ -37,13 +41,27 @@ func orderedPath(cfg Config, store segment.Store, noSegments error) int {
 	if noSegments != nil {
 		return orderedNone
 	}
-	if _, ok := store.(ordered.Store); !ok {
+	if _, ok := orderedStore(store); !ok {
 		return orderedPerRequestNoZK
 	}
 	if cfg.MySQL != "" && cfg.ZK == "" {
 		return orderedPerRequestNoZK
 	}
 	return orderedOwners
+}
+
+// orderedStore is the shard owners' store (ordered.Store) on the node's
+// segment store: the epoch-fenced store in the same MySQL database or
+// bbolt file, on the segment store's connection pool or file handle (one
+// per node). ok is false for a segment store owners cannot persist in.
+func orderedStore(store segment.Store) (ordered.Store, bool) {
+	switch s := store.(type) {
+	case *mysqlstore.Store:
+		return orderedmysql.New(s), true
+	case *boltstore.Store:
+		return orderedbolt.New(s), true
+	}
+	return nil, false
 }
 
 // startOwners starts this node's allocator and its coordinator: ZooKeeper

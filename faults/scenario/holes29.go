@@ -47,10 +47,11 @@ func (s *ordSetup) hotGaps(r *Run, bound time.Duration, why string) time.Duratio
 // after its fence UPDATE (IDGEN_FAULT_ORDERED_PERSIST_STALL, armed for the
 // hot shard once ownership settled) and is SIGSTOPped there, its
 // transaction open on the shard's fence row, for fencePause; then
-// SIGCONTed. The server ends A's idle session after the store's
-// sessionIdleLimit (5 s with the 2 s store timeout), so the others' Claim
-// gets the row and the hot keys' outage stays well below the pause (bound:
-// half of it). neg (IDGEN_FAULT_NO_SESSION_IDLE_LIMIT=1 on every node):
+// SIGCONTed. The server ends A's idle session after the store's session
+// idle limit (internal/mysqldb.SessionIdleLimit: 5 s with the 2 s store
+// timeout), so the others' Claim gets the row and the hot keys' outage
+// stays well below the pause (bound: half of it). neg
+// (IDGEN_FAULT_NO_SESSION_IDLE_LIMIT=1 on every node):
 // the sessions keep the server's wait_timeout (8 h), A's transaction holds
 // the row for the whole pause, every Claim fails on the lock: the outage
 // is the pause, above the bound.

@@ -8,6 +8,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/idgen/idgen/internal/boltfile"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -97,7 +98,7 @@ func (s *Store) CreateBiz(ctx context.Context, b segment.Biz) (segment.Biz, erro
 		if err := bb.Put([]byte(b.Name), v); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketSegments).Put([]byte(b.Name), u64(b.StartNum-1))
+		return tx.Bucket(bucketSegments).Put([]byte(b.Name), boltfile.U64(b.StartNum-1))
 	})
 	if err != nil {
 		return segment.Biz{}, err

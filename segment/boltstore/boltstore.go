@@ -19,6 +19,8 @@
 //	ordered   biz 0x00 sub_key -> 8-byte big-endian last reserved number
 //	requests  biz 0x00 request_id -> created(8) first(8) last(8) count(8) sub_key
 //	req_time  created(8) biz 0x00 request_id -> "" (index for expiry)
+//	ordered_shards  the ORDERED shard owners' epochs, created by the owners'
+//	          store in this file (ordered/boltstore)
 //
 // A request_id key is segment.StoredRequestID: the caller's id, or for a
 // request that carried a token 0x00 scope 0x00 id, so ids of different
@@ -27,8 +29,6 @@
 package boltstore
 
 import (
-	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -41,6 +41,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/internal/boltfile"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -127,9 +128,8 @@ var (
 	bucketMeta     = []byte("meta")
 	bucketBiz      = []byte("biz")
 	bucketSegments = []byte("segments")
-	bucketOrdered  = []byte("ordered")
-	bucketRequests = []byte("requests")
-	bucketReqTime  = []byte("req_time")
+	// ordered, requests and req_time: boltfile.Bucket*, shared with
+	// ordered/boltstore.
 
 	keyCreatedAt = []byte("created_at")
 	keySchema    = []byte("schema")
@@ -138,6 +138,7 @@ var (
 // Store is the bbolt-backed segment.Store. It is safe for concurrent use.
 type Store struct {
 	db        *bolt.DB
+	file      *boltfile.File // db with the clock and retention, shared with ordered/boltstore
 	path      string
 	opts      Options
 	log       *zap.Logger
@@ -177,6 +178,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	db.MaxBatchDelay = opts.BatchDelay
 
 	s := &Store{db: db, path: path, opts: opts, log: opts.Logger, stop: make(chan struct{}), done: make(chan struct{})}
+	s.file = &boltfile.File{DB: db, Clock: opts.Clock, RequestRetention: opts.RequestRetention}
 	if err := s.init(); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("boltstore: init %s: %w", path, err)
@@ -189,7 +191,7 @@ func Open(dir string, opts Options) (*Store, error) {
 // init creates the buckets and records the creation time on first open.
 func (s *Store) init() error {
 	return s.db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketBiz, bucketSegments, bucketOrdered, bucketRequests, bucketReqTime} {
+		for _, name := range [][]byte{bucketMeta, bucketBiz, bucketSegments, boltfile.BucketOrdered, boltfile.BucketRequests, boltfile.BucketReqTime} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -215,6 +217,12 @@ func (s *Store) init() error {
 // standalone snowflake floor is derived from it, so it never changes.
 func (s *Store) CreatedAt() time.Time { return s.createdAt }
 
+// File returns the store's open file with its clock and request
+// retention: the ORDERED owners' store of a standalone node
+// (ordered/boltstore.New) runs on it, since bbolt allows one handle per
+// file. Its type is internal to the module.
+func (s *Store) File() *boltfile.File { return s.file }
+
 // Path returns the database file's path.
 func (s *Store) Path() string { return s.path }
 
@@ -227,41 +235,4 @@ func (s *Store) Close() error {
 		s.log.Info("segment store closed", zap.String("path", s.path))
 	})
 	return s.closeErr
-}
-
-// batch runs fn in a bbolt Batch transaction but returns when ctx ends,
-// because bbolt itself ignores contexts: a caller is never held past its
-// deadline by a slow disk. A transaction abandoned this way may still
-// commit; that leaves a gap (or, with a request id, an answer for the
-// retry), never a duplicate. fn may run more than once and must set its
-// results from scratch each time.
-func (s *Store) batch(ctx context.Context, fn func(*bolt.Tx) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- s.db.Batch(fn) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func u64(v int64) []byte {
-	b := make([]byte, 8)
-	binary.BigEndian.PutUint64(b, uint64(v))
-	return b
-}
-
-func i64(b []byte) int64 { return int64(binary.BigEndian.Uint64(b)) }
-
-// joinKey builds biz 0x00 rest; biz names cannot contain 0x00, so the
-// split is unambiguous whatever rest holds.
-func joinKey(biz, rest string) []byte {
-	k := make([]byte, 0, len(biz)+1+len(rest))
-	k = append(k, biz...)
-	k = append(k, 0)
-	return append(k, rest...)
 }

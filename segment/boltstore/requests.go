@@ -6,6 +6,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/zap"
+
+	"github.com/idgen/idgen/internal/boltfile"
 )
 
 // cleanupLoop deletes expired request ids every CleanupInterval. A pass
@@ -47,11 +49,11 @@ func (s *Store) cleanupLoop() {
 // at now and returns how many it deleted. Keys are collected before they
 // are deleted because deleting under a bbolt cursor can skip entries.
 func (s *Store) purgeExpired(now time.Time, limit int) (int, error) {
-	cutoff := u64(now.UnixNano() - int64(s.opts.RequestRetention))
+	cutoff := boltfile.U64(s.file.ExpiredBefore(now.UnixNano()))
 	n := 0
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		n = 0
-		reqs, byTime := tx.Bucket(bucketRequests), tx.Bucket(bucketReqTime)
+		reqs, byTime := tx.Bucket(boltfile.BucketRequests), tx.Bucket(boltfile.BucketReqTime)
 		var expired [][]byte
 		c := byTime.Cursor()
 		for k, _ := c.First(); k != nil && len(expired) < limit; k, _ = c.Next() {
@@ -65,7 +67,7 @@ func (s *Store) purgeExpired(now time.Time, limit int) (int, error) {
 			// The id may have been reused after expiry: only delete the
 			// record this index entry points at.
 			if v := reqs.Get(rk); v != nil {
-				if q, err := decodeRequest(v); err == nil && bytes.Equal(u64(q.created), k[:8]) {
+				if q, err := boltfile.DecodeRequest(v); err == nil && bytes.Equal(boltfile.U64(q.Created), k[:8]) {
 					if err := reqs.Delete(rk); err != nil {
 						return err
 					}

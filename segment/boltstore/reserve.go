@@ -7,6 +7,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/idgen/idgen/internal/boltfile"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -20,7 +21,7 @@ func (s *Store) ReserveSegment(ctx context.Context, biz string, step int64) (seg
 		r     segment.Range
 		opErr error // a business error: reported without failing the batch
 	)
-	err := s.batch(ctx, func(tx *bolt.Tx) error {
+	err := s.file.Batch(ctx, func(tx *bolt.Tx) error {
 		r, opErr = segment.Range{}, nil
 		if tx.Bucket(bucketBiz).Get([]byte(biz)) == nil {
 			opErr = fmt.Errorf("boltstore: reserve segment: biz %q: %w", biz, segment.ErrUnknownBiz)
@@ -31,12 +32,12 @@ func (s *Store) ReserveSegment(ctx context.Context, biz string, step int64) (seg
 		if len(v) != 8 {
 			return fmt.Errorf("boltstore: biz %q has no valid segment counter", biz)
 		}
-		old := i64(v)
+		old := boltfile.I64(v)
 		if old > math.MaxInt64-step {
 			opErr = fmt.Errorf("boltstore: biz %q counter at %d: %w", biz, old, segment.ErrExhausted)
 			return nil
 		}
-		if err := seg.Put([]byte(biz), u64(old+step)); err != nil {
+		if err := seg.Put([]byte(biz), boltfile.U64(old+step)); err != nil {
 			return err
 		}
 		r = segment.Range{First: old + 1, Last: old + step}
@@ -54,35 +55,6 @@ func (s *Store) ReserveOrdered(ctx context.Context, req segment.OrderedRequest) 
 	return r.Range, err
 }
 
-// request is a stored ORDERED request id.
-type request struct {
-	created int64 // Unix ns
-	r       segment.Range
-	count   int64
-	subKey  string
-}
-
-func encodeRequest(q request) []byte {
-	b := make([]byte, 0, 32+len(q.subKey))
-	b = append(b, u64(q.created)...)
-	b = append(b, u64(q.r.First)...)
-	b = append(b, u64(q.r.Last)...)
-	b = append(b, u64(q.count)...)
-	return append(b, q.subKey...)
-}
-
-func decodeRequest(v []byte) (request, error) {
-	if len(v) < 32 {
-		return request{}, fmt.Errorf("boltstore: request record of %d bytes", len(v))
-	}
-	return request{
-		created: i64(v[0:8]),
-		r:       segment.Range{First: i64(v[8:16]), Last: i64(v[16:24])},
-		count:   i64(v[24:32]),
-		subKey:  string(v[32:]),
-	}, nil
-}
-
 // ReserveOrderedReplay implements segment.ReplayReporter. The counter of
 // (biz, sub key) is created at StartNum-1 on first use; with a request id,
 // the range is stored in the same transaction and a retry within
@@ -96,48 +68,48 @@ func (s *Store) ReserveOrderedReplay(ctx context.Context, req segment.OrderedReq
 		return segment.Reservation{}, fmt.Errorf("boltstore: reserve ordered: %w", err)
 	}
 	now := s.opts.Clock.Now().UnixNano()
-	expiredBefore := now - int64(s.opts.RequestRetention)
+	expiredBefore := s.file.ExpiredBefore(now)
 	var (
 		r     segment.Reservation
 		opErr error
 	)
-	err = s.batch(ctx, func(tx *bolt.Tx) error {
+	err = s.file.Batch(ctx, func(tx *bolt.Tx) error {
 		r, opErr = segment.Reservation{}, nil
 		if tx.Bucket(bucketBiz).Get([]byte(req.Biz)) == nil {
 			opErr = fmt.Errorf("boltstore: reserve ordered: biz %q: %w", req.Biz, segment.ErrUnknownBiz)
 			return nil
 		}
-		reqs, byTime := tx.Bucket(bucketRequests), tx.Bucket(bucketReqTime)
+		reqs, byTime := tx.Bucket(boltfile.BucketRequests), tx.Bucket(boltfile.BucketReqTime)
 		var rk []byte
 		if req.RequestID != "" {
-			rk = joinKey(req.Biz, segment.StoredRequestID(req.RequestScope, req.RequestID))
+			rk = boltfile.JoinKey(req.Biz, segment.StoredRequestID(req.RequestScope, req.RequestID))
 			if v := reqs.Get(rk); v != nil {
-				prev, err := decodeRequest(v)
+				prev, err := boltfile.DecodeRequest(v)
 				if err != nil {
 					return err
 				}
-				if prev.created >= expiredBefore {
-					if prev.subKey != req.SubKey || prev.count != req.Count {
+				if prev.Created >= expiredBefore {
+					if prev.SubKey != req.SubKey || prev.Count != req.Count {
 						opErr = fmt.Errorf("boltstore: biz %q: %w", req.Biz, segment.RequestMismatch())
 						return nil
 					}
-					r = segment.Reservation{Range: prev.r, Replayed: true}
+					r = segment.Reservation{Range: prev.Range, Replayed: true}
 					return nil
 				}
 				// Expired but not cleaned up yet: forget it, this is a new request.
-				if err := deleteRequest(reqs, byTime, rk, prev.created); err != nil {
+				if err := boltfile.DeleteRequest(reqs, byTime, rk, prev.Created); err != nil {
 					return err
 				}
 			}
 		}
-		ord := tx.Bucket(bucketOrdered)
-		k := joinKey(req.Biz, req.SubKey)
+		ord := tx.Bucket(boltfile.BucketOrdered)
+		k := boltfile.JoinKey(req.Biz, req.SubKey)
 		old := req.StartNum - 1
 		if v := ord.Get(k); v != nil {
 			if len(v) != 8 {
 				return fmt.Errorf("boltstore: ordered counter of %q/%q is %d bytes", req.Biz, req.SubKey, len(v))
 			}
-			old = i64(v)
+			old = boltfile.I64(v)
 		}
 		raised := old < req.Above
 		old = max(old, req.Above)
@@ -151,15 +123,12 @@ func (s *Store) ReserveOrderedReplay(ctx context.Context, req segment.OrderedReq
 				return nil
 			}
 		}
-		if err := ord.Put(k, u64(old+req.Count)); err != nil {
+		if err := ord.Put(k, boltfile.U64(old+req.Count)); err != nil {
 			return err
 		}
 		got := segment.Range{First: old + 1, Last: old + req.Count}
 		if rk != nil {
-			if err := reqs.Put(rk, encodeRequest(request{created: now, r: got, count: req.Count, subKey: req.SubKey})); err != nil {
-				return err
-			}
-			if err := byTime.Put(append(u64(now), rk...), nil); err != nil {
+			if err := boltfile.PutRequest(reqs, byTime, rk, boltfile.Request{Created: now, Range: got, Count: req.Count, SubKey: req.SubKey}); err != nil {
 				return err
 			}
 		}
@@ -170,11 +139,4 @@ func (s *Store) ReserveOrderedReplay(ctx context.Context, req segment.OrderedReq
 		return segment.Reservation{}, fmt.Errorf("boltstore: reserve ordered for %q: %w", req.Biz, err)
 	}
 	return r, opErr
-}
-
-func deleteRequest(reqs, byTime *bolt.Bucket, rk []byte, created int64) error {
-	if err := reqs.Delete(rk); err != nil {
-		return err
-	}
-	return byTime.Delete(append(u64(created), rk...))
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idgen/idgen/internal/mysqldb"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -112,7 +113,7 @@ func runCallers(b *testing.B, callers int, keys []string, fn func(context.Contex
 // read the counter, write it back only if nobody changed it meanwhile,
 // otherwise start over. (Kept here, not in the store, as the baseline.)
 func casReserve(ctx context.Context, db *sql.DB, biz, key string, count int64) (r segment.Range, retries int, err error) {
-	t := orderedTable(Shard(key))
+	t := mysqldb.OrderedTable(Shard(key))
 	for {
 		var num int64
 		if err := db.QueryRowContext(ctx, `SELECT num FROM `+t+` WHERE biz = ? AND sub_key = ?`, biz, []byte(key)).Scan(&num); err != nil {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idgen/idgen/internal/mysqldb"
 )
 
 // One database, one cluster. The tables of the counters and of the
@@ -46,16 +48,16 @@ func (s *Store) BindCluster(ctx context.Context, cluster string, createdMs int64
 	if cluster == "" || createdMs <= 0 {
 		return Binding{}, fmt.Errorf("mysqlstore: %s: cluster name and created_ms (%d) are required", op, createdMs)
 	}
-	cctx, cancel := s.opContext(ctx)
+	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
 	if _, err := s.db.ExecContext(cctx,
 		`INSERT IGNORE INTO cluster_binding (id, cluster, created_ms, bound_by, bound_at) VALUES (1, ?, ?, ?, ?)`,
-		cluster, createdMs, ownerColumn(node), now()); err != nil {
-		return Binding{}, s.classify(ctx, op, err)
+		cluster, createdMs, mysqldb.OwnerColumn(node), mysqldb.Now()); err != nil {
+		return Binding{}, s.conn.Classify(ctx, op, err)
 	}
 	b, ok, err := readBinding(cctx, s.db)
 	if err != nil {
-		return Binding{}, s.classify(ctx, op, err)
+		return Binding{}, s.conn.Classify(ctx, op, err)
 	}
 	if !ok {
 		return Binding{}, fmt.Errorf("mysqlstore: %s: the binding vanished right after it was written (`idctl db unbind` run meanwhile?); start the node again", op)
@@ -89,11 +91,11 @@ func CheckBinding(b Binding, cluster string, createdMs int64, dbName string) err
 // Binding returns the cluster the database belongs to; ok is false when
 // it is bound to none.
 func (s *Store) Binding(ctx context.Context) (b Binding, ok bool, err error) {
-	cctx, cancel := s.opContext(ctx)
+	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
 	b, ok, err = readBinding(cctx, s.db)
 	if err != nil {
-		return Binding{}, false, s.classify(ctx, "read the database's cluster binding", err)
+		return Binding{}, false, s.conn.Classify(ctx, "read the database's cluster binding", err)
 	}
 	return b, ok, nil
 }
@@ -113,7 +115,7 @@ func Unbind(ctx context.Context, dsn string) (b Binding, ok bool, err error) {
 		_, err = db.ExecContext(ctx, `DELETE FROM cluster_binding WHERE id = 1`)
 	}
 	if err != nil {
-		return Binding{}, false, classifyErr(ctx, op, err, mc.Addr, DefaultTimeout)
+		return Binding{}, false, mysqldb.ClassifyErr(ctx, op, err, mc.Addr, DefaultTimeout)
 	}
 	return b, ok, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/idgen/idgen/internal/mysqldb"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -40,13 +41,13 @@ func (s *Store) CreateBiz(ctx context.Context, b segment.Biz) (segment.Biz, erro
 	if err != nil {
 		return segment.Biz{}, fmt.Errorf("mysqlstore: %s: %w", op, err)
 	}
-	t := now()
+	t := mysqldb.Now()
 	b.CreatedAt, b.UpdatedAt = t, t
 	tokens, err := encodeTokens(b.Tokens)
 	if err != nil {
 		return segment.Biz{}, fmt.Errorf("mysqlstore: %s: %w", op, err)
 	}
-	cctx, cancel := s.opContext(ctx)
+	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
 	err = s.inTx(cctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(cctx, `INSERT INTO biz (name, channel, step, low_water_pct, start_num, fallback,
@@ -56,7 +57,7 @@ func (s *Store) CreateBiz(ctx context.Context, b segment.Biz) (segment.Biz, erro
 			b.Name, int(b.Channel), b.Step, b.LowWaterPct, b.StartNum, b.Fallback, b.RateLimit, b.IDQuota, b.IDBurst,
 			b.Description, b.Obfuscate, int(b.Format), b.CodeMinLength, strings.Join(b.Plugins, ","), []byte(b.Key),
 			b.Issued, tokens, int(b.OrderedMode), encodeChannels(b.Channels), t, t)
-		if isDupEntry(err) {
+		if mysqldb.IsDupEntry(err) {
 			return segment.ErrBizExists
 		}
 		if err != nil {
@@ -68,7 +69,7 @@ func (s *Store) CreateBiz(ctx context.Context, b segment.Biz) (segment.Biz, erro
 		return err
 	})
 	if err != nil {
-		return segment.Biz{}, s.classify(ctx, op, err)
+		return segment.Biz{}, s.conn.Classify(ctx, op, err)
 	}
 	return b, nil
 }
@@ -84,7 +85,7 @@ func (s *Store) UpdateBiz(ctx context.Context, name string, u segment.BizUpdate)
 		return segment.Biz{}, fmt.Errorf("mysqlstore: %s: %w", op, segment.ErrUnknownBiz)
 	}
 	var b segment.Biz
-	cctx, cancel := s.opContext(ctx)
+	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
 	err := s.inTx(cctx, func(tx *sql.Tx) error {
 		var err error
@@ -92,7 +93,7 @@ func (s *Store) UpdateBiz(ctx context.Context, name string, u segment.BizUpdate)
 		if err != nil {
 			return err
 		}
-		b, err = segment.ApplyBizUpdate(b, u, now())
+		b, err = segment.ApplyBizUpdate(b, u, mysqldb.Now())
 		if err == nil {
 			err = checkDescription(b.Name, b.Description)
 		}
@@ -113,7 +114,7 @@ func (s *Store) UpdateBiz(ctx context.Context, name string, u segment.BizUpdate)
 		return err
 	})
 	if err != nil {
-		return segment.Biz{}, s.classify(ctx, op, err)
+		return segment.Biz{}, s.conn.Classify(ctx, op, err)
 	}
 	return b, nil
 }
@@ -124,34 +125,34 @@ func (s *Store) GetBiz(ctx context.Context, name string) (segment.Biz, error) {
 	if !validName(name) {
 		return segment.Biz{}, fmt.Errorf("mysqlstore: %s: %w", op, segment.ErrUnknownBiz)
 	}
-	cctx, cancel := s.opContext(ctx)
+	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
 	b, err := scanBiz(s.db.QueryRowContext(cctx, selectBiz+` WHERE name = ?`, name))
 	if err != nil {
-		return segment.Biz{}, s.classify(ctx, op, err)
+		return segment.Biz{}, s.conn.Classify(ctx, op, err)
 	}
 	return b, nil
 }
 
 // ListBiz returns every business, by name.
 func (s *Store) ListBiz(ctx context.Context) ([]segment.Biz, error) {
-	cctx, cancel := s.opContext(ctx)
+	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
 	rows, err := s.db.QueryContext(cctx, selectBiz+` ORDER BY name`)
 	if err != nil {
-		return nil, s.classify(ctx, "list businesses", err)
+		return nil, s.conn.Classify(ctx, "list businesses", err)
 	}
 	defer rows.Close()
 	var out []segment.Biz
 	for rows.Next() {
 		b, err := scanBiz(rows)
 		if err != nil {
-			return nil, s.classify(ctx, "list businesses", err)
+			return nil, s.conn.Classify(ctx, "list businesses", err)
 		}
 		out = append(out, b)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.classify(ctx, "list businesses", err)
+		return nil, s.conn.Classify(ctx, "list businesses", err)
 	}
 	return out, nil
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/idgen/idgen/internal/mysqldb"
 )
 
 // CleanupRequests deletes ORDERED request ids older than
@@ -21,14 +23,14 @@ import (
 // and then deletes those rows by primary key, so the deletion never
 // locks a range of the created_at index that new requests insert into.
 func (s *Store) CleanupRequests(ctx context.Context) (int64, error) {
-	cctx, cancel := s.opContext(ctx)
+	cctx, cancel := s.conn.OpContext(ctx)
 	conn, err := s.db.Conn(cctx)
 	cancel()
 	if err != nil {
-		return 0, s.classify(ctx, "clean up request ids", err)
+		return 0, s.conn.Classify(ctx, "clean up request ids", err)
 	}
 	defer conn.Close()
-	cctx, cancel = s.opContext(ctx)
+	cctx, cancel = s.conn.OpContext(ctx)
 	release, err := getLock(cctx, conn, lockName("cleanup", s.dbName), 0)
 	cancel()
 	if errors.Is(err, errLockBusy) {
@@ -36,24 +38,24 @@ func (s *Store) CleanupRequests(ctx context.Context) (int64, error) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, s.classify(ctx, "clean up request ids", err)
+		return 0, s.conn.Classify(ctx, "clean up request ids", err)
 	}
 	defer release()
 
-	cutoff := now().Add(-s.cfg.RequestRetention)
+	cutoff := mysqldb.Now().Add(-s.cfg.RequestRetention)
 	var total int64
 	for {
 		found, deleted, err := s.cleanupBatch(ctx, conn, cutoff)
 		total += deleted
 		if err != nil {
-			return total, s.classify(ctx, "clean up request ids", err)
+			return total, s.conn.Classify(ctx, "clean up request ids", err)
 		}
 		if found < int64(s.cfg.CleanupBatch) {
 			return total, nil
 		}
 		select {
 		case <-ctx.Done():
-			return total, s.classify(ctx, "clean up request ids", ctx.Err())
+			return total, s.conn.Classify(ctx, "clean up request ids", ctx.Err())
 		case <-s.stop:
 			return total, nil
 		default:
@@ -65,7 +67,7 @@ func (s *Store) CleanupRequests(ctx context.Context) (int64, error) {
 // rows it found expired (a full batch means there may be more) and how
 // many it deleted.
 func (s *Store) cleanupBatch(ctx context.Context, conn *sql.Conn, cutoff time.Time) (found, deleted int64, err error) {
-	cctx, cancel := s.opContext(ctx)
+	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
 	rows, err := conn.QueryContext(cctx,
 		`SELECT biz, request_id FROM ordered_request WHERE created_at < ? ORDER BY created_at LIMIT ?`,

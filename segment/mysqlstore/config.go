@@ -29,7 +29,7 @@ type Config struct {
 	// DSN is a go-sql-driver/mysql data source name including the database,
 	// e.g. "idgen:secret@tcp(db1:3306)/idgen". Open forces the parameters the
 	// store relies on (parseTime, UTC, interpolateParams, the session's
-	// innodb_lock_wait_timeout and wait_timeout, sessionIdleLimit); others
+	// innodb_lock_wait_timeout and wait_timeout, mysqldb.SessionIdleLimit); others
 	// are kept.
 	DSN string
 	// MaxOpenConns bounds the connection pool (default 32).

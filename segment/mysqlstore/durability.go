@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/idgen/idgen/internal/mysqldb"
 )
 
 // Durability is what the server says about keeping committed transactions
@@ -141,7 +143,7 @@ func CheckDurabilityDSN(ctx context.Context, dsn string) (Durability, error) {
 	defer db.Close()
 	d, err := readDurability(ctx, db)
 	if err != nil {
-		return d, classifyErr(ctx, "read durability settings from "+redactedDSN(mc), err, mc.Addr, DefaultTimeout)
+		return d, mysqldb.ClassifyErr(ctx, "read durability settings from "+redactedDSN(mc), err, mc.Addr, DefaultTimeout)
 	}
 	return d, nil
 }

@@ -3,11 +3,8 @@
 package mysqlstore
 
 // faultNoSessionIdleLimit is false: normal builds always bound the
-// sessions' idle time (sessionIdleLimit; see fault_faultinject.go).
+// sessions' idle time (mysqldb.SessionIdleLimit; see fault_faultinject.go).
 func faultNoSessionIdleLimit() bool { return false }
-
-// faultAfterFence does nothing: normal builds never stall a persist.
-func faultAfterFence(*Store, int) {}
 
 // faultNoReplicaNowIsNone is false: normal builds never read "no replica
 // connected right now" as "no replica" (see fault_faultinject.go).

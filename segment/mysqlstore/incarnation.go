@@ -24,7 +24,7 @@ import (
 // cluster: its marker ID ("" when none yet) and the highest counter.
 // bound is false when the database is bound to no cluster or to another.
 func (s *Store) ZKIncarnation(ctx context.Context, cluster string) (id string, counter int64, bound bool, err error) {
-	cctx, cancel := s.opContext(ctx)
+	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
 	err = s.db.QueryRowContext(cctx, `SELECT zk_incarnation, zk_counter FROM cluster_binding WHERE id = 1 AND cluster = ?`, cluster).
 		Scan(&id, &counter)
@@ -32,7 +32,7 @@ func (s *Store) ZKIncarnation(ctx context.Context, cluster string) (id string, c
 		return "", 0, false, nil
 	}
 	if err != nil {
-		return "", 0, false, s.classify(ctx, fmt.Sprintf("read cluster %q's ZooKeeper incarnation witness", cluster), err)
+		return "", 0, false, s.conn.Classify(ctx, fmt.Sprintf("read cluster %q's ZooKeeper incarnation witness", cluster), err)
 	}
 	return id, counter, true, nil
 }
@@ -42,13 +42,13 @@ func (s *Store) ZKIncarnation(ctx context.Context, cluster string) (id string, c
 // records id when no ID is recorded yet. A database bound to no cluster or
 // to another is left as it is.
 func (s *Store) RaiseZKIncarnation(ctx context.Context, cluster, id string, counter int64) error {
-	cctx, cancel := s.opContext(ctx)
+	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
 	_, err := s.db.ExecContext(cctx, `UPDATE cluster_binding
   SET zk_counter = GREATEST(zk_counter, ?), zk_incarnation = IF(zk_incarnation = '', ?, zk_incarnation)
   WHERE id = 1 AND cluster = ?`, counter, id, cluster)
 	if err != nil {
-		return s.classify(ctx, fmt.Sprintf("raise cluster %q's ZooKeeper incarnation witness", cluster), err)
+		return s.conn.Classify(ctx, fmt.Sprintf("raise cluster %q's ZooKeeper incarnation witness", cluster), err)
 	}
 	return nil
 }

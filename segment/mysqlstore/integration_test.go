@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idgen/idgen/internal/mysqldb"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/storetest"
 )
@@ -214,9 +215,9 @@ func TestIntegration_ThreeNodes(t *testing.T) {
 	}
 	for _, k := range keys {
 		var n int
-		err := nodes[0].DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM `+orderedTable(Shard(k))+` WHERE biz = ? AND sub_key = ?`, b.Name, []byte(k)).Scan(&n)
+		err := nodes[0].DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM `+mysqldb.OrderedTable(Shard(k))+` WHERE biz = ? AND sub_key = ?`, b.Name, []byte(k)).Scan(&n)
 		if err != nil || n != 1 {
-			t.Errorf("key %q not in %s: %d, %v", k, orderedTable(Shard(k)), n, err)
+			t.Errorf("key %q not in %s: %d, %v", k, mysqldb.OrderedTable(Shard(k)), n, err)
 		}
 	}
 }
@@ -379,7 +380,7 @@ func TestIntegration_SegmentRegressed(t *testing.T) {
 	if _, err := s.ReserveOrdered(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.DB().ExecContext(ctx, `UPDATE `+orderedTable(Shard("k"))+` SET num = 2 WHERE biz = ?`, b.Name); err != nil {
+	if _, err := s.DB().ExecContext(ctx, `UPDATE `+mysqldb.OrderedTable(Shard("k"))+` SET num = 2 WHERE biz = ?`, b.Name); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := s.ReserveOrdered(ctx, req); err != nil || r != (segment.Range{First: 3, Last: 7}) {
@@ -429,7 +430,7 @@ func TestIntegration_LockWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback() //nolint:errcheck
-	if _, err := tx.ExecContext(ctx, `SELECT num FROM `+orderedTable(Shard("k"))+` WHERE biz = ? AND sub_key = 'k' FOR UPDATE`, b.Name); err != nil {
+	if _, err := tx.ExecContext(ctx, `SELECT num FROM `+mysqldb.OrderedTable(Shard("k"))+` WHERE biz = ? AND sub_key = 'k' FOR UPDATE`, b.Name); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.ExecContext(ctx, `SELECT max_id FROM segment WHERE biz = ? FOR UPDATE`, b.Name); err != nil {
@@ -461,7 +462,7 @@ func TestIntegration_LockWait(t *testing.T) {
 			if took > timeout+3*time.Second {
 				t.Errorf("%s behind a lock took %v, Timeout is %v", name, took, timeout)
 			}
-			if mysqlErrNo(err) != erLockWaitTimeout {
+			if mysqldb.ErrNo(err) != mysqldb.ErLockWaitTimeout {
 				t.Errorf("%s behind a lock: %v; want the server's lock wait timeout (1205) before the client's deadline", name, err)
 			}
 			t.Logf("%s: %v after %v", name, err, took.Round(time.Millisecond))
@@ -489,7 +490,7 @@ func TestIntegration_MisplacedShards(t *testing.T) {
 	if Shard(key) == maskShard(key) {
 		t.Fatal("pick a key whose mappings differ")
 	}
-	if _, err := s.DB().ExecContext(ctx, `INSERT INTO `+orderedTable(maskShard(key))+` (biz, sub_key, num) VALUES ('old', ?, 42)`, []byte(key)); err != nil {
+	if _, err := s.DB().ExecContext(ctx, `INSERT INTO `+mysqldb.OrderedTable(maskShard(key))+` (biz, sub_key, num) VALUES ('old', ?, 42)`, []byte(key)); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := CheckShards(ctx, s.DB(), 0)

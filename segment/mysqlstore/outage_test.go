@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idgen/idgen/internal/mysqldb"
 	"github.com/idgen/idgen/internal/testnode"
 	"github.com/idgen/idgen/segment"
 )
@@ -177,7 +178,7 @@ func TestIntegration_Outage(t *testing.T) {
 	}
 	for k, m := range maxKey {
 		var num int64
-		if err := s.DB().QueryRowContext(ctx, `SELECT num FROM `+orderedTable(Shard(k))+` WHERE biz = ? AND sub_key = ?`, b.Name, []byte(k)).Scan(&num); err != nil || num < m {
+		if err := s.DB().QueryRowContext(ctx, `SELECT num FROM `+mysqldb.OrderedTable(Shard(k))+` WHERE biz = ? AND sub_key = ?`, b.Name, []byte(k)).Scan(&num); err != nil || num < m {
 			t.Errorf("after the crash key %q num = %d (%v), but %d was handed out", k, num, err, m)
 		}
 	}

@@ -5,28 +5,26 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/idgen/idgen/internal/mysqldb"
 	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/segment"
 )
 
 var _ segment.Raiser = (*Store)(nil)
 
-// raiseBatch bounds the rows of one raising statement.
-const raiseBatch = 500
-
 // RaiseSegment raises the business's max_id to at least atLeast, in one
 // statement conditional by GREATEST: a counter another node moved further
 // meanwhile is never lowered.
 func (s *Store) RaiseSegment(ctx context.Context, biz string, atLeast int64) error {
 	op := fmt.Sprintf("raise segment of %q to %d", biz, atLeast)
-	cctx, cancel := s.opContext(ctx)
+	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
-	err := s.retryConflicts(cctx, op, func() error {
+	err := s.conn.RetryConflicts(cctx, op, func() error {
 		_, err := s.db.ExecContext(cctx, `UPDATE segment SET max_id = GREATEST(max_id, ?), updated_at = ? WHERE biz = ?`,
-			atLeast, now(), biz)
+			atLeast, mysqldb.Now(), biz)
 		return err
 	})
-	return s.classify(ctx, op, err)
+	return s.conn.Classify(ctx, op, err)
 }
 
 // RaiseOrdered raises the ORDERED rows of marks to at least their Last
@@ -44,7 +42,7 @@ func (s *Store) RaiseOrdered(ctx context.Context, marks []segment.OrderedMark) e
 	}
 	for sh, ms := range byShard {
 		for len(ms) > 0 {
-			n := min(len(ms), raiseBatch)
+			n := min(len(ms), mysqldb.Batch)
 			if err := s.raiseOrderedBatch(ctx, sh, ms[:n]); err != nil {
 				return err
 			}
@@ -55,7 +53,7 @@ func (s *Store) RaiseOrdered(ctx context.Context, marks []segment.OrderedMark) e
 }
 
 func (s *Store) raiseOrderedBatch(ctx context.Context, shard int, ms []segment.OrderedMark) error {
-	t := orderedTable(shard)
+	t := mysqldb.OrderedTable(shard)
 	var b strings.Builder
 	b.WriteString(`INSERT INTO ` + t + ` (biz, sub_key, num) VALUES `)
 	args := make([]any, 0, 3*len(ms))
@@ -68,13 +66,13 @@ func (s *Store) raiseOrderedBatch(ctx context.Context, shard int, ms []segment.O
 	}
 	b.WriteString(` ON DUPLICATE KEY UPDATE num = GREATEST(num, VALUES(num))`)
 	op := fmt.Sprintf("raise %d ORDERED rows in %s", len(ms), t)
-	cctx, cancel := s.opContext(ctx)
+	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
-	err := s.retryConflicts(cctx, op, func() error {
+	err := s.conn.RetryConflicts(cctx, op, func() error {
 		_, err := s.db.ExecContext(cctx, b.String(), args...)
 		return err
 	})
-	return s.classify(ctx, op, err)
+	return s.conn.Classify(ctx, op, err)
 }
 
 // RestoreRequests stores the ORDERED request ids of reqs that the store
@@ -82,7 +80,10 @@ func (s *Store) raiseOrderedBatch(ctx context.Context, shard int, ms []segment.O
 // lossy failover (ordered.Allocator.RememberedRequests), whose new server
 // may have lost the ids of the last group commits with their rows. Not
 // fenced: it runs while the barrier holds every persist back, and a
-// stored id never changes.
+// stored id never changes. It is the barrier's repair, like RaiseOrdered,
+// so it is here rather than in the owners' store (ordered/mysqlstore),
+// which writes and reads these ids and holds its test
+// (TestRestoreRequests).
 func (s *Store) RestoreRequests(ctx context.Context, reqs []ordered.Request) error {
 	var valid []ordered.Request
 	for _, q := range reqs {
@@ -90,16 +91,16 @@ func (s *Store) RestoreRequests(ctx context.Context, reqs []ordered.Request) err
 			valid = append(valid, q)
 		}
 	}
-	for _, st := range requestInserts(valid, now(), " ON DUPLICATE KEY UPDATE biz = biz") {
-		op := fmt.Sprintf("restore %d ORDERED request ids", len(st.args)/7)
-		cctx, cancel := s.opContext(ctx)
-		err := s.retryConflicts(cctx, op, func() error {
-			_, err := s.db.ExecContext(cctx, st.sql, st.args...)
+	for _, st := range mysqldb.RequestInserts(valid, mysqldb.Now(), " ON DUPLICATE KEY UPDATE biz = biz") {
+		op := fmt.Sprintf("restore %d ORDERED request ids", len(st.Args)/7)
+		cctx, cancel := s.conn.OpContext(ctx)
+		err := s.conn.RetryConflicts(cctx, op, func() error {
+			_, err := s.db.ExecContext(cctx, st.SQL, st.Args...)
 			return err
 		})
 		cancel()
 		if err != nil {
-			return s.classify(ctx, op, err)
+			return s.conn.Classify(ctx, op, err)
 		}
 	}
 	return nil

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/idgen/idgen/internal/mysqldb"
 )
 
 // Verdict is what the replication setup of the server a Store talks to
@@ -597,7 +599,7 @@ func readNameValues(ctx context.Context, db *sql.DB, query string) (map[string]s
 // serverRefused reports whether err is the server answering with an error
 // (a missing privilege, a syntax this server does not know), as opposed
 // to not answering.
-func serverRefused(err error) bool { return mysqlErrNo(err) != 0 }
+func serverRefused(err error) bool { return mysqldb.ErrNo(err) != 0 }
 
 const erParseError = 1064
 
@@ -652,7 +654,7 @@ func readSources(ctx context.Context, db *sql.DB, f *replicationFacts) error {
 			f.Sources, f.GroupReplication = describeSources(rows)
 			return nil
 		}
-		if mysqlErrNo(err) != erParseError {
+		if mysqldb.ErrNo(err) != erParseError {
 			break
 		}
 	}
@@ -751,7 +753,7 @@ func CheckReplicationDSN(ctx context.Context, dsn string) (Replication, error) {
 	defer db.Close()
 	r, err := ReadReplication(ctx, db)
 	if err != nil {
-		err = classifyErr(ctx, "read replication setup from "+redactedDSN(mc), errors.Unwrap(err), mc.Addr, DefaultTimeout)
+		err = mysqldb.ClassifyErr(ctx, "read replication setup from "+redactedDSN(mc), errors.Unwrap(err), mc.Addr, DefaultTimeout)
 		return Replication{Verdict: VerdictUnknown, Detail: err.Error()}, err
 	}
 	return r, nil

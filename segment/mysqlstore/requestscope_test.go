@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idgen/idgen/internal/mysqldb"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -22,7 +23,7 @@ func TestIntegration_MigrateRequestScopes(t *testing.T) {
   description, created_at, updated_at) VALUES ('old', 1, 100, 20, 1, 0, 0, 'from schema 6', ?, ?)`, ts, ts); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.ExecContext(ctx, "INSERT INTO "+orderedTable(Shard("k"))+" (biz, sub_key, num) VALUES ('old', 'k', 2)"); err != nil {
+	if _, err := db.ExecContext(ctx, "INSERT INTO "+mysqldb.OrderedTable(Shard("k"))+" (biz, sub_key, num) VALUES ('old', 'k', 2)"); err != nil {
 		t.Fatal(err)
 	}
 	oldID := strings.Repeat("o", segment.MaxRequestIDLen)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/idgen/idgen/internal/mysqldb"
 )
 
 // Migration is one schema version.
@@ -278,7 +280,7 @@ func schemaV1() []string {
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`,
 	}
 	for i := 0; i < OrderedTables; i++ {
-		stmts = append(stmts, `CREATE TABLE IF NOT EXISTS `+orderedTable(i)+` (
+		stmts = append(stmts, `CREATE TABLE IF NOT EXISTS `+mysqldb.OrderedTable(i)+` (
   biz     VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
   sub_key VARBINARY(1024) NOT NULL,
   num     BIGINT NOT NULL,
@@ -354,7 +356,7 @@ func Migrate(ctx context.Context, dsn string) ([]Migration, error) {
 	defer db.Close()
 	applied, err := MigrateDB(ctx, db)
 	if err != nil {
-		return applied, classifyErr(ctx, "migrate "+redactedDSN(mc), err, mc.Addr, migrateStatementTimeout)
+		return applied, mysqldb.ClassifyErr(ctx, "migrate "+redactedDSN(mc), err, mc.Addr, migrateStatementTimeout)
 	}
 	return applied, nil
 }
@@ -447,7 +449,7 @@ func SchemaVersion(ctx context.Context, dsn string) (current, latest int, err er
 	defer db.Close()
 	current, err = schemaVersionDB(ctx, db)
 	if err != nil {
-		return 0, LatestVersion(), classifyErr(ctx, "read schema version from "+redactedDSN(mc), err, mc.Addr, DefaultTimeout)
+		return 0, LatestVersion(), mysqldb.ClassifyErr(ctx, "read schema version from "+redactedDSN(mc), err, mc.Addr, DefaultTimeout)
 	}
 	return current, LatestVersion(), nil
 }
@@ -455,7 +457,7 @@ func SchemaVersion(ctx context.Context, dsn string) (current, latest int, err er
 func schemaVersionDB(ctx context.Context, db *sql.DB) (int, error) {
 	var v sql.NullInt64
 	err := db.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_version`).Scan(&v)
-	if mysqlErrNo(err) == erNoSuchTable {
+	if mysqldb.ErrNo(err) == mysqldb.ErNoSuchTable {
 		return 0, nil
 	}
 	if err != nil {

@@ -1,7 +1,6 @@
 package mysqlstore
 
 import (
-	"fmt"
 	"unicode/utf8"
 
 	"github.com/idgen/idgen/segment"
@@ -22,11 +21,6 @@ func Shard(subKey string) int { return segment.Shard(subKey) }
 // rows follow.
 func maskShard(subKey string) int {
 	return int((JavaHash(subKey) & 0x7fffffff) % OrderedTables)
-}
-
-// orderedTable returns the name of the ORDERED table for a shard index.
-func orderedTable(shard int) string {
-	return fmt.Sprintf("ordered_%02d", shard)
 }
 
 // validSubKey reports whether the sub key can be hashed as Java would.

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idgen/idgen/internal/mysqldb"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -186,8 +187,8 @@ func TestShardEdges(t *testing.T) {
 			t.Fatalf("shardOfHash(%d) = %d", h, got)
 		}
 	}
-	if orderedTable(7) != "ordered_07" || orderedTable(63) != "ordered_63" {
-		t.Errorf("table names %s %s", orderedTable(7), orderedTable(63))
+	if mysqldb.OrderedTable(7) != "ordered_07" || mysqldb.OrderedTable(63) != "ordered_63" {
+		t.Errorf("table names %s %s", mysqldb.OrderedTable(7), mysqldb.OrderedTable(63))
 	}
 }
 

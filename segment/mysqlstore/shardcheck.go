@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+
+	"github.com/idgen/idgen/internal/mysqldb"
 )
 
 // ShardReport is what CheckShards found.
@@ -35,7 +37,7 @@ func (r ShardReport) Err() error {
 	}
 	var ex []string
 	for _, m := range r.Examples {
-		ex = append(ex, fmt.Sprintf("%s/%q in %s, expected %s", m.Biz, m.SubKey, orderedTable(m.Table), orderedTable(m.Want)))
+		ex = append(ex, fmt.Sprintf("%s/%q in %s, expected %s", m.Biz, m.SubKey, mysqldb.OrderedTable(m.Table), mysqldb.OrderedTable(m.Want)))
 	}
 	return fmt.Errorf("mysqlstore: %d of %d ORDERED rows checked are not in the table Math.abs(hashCode) %% 64 picks "+
 		"(%d of them are where (hashCode & 0x7fffffff) %% 64 would put them); the data was written with another "+
@@ -52,7 +54,7 @@ func (r ShardReport) Err() error {
 func CheckShards(ctx context.Context, db *sql.DB, limitPerTable int) (ShardReport, error) {
 	var r ShardReport
 	for t := 0; t < OrderedTables; t++ {
-		q := `SELECT biz, sub_key FROM ` + orderedTable(t)
+		q := `SELECT biz, sub_key FROM ` + mysqldb.OrderedTable(t)
 		var args []any
 		if limitPerTable > 0 {
 			q += ` LIMIT ?`
@@ -103,7 +105,7 @@ func CheckShardsDSN(ctx context.Context, dsn string) (ShardReport, error) {
 	defer db.Close()
 	rep, err := CheckShards(ctx, db, 0)
 	if err != nil {
-		return rep, classifyErr(ctx, "check ORDERED shards in "+redactedDSN(mc), err, mc.Addr, DefaultTimeout)
+		return rep, mysqldb.ClassifyErr(ctx, "check ORDERED shards in "+redactedDSN(mc), err, mc.Addr, DefaultTimeout)
 	}
 	return rep, nil
 }

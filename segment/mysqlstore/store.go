@@ -10,6 +10,8 @@
 //	ordered_00..63   one row per (biz, sub_key): num, the highest ORDERED
 //	                 number handed out; the table is Shard(sub_key)
 //	ordered_request  ORDERED request ids and the range each one got
+//	ordered_shard    the ORDERED shard owners' epochs (schema 6); the owners'
+//	                 store on these tables is ordered/mysqlstore
 //	worker_cluster   snowflake settings of clusters without ZooKeeper (schema 2),
 //	                 and the worker registry of every cluster: mysql or
 //	                 zookeeper (schema 4)
@@ -37,12 +39,12 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"go.uber.org/zap"
 
+	"github.com/idgen/idgen/internal/mysqldb"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -65,11 +67,10 @@ type Store struct {
 	dbName string
 	dur    Durability // read by Open
 
-	conflicts atomic.Uint64 // retryConflicts' retries
-	// ignoreEpoch switches the ORDERED owners' epoch condition off (fault
-	// injection's negative control only: UnsafeIgnoreEpoch).
-	ignoreEpoch atomic.Bool
-	servers     serverWatch // identity of the server behind the connections
+	// conn is db with the call bound, conflict retry and error
+	// classification that ordered/mysqlstore shares (Conn).
+	conn    *mysqldb.Conn
+	servers serverWatch // identity of the server behind the connections
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -81,32 +82,6 @@ var (
 	_ segment.Store          = (*Store)(nil)
 	_ segment.ReplayReporter = (*Store)(nil)
 )
-
-// sessionIdleLimit is the wait_timeout of the store's sessions: the
-// server ends a session idle for this long, rolling back its open
-// transaction and freeing its row locks. Every statement of the store is
-// bounded by timeout, so a session idle for longer belongs to a client
-// that stopped: a paused or frozen process. Without the limit, a paused
-// ORDERED owner's transaction holds its shard's fence row for as long as
-// the pause lasts (up to the server's wait_timeout, 8 hours by default),
-// and every successor's Claim fails with a lock wait timeout meanwhile
-// (issue 29, hole j). wait_timeout is the one limit both supported
-// servers have: MariaDB's idle_transaction_timeout has no MySQL 8
-// counterpart, and a claimant that KILLs the holder found in
-// information_schema would need the PROCESS privilege and could kill the
-// wrong session. Ending a paused owner's session is safe because every
-// owner write is fenced by its epoch: the owner, once resumed, finds its
-// transaction gone, and its retry is refused under the successor's epoch.
-func sessionIdleLimit(timeout time.Duration) time.Duration {
-	return max(5*time.Second, (2 * timeout).Round(time.Second))
-}
-
-// UnsafeIgnoreEpoch makes ORDERED persists and write-backs ignore the
-// shard's epoch, so a deposed owner's stale write-back lands. It exists
-// for fault injection's negative control (IDGEN_FAULT_ORDERED_NO_EPOCH in
-// faultinject builds) and must never be called otherwise: it is the
-// mechanism that keeps a stale counter from being written back.
-func (s *Store) UnsafeIgnoreEpoch() { s.ignoreEpoch.Store(true) }
 
 // Open connects to the database, checks that the server is crash-safe
 // (see Durability and Config.AcceptUnsafeDurability), checks the schema
@@ -123,7 +98,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", segment.ErrInvalid, err)
 	}
-	idle := sessionIdleLimit(cfg.Timeout)
+	idle := mysqldb.SessionIdleLimit(cfg.Timeout)
 	if !faultNoSessionIdleLimit() {
 		mc.Params["wait_timeout"] = strconv.Itoa(int(idle.Seconds()))
 	}
@@ -150,6 +125,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
+	s.conn = &mysqldb.Conn{DB: db, Log: s.log, Addr: s.addr, Timeout: cfg.Timeout}
 	ic.s = s
 	if err := s.start(ctx); err != nil {
 		db.Close()
@@ -164,17 +140,17 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 }
 
 func (s *Store) start(ctx context.Context) error {
-	pctx, cancel := s.opContext(ctx)
+	pctx, cancel := s.conn.OpContext(ctx)
 	err := s.db.PingContext(pctx)
 	cancel()
 	if err != nil {
-		return s.classify(ctx, "connect", err)
+		return s.conn.Classify(ctx, "connect", err)
 	}
-	dctx, cancel := s.opContext(ctx)
+	dctx, cancel := s.conn.OpContext(ctx)
 	d, err := readDurability(dctx, s.db)
 	cancel()
 	if err != nil {
-		return s.classify(ctx, "check durability", err)
+		return s.conn.Classify(ctx, "check durability", err)
 	}
 	if err := s.acceptDurability(d); err != nil {
 		return err
@@ -185,17 +161,17 @@ func (s *Store) start(ctx context.Context) error {
 		applied, err := MigrateDB(mctx, s.db)
 		cancel()
 		if err != nil {
-			return s.classify(ctx, "migrate", err)
+			return s.conn.Classify(ctx, "migrate", err)
 		}
 		for _, m := range applied {
 			s.log.Info("schema migrated", zap.Int("version", m.Version), zap.String("description", m.Description))
 		}
 	}
-	vctx, cancel := s.opContext(ctx)
+	vctx, cancel := s.conn.OpContext(ctx)
 	v, err := schemaVersionDB(vctx, s.db)
 	cancel()
 	if err != nil {
-		return s.classify(ctx, "read schema version", err)
+		return s.conn.Classify(ctx, "read schema version", err)
 	}
 	switch latest := LatestVersion(); {
 	case v == 0:
@@ -211,7 +187,7 @@ func (s *Store) start(ctx context.Context) error {
 		rep, err := CheckShards(cctx, s.db, s.cfg.ShardCheckRows)
 		cancel()
 		if err != nil {
-			return s.classify(ctx, "check ORDERED shard mapping", err)
+			return s.conn.Classify(ctx, "check ORDERED shard mapping", err)
 		}
 		if err := rep.Err(); err != nil {
 			return err
@@ -252,18 +228,24 @@ func (s *Store) Close() error {
 // Ping reports whether the database answers within Config.Timeout (for
 // readiness checks); the error wraps segment.ErrUnavailable.
 func (s *Store) Ping(ctx context.Context) error {
-	cctx, cancel := s.opContext(ctx)
+	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
-	return s.classify(ctx, "ping", s.db.PingContext(cctx))
+	return s.conn.Classify(ctx, "ping", s.db.PingContext(cctx))
 }
 
 // DB returns the store's connection pool (for tools and tests).
 func (s *Store) DB() *sql.DB { return s.db }
 
-// opContext bounds one Store call by Config.Timeout.
-func (s *Store) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, s.cfg.Timeout)
-}
+// Conn returns the store's connection with its call bound, conflict retry
+// and error classification: the ORDERED owners' store of the same database
+// (ordered/mysqlstore.New) runs on it, so a node has one pool. Its type is
+// internal to the module.
+func (s *Store) Conn() *mysqldb.Conn { return s.conn }
+
+// ConflictRetries returns how many reservation attempts were rolled back
+// by a deadlock or a Galera certification conflict and tried again (by
+// this store and the ORDERED owners' store on its connection).
+func (s *Store) ConflictRetries() uint64 { return s.conn.ConflictRetries() }
 
 // ReserveSegment advances the business's UNORDERED counter by step in one
 // UPDATE and returns old+1 .. old+step, with the new max_id read from the
@@ -271,7 +253,7 @@ func (s *Store) opContext(ctx context.Context) (context.Context, context.CancelF
 // when max_id went backwards (the processor refuses regressions and
 // repairs the counter with RaiseSegment). A deadlock or a Galera
 // certification conflict rolled the statement back; it is retried
-// (retryConflicts).
+// (mysqldb.Conn.RetryConflicts).
 func (s *Store) ReserveSegment(ctx context.Context, biz string, step int64) (segment.Range, error) {
 	op := fmt.Sprintf("reserve segment for %q", biz)
 	if err := segment.ValidateBizName(biz); err != nil {
@@ -280,13 +262,13 @@ func (s *Store) ReserveSegment(ctx context.Context, biz string, step int64) (seg
 	if err := segment.ValidateStep(step); err != nil {
 		return segment.Range{}, fmt.Errorf("mysqlstore: %s: %w", op, err)
 	}
-	cctx, cancel := s.opContext(ctx)
+	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
 	var r segment.Range
-	err := s.retryConflicts(cctx, op, func() error {
+	err := s.conn.RetryConflicts(cctx, op, func() error {
 		res, err := s.db.ExecContext(cctx,
 			`UPDATE segment SET max_id = LAST_INSERT_ID(max_id + ?), step = ?, updated_at = ? WHERE biz = ?`,
-			step, step, now(), biz)
+			step, step, mysqldb.Now(), biz)
 		if err != nil {
 			return err
 		}
@@ -301,7 +283,7 @@ func (s *Store) ReserveSegment(ctx context.Context, biz string, step int64) (seg
 		return nil
 	})
 	if err != nil {
-		return segment.Range{}, s.classify(ctx, op, err)
+		return segment.Range{}, s.conn.Classify(ctx, op, err)
 	}
 	return r, nil
 }
@@ -349,14 +331,14 @@ func (s *Store) ReserveOrderedReplay(ctx context.Context, req segment.OrderedReq
 	if err != nil {
 		return segment.Reservation{}, fmt.Errorf("mysqlstore: %s: %w", op, err)
 	}
-	cctx, cancel := s.opContext(ctx)
+	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
 	// A deadlock rolls back everything the attempt did, so trying again
 	// cannot hand out a number twice. (Concurrent retries of one request
 	// id can deadlock when the first attempt rolls back; Galera aborts the
 	// loser of two members' concurrent writes to one row the same way.)
 	var r segment.Reservation
-	err = s.retryConflicts(cctx, op, func() error {
+	err = s.conn.RetryConflicts(cctx, op, func() error {
 		var err error
 		if req.RequestID == "" {
 			r, err = s.reserveOrderedAuto(cctx, req)
@@ -366,7 +348,7 @@ func (s *Store) ReserveOrderedReplay(ctx context.Context, req segment.OrderedReq
 		return err
 	})
 	if err != nil {
-		return segment.Reservation{}, s.classify(ctx, op, err)
+		return segment.Reservation{}, s.conn.Classify(ctx, op, err)
 	}
 	return r, nil
 }
@@ -414,7 +396,7 @@ type execer interface {
 // reserveOrdered runs the single reserving statement and, when its range
 // is not above req.Above, the raising one.
 func (s *Store) reserveOrdered(ctx context.Context, q execer, req segment.OrderedRequest) (segment.Reservation, error) {
-	t := orderedTable(Shard(req.SubKey))
+	t := mysqldb.OrderedTable(Shard(req.SubKey))
 	res, err := q.ExecContext(ctx,
 		`INSERT INTO `+t+` (biz, sub_key, num) SELECT name, ?, LAST_INSERT_ID(?) FROM biz WHERE name = ?`+
 			` ON DUPLICATE KEY UPDATE num = LAST_INSERT_ID(`+t+`.num + ?)`,
@@ -448,10 +430,6 @@ func (s *Store) reserveOrdered(ctx context.Context, q execer, req segment.Ordere
 	return segment.Reservation{Range: segment.Range{First: last - req.Count + 1, Last: last}, Raised: true}, nil
 }
 
-// errRequestVanished: the request row that blocked our insert was gone
-// when we read it (cleaned up in between); try again.
-var errRequestVanished = errors.New("request id row vanished")
-
 func (s *Store) reserveOrderedOnce(ctx context.Context, req segment.OrderedRequest) (segment.Reservation, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -461,8 +439,8 @@ func (s *Store) reserveOrderedOnce(ctx context.Context, req segment.OrderedReque
 
 	_, err = tx.ExecContext(ctx,
 		"INSERT INTO ordered_request (biz, request_id, sub_key, `count`, `first`, `last`, created_at) VALUES (?, ?, ?, ?, 0, 0, ?)",
-		req.Biz, storedID(req), []byte(req.SubKey), req.Count, now())
-	if isDupEntry(err) {
+		req.Biz, storedID(req), []byte(req.SubKey), req.Count, mysqldb.Now())
+	if mysqldb.IsDupEntry(err) {
 		// Another attempt with this id committed first (we waited for it
 		// on the primary key). Read what it got.
 		if err := tx.Rollback(); err != nil {
@@ -504,7 +482,7 @@ func (s *Store) storedRequest(ctx context.Context, req segment.OrderedRequest) (
 		"SELECT sub_key, `count`, `first`, `last` FROM ordered_request WHERE biz = ? AND request_id = ?",
 		req.Biz, storedID(req)).Scan(&subKey, &count, &r.First, &r.Last)
 	if errors.Is(err, sql.ErrNoRows) {
-		return segment.Range{}, errRequestVanished
+		return segment.Range{}, mysqldb.ErrRequestVanished
 	}
 	if err != nil {
 		return segment.Range{}, err
@@ -522,6 +500,3 @@ func (s *Store) storedRequest(ctx context.Context, req segment.OrderedRequest) (
 func storedID(req segment.OrderedRequest) []byte {
 	return []byte(segment.StoredRequestID(req.RequestScope, req.RequestID))
 }
-
-// now is the timestamp written to created_at/updated_at columns.
-func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }

@@ -1,21 +1,42 @@
 package boltstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/idgen/idgen/clock/clocktest"
+	"github.com/idgen/idgen/internal/boltfile"
 	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/ordered/storetest"
 	"github.com/idgen/idgen/segment"
+	segmentbolt "github.com/idgen/idgen/segment/boltstore"
 )
+
+// open opens a segment store in dir (closed at cleanup) and the owners'
+// store in its file.
+func open(t testing.TB, dir string, opts segmentbolt.Options) (*segmentbolt.Store, *Store) {
+	t.Helper()
+	if opts.LockTimeout == 0 {
+		opts.LockTimeout = 100 * time.Millisecond
+	}
+	seg, err := segmentbolt.Open(dir, opts)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", dir, err)
+	}
+	t.Cleanup(func() { _ = seg.Close() })
+	return seg, New(seg)
+}
 
 func TestOwnedConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) ordered.Store {
-		return open(t, t.TempDir(), Options{})
+		_, s := open(t, t.TempDir(), segmentbolt.Options{})
+		return s
 	})
 }
 
@@ -24,14 +45,14 @@ func TestOwnedConformance(t *testing.T) {
 // above the numbers the other handed out and replays its request ids.
 func TestOwnedPerRequestPathCompatible(t *testing.T) {
 	ctx := context.Background()
-	s := open(t, t.TempDir(), Options{})
-	if _, err := s.CreateBiz(ctx, segment.Biz{Name: "compat", Channel: segment.ChannelOrdered, StartNum: 100}); err != nil {
+	seg, s := open(t, t.TempDir(), segmentbolt.Options{})
+	if _, err := seg.CreateBiz(ctx, segment.Biz{Name: "compat", Channel: segment.ChannelOrdered, StartNum: 100}); err != nil {
 		t.Fatal(err)
 	}
 	sub := storetest.SubKeys(7, "user-", 2)
 	k, fresh := ordered.Key{Biz: "compat", SubKey: sub[0]}, ordered.Key{Biz: "compat", SubKey: sub[1]}
 
-	r, err := s.ReserveOrdered(ctx, segment.OrderedRequest{Biz: "compat", SubKey: k.SubKey, Count: 3, StartNum: 100, RequestID: "old-req"})
+	r, err := seg.ReserveOrdered(ctx, segment.OrderedRequest{Biz: "compat", SubKey: k.SubKey, Count: 3, StartNum: 100, RequestID: "old-req"})
 	if err != nil || r != (segment.Range{First: 100, Last: 102}) {
 		t.Fatalf("ReserveOrdered = %v, %v; want 100..102", r, err)
 	}
@@ -56,11 +77,11 @@ func TestOwnedPerRequestPathCompatible(t *testing.T) {
 		[]ordered.Request{storetest.Req("compat", "owner-req", k.SubKey, 150, 2)}); err != nil {
 		t.Fatal(err)
 	}
-	r, err = s.ReserveOrdered(ctx, segment.OrderedRequest{Biz: "compat", SubKey: k.SubKey, Count: 1, StartNum: 100})
+	r, err = seg.ReserveOrdered(ctx, segment.OrderedRequest{Biz: "compat", SubKey: k.SubKey, Count: 1, StartNum: 100})
 	if err != nil || r.First != 151 {
 		t.Fatalf("ReserveOrdered after Persist(150) = %v, %v; want 151..151", r, err)
 	}
-	rep, err := s.ReserveOrderedReplay(ctx, segment.OrderedRequest{Biz: "compat", SubKey: k.SubKey, Count: 2, StartNum: 100, RequestID: "owner-req"})
+	rep, err := seg.ReserveOrderedReplay(ctx, segment.OrderedRequest{Biz: "compat", SubKey: k.SubKey, Count: 2, StartNum: 100, RequestID: "owner-req"})
 	if err != nil || !rep.Replayed || rep.Range != (segment.Range{First: 149, Last: 150}) {
 		t.Fatalf("ReserveOrderedReplay of the owner's request id = %+v, %v; want the stored 149..150, replayed", rep, err)
 	}
@@ -76,7 +97,7 @@ func TestOwnedPerRequestPathCompatible(t *testing.T) {
 func TestOwnedSurvivesReopen(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s := open(t, dir, Options{})
+	seg, s := open(t, dir, segmentbolt.Options{})
 	k := ordered.Key{Biz: "b", SubKey: storetest.SubKeys(2, "k", 1)[0]}
 	if err := s.Claim(ctx, 2, 4, "self"); err != nil {
 		t.Fatal(err)
@@ -84,10 +105,10 @@ func TestOwnedSurvivesReopen(t *testing.T) {
 	if err := s.Persist(ctx, 2, 4, []ordered.Row{{Key: k, Num: 77}}, []ordered.Request{storetest.Req("b", "r", k.SubKey, 77, 2)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Close(); err != nil {
+	if err := seg.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s = open(t, dir, Options{})
+	_, s = open(t, dir, segmentbolt.Options{})
 	if err := s.Claim(ctx, 2, 3, "self"); !errors.Is(err, ordered.ErrFenced) {
 		t.Fatalf("Claim below the epoch stored before the reopen: %v, want ErrFenced", err)
 	}
@@ -106,7 +127,7 @@ func TestOwnedSurvivesReopen(t *testing.T) {
 func TestOwnedExpiredRequests(t *testing.T) {
 	ctx := context.Background()
 	clk := clocktest.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
-	s := open(t, t.TempDir(), Options{Clock: clk, RequestRetention: time.Hour, CleanupInterval: time.Hour})
+	_, s := open(t, t.TempDir(), segmentbolt.Options{Clock: clk, RequestRetention: time.Hour, CleanupInterval: time.Hour})
 	k := ordered.Key{Biz: "b", SubKey: storetest.SubKeys(5, "k", 1)[0]}
 	if err := s.Claim(ctx, 5, 1, "self"); err != nil {
 		t.Fatal(err)
@@ -121,25 +142,33 @@ func TestOwnedExpiredRequests(t *testing.T) {
 	if err := s.Persist(ctx, 5, 1, []ordered.Row{{Key: k, Num: 2}}, []ordered.Request{storetest.Req("b", "r", k.SubKey, 2, 1)}); err != nil {
 		t.Fatalf("Persist reusing an expired id: %v", err)
 	}
-	// The replaced record's index entry went with it: nothing to purge.
-	if n, err := s.purgeExpired(clk.Now(), 100); err != nil || n != 0 {
-		t.Fatalf("purgeExpired = %d, %v; want 0 (the old entry was replaced)", n, err)
+	// The replaced record's index entry went with it: the expiry index
+	// holds the new record's entry only, so the cleanup has nothing to
+	// purge (it deletes by index entries older than the retention).
+	var index [][]byte
+	if err := s.file.DB.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(boltfile.BucketReqTime).ForEach(func(k, _ []byte) error {
+			index = append(index, bytes.Clone(k))
+			return nil
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := append(boltfile.U64(clk.Now().UnixNano()), boltfile.JoinKey("b", "r")...)
+	if len(index) != 1 || !bytes.Equal(index[0], want) {
+		t.Fatalf("expiry index after reuse = %q, want only the new record's entry %q (the old entry was replaced)", index, want)
 	}
 	if m, err := s.LookupRequests(ctx, "b", "", []string{"r"}); err != nil || m["r"].Range.Last != 2 {
-		t.Fatalf("LookupRequests after reuse and cleanup = %v, %v; want the new range", m, err)
+		t.Fatalf("LookupRequests after reuse = %v, %v; want the new range", m, err)
 	}
 }
 
 // BenchmarkOwnedPersist: one Persist (one fsynced bbolt transaction) of 1
 // or 16 rows with as many request ids, one caller at a time.
 //
-//	go test -run '^$' -bench BenchmarkOwnedPersist ./segment/boltstore/
+//	go test -run '^$' -bench BenchmarkOwnedPersist ./ordered/boltstore/
 func BenchmarkOwnedPersist(b *testing.B) {
-	s, err := Open(b.TempDir(), Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = s.Close() })
+	_, s := open(b, b.TempDir(), segmentbolt.Options{})
 	ctx := context.Background()
 	if err := s.Claim(ctx, 11, 1, "bench"); err != nil {
 		b.Fatal(err)

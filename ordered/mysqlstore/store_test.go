@@ -7,15 +7,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idgen/idgen/internal/mysqldb"
 	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/ordered/storetest"
 	"github.com/idgen/idgen/segment"
+	segmentmysql "github.com/idgen/idgen/segment/mysqlstore"
 )
 
 func TestOwned_Conformance(t *testing.T) {
-	dsn := newTestDatabase(t, testServer(t), true)
+	dsn := newTestDatabase(t)
 	storetest.Run(t, func(t *testing.T) ordered.Store {
-		return openStore(t, dsn, nil)
+		_, s := open(t, dsn, nil)
+		return s
 	})
 }
 
@@ -24,13 +27,13 @@ func TestOwned_Conformance(t *testing.T) {
 // one to the other continues above the numbers the other handed out and
 // replays the other's request ids.
 func TestOwned_PerRequestPathCompatible(t *testing.T) {
-	s := openStore(t, newTestDatabase(t, testServer(t), true), nil)
+	seg, s := open(t, newTestDatabase(t), nil)
 	ctx := testCtx(t)
-	b := mustCreate(t, s, segment.Biz{Name: "compat", Channel: segment.ChannelOrdered, StartNum: 100})
+	b := mustCreate(t, seg, segment.Biz{Name: "compat", Channel: segment.ChannelOrdered, StartNum: 100})
 	sub := storetest.SubKeys(7, "user-", 2)
 	k, fresh := ordered.Key{Biz: b.Name, SubKey: sub[0]}, ordered.Key{Biz: b.Name, SubKey: sub[1]}
 
-	r, err := s.ReserveOrdered(ctx, segment.OrderedRequest{Biz: b.Name, SubKey: k.SubKey, Count: 3, StartNum: 100, RequestID: "old-req"})
+	r, err := seg.ReserveOrdered(ctx, segment.OrderedRequest{Biz: b.Name, SubKey: k.SubKey, Count: 3, StartNum: 100, RequestID: "old-req"})
 	if err != nil || r != (segment.Range{First: 100, Last: 102}) {
 		t.Fatalf("ReserveOrdered = %v, %v; want 100..102", r, err)
 	}
@@ -57,11 +60,11 @@ func TestOwned_PerRequestPathCompatible(t *testing.T) {
 		[]ordered.Request{storetest.Req(b.Name, "owner-req", k.SubKey, 150, 2)}); err != nil {
 		t.Fatal(err)
 	}
-	r, err = s.ReserveOrdered(ctx, segment.OrderedRequest{Biz: b.Name, SubKey: k.SubKey, Count: 1, StartNum: 100})
+	r, err = seg.ReserveOrdered(ctx, segment.OrderedRequest{Biz: b.Name, SubKey: k.SubKey, Count: 1, StartNum: 100})
 	if err != nil || r.First != 151 {
 		t.Fatalf("ReserveOrdered after Persist(150) = %v, %v; want 151..151", r, err)
 	}
-	rep, err := s.ReserveOrderedReplay(ctx, segment.OrderedRequest{Biz: b.Name, SubKey: k.SubKey, Count: 2, StartNum: 100, RequestID: "owner-req"})
+	rep, err := seg.ReserveOrderedReplay(ctx, segment.OrderedRequest{Biz: b.Name, SubKey: k.SubKey, Count: 2, StartNum: 100, RequestID: "owner-req"})
 	if err != nil || !rep.Replayed || rep.Range != (segment.Range{First: 149, Last: 150}) {
 		t.Fatalf("ReserveOrderedReplay of the owner's request id = %+v, %v; want the stored 149..150, replayed", rep, err)
 	}
@@ -79,7 +82,7 @@ func TestOwned_PerRequestPathCompatible(t *testing.T) {
 // against a claim and against unapplied persists); a fenced one changes
 // nothing. Claim records the owner.
 func TestOwned_PersistIsAWrite(t *testing.T) {
-	s := openStore(t, newTestDatabase(t, testServer(t), true), nil)
+	seg, s := open(t, newTestDatabase(t), nil)
 	ctx := testCtx(t)
 	long := strings.Repeat("ü", 300) + "\xff"
 	if err := s.Claim(ctx, 3, 5, long); err != nil {
@@ -106,7 +109,7 @@ func TestOwned_PersistIsAWrite(t *testing.T) {
 		epoch, persists int64
 		owner           string
 	)
-	if err := s.DB().QueryRowContext(ctx, `SELECT epoch, owner, persists FROM ordered_shard WHERE shard = 3`).Scan(&epoch, &owner, &persists); err != nil {
+	if err := seg.DB().QueryRowContext(ctx, `SELECT epoch, owner, persists FROM ordered_shard WHERE shard = 3`).Scan(&epoch, &owner, &persists); err != nil {
 		t.Fatal(err)
 	}
 	if epoch != 5 || persists != 3 || owner != strings.Repeat("ü", 255) {
@@ -115,7 +118,7 @@ func TestOwned_PersistIsAWrite(t *testing.T) {
 	if err := s.Claim(ctx, 3, 6, "c:2"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DB().QueryRowContext(ctx, `SELECT epoch, owner FROM ordered_shard WHERE shard = 3`).Scan(&epoch, &owner); err != nil || epoch != 6 || owner != "c:2" {
+	if err := seg.DB().QueryRowContext(ctx, `SELECT epoch, owner FROM ordered_shard WHERE shard = 3`).Scan(&epoch, &owner); err != nil || epoch != 6 || owner != "c:2" {
 		t.Fatalf("after Claim(6): epoch %d owner %q, %v", epoch, owner, err)
 	}
 }
@@ -123,13 +126,13 @@ func TestOwned_PersistIsAWrite(t *testing.T) {
 // TestOwned_ClaimWaitsForPersist: a Claim blocks while a persist of the
 // shard holds its row, and the persist that held it commits.
 func TestOwned_ClaimWaitsForPersist(t *testing.T) {
-	s := openStore(t, newTestDatabase(t, testServer(t), true), nil)
+	seg, s := open(t, newTestDatabase(t), nil)
 	ctx := testCtx(t)
 	if err := s.Claim(ctx, 9, 1, "a"); err != nil {
 		t.Fatal(err)
 	}
 	// Hold the lock the way a persist in flight does.
-	tx, err := s.DB().BeginTx(ctx, nil)
+	tx, err := seg.DB().BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +164,7 @@ func TestOwned_ClaimWaitsForPersist(t *testing.T) {
 // under its epoch. A fence that only checked the epoch and then wrote
 // would let the Claim return first and the persist commit after it.
 func TestOwned_PersistHoldsShardUntilCommit(t *testing.T) {
-	s := openStore(t, newTestDatabase(t, testServer(t), true), func(c *Config) { c.Timeout = 10 * time.Second })
+	seg, s := open(t, newTestDatabase(t), func(c *segmentmysql.Config) { c.Timeout = 10 * time.Second })
 	ctx := testCtx(t)
 	const shard = 9
 	k := ordered.Key{Biz: "b", SubKey: storetest.SubKeys(shard, "k", 1)[0]}
@@ -171,13 +174,13 @@ func TestOwned_PersistHoldsShardUntilCommit(t *testing.T) {
 	if err := s.Persist(ctx, shard, 1, []ordered.Row{{Key: k, Num: 1}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	blocker, err := s.DB().BeginTx(ctx, nil)
+	blocker, err := seg.DB().BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer blocker.Rollback() //nolint:errcheck
 	var num int64
-	if err := blocker.QueryRowContext(ctx, `SELECT num FROM `+orderedTable(shard)+` WHERE biz = ? AND sub_key = ? FOR UPDATE`,
+	if err := blocker.QueryRowContext(ctx, `SELECT num FROM `+mysqldb.OrderedTable(shard)+` WHERE biz = ? AND sub_key = ? FOR UPDATE`,
 		k.Biz, []byte(k.SubKey)).Scan(&num); err != nil {
 		t.Fatal(err)
 	}
@@ -216,9 +219,9 @@ func TestOwned_PersistHoldsShardUntilCommit(t *testing.T) {
 // statement for scale. On a crash-safe server the commit's fsync dominates
 // all of them.
 //
-//	source .testenv && go test -run '^$' -bench BenchmarkOwnedPersist -benchtime 2000x ./segment/mysqlstore/
+//	source .testenv && go test -run '^$' -bench BenchmarkOwnedPersist -benchtime 2000x ./ordered/mysqlstore/
 func BenchmarkOwnedPersist(b *testing.B) {
-	s := openStore(b, newTestDatabase(b, testServer(b), true), nil)
+	seg, s := open(b, newTestDatabase(b), nil)
 	ctx := testCtx(b)
 	const shard = 11
 	if err := s.Claim(ctx, shard, 1, "bench"); err != nil {
@@ -227,10 +230,10 @@ func BenchmarkOwnedPersist(b *testing.B) {
 	subs := storetest.SubKeys(shard, "k", 16)
 	// The per-request path's cost of one number, for scale: one
 	// auto-committed statement.
-	biz := mustCreate(b, s, segment.Biz{Name: "benchbase", Channel: segment.ChannelOrdered})
+	biz := mustCreate(b, seg, segment.Biz{Name: "benchbase", Channel: segment.ChannelOrdered})
 	b.Run("baseline=ReserveOrdered", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := s.ReserveOrdered(ctx, segment.OrderedRequest{Biz: biz.Name, SubKey: subs[0], Count: 1}); err != nil {
+			if _, err := seg.ReserveOrdered(ctx, segment.OrderedRequest{Biz: biz.Name, SubKey: subs[0], Count: 1}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -265,9 +268,9 @@ func BenchmarkOwnedPersist(b *testing.B) {
 // BenchmarkOwnedLoad: one Load of 16 stored keys (a transaction with the
 // fencing write and a commit, see Load).
 //
-//	source .testenv && go test -run '^$' -bench BenchmarkOwnedLoad -benchtime 2000x ./segment/mysqlstore/
+//	source .testenv && go test -run '^$' -bench BenchmarkOwnedLoad -benchtime 2000x ./ordered/mysqlstore/
 func BenchmarkOwnedLoad(b *testing.B) {
-	s := openStore(b, newTestDatabase(b, testServer(b), true), nil)
+	_, s := open(b, newTestDatabase(b), nil)
 	ctx := testCtx(b)
 	const shard = 12
 	if err := s.Claim(ctx, shard, 1, "bench"); err != nil {
@@ -297,7 +300,7 @@ func BenchmarkOwnedLoad(b *testing.B) {
 // 8 hours by default). Meanwhile the refusals are ErrShardBusy, so the
 // coordinator retries soon instead of backing off.
 func TestOwned_PausedOwnerHoldingFenceRow(t *testing.T) {
-	s := openStore(t, newTestDatabase(t, testServer(t), true), nil)
+	seg, s := open(t, newTestDatabase(t), nil)
 	ctx := testCtx(t)
 	const shard = 11
 	if err := s.Claim(ctx, shard, 1, "paused:1"); err != nil {
@@ -305,7 +308,7 @@ func TestOwned_PausedOwnerHoldingFenceRow(t *testing.T) {
 	}
 	// The paused owner: its persist's first statement ran on one of the
 	// store's sessions, and the process stopped before the commit.
-	paused, err := s.DB().BeginTx(ctx, nil)
+	paused, err := seg.DB().BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +339,7 @@ func TestOwned_PausedOwnerHoldingFenceRow(t *testing.T) {
 		t.Fatal("the Claim never waited for the paused owner: the test shows nothing")
 	}
 	t.Logf("the successor's Claim succeeded after %v and %d lock waits (session idle limit %v)",
-		time.Since(start).Round(100*time.Millisecond), busy, sessionIdleLimit(s.cfg.Timeout))
+		time.Since(start).Round(100*time.Millisecond), busy, mysqldb.SessionIdleLimit(s.conn.Timeout))
 	// The owner resumes: its transaction is gone, and its retry is fenced.
 	if err := paused.Commit(); err == nil {
 		t.Fatal("the paused owner's transaction committed after the successor's claim")

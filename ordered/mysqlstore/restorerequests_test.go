@@ -7,13 +7,16 @@ import (
 	"github.com/idgen/idgen/segment"
 )
 
-// TestRestoreRequests: the barrier's repair stores request ids a lossy
-// failover lost (deleted here) and leaves a stored one as it is; an
-// invalid one is skipped, not an error that would stop the barrier.
+// TestRestoreRequests: the barrier's repair (segment/mysqlstore's
+// RestoreRequests) stores request ids a lossy failover lost (deleted
+// here) and leaves a stored one as it is; an invalid one is skipped, not
+// an error that would stop the barrier. It lives here because the ids it
+// restores are the owners': they are written and read back by this
+// package's Persist and LookupRequests.
 func TestRestoreRequests(t *testing.T) {
-	s := openStore(t, newTestDatabase(t, testServer(t), true), nil)
+	seg, s := open(t, newTestDatabase(t), nil)
 	ctx := testCtx(t)
-	sh := Shard("k")
+	sh := segment.Shard("k")
 	if err := s.Claim(ctx, sh, 1, "a:1"); err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +25,7 @@ func TestRestoreRequests(t *testing.T) {
 	if err := s.Persist(ctx, sh, 1, []ordered.Row{{Key: ordered.Key{Biz: "chat", SubKey: "k"}, Num: 3}}, []ordered.Request{kept, lost}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.DB().ExecContext(ctx, `DELETE FROM ordered_request WHERE request_id = ?`, []byte(segment.StoredRequestID("s", "lost"))); err != nil {
+	if _, err := seg.DB().ExecContext(ctx, `DELETE FROM ordered_request WHERE request_id = ?`, []byte(segment.StoredRequestID("s", "lost"))); err != nil {
 		t.Fatal(err)
 	}
 	// The barrier's list: the lost id, the kept one with another range
@@ -30,7 +33,7 @@ func TestRestoreRequests(t *testing.T) {
 	other := kept
 	other.Range = segment.Range{First: 7, Last: 8}
 	bad := ordered.Request{Biz: "chat", Scope: "s", ID: "", SubKey: "k", Count: 1, Range: segment.Range{First: 9, Last: 9}}
-	if err := s.RestoreRequests(ctx, []ordered.Request{lost, other, bad}); err != nil {
+	if err := seg.RestoreRequests(ctx, []ordered.Request{lost, other, bad}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.LookupRequests(ctx, "chat", "s", []string{"kept", "lost"})

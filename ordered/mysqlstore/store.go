@@ -1,22 +1,14 @@
-package mysqlstore
-
-import (
-	"context"
-	"database/sql"
-	"errors"
-	"fmt"
-	"strings"
-	"unicode/utf8"
-
-	"github.com/idgen/idgen/ordered"
-	"github.com/idgen/idgen/segment"
-)
-
-// The shard owners of package ordered persist through the methods below.
-// They share the rows of the per-request path (ordered_NN, ordered_request),
-// so a cluster can move from ReserveOrdered to owners and back without a
-// migration of data: an owner loads the rows ReserveOrdered left, and
-// ReserveOrdered continues above the rows an owner persisted.
+// Package mysqlstore is the ORDERED owners' store (ordered.Store) on the
+// MySQL/MariaDB database of an idgen cluster: Claim, Load, Persist,
+// WriteBack and LookupRequests, each fenced by the shard's epoch. It runs
+// on the segment store's connection (New(*segment/mysqlstore.Store)): one
+// pool, one conflict counter, one error classification per node.
+//
+// The owners share the rows of the per-request path (ordered_NN,
+// ordered_request), so a cluster can move from ReserveOrdered to owners
+// and back without a migration of data: an owner loads the rows
+// ReserveOrdered left, and ReserveOrdered continues above the rows an
+// owner persisted. The schema is segment/mysqlstore's (its Migrate).
 //
 // Fencing lives in ordered_shard (schema 6): Claim raises a shard's epoch
 // under the row's exclusive lock, and every Persist, WriteBack and Load
@@ -31,15 +23,55 @@ import (
 // members' writes to one row are certified against each other, so a
 // persist racing a Claim on another member is rolled back (and retried,
 // then fenced) rather than committed beside it.
+//
+// The barrier's repairs after a MySQL server change (RaiseOrdered,
+// RestoreRequests) stay in segment/mysqlstore: they belong to the
+// replication barrier, not to an owner. They are not fenced (they run
+// while the barrier holds every persist back, and only raise rows or add
+// missing request ids), and the per-request path without owners needs
+// them too.
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"github.com/idgen/idgen/internal/mysqldb"
+	"github.com/idgen/idgen/ordered"
+	"github.com/idgen/idgen/segment"
+	segmentmysql "github.com/idgen/idgen/segment/mysqlstore"
+)
+
+// Store is the ORDERED owners' store on the database of a
+// segment/mysqlstore.Store. It is safe for concurrent use.
+type Store struct {
+	conn *mysqldb.Conn
+	// ignoreEpoch switches the epoch condition of persists and
+	// write-backs off (fault injection's negative control only:
+	// UnsafeIgnoreEpoch).
+	ignoreEpoch atomic.Bool
+}
+
 var _ ordered.Store = (*Store)(nil)
 
-// ownedBatch bounds the rows (or request ids, or keys) of one statement:
-// the same bound as the raising statements, well inside max_allowed_packet
-// for the longest sub keys.
-const ownedBatch = raiseBatch
+// New returns the owners' store on seg's connection pool. Closing seg
+// closes it too; it has nothing of its own to close.
+func New(seg *segmentmysql.Store) *Store { return &Store{conn: seg.Conn()} }
 
-// ownerColumnChars is the width of ordered_shard.owner, in characters.
-const ownerColumnChars = 255
+// UnsafeIgnoreEpoch makes ORDERED persists and write-backs ignore the
+// shard's epoch, so a deposed owner's stale write-back lands. It exists
+// for fault injection's negative control (IDGEN_FAULT_ORDERED_NO_EPOCH in
+// faultinject builds) and must never be called otherwise: it is the
+// mechanism that keeps a stale counter from being written back.
+func (s *Store) UnsafeIgnoreEpoch() { s.ignoreEpoch.Store(true) }
+
+// ownedBatch bounds the rows (or request ids, or keys) of one statement:
+// the same bound as the raising statements (mysqldb.Batch).
+const ownedBatch = mysqldb.Batch
 
 // Claim makes epoch the shard's stored epoch (ordered.Store). One
 // transaction: create the shard's row if it has none (the row's first
@@ -56,20 +88,20 @@ func (s *Store) Claim(ctx context.Context, shard int, epoch int64, owner string)
 	if epoch < 0 {
 		return fmt.Errorf("mysqlstore: %s: %w: negative epoch (epochs come from the coordinator and start at 0)", op, segment.ErrInvalid)
 	}
-	owner = ownerColumn(owner)
-	cctx, cancel := s.opContext(ctx)
+	owner = mysqldb.OwnerColumn(owner)
+	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
-	err := s.retryConflicts(cctx, op, func() error { return s.claimOnce(cctx, shard, epoch, owner) })
+	err := s.conn.RetryConflicts(cctx, op, func() error { return s.claimOnce(cctx, shard, epoch, owner) })
 	return s.ownedErr(ctx, op, err)
 }
 
 func (s *Store) claimOnce(ctx context.Context, shard int, epoch int64, owner string) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.conn.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	at := now()
+	at := mysqldb.Now()
 	// Insert-or-lock in one statement: two nodes claiming a shard that has
 	// no row yet queue on the primary key instead of both passing a
 	// locking read of a missing row (a gap lock each) and deadlocking on
@@ -134,10 +166,10 @@ func (s *Store) Load(ctx context.Context, shard int, epoch int64, keys []ordered
 			return nil, fmt.Errorf("mysqlstore: %s: %w", op, err)
 		}
 	}
-	cctx, cancel := s.opContext(ctx)
+	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
 	out := make(map[ordered.Key]int64, len(keys))
-	err := s.retryConflicts(cctx, op, func() error {
+	err := s.conn.RetryConflicts(cctx, op, func() error {
 		clear(out)
 		return s.loadOnce(cctx, shard, epoch, keys, out)
 	})
@@ -148,7 +180,7 @@ func (s *Store) Load(ctx context.Context, shard int, epoch int64, keys []ordered
 }
 
 func (s *Store) loadOnce(ctx context.Context, shard int, epoch int64, keys []ordered.Key, out map[ordered.Key]int64) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.conn.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -204,7 +236,7 @@ func fencedUnless(shard int, epoch, stored int64, owner string) error {
 
 func loadBatch(ctx context.Context, q querier, shard int, keys []ordered.Key, out map[ordered.Key]int64) error {
 	var b strings.Builder
-	b.WriteString(`SELECT biz, sub_key, num FROM ` + orderedTable(shard) + ` WHERE (biz, sub_key) IN (`)
+	b.WriteString(`SELECT biz, sub_key, num FROM ` + mysqldb.OrderedTable(shard) + ` WHERE (biz, sub_key) IN (`)
 	args := make([]any, 0, 2*len(keys))
 	for i, k := range keys {
 		if i > 0 {
@@ -249,7 +281,7 @@ func loadBatch(ctx context.Context, q querier, shard int, keys []ordered.Key, ou
 // GREATEST(num, VALUES(num)): a persist never lowers a row, so persists of
 // one shard may commit in any order (WriteBack is the one that lowers). A
 // deadlock or a Galera certification conflict rolled the whole transaction
-// back and it is run again (retryConflicts).
+// back and it is run again (mysqldb.Conn.RetryConflicts).
 func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []ordered.Row, reqs []ordered.Request) error {
 	op := fmt.Sprintf("persist %d ORDERED rows and %d request ids of shard %d at epoch %d", len(rows), len(reqs), shard, epoch)
 	if err := ordered.ValidatePersist(shard, rows, reqs); err != nil {
@@ -275,57 +307,28 @@ func (s *Store) WriteBack(ctx context.Context, shard int, epoch int64, rows []or
 
 // fencedWrite runs persistOnce with retries and the owners' error rules.
 // The statements are built once: a retried attempt sends the same ones.
-func (s *Store) fencedWrite(ctx context.Context, op string, shard int, epoch int64, reqs []ordered.Request, rowStmts []stmt) error {
-	reqStmts := requestInserts(reqs, now(), "")
-	cctx, cancel := s.opContext(ctx)
+func (s *Store) fencedWrite(ctx context.Context, op string, shard int, epoch int64, reqs []ordered.Request, rowStmts []mysqldb.Stmt) error {
+	reqStmts := mysqldb.RequestInserts(reqs, mysqldb.Now(), "")
+	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
-	err := s.retryConflicts(cctx, op, func() error {
+	err := s.conn.RetryConflicts(cctx, op, func() error {
 		return s.persistOnce(cctx, shard, epoch, reqs, reqStmts, rowStmts)
 	})
 	return s.ownedErr(ctx, op, err)
 }
 
-// stmt is one statement with its arguments.
-type stmt struct {
-	sql  string
-	args []any
-}
-
-// requestInserts builds the INSERTs of reqs, stamped at; suffix ends each
-// statement ("" fails on a stored id, as a persist must).
-func requestInserts(reqs []ordered.Request, at any, suffix string) []stmt {
-	var out []stmt
-	for len(reqs) > 0 {
-		n := min(len(reqs), ownedBatch)
-		var b strings.Builder
-		b.WriteString("INSERT INTO ordered_request (biz, request_id, sub_key, `count`, `first`, `last`, created_at) VALUES ")
-		args := make([]any, 0, 7*n)
-		for i, q := range reqs[:n] {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString("(?, ?, ?, ?, ?, ?, ?)")
-			args = append(args, q.Biz, []byte(segment.StoredRequestID(q.Scope, q.ID)), []byte(q.SubKey), q.Count, q.Range.First, q.Range.Last, at)
-		}
-		b.WriteString(suffix)
-		out = append(out, stmt{b.String(), args})
-		reqs = reqs[n:]
-	}
-	return out
-}
-
 // rowUpserts builds the row statements: exact sets num to the value given
 // (WriteBack), else only raises it (Persist).
-func rowUpserts(shard int, rows []ordered.Row, exact bool) []stmt {
+func rowUpserts(shard int, rows []ordered.Row, exact bool) []mysqldb.Stmt {
 	update := " ON DUPLICATE KEY UPDATE num = GREATEST(num, VALUES(num))"
 	if exact {
 		update = " ON DUPLICATE KEY UPDATE num = VALUES(num)"
 	}
-	var out []stmt
+	var out []mysqldb.Stmt
 	for len(rows) > 0 {
 		n := min(len(rows), ownedBatch)
 		var b strings.Builder
-		b.WriteString("INSERT INTO " + orderedTable(shard) + " (biz, sub_key, num) VALUES ")
+		b.WriteString("INSERT INTO " + mysqldb.OrderedTable(shard) + " (biz, sub_key, num) VALUES ")
 		args := make([]any, 0, 3*n)
 		for i, r := range rows[:n] {
 			if i > 0 {
@@ -335,14 +338,14 @@ func rowUpserts(shard int, rows []ordered.Row, exact bool) []stmt {
 			args = append(args, r.Biz, []byte(r.SubKey), r.Num)
 		}
 		b.WriteString(update)
-		out = append(out, stmt{b.String(), args})
+		out = append(out, mysqldb.Stmt{SQL: b.String(), Args: args})
 		rows = rows[n:]
 	}
 	return out
 }
 
-func (s *Store) persistOnce(ctx context.Context, shard int, epoch int64, reqs []ordered.Request, reqStmts, rowStmts []stmt) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+func (s *Store) persistOnce(ctx context.Context, shard int, epoch int64, reqs []ordered.Request, reqStmts, rowStmts []mysqldb.Stmt) error {
+	tx, err := s.conn.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -352,8 +355,8 @@ func (s *Store) persistOnce(ctx context.Context, shard int, epoch int64, reqs []
 	}
 	faultAfterFence(s, shard)
 	for _, st := range reqStmts {
-		_, err := tx.ExecContext(ctx, st.sql, st.args...)
-		if isDupEntry(err) {
+		_, err := tx.ExecContext(ctx, st.SQL, st.Args...)
+		if mysqldb.IsDupEntry(err) {
 			if err := tx.Rollback(); err != nil {
 				return err
 			}
@@ -364,7 +367,7 @@ func (s *Store) persistOnce(ctx context.Context, shard int, epoch int64, reqs []
 		}
 	}
 	for _, st := range rowStmts {
-		if _, err := tx.ExecContext(ctx, st.sql, st.args...); err != nil {
+		if _, err := tx.ExecContext(ctx, st.SQL, st.Args...); err != nil {
 			return err
 		}
 	}
@@ -375,7 +378,7 @@ func (s *Store) persistOnce(ctx context.Context, shard int, epoch int64, reqs []
 // write in ordered_shard.persists on the condition that the shard's stored
 // epoch is epoch, which both checks the epoch and holds the shard row's
 // lock until the transaction ends. unsafeAnyEpoch drops the condition
-// (Store.UnsafeIgnoreEpoch, fault injection's negative control only).
+// (UnsafeIgnoreEpoch, fault injection's negative control only).
 func (s *Store) fence(ctx context.Context, tx *sql.Tx, shard int, epoch int64, unsafeAnyEpoch bool) error {
 	res, err := tx.ExecContext(ctx, `UPDATE ordered_shard SET persists = persists + 1 WHERE shard = ? AND (epoch = ? OR ?)`,
 		shard, epoch, unsafeAnyEpoch)
@@ -397,7 +400,7 @@ func (s *Store) fence(ctx context.Context, tx *sql.Tx, shard int, epoch int64, u
 // duplicateRequests names the request ids of reqs that are stored, after
 // an insert of them hit a duplicate key (and was rolled back). When none
 // is stored any more (cleaned up in between) the attempt is run again
-// (errRequestVanished).
+// (mysqldb.ErrRequestVanished).
 func (s *Store) duplicateRequests(ctx context.Context, reqs []ordered.Request) error {
 	type scope struct{ biz, scope string }
 	byScope := map[scope][]string{}
@@ -423,7 +426,7 @@ func (s *Store) duplicateRequests(ctx context.Context, reqs []ordered.Request) e
 		}
 	}
 	if len(dup.Requests) == 0 {
-		return errRequestVanished
+		return mysqldb.ErrRequestVanished
 	}
 	return dup
 }
@@ -440,7 +443,7 @@ func (s *Store) LookupRequests(ctx context.Context, biz, scope string, ids []str
 			return nil, fmt.Errorf("mysqlstore: %s: %w", op, err)
 		}
 	}
-	cctx, cancel := s.opContext(ctx)
+	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
 	out, err := s.lookupRequests(cctx, biz, scope, ids)
 	if err != nil {
@@ -465,7 +468,7 @@ func (s *Store) lookupRequests(ctx context.Context, biz, scope string, ids []str
 			args = append(args, []byte(segment.StoredRequestID(scope, id)))
 		}
 		b.WriteString(")")
-		if err := scanRequests(ctx, s.db, biz, b.String(), args, out); err != nil {
+		if err := scanRequests(ctx, s.conn.DB, biz, b.String(), args, out); err != nil {
 			return nil, err
 		}
 		ids = ids[n:]
@@ -507,23 +510,11 @@ func (s *Store) ownedErr(parent context.Context, op string, err error) error {
 		return dup
 	case errors.Is(err, ordered.ErrFenced):
 		return fmt.Errorf("mysqlstore: %s: %w", op, err)
-	case mysqlErrNo(err) == erLockWaitTimeout:
+	case mysqldb.ErrNo(err) == mysqldb.ErLockWaitTimeout:
 		// Another session holds the shard row: a persist in flight, or an
 		// owner paused inside its transaction, which the server ends
-		// within sessionIdleLimit. Retry soon.
-		return fmt.Errorf("%w: %w", ordered.ErrShardBusy, s.classify(parent, op, err))
+		// within mysqldb.SessionIdleLimit. Retry soon.
+		return fmt.Errorf("%w: %w", ordered.ErrShardBusy, s.conn.Classify(parent, op, err))
 	}
-	return s.classify(parent, op, err)
-}
-
-// ownerColumn fits owner (an RPC address, for operators only) into
-// ordered_shard.owner: valid UTF-8, at most 255 characters. A claim never
-// fails over its label.
-func ownerColumn(owner string) string {
-	owner = strings.ToValidUTF8(owner, "\uFFFD")
-	if utf8.RuneCountInString(owner) <= ownerColumnChars {
-		return owner
-	}
-	r := []rune(owner)
-	return string(r[:ownerColumnChars])
+	return s.conn.Classify(parent, op, err)
 }

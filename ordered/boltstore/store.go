@@ -1,3 +1,24 @@
+// Package boltstore is the ORDERED owners' store (ordered.Store) of a
+// standalone node: Claim, Load, Persist, WriteBack and LookupRequests on
+// the node's bbolt file, each conditional on the shard's epoch. It runs on
+// the segment store's open file (New(*segment/boltstore.Store)): bbolt
+// allows one handle per file.
+//
+// The owners persist on the very rows of the per-request path: the
+// ordered bucket (biz 0x00 sub_key -> 8-byte number) and the requests and
+// req_time buckets, in the formats ReserveOrderedReplay writes
+// (internal/boltfile). So a node switching between the two paths
+// continues above the other's numbers and replays its request ids.
+//
+// A standalone node has one process and one writer, so the epochs here
+// guard against a stale term of the same process (an owner that lost the
+// shard and was handed it again) rather than against another machine; the
+// rules are the same as ordered/mysqlstore's, and the same suite
+// (ordered/storetest) checks them.
+//
+// Layout added to segment/boltstore's (created by the first Claim):
+//
+//	ordered_shards  2-digit shard ("07") -> epoch(8) updated_at(8, Unix ns) owner
 package boltstore
 
 import (
@@ -7,25 +28,23 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/idgen/idgen/internal/boltfile"
 	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/segment"
+	segmentbolt "github.com/idgen/idgen/segment/boltstore"
 )
 
-// The shard owners of package ordered persist through the methods below,
-// on the very rows of the per-request path: the ordered bucket (biz 0x00
-// sub_key -> 8-byte number) and the requests and req_time buckets, in the
-// formats ReserveOrderedReplay writes. So a node switching between the two
-// paths continues above the other's numbers and replays its request ids.
-//
-// A standalone node has one process and one writer, so the epochs here
-// guard against a stale term of the same process (an owner that lost the
-// shard and was handed it again) rather than against another machine; the
-// rules are the same as mysqlstore's, and the same suite checks them.
-//
-// Layout added (created by the first Claim):
-//
-//	ordered_shards  2-digit shard ("07") -> epoch(8) updated_at(8, Unix ns) owner
+// Store is the ORDERED owners' store in the file of a
+// segment/boltstore.Store. It is safe for concurrent use.
+type Store struct {
+	file *boltfile.File
+}
+
 var _ ordered.Store = (*Store)(nil)
+
+// New returns the owners' store in seg's file. Closing seg closes it too;
+// it has nothing of its own to close.
+func New(seg *segmentbolt.Store) *Store { return &Store{file: seg.File()} }
 
 var bucketShards = []byte("ordered_shards")
 
@@ -40,8 +59,8 @@ func shardKey(shard int) []byte { return fmt.Appendf(nil, "%02d", shard) }
 
 func encodeShard(r shardRecord) []byte {
 	b := make([]byte, 0, 16+len(r.owner))
-	b = append(b, u64(r.epoch)...)
-	b = append(b, u64(r.updated)...)
+	b = append(b, boltfile.U64(r.epoch)...)
+	b = append(b, boltfile.U64(r.updated)...)
 	return append(b, r.owner...)
 }
 
@@ -49,7 +68,7 @@ func decodeShard(v []byte) (shardRecord, error) {
 	if len(v) < 16 {
 		return shardRecord{}, fmt.Errorf("boltstore: shard epoch record of %d bytes (want at least 16): the file is damaged", len(v))
 	}
-	return shardRecord{epoch: i64(v[0:8]), updated: i64(v[8:16]), owner: string(v[16:])}, nil
+	return shardRecord{epoch: boltfile.I64(v[0:8]), updated: boltfile.I64(v[8:16]), owner: string(v[16:])}, nil
 }
 
 // Claim makes epoch the shard's stored epoch (ordered.Store): refused with
@@ -64,9 +83,9 @@ func (s *Store) Claim(ctx context.Context, shard int, epoch int64, owner string)
 		return fmt.Errorf("%s: %w: negative epoch (epochs come from the coordinator and start at 0)", op, segment.ErrInvalid)
 	}
 	owner = strings.ToValidUTF8(owner, "\uFFFD")
-	now := s.opts.Clock.Now().UnixNano()
+	now := s.file.Clock.Now().UnixNano()
 	var opErr error
-	err := s.batch(ctx, func(tx *bolt.Tx) error {
+	err := s.file.Batch(ctx, func(tx *bolt.Tx) error {
 		opErr = nil
 		b, err := tx.CreateBucketIfNotExists(bucketShards)
 		if err != nil {
@@ -79,7 +98,7 @@ func (s *Store) Claim(ctx context.Context, shard int, epoch int64, owner string)
 				return err
 			}
 			if cur.epoch > epoch || (cur.epoch == epoch && cur.owner != owner) {
-				// Each epoch has one claimer (see mysqlstore's Claim).
+				// Each epoch has one claimer (see ordered/mysqlstore's Claim).
 				opErr = fmt.Errorf("%s: %w: shard %d is at epoch %d (owner %q), not below %d: a newer owner claimed it; give the shard up",
 					op, &ordered.FencedError{Shard: shard, Epoch: epoch, Stored: cur.epoch}, shard, cur.epoch, cur.owner, epoch)
 				return nil
@@ -133,20 +152,20 @@ func (s *Store) Load(ctx context.Context, shard int, epoch int64, keys []ordered
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	out := make(map[ordered.Key]int64, len(keys))
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.file.DB.View(func(tx *bolt.Tx) error {
 		if err := checkEpoch(tx, shard, epoch); err != nil {
 			return err
 		}
-		ord := tx.Bucket(bucketOrdered)
+		ord := tx.Bucket(boltfile.BucketOrdered)
 		for _, k := range keys {
-			v := ord.Get(joinKey(k.Biz, k.SubKey))
+			v := ord.Get(boltfile.JoinKey(k.Biz, k.SubKey))
 			if v == nil {
 				continue
 			}
 			if len(v) != 8 {
 				return fmt.Errorf("ordered counter of %q/%q is %d bytes: the file is damaged", k.Biz, k.SubKey, len(v))
 			}
-			out[k] = i64(v)
+			out[k] = boltfile.I64(v)
 		}
 		return nil
 	})
@@ -169,33 +188,33 @@ func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []orde
 	if err := ordered.ValidatePersist(shard, rows, reqs); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	now := s.opts.Clock.Now().UnixNano()
-	expiredBefore := now - int64(s.opts.RequestRetention)
+	now := s.file.Clock.Now().UnixNano()
+	expiredBefore := s.file.ExpiredBefore(now)
 	var opErr error
-	err := s.batch(ctx, func(tx *bolt.Tx) error {
+	err := s.file.Batch(ctx, func(tx *bolt.Tx) error {
 		opErr = nil
 		if err := checkEpoch(tx, shard, epoch); err != nil {
 			opErr = fmt.Errorf("%s: %w", op, err)
 			return nil
 		}
-		reqsB, byTime := tx.Bucket(bucketRequests), tx.Bucket(bucketReqTime)
+		reqsB, byTime := tx.Bucket(boltfile.BucketRequests), tx.Bucket(boltfile.BucketReqTime)
 		var (
 			dup   *ordered.DuplicateRequestsError
-			prevs = make([]request, len(reqs)) // created -1: none stored
+			prevs = make([]boltfile.Request, len(reqs)) // created -1: none stored
 			rks   = make([][]byte, len(reqs))
 		)
 		for i, q := range reqs {
-			rks[i] = joinKey(q.Biz, segment.StoredRequestID(q.Scope, q.ID))
+			rks[i] = boltfile.JoinKey(q.Biz, segment.StoredRequestID(q.Scope, q.ID))
 			v := reqsB.Get(rks[i])
-			prevs[i].created = -1
+			prevs[i].Created = -1
 			if v == nil {
 				continue
 			}
-			prev, err := decodeRequest(v)
+			prev, err := boltfile.DecodeRequest(v)
 			if err != nil {
 				return err
 			}
-			if prev.created >= expiredBefore {
+			if prev.Created >= expiredBefore {
 				if dup == nil {
 					dup = &ordered.DuplicateRequestsError{}
 				}
@@ -208,17 +227,14 @@ func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []orde
 			return nil
 		}
 		for i, q := range reqs {
-			if prev := prevs[i]; prev.created >= 0 {
+			if prev := prevs[i]; prev.Created >= 0 {
 				// Expired but not cleaned up yet: forget it.
-				if err := deleteRequest(reqsB, byTime, rks[i], prev.created); err != nil {
+				if err := boltfile.DeleteRequest(reqsB, byTime, rks[i], prev.Created); err != nil {
 					return err
 				}
 			}
-			rec := request{created: now, r: q.Range, count: q.Count, subKey: q.SubKey}
-			if err := reqsB.Put(rks[i], encodeRequest(rec)); err != nil {
-				return err
-			}
-			if err := byTime.Put(append(u64(now), rks[i]...), nil); err != nil {
+			rec := boltfile.Request{Created: now, Range: q.Range, Count: q.Count, SubKey: q.SubKey}
+			if err := boltfile.PutRequest(reqsB, byTime, rks[i], rec); err != nil {
 				return err
 			}
 		}
@@ -239,7 +255,7 @@ func (s *Store) WriteBack(ctx context.Context, shard int, epoch int64, rows []or
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	var opErr error
-	err := s.batch(ctx, func(tx *bolt.Tx) error {
+	err := s.file.Batch(ctx, func(tx *bolt.Tx) error {
 		opErr = nil
 		if err := checkEpoch(tx, shard, epoch); err != nil {
 			opErr = fmt.Errorf("%s: %w", op, err)
@@ -256,20 +272,20 @@ func (s *Store) WriteBack(ctx context.Context, shard int, epoch int64, rows []or
 // putRows writes rows into the ORDERED counters: exact sets them
 // (WriteBack), else a row is only raised (Persist).
 func putRows(tx *bolt.Tx, rows []ordered.Row, exact bool) error {
-	ord := tx.Bucket(bucketOrdered)
+	ord := tx.Bucket(boltfile.BucketOrdered)
 	for _, r := range rows {
-		k := joinKey(r.Biz, r.SubKey)
+		k := boltfile.JoinKey(r.Biz, r.SubKey)
 		if !exact {
 			if v := ord.Get(k); v != nil {
 				if len(v) != 8 {
 					return fmt.Errorf("ordered counter of %q/%q is %d bytes: the file is damaged", r.Biz, r.SubKey, len(v))
 				}
-				if i64(v) >= r.Num {
+				if boltfile.I64(v) >= r.Num {
 					continue
 				}
 			}
 		}
-		if err := ord.Put(k, u64(r.Num)); err != nil {
+		if err := ord.Put(k, boltfile.U64(r.Num)); err != nil {
 			return err
 		}
 	}
@@ -292,23 +308,23 @@ func (s *Store) LookupRequests(ctx context.Context, biz, scope string, ids []str
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	expiredBefore := s.opts.Clock.Now().UnixNano() - int64(s.opts.RequestRetention)
+	expiredBefore := s.file.ExpiredBefore(s.file.Clock.Now().UnixNano())
 	out := make(map[string]ordered.Request, len(ids))
-	err := s.db.View(func(tx *bolt.Tx) error {
-		reqs := tx.Bucket(bucketRequests)
+	err := s.file.DB.View(func(tx *bolt.Tx) error {
+		reqs := tx.Bucket(boltfile.BucketRequests)
 		for _, id := range ids {
-			v := reqs.Get(joinKey(biz, segment.StoredRequestID(scope, id)))
+			v := reqs.Get(boltfile.JoinKey(biz, segment.StoredRequestID(scope, id)))
 			if v == nil {
 				continue
 			}
-			q, err := decodeRequest(v)
+			q, err := boltfile.DecodeRequest(v)
 			if err != nil {
 				return err
 			}
-			if q.created < expiredBefore {
+			if q.Created < expiredBefore {
 				continue
 			}
-			out[id] = ordered.Request{Biz: biz, Scope: scope, ID: id, SubKey: q.subKey, Count: q.count, Range: q.r}
+			out[id] = ordered.Request{Biz: biz, Scope: scope, ID: id, SubKey: q.SubKey, Count: q.Count, Range: q.Range}
 		}
 		return nil
 	})

@@ -1,4 +1,4 @@
-package mysqlstore
+package mysqldb
 
 import (
 	"context"
@@ -17,39 +17,41 @@ import (
 
 // MySQL/MariaDB server error numbers the store treats specially.
 const (
-	erDupEntry           = 1062
-	erNoSuchTable        = 1146
-	erDataOutOfRange     = 1690 // BIGINT value is out of range
-	erLockWaitTimeout    = 1205
-	erLockDeadlock       = 1213
-	erConCount           = 1040 // too many connections
-	erServerShutdown     = 1053
-	erAccessDenied       = 1045
-	erDBAccessDenied     = 1044
-	erTableAccessDenied  = 1142
-	erColumnAccessDenied = 1143
-	erBadDB              = 1049
-	erQueryInterrupted   = 1317
-	erOptionPreventsStmt = 1290 // --read-only
-	erReadOnlyTxn        = 1792
-	erReadOnlyMode       = 1836
-	erConnectionKilled   = 1927 // MariaDB
-	erStatementTimeout   = 1969 // MariaDB max_statement_time
-	erQueryTimeout       = 3024 // MySQL max_execution_time
-	erClientIdleTimeout  = 4031 // MySQL 8.0.24+: disconnected for inactivity
-	erNetReadError       = 1158
-	erNetReadInterrupted = 1159
-	erNetWriteError      = 1160
-	erNetWriteInterrupt  = 1161
-	erHostBlocked        = 1129
-	erUserLimitReached   = 1226
-	erUnknownComError    = 1047
-	erTooManyUserConns   = 1203
-	erLockTableFull      = 1206
-	erOutOfResources     = 1041
+	ErDupEntry           = 1062
+	ErNoSuchTable        = 1146
+	ErDataOutOfRange     = 1690 // BIGINT value is out of range
+	ErLockWaitTimeout    = 1205
+	ErLockDeadlock       = 1213
+	ErConCount           = 1040 // too many connections
+	ErServerShutdown     = 1053
+	ErAccessDenied       = 1045
+	ErDBAccessDenied     = 1044
+	ErTableAccessDenied  = 1142
+	ErColumnAccessDenied = 1143
+	ErBadDB              = 1049
+	ErQueryInterrupted   = 1317
+	ErOptionPreventsStmt = 1290 // --read-only
+	ErReadOnlyTxn        = 1792
+	ErReadOnlyMode       = 1836
+	ErConnectionKilled   = 1927 // MariaDB
+	ErStatementTimeout   = 1969 // MariaDB max_statement_time
+	ErQueryTimeout       = 3024 // MySQL max_execution_time
+	ErClientIdleTimeout  = 4031 // MySQL 8.0.24+: disconnected for inactivity
+	ErNetReadError       = 1158
+	ErNetReadInterrupted = 1159
+	ErNetWriteError      = 1160
+	ErNetWriteInterrupt  = 1161
+	ErHostBlocked        = 1129
+	ErUserLimitReached   = 1226
+	ErUnknownComError    = 1047
+	ErTooManyUserConns   = 1203
+	ErLockTableFull      = 1206
+	ErOutOfResources     = 1041
 )
 
-func mysqlErrNo(err error) uint16 {
+// ErrNo returns the server's error number of err, 0 when err is not a
+// server error.
+func ErrNo(err error) uint16 {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
 		return me.Number
@@ -57,12 +59,12 @@ func mysqlErrNo(err error) uint16 {
 	return 0
 }
 
-// classify turns a database error into the store's error for op (a phrase
+// Classify turns a database error into the store's error for op (a phrase
 // such as `reserve segment for "order"`), wrapping segment.ErrUnavailable
 // with what to check when the database cannot serve. parent is the
 // caller's context, to tell the caller's cancellation from the store's own
 // Timeout.
-func (s *Store) classify(parent context.Context, op string, err error) error {
+func (c *Conn) Classify(parent context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -71,35 +73,38 @@ func (s *Store) classify(parent context.Context, op string, err error) error {
 		errors.Is(err, segment.ErrExhausted) || errors.Is(err, segment.ErrBizExists) {
 		return fmt.Errorf("mysqlstore: %s: %w", op, err)
 	}
-	return classifyErr(parent, op, err, s.addr, s.cfg.Timeout)
+	return ClassifyErr(parent, op, err, c.Addr, c.Timeout)
 }
 
-func classifyErr(parent context.Context, op string, err error, addr string, timeout time.Duration) error {
+// ClassifyErr is Classify for callers without a Conn (Open's first
+// statements, migrations, tools): addr and timeout name the server and
+// the bound of the call in the hints.
+func ClassifyErr(parent context.Context, op string, err error, addr string, timeout time.Duration) error {
 	unavailable := func(hint string) error {
 		return fmt.Errorf("mysqlstore: %s: %s: %w: %w", op, hint, segment.ErrUnavailable, err)
 	}
-	switch n := mysqlErrNo(err); n {
+	switch n := ErrNo(err); n {
 	case 0:
-	case erLockWaitTimeout:
+	case ErLockWaitTimeout:
 		return unavailable("lock wait timed out (another transaction holds the row; look for long-running ones in information_schema.innodb_trx)")
-	case erLockDeadlock:
+	case ErLockDeadlock:
 		return unavailable("deadlock, rolled back")
-	case erDataOutOfRange:
+	case ErDataOutOfRange:
 		return fmt.Errorf("mysqlstore: %s: the counter would pass 2^63-1: %w: %w", op, segment.ErrExhausted, err)
-	case erNoSuchTable:
+	case ErNoSuchTable:
 		return unavailable("schema missing (run `idctl db migrate --mysql DSN`)")
-	case erBadDB:
+	case ErBadDB:
 		return unavailable("database does not exist (check the DSN's database name; `idctl db migrate` does not create databases)")
-	case erAccessDenied, erDBAccessDenied, erTableAccessDenied, erColumnAccessDenied:
+	case ErAccessDenied, ErDBAccessDenied, ErTableAccessDenied, ErColumnAccessDenied:
 		return unavailable("access denied (check the DSN's user and password and the GRANT in segment/mysqlstore/README.md)")
-	case erConCount, erTooManyUserConns, erUserLimitReached, erHostBlocked, erOutOfResources, erLockTableFull:
+	case ErConCount, ErTooManyUserConns, ErUserLimitReached, ErHostBlocked, ErOutOfResources, ErLockTableFull:
 		return unavailable(fmt.Sprintf("server at %s refuses more work (check max_connections, the user's limits and the pool size across nodes)", addr))
-	case erServerShutdown, erConnectionKilled, erQueryInterrupted, erNetReadError, erNetReadInterrupted,
-		erNetWriteError, erNetWriteInterrupt, erClientIdleTimeout, erUnknownComError:
+	case ErServerShutdown, ErConnectionKilled, ErQueryInterrupted, ErNetReadError, ErNetReadInterrupted,
+		ErNetWriteError, ErNetWriteInterrupt, ErClientIdleTimeout, ErUnknownComError:
 		return unavailable(fmt.Sprintf("connection to %s lost (server shutting down or restarted?)", addr))
-	case erOptionPreventsStmt, erReadOnlyTxn, erReadOnlyMode:
+	case ErOptionPreventsStmt, ErReadOnlyTxn, ErReadOnlyMode:
 		return unavailable(fmt.Sprintf("server at %s is read-only (a replica or a demoted primary? check the DSN points at the primary)", addr))
-	case erStatementTimeout, erQueryTimeout:
+	case ErStatementTimeout, ErQueryTimeout:
 		return unavailable("statement timed out on the server")
 	default:
 		return fmt.Errorf("mysqlstore: %s: %w", op, err)
@@ -125,5 +130,9 @@ func classifyErr(parent context.Context, op string, err error, addr string, time
 	return fmt.Errorf("mysqlstore: %s: %w", op, err)
 }
 
-func isDeadlock(err error) bool { return mysqlErrNo(err) == erLockDeadlock }
-func isDupEntry(err error) bool { return mysqlErrNo(err) == erDupEntry }
+// IsDeadlock reports a transaction rolled back by a deadlock or a Galera
+// certification conflict (both error 1213).
+func IsDeadlock(err error) bool { return ErrNo(err) == ErLockDeadlock }
+
+// IsDupEntry reports an insert refused by a duplicate key.
+func IsDupEntry(err error) bool { return ErrNo(err) == ErDupEntry }

@@ -61,7 +61,65 @@ const (
 	// certification conflict after their statements ran (fence rows
 	// taken), and rolled back whole.
 	kCert kind = "db-cert"
+	// db-switchover: a planned, lossless MySQL switchover: a new server
+	// identity (the barrier's generation goes up), no write lost.
+	kSwitchover kind = "db-switchover"
+	// zk-restore-gen (issue 29 hole d): a composite, expanded when drawn
+	// (expand): two switchovers, then ZooKeeper restored from a copy taken
+	// before the first, in a new epoch (zk-restore-epoch: the sessions
+	// stay, so the guards run on through it), which puts the barrier's
+	// generation back by two: the next failover's generation is one every
+	// live node already acknowledged. Then a lossy failover d behind whose
+	// replica position lies after the restore (not a double fault). Once
+	// that barrier is over, one node is paused past its ORDERED lease, so
+	// the others take its shards over and load their rows from the new
+	// server; the load runs on (quiet). Every live node must have raised
+	// its rows at that failover (the restore rule forgets the acknowledged
+	// generation), or the takers repeat what the paused node answered.
+	kRestoreGen kind = "zk-restore-gen"
+	// zk-restore-epoch: the ensemble restarts from a copy taken d earlier,
+	// in a new epoch (restored data dirs, then an election): every zxid is
+	// above the ones the clients saw, so no client is refused and no
+	// session is replaced: the sessions in the copy are back, the others
+	// expire. Only the cluster incarnation (and what it tells every guard)
+	// sees that ZooKeeper went back; no lease lapses by itself (zk-restore
+	// refuses every client, so every ORDERED lease runs out before anyone
+	// can take a shard over).
+	kRestoreEpoch kind = "zk-restore-epoch"
+	// quiet: nothing happens; the load runs on (the end of a composite,
+	// so the run lasts until what it set up has shown).
+	kQuiet kind = "quiet"
 )
+
+// Offsets inside zk-restore-gen, from its start.
+const (
+	genSecondSwitch = 800 * time.Millisecond  // the second switchover (the first barrier is over by then)
+	genRestore      = 1600 * time.Millisecond // the restore, from a copy taken 100 ms before the first switchover
+	genSettle       = 800 * time.Millisecond  // after the restore, beyond the failover's lag d: the owners serve again (one lease after the restore) before the replica's position
+	genPauseAt      = 400 * time.Millisecond  // the pause, after the failover (the barrier is over by then)
+	genPause        = 700 * time.Millisecond  // past the session timeout and the ORDERED lease: the shards move
+	genAfter        = 1500 * time.Millisecond // the load after the failover
+)
+
+// expand turns a composite kind into the faults it plays (in order); a
+// plain kind is itself. It draws nothing: the schedule stays a function
+// of the seed, and seeds of the other kinds keep their schedules.
+func expand(e event) []event {
+	if e.kind != kRestoreGen {
+		return []event{e}
+	}
+	at := func(off time.Duration, k kind, d time.Duration) event {
+		return event{at: e.at + off, kind: k, node: e.node, d: d}
+	}
+	return []event{
+		at(0, kSwitchover, 0),
+		at(genSecondSwitch, kSwitchover, 0),
+		at(genRestore, kRestoreEpoch, genRestore+100*time.Millisecond),
+		at(genRestore+genSettle+e.d, kFailover, e.d),
+		at(genRestore+genSettle+e.d+genPauseAt, kPause, genPause),
+		at(genRestore+genSettle+e.d+genAfter, kQuiet, 0),
+	}
+}
 
 // defaultMix is what a run without a control draws: the faults the
 // current code is expected to survive without a violation. The others
@@ -125,9 +183,9 @@ var Controls = []Control{
 		func(c *controls) {}},
 	{"IDGEN_FAULT_BARRIER_EPHEMERAL_MEMBERS", "hole c: barrier membership is an ephemeral acknowledgement; a paused or cut-off member that may still serve from memory is not waited for (seeds 7, 9, 27, 30, 31 of 1-40)", []kind{kFailover, kPause, kPartition, kExpire},
 		func(c *controls) {}},
-	{"IDGEN_FAULT_BARRIER_NO_RESTORE_RESET", "hole d: after ZooKeeper is restored from a copy the guards keep their acknowledged generation and raise nothing at the next failover (NOT found in seeds 1-40)", []kind{kRestore, kRestoreInit, kWipe, kFailover, kPause},
+	{"IDGEN_FAULT_BARRIER_NO_RESTORE_RESET", "hole d: after ZooKeeper is restored from a copy the guards keep their acknowledged generation and raise nothing at the next failover (NOT found in seeds 1-40)", []kind{kRestoreGen, kPause},
 		func(c *controls) {}},
-	{"IDGEN_FAULT_ORDERED_NO_RESTORE_RULE", "hole l: the ORDERED coordinator ignores a ZooKeeper wipe or restore, no lease wait (NOT found in seeds 1-40)", []kind{kWipe, kRestore, kRestoreInit, kPause, kPartition},
+	{"IDGEN_FAULT_ORDERED_NO_RESTORE_RULE", "hole l: the ORDERED coordinator ignores a ZooKeeper wipe or restore, no lease wait (NOT found in seeds 1-40)", []kind{kRestoreEpoch, kPause, kPartition},
 		func(c *controls) {}},
 	{"IDGEN_FAULT_ZXID_ANY_SERVER", "hole g: one lagging ZooKeeper follower marks a healthy cluster restored (availability: slots wait one lead, 450 ms in the scaled timings, over before the probe; NOT found in seeds 1-40)", []kind{kLag, kPause, kKill, kTerm},
 		func(c *controls) {}},
@@ -222,7 +280,7 @@ func draw(seed uint64, nodes int, dur time.Duration, mix []kind) (sched []event,
 		if e.kind == kStep {
 			e.d = time.Duration(rng.IntN(400)-300) * time.Millisecond
 		}
-		out = append(out, e)
+		out = append(out, expand(e)...)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].at < out[j].at })
 	return dropDoubleFaults(out), skews
@@ -244,7 +302,7 @@ const lossWindowAfter = 3500 * time.Millisecond
 // repeating numbers (seed 7 of mix:db-failover,sigterm,sigterm-stall,pause,
 // seed 21 of mix:db-failover,pause,sigterm,zk-partition,zk-expire); they
 // pass on the code with it.
-var memoryLoss = map[kind]bool{kKill: true, kKillBack: true, kFresh: true, kStallKill: true, kWipe: true, kRestore: true, kRestoreInit: true}
+var memoryLoss = map[kind]bool{kKill: true, kKillBack: true, kFresh: true, kStallKill: true, kWipe: true, kRestore: true, kRestoreInit: true, kRestoreEpoch: true}
 
 // dropDoubleFaults removes the faults that lose memory from the window of
 // a lossy failover: from the replica's position (d before it, plus the
@@ -411,7 +469,7 @@ func (c *cluster) play(ctx context.Context, t0 time.Time, sched []event) {
 			c.later(e.d, func() { c.zk.SetDown(false) })
 		case kWipe:
 			c.zk.Wipe()
-		case kRestore:
+		case kRestore, kRestoreEpoch:
 			<-snapMu
 			s := snaps[0].snap
 			for _, x := range snaps {
@@ -420,7 +478,16 @@ func (c *cluster) play(ctx context.Context, t0 time.Time, sched []event) {
 				}
 			}
 			snapMu <- struct{}{}
+			before := c.zk.Zxid() >> 32
 			c.zk.Restore(s)
+			for e.kind == kRestoreEpoch && c.zk.Zxid()>>32 <= before {
+				// The election after the restart: the epoch goes above
+				// every one the clients saw (Restore's disconnect lets no
+				// client reconnect before the next tick of the server).
+				c.zk.Elect()
+			}
+		case kSwitchover:
+			c.db.switchover()
 		case kRestoreInit:
 			c.zk.Restore(c.initSnap)
 		case kIntruder:

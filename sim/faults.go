@@ -77,6 +77,17 @@ const (
 	// its rows at that failover (the restore rule forgets the acknowledged
 	// generation), or the takers repeat what the paused node answered.
 	kRestoreGen kind = "zk-restore-gen"
+	// zk-restore-slot (the restore bound of the worker slots): a composite
+	// (expand). Node B is killed and restarted 200 ms later, before its
+	// high-water mark passed, so it takes the free slot W rather than its
+	// own; 1 s later ZooKeeper is restored (in a new epoch) from a copy
+	// taken before B took W, so W's mark goes back, and at once B is killed
+	// again (back after 1 s) and node A killed and restarted 200 ms later
+	// with its wall clock clockBack behind: A avoids its own slot (its mark
+	// is ahead of its clock) and takes W, the only free one. A's clock
+	// reaches the milliseconds B issued on W within the run: only a bound
+	// past the restore keeps A from issuing them again.
+	kRestoreSlot kind = "zk-restore-slot"
 	// zk-restore-epoch: the ensemble restarts from a copy taken d earlier,
 	// in a new epoch (restored data dirs, then an election): every zxid is
 	// above the ones the clients saw, so no client is refused and no
@@ -104,12 +115,24 @@ const (
 // expand turns a composite kind into the faults it plays (in order); a
 // plain kind is itself. It draws nothing: the schedule stays a function
 // of the seed, and seeds of the other kinds keep their schedules.
-func expand(e event) []event {
-	if e.kind != kRestoreGen {
-		return []event{e}
-	}
+func expand(e event, nodes int) []event {
 	at := func(off time.Duration, k kind, d time.Duration) event {
 		return event{at: e.at + off, kind: k, node: e.node, d: d}
+	}
+	switch e.kind {
+	case kRestoreSlot:
+		other := at(time.Second, kKillBack, 200*time.Millisecond)
+		other.node = (e.node + 1) % nodes
+		return []event{
+			at(0, kKill, 200*time.Millisecond),
+			at(time.Second, kRestoreEpoch, 1100*time.Millisecond),
+			at(time.Second, kKill, time.Second),
+			other,
+			at(time.Second+clockBack+time.Second, kQuiet, 0),
+		}
+	case kRestoreGen:
+	default:
+		return []event{e}
 	}
 	return []event{
 		at(0, kSwitchover, 0),
@@ -191,7 +214,7 @@ var Controls = []Control{
 		func(c *controls) {}},
 	{"IDGEN_FAULT_NO_CLUSTER_BINDING", "hole k: a node of another cluster starts on this cluster's database and takes ORDERED shards with its own epochs (rare: none of 1-10; seeds 4 and 9 on ea3be18; the epoch fence refuses most of its claims)", []kind{kIntruder, kPause},
 		func(c *controls) { c.noBinding = true }},
-	{"IDGEN_FAULT_IGNORE_RESTORE", "a restored cluster's marks are trusted (no wait of one lead) (NOT found: none of 1-8 with the old mix, none of 1-12 with this one; the real-server control neg-restore finds it)", []kind{kRestoreEpoch, kRestore, kRestoreInit, kKillBack, kTermBack, kFresh},
+	{"IDGEN_FAULT_IGNORE_RESTORE", "a restored cluster's marks are trusted (no wait of one lead) (zk-restore-slot: seeds 1, 2, 3, 5, 7, 8, 9 of 1-9, snowflake duplicates and repeated (worker, ms); seeds 1-9 pass 2 runs of 2 on the real code; the old mix of restores, kill-fresh and kill-clockback found none of 1-8: a restarted node takes back its own slot, bounded by its properties file, so no node took a slot another node had issued from after the copy)", []kind{kRestoreSlot},
 		func(c *controls) {
 			c.slot = func(s worker.Slot) worker.Slot { s.NotBefore = s.MarkNotBefore; return s }
 		}},
@@ -280,7 +303,7 @@ func draw(seed uint64, nodes int, dur time.Duration, mix []kind) (sched []event,
 		if e.kind == kStep {
 			e.d = time.Duration(rng.IntN(400)-300) * time.Millisecond
 		}
-		out = append(out, expand(e)...)
+		out = append(out, expand(e, nodes)...)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].at < out[j].at })
 	return dropDoubleFaults(out), skews

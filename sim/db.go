@@ -125,6 +125,15 @@ func (d *db) failover(snap dbSnapshot) {
 	d.server++
 }
 
+// switchover is a planned, lossless switchover: the replica that takes
+// over holds every write, only the server identity changes (a node's next
+// statement reports it, and the replication guard's barrier runs).
+func (d *db) switchover() {
+	d.mu.Lock()
+	d.server++
+	d.mu.Unlock()
+}
+
 // nodeDB is one node's connection to the db: every call waits out the
 // node's pause and fails while the node is dead, so a paused node's
 // statements stop where they are (holding the shard's fence row, if a

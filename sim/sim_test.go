@@ -79,14 +79,26 @@ func TestControlsAreFound(t *testing.T) {
 	for _, tc := range []struct {
 		control, mix string
 		ordered      bool // the violation must be on ORDERED
+		// env: the switch is read by a package from the environment, so
+		// only a -tags faultinject build reopens the hole.
+		env bool
 	}{
-		{"IDGEN_FAULT_ORDERED_NO_LEASE_WAIT", "mix:pause,zk-partition,zk-expire", true},
-		{"IDGEN_FAULT_IGNORE_NOT_BEFORE", "mix:sigterm-clockback,kill-clockback,kill,clock-step", false},
+		{"IDGEN_FAULT_ORDERED_NO_LEASE_WAIT", "mix:pause,zk-partition,zk-expire", true, false},
+		{"IDGEN_FAULT_IGNORE_NOT_BEFORE", "mix:sigterm-clockback,kill-clockback,kill,clock-step", false, false},
+		// The restore bound of the worker slots (zk-restore-slot; seeds 1,
+		// 2 and 3 of 1-3).
+		{"IDGEN_FAULT_IGNORE_RESTORE", "mix:zk-restore-slot", false, false},
 		// The guard switched off must reopen the hole for ORDERED too
 		// (before, a disabled guard as the gate refused ORDERED for good).
-		{"IDGEN_FAULT_NO_REPLICATION_GUARD", "mix:db-failover,pause", true},
+		{"IDGEN_FAULT_NO_REPLICATION_GUARD", "mix:db-failover,pause", true, false},
+		// Hole d: the barrier keeps the generation it acknowledged across a
+		// ZooKeeper restore (zk-restore-gen; seeds 2, 3 and 4 of 1-5).
+		{"IDGEN_FAULT_BARRIER_NO_RESTORE_RESET", "mix:zk-restore-gen,pause", true, true},
 	} {
 		t.Run(tc.control, func(t *testing.T) {
+			if tc.env && !faultInjectBuild {
+				t.Skip("the switch is read in -tags faultinject builds only (go test -tags faultinject ./sim/)")
+			}
 			t.Setenv(tc.control, "1")
 			var found *Result
 			for seed := uint64(1); seed <= 20 && found == nil; seed++ {
@@ -243,5 +255,48 @@ func TestCertConflictStoresNothing(t *testing.T) {
 	}
 	if d.epochs[3] != 1 {
 		t.Fatalf("epoch %d, want 1", d.epochs[3])
+	}
+}
+
+// The composite kinds expand into their parts. zk-restore-gen, in order: the restore's copy
+// predates both switchovers, and the failover's replica position lies
+// after the restore, so dropDoubleFaults keeps every part (a restore in a
+// failover's loss window would be a double fault).
+func TestCompositesExpand(t *testing.T) {
+	e := event{at: time.Second, kind: kRestoreGen, node: 2, d: 900 * time.Millisecond}
+	parts := dropDoubleFaults(expand(e, 3))
+	var kinds []kind
+	for _, p := range parts {
+		kinds = append(kinds, p.kind)
+	}
+	want := []kind{kSwitchover, kSwitchover, kRestoreEpoch, kFailover, kPause, kQuiet}
+	if !reflect.DeepEqual(kinds, want) {
+		t.Fatalf("parts %v, want %v", parts, want)
+	}
+	restore, failover := parts[2], parts[3]
+	if copyAt := restore.at - restore.d; copyAt >= parts[0].at {
+		t.Errorf("the restore's copy (at %v) does not predate the first switchover (at %v)", copyAt, parts[0].at)
+	}
+	if replica := failover.at - failover.d - 100*time.Millisecond; replica <= restore.at {
+		t.Errorf("the failover's replica position %v is not after the restore at %v", replica, restore.at)
+	}
+	if failover.d != e.d {
+		t.Errorf("the failover lags %v, want the drawn %v", failover.d, e.d)
+	}
+	if got := expand(event{kind: kPause}, 3); len(got) != 1 || got[0].kind != kPause {
+		t.Errorf("a plain kind expanded into %v", got)
+	}
+	// zk-restore-slot: the restore's copy predates the first kill (so the
+	// slot B takes then goes back), and A, restarted with its clock back,
+	// is another node than B.
+	slot := expand(event{at: time.Second, kind: kRestoreSlot, node: 2}, 3)
+	if len(slot) != 5 || slot[0].kind != kKill || slot[1].kind != kRestoreEpoch || slot[3].kind != kKillBack {
+		t.Fatalf("zk-restore-slot expanded into %v", slot)
+	}
+	if copyAt := slot[1].at - slot[1].d; copyAt >= slot[0].at {
+		t.Errorf("the restore's copy (at %v) does not predate the first kill (at %v)", copyAt, slot[0].at)
+	}
+	if slot[3].node == slot[0].node || slot[3].node != 0 {
+		t.Errorf("the clock-back restart is on node %d, B is node %d; want node 0", slot[3].node, slot[0].node)
 	}
 }

@@ -171,8 +171,13 @@ func (g *Guard) barrierLoop(store Server, flush func(ctx context.Context) error)
 	for {
 		g.barrierStep(store, flush)
 		// An open gate only watches for another node's server change (this
-		// node's own connections report theirs at once): poll slowly.
-		every := pollOpen
+		// node's own connections report theirs at once): poll slowly, but
+		// often enough that the member bound is renewed (due at a third
+		// of MemberLease) well before it runs out: with a short lease (the
+		// simulator's 1 s) a 1 s poll let the bound lapse before each
+		// renewal, and ORDERED was refused for a few milliseconds every
+		// second.
+		every := min(pollOpen, g.cfg.MemberLease/6)
 		g.mu.Lock()
 		if !g.open {
 			every = pollClosed

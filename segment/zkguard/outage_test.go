@@ -36,6 +36,22 @@ func fakeGuard(t *testing.T, srv *zkfake.Server, self string, edit func(*Config)
 	return g
 }
 
+// twoOpenGuards starts guards a and b on one fake ensemble with the given
+// member lease (skew 100 ms), their gates open on server/1.
+func twoOpenGuards(t *testing.T, lease time.Duration) (*zkfake.Server, *fakeServer, *Guard, *Guard) {
+	t.Helper()
+	zks := zkfake.New()
+	t.Cleanup(zks.Close)
+	db := &fakeServer{id: "server/1"}
+	edit := func(c *Config) { c.MemberLease = lease; c.MaxClockSkew = 100 * time.Millisecond }
+	a, b := fakeGuard(t, zks, "a:1", edit), fakeGuard(t, zks, "b:1", edit)
+	nop := func(context.Context) error { return nil }
+	a.StartBarrier(db, Repair{Flush: nop})
+	b.StartBarrier(db, Repair{Flush: nop})
+	waitFor(t, "both gates open", 20*time.Second, func() bool { return open(a) && open(b) })
+	return zks, db, a, b
+}
+
 // TestOutageGraceWaitsForMembersCutOffToo (the simulator's seed 163): the
 // whole ensemble is unreachable longer than the member lease, and MySQL
 // fails over meanwhile. Every member's bound passes in the outage,
@@ -49,15 +65,7 @@ func fakeGuard(t *testing.T, srv *zkfake.Server, self string, edit func(*Config)
 func TestOutageGraceWaitsForMembersCutOffToo(t *testing.T) {
 	t.Setenv("IDGEN_FAULT_NO_OUTAGE_GRACE", "1")
 	control := faultNoOutageGrace()
-	zks := zkfake.New()
-	defer zks.Close()
-	db := &fakeServer{id: "server/1"}
-	edit := func(c *Config) { c.MemberLease = 2 * time.Second; c.MaxClockSkew = 100 * time.Millisecond }
-	a, b := fakeGuard(t, zks, "a:1", edit), fakeGuard(t, zks, "b:1", edit)
-	nop := func(context.Context) error { return nil }
-	a.StartBarrier(db, Repair{Flush: nop})
-	b.StartBarrier(db, Repair{Flush: nop})
-	waitFor(t, "both gates open", 20*time.Second, func() bool { return open(a) && open(b) })
+	zks, db, a, b := twoOpenGuards(t, 2*time.Second)
 
 	zks.SetDown(true)
 	db.set("server/2") // the lossy failover, in the outage
@@ -99,15 +107,7 @@ func TestOutageGraceWaitsForMembersCutOffToo(t *testing.T) {
 // (it crashed in it) is counted gone one member lease after this node came
 // back: the grace costs a bounded wait, never a hang.
 func TestOutageGraceEnds(t *testing.T) {
-	zks := zkfake.New()
-	defer zks.Close()
-	db := &fakeServer{id: "server/1"}
-	edit := func(c *Config) { c.MemberLease = time.Second; c.MaxClockSkew = 100 * time.Millisecond }
-	a, b := fakeGuard(t, zks, "a:1", edit), fakeGuard(t, zks, "b:1", edit)
-	nop := func(context.Context) error { return nil }
-	a.StartBarrier(db, Repair{Flush: nop})
-	b.StartBarrier(db, Repair{Flush: nop})
-	waitFor(t, "both gates open", 20*time.Second, func() bool { return open(a) && open(b) })
+	zks, db, a, _ := twoOpenGuards(t, time.Second)
 
 	zks.SetDown(true)
 	zks.Kill("b:1")

@@ -325,7 +325,7 @@ func (a *Allocator) mayAnswer(sh *shard) (time.Time, error) {
 		a.st.leaseRefusals.Add(1)
 		return now, &UnavailableError{Shard: sh.idx, Reason: "this node's ownership lease could not be renewed (coordinator unreachable)",
 			RetryAfter: 500 * time.Millisecond}
-	case !faultLeaseMonotonicOnly() && !wallBefore(a.wallAt(now), a.cfg.Coordinator.ValidUntilWall()):
+	case !faultLeaseMonotonicOnly() && !WallBefore(a.wallAt(now), a.cfg.Coordinator.ValidUntilWall()):
 		a.st.leaseRefusals.Add(1)
 		return now, &UnavailableError{Shard: sh.idx, Reason: "this node's ownership lease ran out on the wall clock (the monotonic clock lost time: a frozen VM?)",
 			RetryAfter: 500 * time.Millisecond}

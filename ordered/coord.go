@@ -35,8 +35,11 @@ func DefaultWall(clk Clock) Clock {
 	return clk
 }
 
-// wallBefore compares a and b on their wall clock readings.
-func wallBefore(a, b time.Time) bool { return a.Round(0).Before(b.Round(0)) }
+// WallBefore reports whether a is before b on their wall clock readings
+// (a monotonic reading, if either has one, is ignored): the lease's end
+// on the wall clock is compared with it by the allocator and by the
+// coordinators (zkown).
+func WallBefore(a, b time.Time) bool { return a.Round(0).Before(b.Round(0)) }
 
 // Grant is this node's ownership of one shard for one epoch.
 type Grant struct {

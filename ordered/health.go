@@ -15,7 +15,7 @@ func (a *Allocator) Serves(shard int) bool {
 	}
 	now := a.cfg.Clock.Now()
 	return !now.Before(sh.grant.NotBefore) && now.Before(a.cfg.Coordinator.ValidUntil()) &&
-		wallBefore(a.wallAt(now), a.cfg.Coordinator.ValidUntilWall())
+		WallBefore(a.wallAt(now), a.cfg.Coordinator.ValidUntilWall())
 }
 
 // Unserved returns the shards that have no serving owner as far as this

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/ordered"
 )
 
 // The lease.
@@ -151,7 +152,7 @@ func (c *Coordinator) renew(ctx context.Context) {
 // lease its peers have already counted out (they took its shards).
 func (c *Coordinator) extendLocked(send, sendWall, reply, replyWall time.Time, term uint64) {
 	until := send.Add(c.cfg.Lease - c.cfg.LeaseMargin)
-	noGap := reply.Before(c.validUn) && (faultLeaseMonotonicOnly() || replyWall.Round(0).Before(c.validUnWall.Round(0)))
+	noGap := reply.Before(c.validUn) && (faultLeaseMonotonicOnly() || ordered.WallBefore(replyWall, c.validUnWall))
 	switch {
 	case noGap && term == c.term && !c.lapsed:
 		// The lease ran without a gap.
@@ -175,7 +176,7 @@ func (c *Coordinator) extendLocked(send, sendWall, reply, replyWall time.Time, t
 	if until.After(c.validUn) {
 		c.validUn = until
 	}
-	if w := sendWall.Add(c.cfg.Lease - c.cfg.LeaseMargin); w.Round(0).After(c.validUnWall.Round(0)) {
+	if w := sendWall.Add(c.cfg.Lease - c.cfg.LeaseMargin); ordered.WallBefore(c.validUnWall, w) {
 		c.validUnWall = w
 	}
 	c.lastSend = send

@@ -104,7 +104,7 @@ func (c *Coordinator) round(ctx context.Context) {
 // runs). c.mu is held.
 func (c *Coordinator) selfLiveLocked(now time.Time) bool {
 	return c.nodeOK && !c.lapsed && !c.closed && now.Before(c.validUn) &&
-		(faultLeaseMonotonicOnly() || c.cfg.Wall.Now().Round(0).Before(c.validUnWall.Round(0)))
+		(faultLeaseMonotonicOnly() || ordered.WallBefore(c.cfg.Wall.Now(), c.validUnWall))
 }
 
 // dropIfLapsed tells the handler every held shard is lost when the lease

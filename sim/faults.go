@@ -190,6 +190,8 @@ var Controls = []Control{
 		func(c *controls) {}},
 	{"IDGEN_FAULT_IGNORE_PARTED", "a node that stops cleanly takes its ORDERED memory with it: a lossy failover after it repeats its last numbers (found in the default mix: seeds 173, 214, 215)", []kind{kTerm, kFailover, kTermBack},
 		func(c *controls) {}},
+	{"IDGEN_FAULT_NO_RESTORE_HOLD", "after a ZooKeeper restore the gate opens once the members ZooKeeper still lists acknowledged: a member whose record the restore lost, still cut off, is not waited for, and a lossy failover in the same window repeats its numbers (found in the default mix: seed 1032)", []kind{kRestoreInit, kTerm, kFailover},
+		func(c *controls) {}},
 	{"IDGEN_FAULT_NO_OUTAGE_GRACE", "the barrier counts a member gone as soon as its bound passed, even when it passed in an outage of the whole ensemble: the first node back opens its gate before the others raise their rows (found in the default mix: seed 163)", []kind{kDown, kFailover},
 		func(c *controls) {}},
 	{"IDGEN_FAULT_LEASE_MONOTONIC_ONLY", "the ORDERED lease is checked on the monotonic clock only: a VM frozen past its lease answers again after its shards were taken over (hole:vm-freeze)", []kind{kFreeze, kPause, kPartition},

@@ -25,6 +25,11 @@ const (
 	// ensemble counts as having lost writes (issue 29 hole g: one probe
 	// can catch a follower that lags by a few writes).
 	LostWritesConfirm = time.Second
+	// RedialWithin is how long after the servers answer again a client
+	// they refuse (its zxid above theirs: a restore or a wipe) takes to be
+	// replaced: a probe, and the confirming one. A guard that waits for
+	// other nodes to come back after a restore waits at least this.
+	RedialWithin = RefusalCheckEvery + LostWritesConfirm
 	// srvrTimeout is how long each server may take to answer srvr (a
 	// loaded server answers slowly; no answer counts as not serving).
 	srvrTimeout = 3 * time.Second
@@ -301,6 +306,7 @@ func (s *Session) applyJudged(ls *loopState, r judged) {
 		// restore detector.
 		s.mu.Lock()
 		s.v.Restores++
+		s.v.RestoredAt = s.cfg.Now()
 		s.v.RestoreWhy = r.v.lost
 		s.mu.Unlock()
 		s.log.Error("ZooKeeper lost writes: counted as a restore; every guard applies the restore rule", zap.String("why", r.v.lost))
@@ -323,6 +329,7 @@ func (s *Session) applyChecked(ls *loopState, r checked) {
 		// Counted even when the connection dropped meanwhile: ZooKeeper
 		// was seen wiped or restored.
 		s.v.Restores++
+		s.v.RestoredAt = s.cfg.Now()
 		s.v.RestoreWhy = r.why
 		s.log.Error("ZooKeeper was wiped or restored from an older copy: every guard applies the restore rule",
 			zap.String("why", r.why), zap.Uint64("restores", s.v.Restores))

@@ -136,6 +136,8 @@ type View struct {
 	// rule when it grows; RestoreWhy says why (the latest).
 	Restores   uint64
 	RestoreWhy string
+	// RestoredAt is when Restores last grew (Config.Now; zero: never).
+	RestoredAt time.Time
 	// LostAt is when the session was last seen lost (zero while Has).
 	LostAt time.Time
 	// UsableSince is when the session last became usable (zero while
@@ -332,6 +334,7 @@ func (s *Session) NoteRestore(why string) {
 		return
 	}
 	s.v.Restores++
+	s.v.RestoredAt = s.cfg.Now()
 	s.v.RestoreWhy = why
 	s.log.Error("ZooKeeper was wiped or restored from an older copy (seen within the session): every guard applies the restore rule",
 		zap.String("why", why), zap.Uint64("restores", s.v.Restores))

@@ -41,3 +41,9 @@ func faultIgnoreParted() bool { return os.Getenv("IDGEN_FAULT_IGNORE_PARTED") ==
 // ensemble the first node back opened its gate before the others raised
 // their rows (simulator seed 163).
 func faultNoOutageGrace() bool { return os.Getenv("IDGEN_FAULT_NO_OUTAGE_GRACE") == "1" }
+
+// faultNoRestoreHold (IDGEN_FAULT_NO_RESTORE_HOLD=1) opens the gate after
+// a ZooKeeper restore as soon as the members ZooKeeper still lists have
+// acknowledged, as before: the members whose records the restore lost are
+// not waited for (simulator seed 1032).
+func faultNoRestoreHold() bool { return os.Getenv("IDGEN_FAULT_NO_RESTORE_HOLD") == "1" }

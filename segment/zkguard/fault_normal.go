@@ -10,3 +10,4 @@ func faultEphemeralMembers() bool      { return false }
 func faultNoRestoreReset() bool        { return false }
 func faultIgnoreParted() bool          { return false }
 func faultNoOutageGrace() bool         { return false }
+func faultNoRestoreHold() bool         { return false }

@@ -19,6 +19,13 @@ func fakeGuard(t *testing.T, srv *zkfake.Server, self string, edit func(*Config)
 		Connect: func(_ []string, to time.Duration) (zksession.ZK, <-chan zk.Event, error) {
 			c, ev := srv.Connect(self, to)
 			return c, ev, nil
+		},
+		ServerStats: func([]string, time.Duration) []zksession.ServerStat {
+			var out []zksession.ServerStat
+			for _, s := range srv.Stats() {
+				out = append(out, zksession.ServerStat{Server: s.Server, Serving: s.Serving, Zxid: s.Zxid})
+			}
+			return out
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -127,4 +134,56 @@ func TestOutageGraceEnds(t *testing.T) {
 		// must wait (the grace is one member lease, 1 s).
 		t.Fatalf("a's gate open %v after a came back; the grace is one member lease", time.Since(back))
 	}
+}
+
+// TestRestoreHoldWaitsForMembersTheRestoreLost (the simulator's seed
+// 1032): ZooKeeper is restored from a copy older than the member records,
+// while b is cut off, and MySQL fails over. a's barrier finds no member
+// but itself: b's record went with the restore. a must not open its gate
+// at once, because b may come back with rows to raise: the gate stays
+// closed for a member lease plus the time a refused client takes to be
+// replaced (zksession.RedialWithin) after the restore was noticed, then
+// opens without b (a bounded wait). Negative control:
+// IDGEN_FAULT_NO_RESTORE_HOLD=1 (faultinject builds): a opens while b is
+// still cut off, right after its own acknowledgement.
+func TestRestoreHoldWaitsForMembersTheRestoreLost(t *testing.T) {
+	t.Setenv("IDGEN_FAULT_NO_RESTORE_HOLD", "1")
+	control := faultNoRestoreHold()
+	zks := zkfake.New()
+	t.Cleanup(zks.Close)
+	snap := zks.Snapshot() // the copy: before any member record
+	db := &fakeServer{id: "server/1"}
+	edit := func(c *Config) { c.MemberLease = time.Second; c.MaxClockSkew = 100 * time.Millisecond }
+	a, b := fakeGuard(t, zks, "a:1", edit), fakeGuard(t, zks, "b:1", edit)
+	nop := func(context.Context) error { return nil }
+	a.StartBarrier(db, Repair{Flush: nop})
+	b.StartBarrier(db, Repair{Flush: nop})
+	waitFor(t, "both gates open", 20*time.Second, func() bool { return open(a) && open(b) })
+	hold := time.Second + zksession.RedialWithin
+
+	zks.SetPartitioned("b:1", true)
+	db.set("server/2")
+	a.ServerChanged("server/1", "server/2")
+	zks.Restore(snap)
+	waitFor(t, "a's session saw the restore", 30*time.Second, func() bool {
+		v := a.sess.View()
+		return v.Has && v.Restores > 0
+	})
+	if control {
+		waitFor(t, "a's gate open with b cut off (the hole)", 30*time.Second, func() bool { return open(a) })
+		if v := a.sess.View(); v.At.Sub(v.RestoredAt) >= hold {
+			t.Fatalf("IDGEN_FAULT_NO_RESTORE_HOLD=1: a opened %v after the restore, not before the hold %v", v.At.Sub(v.RestoredAt), hold)
+		}
+		return
+	}
+	time.Sleep(time.Second) // a's rounds run every 200 ms; its own acknowledgement is quick
+	v := a.sess.View()
+	aEarly := open(a)
+	if since := v.At.Sub(v.RestoredAt); since > hold-time.Second {
+		t.Skipf("inconclusive: the check ran %v after the restore was noticed (hold %v)", since, hold)
+	}
+	if aEarly {
+		t.Fatal("a's gate open while b, whose member record the restore lost, was still cut off")
+	}
+	waitFor(t, "a's gate open once the hold is over", 30*time.Second, func() bool { return open(a) })
 }

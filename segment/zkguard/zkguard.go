@@ -206,6 +206,9 @@ type Guard struct {
 	// means ZooKeeper was restored from an older copy (the restore rule).
 	lastMzxid    int64
 	seenRestores uint64
+	// restoredAt is when this guard last applied the restore rule
+	// (restoreHold).
+	restoredAt time.Time
 	// replicas: the most MySQL replicas seen, by this node (local) and as
 	// recorded in ZooKeeper (stored; -1 until read).
 	replicasLocal, replicasStored int

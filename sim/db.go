@@ -140,8 +140,9 @@ func (d *db) switchover() {
 // persist was in flight).
 type nodeDB struct {
 	*memstore.Store
-	d *db
-	n *node
+	d   *db
+	n   *node
+	inc int // the incarnation whose connection this is
 	// onChange is told of a new server identity before the node's next
 	// statement runs on it (mysqlstore.Store.OnServerChange).
 	onChange func(old, new string)
@@ -170,7 +171,7 @@ func (s *nodeDB) Ping(ctx context.Context) error { return s.boundary(ctx) }
 // failover reports the new server first, as a new MySQL connection does.
 func (s *nodeDB) boundary(ctx context.Context) error {
 	s.calls.Add(1)
-	if err := s.n.boundary(ctx); err != nil {
+	if err := s.n.boundary(ctx, s.inc); err != nil {
 		return err
 	}
 	s.d.mu.Lock()

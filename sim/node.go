@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -104,12 +105,15 @@ func (n *node) wait() {
 	}
 }
 
-// boundary is the gate of every store call: it waits out a pause and
-// fails for a dead node.
-func (n *node) boundary(ctx context.Context) error {
+// boundary is the gate of every store call of incarnation inc: it waits
+// out a pause and fails once that incarnation was killed or stopped, also
+// after the node restarted (a killed process makes no statement again:
+// before, a killed incarnation's goroutines wrote again as soon as its
+// successor started).
+func (n *node) boundary(ctx context.Context, inc int) error {
 	n.wait()
 	n.mu.Lock()
-	dead := n.dead
+	dead := n.dead || n.inc != inc
 	n.mu.Unlock()
 	if dead {
 		return errDead
@@ -167,7 +171,7 @@ func (n *node) start(ctx context.Context) error {
 	// lineage intact in the copy, took a slot whose holder's claim the
 	// copy lacked). Its own connection: its reads do not count as the
 	// node's statements (an intruder of another cluster reads no row).
-	wdb := &nodeDB{Store: c.db.mem, d: c.db, n: n}
+	wdb := &nodeDB{Store: c.db.mem, d: c.db, n: n, inc: inc}
 	chk := clusterinc.NewChecker(clusterinc.Config{Root: "/idgen", Cluster: n.cluster, NodeKey: fmt.Sprintf("idgen:%d:%s", port, host),
 		Record: worker.IncarnationRecord(n.dir, "idgen", port, host, n.cluster), Refused: zksession.ErrRefused,
 		Witness: simWitness{s: wdb, cluster: n.cluster}, Logger: log.Named("incarnation")})
@@ -193,7 +197,7 @@ func (n *node) start(ctx context.Context) error {
 		return fmt.Errorf("zksession: %w", err)
 	}
 	p := incarnation{sess: sess} // the components started so far, closed on a failure
-	store := &nodeDB{Store: c.db.mem, d: c.db, n: n}
+	store := &nodeDB{Store: c.db.mem, d: c.db, n: n, inc: inc}
 	n.mu.Lock()
 	n.store = store
 	n.mu.Unlock()
@@ -226,16 +230,17 @@ func (n *node) start(ctx context.Context) error {
 	// The replication guard (segment/zkguard) on the same session: the
 	// ledger of UNORDERED segments and the ORDERED barrier after a server
 	// change of the simulated MySQL (db.failover).
-	guardCfg := zkguard.Config{Session: sess, Root: "/idgen", Cluster: n.cluster, Self: n.addr, Timeout: zkTimeout,
+	// Instance is the incarnation's number: a member counted gone names
+	// the incarnation whose answers the limit explains, not the one
+	// running when it was counted (seed 1120: a killed incarnation's
+	// successor runs by then).
+	guardCfg := zkguard.Config{Session: sess, Root: "/idgen", Cluster: n.cluster, Self: n.addr, Instance: strconv.Itoa(inc), Timeout: zkTimeout,
 		BarrierWait: time.Second, MemberLease: time.Second, MaxClockSkew: 500 * time.Millisecond, Now: wall.Now,
 		Disabled: c.ctl.noGuard, Logger: log.Named("guard"),
-		OnMembersGone: func(members []string) {
+		OnMembersGone: func(members []zkguard.Member) {
 			for _, m := range members {
-				if o := c.byAdr[m]; o != nil {
-					o.mu.Lock()
-					inc := o.inc
-					o.mu.Unlock()
-					c.limits.memberGone(time.Now(), m, inc)
+				if i, err := strconv.Atoi(m.Instance); err == nil {
+					c.limits.memberGone(time.Now(), m.Node, i)
 				}
 			}
 		}}

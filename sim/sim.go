@@ -287,7 +287,7 @@ func Run(seed uint64, o Options) *Result {
 	cancel()
 	load.Wait()
 	c.bg.Wait()
-	res.Stuck = c.probe(probeWait)
+	res.Stuck = c.probe(probeWait, rec)
 	c.shutdown()
 	stopLag()
 	res.Report = checker.Check(rec.okCalls(), checker.Options{Layout: checker.DefaultLayout})

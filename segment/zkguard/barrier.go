@@ -35,18 +35,53 @@ type serverRecord struct {
 	By        string `json:"by"`
 }
 
-// memberRecord is /<root>/<cluster>/mysql/members/<node>: persistent, so
-// a node paused past its ZooKeeper session, or cut off from ZooKeeper but
-// not from MySQL, still counts (issue 29 hole c). Membership means memory:
-// a node that may still serve ORDERED from memory counts in every barrier
-// until it provably cannot, which is when UntilMs (on its wall clock) has
-// passed by the clock-skew allowance: it refuses ORDERED past its bound
-// unless it renewed it. A clean stop deletes the record.
+// memberRecord is /<root>/<cluster>/mysql/members/<node>~<instance>:
+// persistent, so a node paused past its ZooKeeper session, or cut off from
+// ZooKeeper but not from MySQL, still counts (issue 29 hole c). Membership
+// means memory: a process that may still serve ORDERED from memory counts
+// in every barrier until it provably cannot, which is when UntilMs (on its
+// wall clock) has passed by the clock-skew allowance: it refuses ORDERED
+// past its bound unless it renewed it. A clean stop deletes the record.
+//
+// One record per process, not per node name: a process killed and
+// restarted under the same name took its memory with it, and what it
+// answered last may be lost by a lossy failover soon after. Had the new
+// process overwritten the old record, the barrier would count the name as
+// acknowledged and open at once, with nothing said; with its own record
+// the old process is waited for until its bound passes and then counted
+// gone, logged and alerted on (the simulator's seed 1120). The same holds
+// for an old process that is only paused while its replacement runs.
+// Records of the version before this one are named <node> alone; they are
+// read the same way.
 type memberRecord struct {
-	Gen     int64  `json:"gen"` // the generation whose rows it raised
-	Server  string `json:"server"`
-	AtMs    int64  `json:"at_ms"`
-	UntilMs int64  `json:"until_ms"` // serving until (wall clock, ms)
+	Node     string `json:"node,omitempty"`
+	Instance string `json:"instance,omitempty"`
+	Gen      int64  `json:"gen"` // the generation whose rows it raised
+	Server   string `json:"server"`
+	AtMs     int64  `json:"at_ms"`
+	UntilMs  int64  `json:"until_ms"` // serving until (wall clock, ms)
+}
+
+// Member names one process in the barrier: its node (Config.Self) and its
+// Config.Instance ("" for a record of the previous version, one per node).
+type Member struct {
+	Node, Instance string
+}
+
+func (m Member) String() string {
+	if m.Instance == "" {
+		return m.Node
+	}
+	return m.Node + "~" + m.Instance
+}
+
+// memberOf names the member of the record at znode name k.
+func memberOf(k string, m memberRecord) Member {
+	if m.Node != "" {
+		return Member{Node: m.Node, Instance: m.Instance}
+	}
+	node, inst, _ := strings.Cut(k, "~")
+	return Member{Node: node, Instance: inst}
 }
 
 // ErrBarrier wraps the refusal of ORDERED while the gate is closed.
@@ -419,17 +454,21 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 	}
 	g.complete.Add(1)
 	g.expired.Add(uint64(len(gone)))
+	if len(gone) > 0 {
+		if g.cfg.OnMembersGone != nil {
+			g.cfg.OnMembersGone(gone)
+		}
+		names := make([]string, len(gone))
+		for i, m := range gone {
+			names[i] = m.String()
+		}
+		g.log.Warn("ORDERED barrier: members whose serving bound passed without raising their rows count as gone (they cannot serve from memory any more); ORDERED keys only they remembered are protected only by lossless replication, as after a crash",
+			zap.Strings("members", names), zap.Int64("gen", rec.Gen))
+	}
 	g.openGate()
 	g.mu.Lock()
 	waited := time.Since(g.closedAt)
 	g.mu.Unlock()
-	if len(gone) > 0 && g.cfg.OnMembersGone != nil {
-		g.cfg.OnMembersGone(gone)
-	}
-	if len(gone) > 0 {
-		g.log.Warn("ORDERED barrier: members whose serving bound passed without raising their rows count as gone (they cannot serve from memory any more); ORDERED keys only they remembered are protected only by lossless replication, as after a crash",
-			zap.Strings("members", gone), zap.Int64("gen", rec.Gen))
-	}
 	g.log.Warn("ORDERED gate open again: every member raised the rows it remembers on the new MySQL server, or cannot serve any more",
 		zap.String("server", rec.Server), zap.Int64("gen", rec.Gen), zap.Duration("closed_for", waited))
 	return nil
@@ -448,8 +487,14 @@ func (g *Guard) renewDue() bool {
 	return g.renewedAt.IsZero() || time.Since(g.renewedAt) >= g.cfg.MemberLease/3
 }
 
-// memberPath is this node's member record.
-func (g *Guard) memberPath() string { return path.Join(g.base, "mysql", "members", g.cfg.Self) }
+// memberPath is this process's member record.
+func (g *Guard) memberPath() string {
+	name := Member{Node: g.cfg.Self, Instance: g.cfg.Instance}.String()
+	if faultMemberPerNode() {
+		name = g.cfg.Self // the hole reopened: a restart overwrites its predecessor's record
+	}
+	return path.Join(g.base, "mysql", "members", name)
+}
 
 // writeMember writes this node's member record: the generation whose rows
 // it raised and its new bound, computed from before the write (so the
@@ -457,7 +502,8 @@ func (g *Guard) memberPath() string { return path.Join(g.base, "mysql", "members
 func (g *Guard) writeMember(ctx context.Context, rec serverRecord) error {
 	start, startWall := time.Now(), g.cfg.Now()
 	untilMs := startWall.Add(g.cfg.MemberLease).UnixMilli()
-	b, _ := json.Marshal(memberRecord{Gen: rec.Gen, Server: rec.Server, AtMs: startWall.UnixMilli(), UntilMs: untilMs})
+	b, _ := json.Marshal(memberRecord{Node: g.cfg.Self, Instance: g.cfg.Instance, Gen: rec.Gen, Server: rec.Server,
+		AtMs: startWall.UnixMilli(), UntilMs: untilMs})
 	p := g.memberPath()
 	flags := int32(0)
 	if faultEphemeralMembers() {
@@ -470,7 +516,7 @@ func (g *Guard) writeMember(ctx context.Context, rec serverRecord) error {
 				return err
 			}
 			_, err := g.conn.Create(p, b, flags, g.acl)
-			return err // ErrNodeExists: a race with this node's previous process; the next round writes again
+			return err // ErrNodeExists: a concurrent write of this process's (only with the fault switch: of its previous process); the next round writes again
 		}
 		if err != nil {
 			return err
@@ -495,8 +541,8 @@ func (g *Guard) writeMember(ctx context.Context, rec serverRecord) error {
 
 // members lists the members that have not acknowledged gen and may still
 // serve (missing), and those whose bound passed (gone); it deletes records
-// long past their bound (a crashed node's).
-func (g *Guard) members(ctx context.Context, gen int64) (missing, gone []string, err error) {
+// long past their bound (a crashed process's).
+func (g *Guard) members(ctx context.Context, gen int64) (missing []string, gone []Member, err error) {
 	dir := path.Join(g.base, "mysql", "members")
 	now := g.cfg.Now()
 	cutFrom, backFor := g.ownOutage(now)
@@ -525,18 +571,19 @@ func (g *Guard) members(ctx context.Context, gen int64) (missing, gone []string,
 			if m.Gen >= gen {
 				continue
 			}
+			who := memberOf(k, m)
 			if faultEphemeralMembers() {
-				missing = append(missing, k)
+				missing = append(missing, who.String())
 				continue
 			}
 			past := now.Sub(time.UnixMilli(m.UntilMs)) // on this node's clock
 			switch {
 			case past > g.cfg.MaxClockSkew+memberGC:
 				if err := g.conn.Delete(path.Join(dir, k), st.Version); err == nil {
-					g.log.Info("removed the barrier member record of a node gone for long", zap.String("member", k),
+					g.log.Info("removed the barrier member record of a process gone for long", zap.Stringer("member", who),
 						zap.Time("serving_until", time.UnixMilli(m.UntilMs)))
 				}
-				gone = append(gone, k)
+				gone = append(gone, who)
 			case past > g.cfg.MaxClockSkew && backFor < g.cfg.MemberLease && !time.UnixMilli(m.UntilMs).Add(g.cfg.MaxClockSkew).Before(cutFrom):
 				// Its bound passed while this node could not reach
 				// ZooKeeper either: the same outage (the ensemble down
@@ -545,11 +592,11 @@ func (g *Guard) members(ctx context.Context, gen int64) (missing, gone []string,
 				// raise. Wait for it up to one member lease after this
 				// node came back (seed 163 of the simulator: a member
 				// counted gone 200 ms before it raised its rows).
-				missing = append(missing, fmt.Sprintf("%s (its bound passed while this node could not reach ZooKeeper either; waited for up to %s after this node came back)", k, g.cfg.MemberLease))
+				missing = append(missing, fmt.Sprintf("%s (its bound passed while this node could not reach ZooKeeper either; waited for up to %s after this node came back)", who, g.cfg.MemberLease))
 			case past > g.cfg.MaxClockSkew:
-				gone = append(gone, k)
+				gone = append(gone, who)
 			default:
-				missing = append(missing, fmt.Sprintf("%s (may serve until %s)", k, time.UnixMilli(m.UntilMs).UTC().Format(time.RFC3339Nano)))
+				missing = append(missing, fmt.Sprintf("%s (may serve until %s)", who, time.UnixMilli(m.UntilMs).UTC().Format(time.RFC3339Nano)))
 			}
 		}
 		// Nodes of the version before member records acknowledge in an

@@ -47,3 +47,10 @@ func faultNoOutageGrace() bool { return os.Getenv("IDGEN_FAULT_NO_OUTAGE_GRACE")
 // acknowledged, as before: the members whose records the restore lost are
 // not waited for (simulator seed 1032).
 func faultNoRestoreHold() bool { return os.Getenv("IDGEN_FAULT_NO_RESTORE_HOLD") == "1" }
+
+// faultMemberPerNode (IDGEN_FAULT_MEMBER_PER_NODE=1) names the member
+// record by node alone, as before: a process restarted under the same
+// name overwrites its killed predecessor's record, and a lossy failover
+// soon after repeats the predecessor's last numbers with the barrier
+// reporting every member acknowledged (simulator seed 1120).
+func faultMemberPerNode() bool { return os.Getenv("IDGEN_FAULT_MEMBER_PER_NODE") == "1" }

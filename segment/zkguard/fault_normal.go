@@ -11,3 +11,4 @@ func faultNoRestoreReset() bool        { return false }
 func faultIgnoreParted() bool          { return false }
 func faultNoOutageGrace() bool         { return false }
 func faultNoRestoreHold() bool         { return false }
+func faultMemberPerNode() bool         { return false }

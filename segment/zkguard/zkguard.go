@@ -21,7 +21,8 @@
 //     a statement, records the new server and a new generation under
 //     /<root>/<cluster>/mysql/server, raises every ORDERED row it remembers
 //     (perrequest.Processor.Remembered) on the new server, and acknowledges the
-//     generation in its member record /<root>/<cluster>/mysql/members/<node>.
+//     generation in its member record /<root>/<cluster>/mysql/members/<node>~<instance>
+//     (one per process: a restarted process does not hide its predecessor).
 //     Every node that sees the new generation does the same. A gate opens
 //     again when every member acknowledged the generation or provably cannot
 //     serve any more. So no node reserves on the new server below a number
@@ -55,11 +56,14 @@ package zkguard
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,6 +110,13 @@ type Config struct {
 	Timeout time.Duration
 	// Self names this node in the barrier (host:port of its RPC address).
 	Self string
+	// Instance tells this process's member record from those of earlier
+	// processes of the same Self (default: random). A process restarted
+	// under the same name must not overwrite its predecessor's record:
+	// the predecessor may have answered numbers that a lossy failover
+	// then lost, and its record is what makes the barrier wait for it
+	// and count it gone (the simulator's seed 1120).
+	Instance string
 	// BarrierWait is how long the ORDERED gate waits for the other
 	// members after a server change before the round counts as a timeout
 	// (default 10s). The gate stays closed after it while an
@@ -124,11 +135,12 @@ type Config struct {
 	// Now is the wall clock of the bounds (nil: time.Now).
 	Now func() time.Time
 	// OnMembersGone, when set, is told the members a barrier counted gone
-	// (their bound passed without an acknowledgement) as the gate opens:
-	// what only they remembered is protected only by the replication. The
-	// simulator uses it to tell that documented limit from a bug; the
-	// metric idgen_ordered_barrier_members_expired_total counts them.
-	OnMembersGone func(members []string)
+	// (their bound passed without an acknowledgement) just before the gate
+	// opens: what only they remembered is protected only by the
+	// replication. The simulator uses it to tell that documented limit
+	// from a bug; the metric idgen_ordered_barrier_members_expired_total
+	// counts them.
+	OnMembersGone func(members []Member)
 	// ServeUnverified says whether a segment may be served when the
 	// ledger cannot be reached (ZooKeeper down): true when the store's
 	// replication cannot lose reservations (then the ledger is only a
@@ -254,6 +266,14 @@ func Open(cfg Config) (*Guard, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Instance == "" {
+		var b [6]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+		cfg.Instance = hex.EncodeToString(b[:])
+	}
+	if strings.ContainsAny(cfg.Self+cfg.Instance, "/~") {
+		return nil, fmt.Errorf("zkguard: Config.Self %q and Instance %q must not contain '/' or '~' (they name a znode)", cfg.Self, cfg.Instance)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()

@@ -19,6 +19,7 @@ import (
 const (
 	ErDupEntry           = 1062
 	ErNoSuchTable        = 1146
+	ErBadField           = 1054 // unknown column (a schema older than the code)
 	ErDataOutOfRange     = 1690 // BIGINT value is out of range
 	ErLockWaitTimeout    = 1205
 	ErLockDeadlock       = 1213

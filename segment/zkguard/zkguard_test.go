@@ -258,23 +258,32 @@ func TestIntegration_BarrierTimeout(t *testing.T) {
 	}
 }
 
-// TestIntegration_PreviousProcessRecord: the member record left by this
-// node's previous process (same name) is taken over by this process.
+// TestIntegration_PreviousProcessRecord: a member record left by an
+// earlier process of this node (here one of the previous version, named
+// by the node alone) is not taken over: this process writes its own
+// record, and reads the old one as another member's, which it counts gone
+// and removes once its bound passed long ago.
 func TestIntegration_PreviousProcessRecord(t *testing.T) {
 	c := clusterName(t)
 	zc := testConn(t)
-	p := "/idgen-test-zkguard/" + c + "/mysql/members/a:1"
-	writeRecord(t, zc, p, []byte(`{"gen":99,"until_ms":1}`))
-	a := newGuard(t, c, "a:1", nil)
+	old := "/idgen-test-zkguard/" + c + "/mysql/members/a:1"
+	writeRecord(t, zc, old, []byte(`{"gen":0,"until_ms":1}`))
+	a := newGuard(t, c, "a:1", func(c *Config) { c.Instance = "2" })
 	a.StartBarrier(&fakeServer{id: "server/1"}, Repair{Flush: func(context.Context) error { return nil }})
 	waitFor(t, "gate open", 30*time.Second, func() bool { return open(a) })
-	data, _, err := zc.Get(p)
+	data, _, err := zc.Get(old + "~2")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var m memberRecord
-	if err := json.Unmarshal(data, &m); err != nil || m.Gen != 1 || m.UntilMs <= time.Now().UnixMilli() {
-		t.Fatalf("record %s (%v); want gen 1 with a bound ahead", data, err)
+	if err := json.Unmarshal(data, &m); err != nil || m.Gen != 1 || m.UntilMs <= time.Now().UnixMilli() || m.Node != "a:1" || m.Instance != "2" {
+		t.Fatalf("record %s (%v); want gen 1 of a:1~2 with a bound ahead", data, err)
+	}
+	if ok, _, err := zc.Exists(old); err != nil || ok {
+		t.Errorf("the previous process's record, its bound long past, is still there (%v)", err)
+	}
+	if s := a.Stats(); s.MembersExpired != 1 {
+		t.Errorf("stats %+v; want the previous process counted gone", s)
 	}
 }
 
@@ -344,12 +353,15 @@ func TestIntegration_CleanStopLeaves(t *testing.T) {
 	a.StartBarrier(srv, Repair{Flush: func(context.Context) error { return nil }})
 	b.StartBarrier(srv, Repair{Flush: func(context.Context) error { return nil }})
 	waitFor(t, "both gates open", 30*time.Second, func() bool { return open(a) && open(b) })
+	zc := testConn(t)
+	if ok, _, err := zc.Exists(b.memberPath()); err != nil || !ok {
+		t.Fatalf("b's member record %s before the stop: exists %v, %v", b.memberPath(), ok, err)
+	}
 	b.Close()
 	if open(b) {
 		t.Fatal("b's gate open after Close")
 	}
-	zc := testConn(t)
-	if ok, _, err := zc.Exists("/idgen-test-zkguard/" + c + "/mysql/members/b:1"); err != nil || ok {
+	if ok, _, err := zc.Exists(b.memberPath()); err != nil || ok {
 		t.Fatalf("b's member record after a clean stop: exists %v, %v", ok, err)
 	}
 	srv.set("server/2")

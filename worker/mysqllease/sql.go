@@ -8,8 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
+	"github.com/idgen/idgen/internal/mysqldb"
 	"github.com/idgen/idgen/worker"
 )
 
@@ -19,34 +18,18 @@ import (
 // of a local NOW() is ambiguous for an hour a year).
 const dbNowMs = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
 
-// MySQL error numbers the lease reacts to.
-const (
-	erLockWaitTimeout = 1205
-	erLockDeadlock    = 1213
-	erNoSuchTable     = 1146
-	erBadField        = 1054
-)
-
-func errNo(err error) uint16 {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		return me.Number
-	}
-	return 0
-}
-
 // retryable: the transaction was rolled back by the server because of
 // concurrent claims; running it again is safe.
 func retryable(err error) bool {
-	n := errNo(err)
-	return n == erLockDeadlock || n == erLockWaitTimeout
+	n := mysqldb.ErrNo(err)
+	return n == mysqldb.ErLockDeadlock || n == mysqldb.ErLockWaitTimeout
 }
 
 func noSchema(err error) error {
-	switch errNo(err) {
-	case erNoSuchTable:
+	switch mysqldb.ErrNo(err) {
+	case mysqldb.ErNoSuchTable:
 		return fmt.Errorf("%w (%v): run `idctl db migrate --mysql DSN` (schema version 2 adds worker_cluster and worker_slot)", ErrNoSchema, err)
-	case erBadField:
+	case mysqldb.ErBadField:
 		return fmt.Errorf("%w (%v): run `idctl db migrate --mysql DSN` (schema version 4 adds worker_cluster.registry)", ErrNoSchema, err)
 	}
 	return err

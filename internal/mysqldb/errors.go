@@ -12,53 +12,9 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/idgen/idgen/internal/mysqlerr"
 	"github.com/idgen/idgen/segment"
 )
-
-// MySQL/MariaDB server error numbers the store treats specially.
-const (
-	ErDupEntry           = 1062
-	ErNoSuchTable        = 1146
-	ErBadField           = 1054 // unknown column (a schema older than the code)
-	ErDataOutOfRange     = 1690 // BIGINT value is out of range
-	ErLockWaitTimeout    = 1205
-	ErLockDeadlock       = 1213
-	ErConCount           = 1040 // too many connections
-	ErServerShutdown     = 1053
-	ErAccessDenied       = 1045
-	ErDBAccessDenied     = 1044
-	ErTableAccessDenied  = 1142
-	ErColumnAccessDenied = 1143
-	ErBadDB              = 1049
-	ErQueryInterrupted   = 1317
-	ErOptionPreventsStmt = 1290 // --read-only
-	ErReadOnlyTxn        = 1792
-	ErReadOnlyMode       = 1836
-	ErConnectionKilled   = 1927 // MariaDB
-	ErStatementTimeout   = 1969 // MariaDB max_statement_time
-	ErQueryTimeout       = 3024 // MySQL max_execution_time
-	ErClientIdleTimeout  = 4031 // MySQL 8.0.24+: disconnected for inactivity
-	ErNetReadError       = 1158
-	ErNetReadInterrupted = 1159
-	ErNetWriteError      = 1160
-	ErNetWriteInterrupt  = 1161
-	ErHostBlocked        = 1129
-	ErUserLimitReached   = 1226
-	ErUnknownComError    = 1047
-	ErTooManyUserConns   = 1203
-	ErLockTableFull      = 1206
-	ErOutOfResources     = 1041
-)
-
-// ErrNo returns the server's error number of err, 0 when err is not a
-// server error.
-func ErrNo(err error) uint16 {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		return me.Number
-	}
-	return 0
-}
 
 // Classify turns a database error into the store's error for op (a phrase
 // such as `reserve segment for "order"`), wrapping segment.ErrUnavailable
@@ -84,28 +40,28 @@ func ClassifyErr(parent context.Context, op string, err error, addr string, time
 	unavailable := func(hint string) error {
 		return fmt.Errorf("mysqlstore: %s: %s: %w: %w", op, hint, segment.ErrUnavailable, err)
 	}
-	switch n := ErrNo(err); n {
+	switch n := mysqlerr.Number(err); n {
 	case 0:
-	case ErLockWaitTimeout:
+	case mysqlerr.LockWaitTimeout:
 		return unavailable("lock wait timed out (another transaction holds the row; look for long-running ones in information_schema.innodb_trx)")
-	case ErLockDeadlock:
+	case mysqlerr.LockDeadlock:
 		return unavailable("deadlock, rolled back")
-	case ErDataOutOfRange:
+	case mysqlerr.DataOutOfRange:
 		return fmt.Errorf("mysqlstore: %s: the counter would pass 2^63-1: %w: %w", op, segment.ErrExhausted, err)
-	case ErNoSuchTable:
+	case mysqlerr.NoSuchTable:
 		return unavailable("schema missing (run `idctl db migrate --mysql DSN`)")
-	case ErBadDB:
+	case mysqlerr.BadDB:
 		return unavailable("database does not exist (check the DSN's database name; `idctl db migrate` does not create databases)")
-	case ErAccessDenied, ErDBAccessDenied, ErTableAccessDenied, ErColumnAccessDenied:
+	case mysqlerr.AccessDenied, mysqlerr.DBAccessDenied, mysqlerr.TableAccessDenied, mysqlerr.ColumnAccessDenied:
 		return unavailable("access denied (check the DSN's user and password and the GRANT in segment/mysqlstore/README.md)")
-	case ErConCount, ErTooManyUserConns, ErUserLimitReached, ErHostBlocked, ErOutOfResources, ErLockTableFull:
+	case mysqlerr.ConCount, mysqlerr.TooManyUserConns, mysqlerr.UserLimitReached, mysqlerr.HostBlocked, mysqlerr.OutOfResources, mysqlerr.LockTableFull:
 		return unavailable(fmt.Sprintf("server at %s refuses more work (check max_connections, the user's limits and the pool size across nodes)", addr))
-	case ErServerShutdown, ErConnectionKilled, ErQueryInterrupted, ErNetReadError, ErNetReadInterrupted,
-		ErNetWriteError, ErNetWriteInterrupt, ErClientIdleTimeout, ErUnknownComError:
+	case mysqlerr.ServerShutdown, mysqlerr.ConnectionKilled, mysqlerr.QueryInterrupted, mysqlerr.NetReadError, mysqlerr.NetReadInterrupted,
+		mysqlerr.NetWriteError, mysqlerr.NetWriteInterrupt, mysqlerr.ClientIdleTimeout, mysqlerr.UnknownComError:
 		return unavailable(fmt.Sprintf("connection to %s lost (server shutting down or restarted?)", addr))
-	case ErOptionPreventsStmt, ErReadOnlyTxn, ErReadOnlyMode:
+	case mysqlerr.OptionPreventsStmt, mysqlerr.ReadOnlyTxn, mysqlerr.ReadOnlyMode:
 		return unavailable(fmt.Sprintf("server at %s is read-only (a replica or a demoted primary? check the DSN points at the primary)", addr))
-	case ErStatementTimeout, ErQueryTimeout:
+	case mysqlerr.StatementTimeout, mysqlerr.QueryTimeout:
 		return unavailable("statement timed out on the server")
 	default:
 		return fmt.Errorf("mysqlstore: %s: %w", op, err)
@@ -133,7 +89,7 @@ func ClassifyErr(parent context.Context, op string, err error, addr string, time
 
 // IsDeadlock reports a transaction rolled back by a deadlock or a Galera
 // certification conflict (both error 1213).
-func IsDeadlock(err error) bool { return ErrNo(err) == ErLockDeadlock }
+func IsDeadlock(err error) bool { return mysqlerr.Number(err) == mysqlerr.LockDeadlock }
 
 // IsDupEntry reports an insert refused by a duplicate key.
-func IsDupEntry(err error) bool { return ErrNo(err) == ErDupEntry }
+func IsDupEntry(err error) bool { return mysqlerr.Number(err) == mysqlerr.DupEntry }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/idgen/idgen/internal/mysqlerr"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -31,15 +32,15 @@ func TestClassify(t *testing.T) {
 		{"invalid conn", mysql.ErrInvalidConn, segment.ErrUnavailable, "check the server is running"},
 		{"eof", io.ErrUnexpectedEOF, segment.ErrUnavailable, "check the server is running"},
 		{"refused", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, segment.ErrUnavailable, "DSN's address"},
-		{"lock wait", myErr(ErLockWaitTimeout), segment.ErrUnavailable, "lock wait"},
-		{"deadlock", myErr(ErLockDeadlock), segment.ErrUnavailable, "deadlock"},
-		{"too many connections", myErr(ErConCount), segment.ErrUnavailable, "max_connections"},
-		{"shutdown", myErr(ErServerShutdown), segment.ErrUnavailable, "restarted"},
-		{"read only", myErr(ErOptionPreventsStmt), segment.ErrUnavailable, "primary"},
-		{"no table", myErr(ErNoSuchTable), segment.ErrUnavailable, "idctl db migrate"},
-		{"no database", myErr(ErBadDB), segment.ErrUnavailable, "database name"},
-		{"access denied", myErr(ErTableAccessDenied), segment.ErrUnavailable, "GRANT"},
-		{"out of range", myErr(ErDataOutOfRange), segment.ErrExhausted, "2^63-1"},
+		{"lock wait", myErr(mysqlerr.LockWaitTimeout), segment.ErrUnavailable, "lock wait"},
+		{"deadlock", myErr(mysqlerr.LockDeadlock), segment.ErrUnavailable, "deadlock"},
+		{"too many connections", myErr(mysqlerr.ConCount), segment.ErrUnavailable, "max_connections"},
+		{"shutdown", myErr(mysqlerr.ServerShutdown), segment.ErrUnavailable, "restarted"},
+		{"read only", myErr(mysqlerr.OptionPreventsStmt), segment.ErrUnavailable, "primary"},
+		{"no table", myErr(mysqlerr.NoSuchTable), segment.ErrUnavailable, "idctl db migrate"},
+		{"no database", myErr(mysqlerr.BadDB), segment.ErrUnavailable, "database name"},
+		{"access denied", myErr(mysqlerr.TableAccessDenied), segment.ErrUnavailable, "GRANT"},
+		{"out of range", myErr(mysqlerr.DataOutOfRange), segment.ErrExhausted, "2^63-1"},
 		{"syntax", myErr(1064), nil, "op"},
 		{"other", errors.New("boom"), nil, "boom"},
 	}

@@ -41,6 +41,7 @@ import (
 	"sync/atomic"
 
 	"github.com/idgen/idgen/internal/mysqldb"
+	"github.com/idgen/idgen/internal/mysqlerr"
 	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/segment"
 	segmentmysql "github.com/idgen/idgen/segment/mysqlstore"
@@ -510,7 +511,7 @@ func (s *Store) ownedErr(parent context.Context, op string, err error) error {
 		return dup
 	case errors.Is(err, ordered.ErrFenced):
 		return fmt.Errorf("mysqlstore: %s: %w", op, err)
-	case mysqldb.ErrNo(err) == mysqldb.ErLockWaitTimeout:
+	case mysqlerr.Number(err) == mysqlerr.LockWaitTimeout:
 		// Another session holds the shard row: a persist in flight, or an
 		// owner paused inside its transaction, which the server ends
 		// within mysqldb.SessionIdleLimit. Retry soon.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idgen/idgen/internal/mysqldb"
+	"github.com/idgen/idgen/internal/mysqlerr"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/storetest"
 )
@@ -462,7 +463,7 @@ func TestIntegration_LockWait(t *testing.T) {
 			if took > timeout+3*time.Second {
 				t.Errorf("%s behind a lock took %v, Timeout is %v", name, took, timeout)
 			}
-			if mysqldb.ErrNo(err) != mysqldb.ErLockWaitTimeout {
+			if mysqlerr.Number(err) != mysqlerr.LockWaitTimeout {
 				t.Errorf("%s behind a lock: %v; want the server's lock wait timeout (1205) before the client's deadline", name, err)
 			}
 			t.Logf("%s: %v after %v", name, err, took.Round(time.Millisecond))

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/idgen/idgen/internal/mysqldb"
+	"github.com/idgen/idgen/internal/mysqlerr"
 )
 
 // Verdict is what the replication setup of the server a Store talks to
@@ -599,9 +600,7 @@ func readNameValues(ctx context.Context, db *sql.DB, query string) (map[string]s
 // serverRefused reports whether err is the server answering with an error
 // (a missing privilege, a syntax this server does not know), as opposed
 // to not answering.
-func serverRefused(err error) bool { return mysqldb.ErrNo(err) != 0 }
-
-const erParseError = 1064
+func serverRefused(err error) bool { return mysqlerr.Number(err) != 0 }
 
 // readDumps counts the replicas reading the binary log.
 func readDumps(ctx context.Context, db *sql.DB, f *replicationFacts) error {
@@ -654,7 +653,7 @@ func readSources(ctx context.Context, db *sql.DB, f *replicationFacts) error {
 			f.Sources, f.GroupReplication = describeSources(rows)
 			return nil
 		}
-		if mysqldb.ErrNo(err) != erParseError {
+		if mysqlerr.Number(err) != mysqlerr.ParseError {
 			break
 		}
 	}

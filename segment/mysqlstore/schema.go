@@ -13,6 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idgen/idgen/internal/mysqldb"
+	"github.com/idgen/idgen/internal/mysqlerr"
 )
 
 // Migration is one schema version.
@@ -457,7 +458,7 @@ func SchemaVersion(ctx context.Context, dsn string) (current, latest int, err er
 func schemaVersionDB(ctx context.Context, db *sql.DB) (int, error) {
 	var v sql.NullInt64
 	err := db.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_version`).Scan(&v)
-	if mysqldb.ErrNo(err) == mysqldb.ErNoSuchTable {
+	if mysqlerr.Number(err) == mysqlerr.NoSuchTable {
 		return 0, nil
 	}
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idgen/idgen/internal/mysqldb"
+	"github.com/idgen/idgen/internal/mysqlerr"
 	"github.com/idgen/idgen/worker"
 )
 
@@ -21,15 +21,15 @@ const dbNowMs = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAM
 // retryable: the transaction was rolled back by the server because of
 // concurrent claims; running it again is safe.
 func retryable(err error) bool {
-	n := mysqldb.ErrNo(err)
-	return n == mysqldb.ErLockDeadlock || n == mysqldb.ErLockWaitTimeout
+	n := mysqlerr.Number(err)
+	return n == mysqlerr.LockDeadlock || n == mysqlerr.LockWaitTimeout
 }
 
 func noSchema(err error) error {
-	switch mysqldb.ErrNo(err) {
-	case mysqldb.ErNoSuchTable:
+	switch mysqlerr.Number(err) {
+	case mysqlerr.NoSuchTable:
 		return fmt.Errorf("%w (%v): run `idctl db migrate --mysql DSN` (schema version 2 adds worker_cluster and worker_slot)", ErrNoSchema, err)
-	case mysqldb.ErBadField:
+	case mysqlerr.BadField:
 		return fmt.Errorf("%w (%v): run `idctl db migrate --mysql DSN` (schema version 4 adds worker_cluster.registry)", ErrNoSchema, err)
 	}
 	return err

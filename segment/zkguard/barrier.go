@@ -51,15 +51,13 @@ type serverRecord struct {
 // the old process is waited for until its bound passes and then counted
 // gone, logged and alerted on (the simulator's seed 1120). The same holds
 // for an old process that is only paused while its replacement runs.
-// Records of the version before this one are named <node> alone; they are
-// read the same way.
+// The znode's name is the member's identity (memberOf); records of the
+// version before this one are named <node> alone and read the same way.
 type memberRecord struct {
-	Node     string `json:"node,omitempty"`
-	Instance string `json:"instance,omitempty"`
-	Gen      int64  `json:"gen"` // the generation whose rows it raised
-	Server   string `json:"server"`
-	AtMs     int64  `json:"at_ms"`
-	UntilMs  int64  `json:"until_ms"` // serving until (wall clock, ms)
+	Gen     int64  `json:"gen"` // the generation whose rows it raised
+	Server  string `json:"server"`
+	AtMs    int64  `json:"at_ms"`
+	UntilMs int64  `json:"until_ms"` // serving until (wall clock, ms)
 }
 
 // Member names one process in the barrier: its node (Config.Self) and its
@@ -75,11 +73,8 @@ func (m Member) String() string {
 	return m.Node + "~" + m.Instance
 }
 
-// memberOf names the member of the record at znode name k.
-func memberOf(k string, m memberRecord) Member {
-	if m.Node != "" {
-		return Member{Node: m.Node, Instance: m.Instance}
-	}
+// memberOf names the member whose record is the znode named k.
+func memberOf(k string) Member {
 	node, inst, _ := strings.Cut(k, "~")
 	return Member{Node: node, Instance: inst}
 }
@@ -502,8 +497,7 @@ func (g *Guard) memberPath() string {
 func (g *Guard) writeMember(ctx context.Context, rec serverRecord) error {
 	start, startWall := time.Now(), g.cfg.Now()
 	untilMs := startWall.Add(g.cfg.MemberLease).UnixMilli()
-	b, _ := json.Marshal(memberRecord{Node: g.cfg.Self, Instance: g.cfg.Instance, Gen: rec.Gen, Server: rec.Server,
-		AtMs: startWall.UnixMilli(), UntilMs: untilMs})
+	b, _ := json.Marshal(memberRecord{Gen: rec.Gen, Server: rec.Server, AtMs: startWall.UnixMilli(), UntilMs: untilMs})
 	p := g.memberPath()
 	flags := int32(0)
 	if faultEphemeralMembers() {
@@ -571,7 +565,7 @@ func (g *Guard) members(ctx context.Context, gen int64) (missing []string, gone 
 			if m.Gen >= gen {
 				continue
 			}
-			who := memberOf(k, m)
+			who := memberOf(k)
 			if faultEphemeralMembers() {
 				missing = append(missing, who.String())
 				continue

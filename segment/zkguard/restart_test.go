@@ -87,24 +87,16 @@ func TestRestartedProcessDoesNotHideItsPredecessor(t *testing.T) {
 }
 
 // TestLegacyMemberRecordRead: a record of the previous version, named by
-// the node alone and without node and instance fields, is waited for and
-// counted gone under that name (a rolling upgrade).
+// the node alone, is waited for and counted gone under that name (a
+// rolling upgrade); this version's names carry the process's instance.
 func TestLegacyMemberRecordRead(t *testing.T) {
-	for _, tc := range []struct {
-		k    string
-		m    memberRecord
-		want Member
-	}{
-		{"a:1", memberRecord{}, Member{Node: "a:1"}},
-		{"a:1~7f", memberRecord{}, Member{Node: "a:1", Instance: "7f"}},
-		{"whatever", memberRecord{Node: "a:1", Instance: "7f"}, Member{Node: "a:1", Instance: "7f"}},
-	} {
-		if got := memberOf(tc.k, tc.m); got != tc.want {
-			t.Errorf("memberOf(%q, %+v) = %+v; want %+v", tc.k, tc.m, got, tc.want)
+	for k, want := range map[string]Member{"a:1": {Node: "a:1"}, "a:1~7f": {Node: "a:1", Instance: "7f"}} {
+		if got := memberOf(k); got != want {
+			t.Errorf("memberOf(%q) = %+v; want %+v", k, got, want)
 		}
-	}
-	if s := (Member{Node: "a:1"}).String(); s != "a:1" {
-		t.Errorf("legacy member prints %q", s)
+		if got := want.String(); got != k {
+			t.Errorf("%+v prints %q; want %q", want, got, k)
+		}
 	}
 }
 

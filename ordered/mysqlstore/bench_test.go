@@ -44,14 +44,15 @@ func BenchmarkOwnedGapless(b *testing.B) {
 	var runs atomic.Int64 // b.Run runs a case more than once: a business each time
 	for _, keys := range []int{1, 64} {
 		for _, callers := range []int{16, 64} {
-			for _, depth := range []int{1, 2, 4} {
-				name := fmt.Sprintf("keys=%d/callers=%d/commits=%d", keys, callers, depth)
+			for _, c := range []struct{ depth, inFlight int }{{1, 1}, {2, 1}, {4, 1}, {2, 2}, {4, 4}} {
+				depth := c.depth
+				name := fmt.Sprintf("keys=%d/callers=%d/commits=%d/inflight=%d", keys, callers, depth, c.inFlight)
 				b.Run(name, func(b *testing.B) {
 					biz := mustCreate(b, seg, segment.Biz{Name: fmt.Sprintf("bg%d", runs.Add(1)), Channel: segment.ChannelOrdered,
 						StartNum: 1, OrderedMode: segment.OrderedGapless})
 					cs := &countingStore{Store: st}
 					coord := ordered.NewLocal("bench:1")
-					a, err := ordered.New(ordered.Config{Store: cs, Coordinator: coord, Self: "bench:1", GroupCommits: depth})
+					a, err := ordered.New(ordered.Config{Store: cs, Coordinator: coord, Self: "bench:1", GroupCommits: depth, MaxInFlight: c.inFlight})
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -62,10 +63,10 @@ func BenchmarkOwnedGapless(b *testing.B) {
 					var next atomic.Int64
 					var wg sync.WaitGroup
 					b.ResetTimer()
-					for c := range callers {
+					for caller := range callers {
 						wg.Go(func() {
 							for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
-								sub := fmt.Sprintf("k%d", (int(i)+c)%keys)
+								sub := fmt.Sprintf("k%d", (int(i)+caller)%keys)
 								if _, err := a.Take(context.Background(), biz, sub, 1, segment.RequestID{}); err != nil {
 									b.Error(err)
 									return

@@ -258,11 +258,13 @@ func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []orde
 
 // PersistShards raises the rows of several shards and inserts their
 // request ids in one transaction, each part conditional on its shard's
-// epoch (ordered.Store): the node's group commit across shards. Round
-// trips: BEGIN, one fencing UPDATE of every part's ordered_shard row, one
-// multi-row INSERT of every part's request ids (per ownedBatch), one
-// multi-row upsert per shard table (the rows of a shard live in its own
-// table), COMMIT. Nothing else is read or written on the way.
+// epoch (ordered.Store): the node's group commit across shards. Four
+// round trips, however many shards: BEGIN; one fencing UPDATE of every
+// part's ordered_shard row; the multi-row INSERT of every part's request
+// ids (per ownedBatch) and one multi-row upsert per shard table (the rows
+// of a shard live in its own table), sent together
+// (mysqldb.Conn.ExecJoined); COMMIT. Nothing else is read or written on
+// the way.
 //
 // The fencing UPDATE comes first: it holds every part's shard row until
 // the commit, so the rest can neither race a Claim nor a deposed owner.
@@ -405,24 +407,22 @@ func (s *Store) writeShardsOnce(ctx context.Context, live []shardWrite, errs []e
 		faultAfterFence(s, w.shard)
 		reqs = append(reqs, w.reqs...)
 	}
-	for _, st := range mysqldb.RequestInserts(reqs, mysqldb.Now(), "") {
-		_, err := tx.ExecContext(ctx, st.SQL, st.Args...)
-		if mysqldb.IsDupEntry(err) {
-			if err := tx.Rollback(); err != nil {
-				return nil, false, err
-			}
-			return s.dropDuplicates(ctx, live, reqs, errs)
-		}
-		if err != nil {
+	// The request ids first, then the rows, in one round trip where the
+	// pool allows (ExecJoined): the server stops at a duplicate id before
+	// any row is written, and the rollback undoes the ids before it.
+	stmts := mysqldb.RequestInserts(reqs, mysqldb.Now(), "")
+	for _, w := range live {
+		stmts = append(stmts, w.rowStmts...)
+	}
+	err = s.conn.ExecJoined(ctx, tx, stmts)
+	if mysqldb.IsDupEntry(err) {
+		if err := tx.Rollback(); err != nil {
 			return nil, false, err
 		}
+		return s.dropDuplicates(ctx, live, reqs, errs)
 	}
-	for _, w := range live {
-		for _, st := range w.rowStmts {
-			if _, err := tx.ExecContext(ctx, st.SQL, st.Args...); err != nil {
-				return nil, false, err
-			}
-		}
+	if err != nil {
+		return nil, false, err
 	}
 	return nil, true, tx.Commit()
 }

@@ -52,6 +52,27 @@ func groupNode(t *testing.T, store *fakeStore) (*node, chan error) {
 	return n, blocker
 }
 
+// takeBoth takes 2 gapless numbers of ka (request id ra) and of kb
+// (request id rb), keys of two shards, and returns once both persists
+// wait in the committer's queue (behind groupNode's held group commit).
+func takeBoth(t *testing.T, n *node, ka, kb Key) (ra, rb chan takeResult) {
+	t.Helper()
+	gapless := bizMode("chat", segment.OrderedGapless)
+	ra, rb = make(chan takeResult, 1), make(chan takeResult, 1)
+	for _, c := range []struct {
+		key Key
+		id  string
+		out chan takeResult
+	}{{ka, "ra", ra}, {kb, "rb", rb}} {
+		go func() {
+			r, err := n.a.Take(context.Background(), gapless, c.key.SubKey, 2, segment.RequestID{ID: c.id})
+			c.out <- takeResult{r, err}
+		}()
+	}
+	wait.For(t, 10*time.Second, "both shards' persists to queue", func() bool { return queuedCommits(n.a) == 2 })
+	return ra, rb
+}
+
 // TestGroupCommitFencedShardFailsAlone: two shards' requests in one group
 // commit, one shard taken over by a newer owner meanwhile. The fenced
 // shard's request is refused (retryably) and writes nothing; the other
@@ -64,18 +85,8 @@ func TestGroupCommitFencedShardFailsAlone(t *testing.T) {
 			store := newFakeStore()
 			store.noFence = noFence
 			n, blocker := groupNode(t, store)
-			gapless := bizMode("chat", segment.OrderedGapless)
 			ka, kb := Key{"chat", subKeyOf(3, "a")}, Key{"chat", subKeyOf(5, "b")}
-			ra, rb := make(chan takeResult, 1), make(chan takeResult, 1)
-			go func() {
-				r, err := n.a.Take(context.Background(), gapless, ka.SubKey, 2, segment.RequestID{ID: "ra"})
-				ra <- takeResult{r, err}
-			}()
-			go func() {
-				r, err := n.a.Take(context.Background(), gapless, kb.SubKey, 2, segment.RequestID{ID: "rb"})
-				rb <- takeResult{r, err}
-			}()
-			wait.For(t, 10*time.Second, "both shards' persists to queue", func() bool { return queuedCommits(n.a) == 2 })
+			ra, rb := takeBoth(t, n, ka, kb)
 			// Shard 3's new owner claims it while the parts wait.
 			if err := store.Claim(context.Background(), 3, 2, "b:1 x"); err != nil {
 				t.Fatal(err)
@@ -133,17 +144,7 @@ func TestGroupCommitDuplicateFailsOnlyItsShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	n, blocker := groupNode(t, store)
-	gapless := bizMode("chat", segment.OrderedGapless)
-	ra, rb := make(chan takeResult, 1), make(chan takeResult, 1)
-	go func() {
-		r, err := n.a.Take(context.Background(), gapless, ka.SubKey, 2, segment.RequestID{ID: "ra"})
-		ra <- takeResult{r, err}
-	}()
-	go func() {
-		r, err := n.a.Take(context.Background(), gapless, kb.SubKey, 2, segment.RequestID{ID: "rb"})
-		rb <- takeResult{r, err}
-	}()
-	wait.For(t, 10*time.Second, "both shards' persists to queue", func() bool { return queuedCommits(n.a) == 2 })
+	ra, rb := takeBoth(t, n, ka, kb)
 	close(store.hold)
 	if err := <-blocker; err != nil {
 		t.Fatal(err)

@@ -826,17 +826,7 @@ func fenceRound(t *testing.T, st ordered.Store, sh int, e int64, biz string, key
 			e, early, e+1, e, want)
 	}
 	wantRows(t, fmt.Sprintf("round %d: the new owner's load after the old owner stopped", e), st, sh, e+1, all, want)
-	stored := lookup(t, st, biz, slices.Concat(okIDs, fencedIDs))
-	for _, id := range okIDs {
-		if _, ok := stored[id]; !ok {
-			t.Fatalf("round %d: request %s of a successful persist is not stored", e, id)
-		}
-	}
-	for _, id := range fencedIDs {
-		if _, ok := stored[id]; ok {
-			t.Fatalf("round %d: request %s of a fenced persist is stored", e, id)
-		}
-	}
+	wantStored(t, fmt.Sprintf("round %d", e), st, biz, okIDs, fencedIDs)
 	_, err := st.Load(ctx(t), sh, e, keys)
 	wantFenced(t, fmt.Sprintf("round %d: Load under the deposed epoch", e), err)
 }
@@ -906,12 +896,7 @@ func (s *suite) testShardsFenced(t *testing.T, st ordered.Store) {
 // with a *ordered.DuplicateRequestsError naming only its stored ids; none
 // of its rows or new ids is written, and the other parts commit.
 func (s *suite) testShardsDuplicates(t *testing.T, st ordered.Store) {
-	a, b := s.shard(t), s.shard(t)
-	biz := s.biz("grpdup")
-	ka := ordered.Key{Biz: biz, SubKey: SubKeys(a, "k", 1)[0]}
-	kb := ordered.Key{Biz: biz, SubKey: SubKeys(b, "k", 1)[0]}
-	claim(t, st, a, 1)
-	claim(t, st, b, 1)
+	a, b, biz, ka, kb := s.twoShards(t, st, "grpdup")
 	persist(t, st, a, 1, []ordered.Row{{Key: ka, Num: 1}}, []ordered.Request{Req(biz, "old", ka.SubKey, 1, 1)})
 	errs := persistShards(t, st, []ordered.ShardWrite{
 		{Shard: a, Epoch: 1, Rows: []ordered.Row{{Key: ka, Num: 3}},
@@ -941,12 +926,7 @@ func (s *suite) testShardsDuplicates(t *testing.T, st ordered.Store) {
 // written); a malformed part, or one repeating an earlier part's request
 // id, fails alone with segment.ErrInvalid.
 func (s *suite) testShardsInvalid(t *testing.T, st ordered.Store) {
-	a, b := s.shard(t), s.shard(t)
-	biz := s.biz("grpinv")
-	ka := ordered.Key{Biz: biz, SubKey: SubKeys(a, "k", 1)[0]}
-	kb := ordered.Key{Biz: biz, SubKey: SubKeys(b, "k", 1)[0]}
-	claim(t, st, a, 1)
-	claim(t, st, b, 1)
+	a, b, biz, ka, kb := s.twoShards(t, st, "grpinv")
 	_, err := st.PersistShards(ctx(t), []ordered.ShardWrite{
 		{Shard: a, Epoch: 1, Rows: []ordered.Row{{Key: ka, Num: 1}}},
 		{Shard: a, Epoch: 1, Rows: []ordered.Row{{Key: ka, Num: 2}}},
@@ -1062,17 +1042,7 @@ func (s *suite) testShardsConcurrentFence(t *testing.T, st ordered.Store) {
 			}
 		}
 		wantRows(t, fmt.Sprintf("round %d: x after its takeover", e), st, x, e+1, kx, want)
-		stored := lookup(t, st, biz, slices.Concat(okX, fencedX))
-		for _, id := range okX {
-			if _, ok := stored[id]; !ok {
-				t.Fatalf("round %d: request %s of a committed part is not stored", e, id)
-			}
-		}
-		for _, id := range fencedX {
-			if _, ok := stored[id]; ok {
-				t.Fatalf("round %d: request %s of a fenced part is stored", e, id)
-			}
-		}
+		wantStored(t, fmt.Sprintf("round %d", e), st, biz, okX, fencedX)
 		got := load(t, st, y, 1, ky)
 		for g := range writers {
 			if got[ky[g]] < lastX[g] {
@@ -1080,4 +1050,34 @@ func (s *suite) testShardsConcurrentFence(t *testing.T, st ordered.Store) {
 			}
 		}
 	}
+}
+
+// wantStored fails unless every request id of okIDs (of writes that
+// succeeded) is stored and none of fencedIDs (of fenced writes) is.
+func wantStored(t *testing.T, what string, st ordered.Store, biz string, okIDs, fencedIDs []string) {
+	t.Helper()
+	stored := lookup(t, st, biz, slices.Concat(okIDs, fencedIDs))
+	for _, id := range okIDs {
+		if _, ok := stored[id]; !ok {
+			t.Fatalf("%s: request %s of a successful write is not stored", what, id)
+		}
+	}
+	for _, id := range fencedIDs {
+		if _, ok := stored[id]; ok {
+			t.Fatalf("%s: request %s of a fenced write is stored", what, id)
+		}
+	}
+}
+
+// twoShards returns two fresh shards claimed at epoch 1, a business named
+// after label, and a key of it in each shard.
+func (s *suite) twoShards(t *testing.T, st ordered.Store, label string) (a, b int, biz string, ka, kb ordered.Key) {
+	t.Helper()
+	a, b = s.shard(t), s.shard(t)
+	biz = s.biz(label)
+	ka = ordered.Key{Biz: biz, SubKey: SubKeys(a, "k", 1)[0]}
+	kb = ordered.Key{Biz: biz, SubKey: SubKeys(b, "k", 1)[0]}
+	claim(t, st, a, 1)
+	claim(t, st, b, 1)
+	return a, b, biz, ka, kb
 }

@@ -148,8 +148,10 @@ type Execer interface {
 // connections accept several statements (MultiStatements), one Exec each
 // otherwise. The server stops at the first statement that fails, and that
 // error is returned (so a caller inside a transaction rolls it back, as
-// after a single statement's failure).
-func (c *Conn) ExecJoined(ctx context.Context, ex Execer, stmts []Stmt) error {
+// after a single statement's failure). res is the last Exec's result: its
+// RowsAffected is the last statement's (the driver's rule for several
+// statements).
+func (c *Conn) ExecJoined(ctx context.Context, ex Execer, stmts []Stmt) (res sql.Result, err error) {
 	for len(stmts) > 0 {
 		n, size := 1, stmtBytes(stmts[0])
 		if c.MultiStatements {
@@ -171,12 +173,12 @@ func (c *Conn) ExecJoined(ctx context.Context, ex Execer, stmts []Stmt) error {
 			}
 			q = b.String()
 		}
-		if _, err := ex.ExecContext(ctx, q, args...); err != nil {
-			return err
+		if res, err = ex.ExecContext(ctx, q, args...); err != nil {
+			return nil, err
 		}
 		stmts = stmts[n:]
 	}
-	return nil
+	return res, nil
 }
 
 // stmtBytes estimates the size of st once interpolated: its SQL and each

@@ -30,7 +30,7 @@ func TestExecJoined(t *testing.T) {
 	stmts := []Stmt{{SQL: "A ?", Args: []any{1}}, {SQL: "B ?, ?", Args: []any{"x", []byte("y")}}, {SQL: "C"}}
 	// One round trip with MultiStatements, the arguments in order.
 	r := &recorder{}
-	if err := (&Conn{MultiStatements: true}).ExecJoined(context.Background(), r, stmts); err != nil {
+	if _, err := (&Conn{MultiStatements: true}).ExecJoined(context.Background(), r, stmts); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(r.queries, []string{"A ?;\nB ?, ?;\nC"}) || !slices.Equal(r.nargs, []int{3}) {
@@ -38,7 +38,7 @@ func TestExecJoined(t *testing.T) {
 	}
 	// One each without.
 	r = &recorder{}
-	if err := (&Conn{}).ExecJoined(context.Background(), r, stmts); err != nil {
+	if _, err := (&Conn{}).ExecJoined(context.Background(), r, stmts); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(r.queries, []string{"A ?", "B ?, ?", "C"}) {
@@ -46,13 +46,13 @@ func TestExecJoined(t *testing.T) {
 	}
 	// A failure stops the rest.
 	r = &recorder{fail: "B"}
-	if err := (&Conn{}).ExecJoined(context.Background(), r, stmts); err == nil || len(r.queries) != 2 {
+	if _, err := (&Conn{}).ExecJoined(context.Background(), r, stmts); err == nil || len(r.queries) != 2 {
 		t.Fatalf("after a failure: %v, sent %q", err, r.queries)
 	}
 	// Joined Execs stay under joinedBytes: large statements split.
 	big := Stmt{SQL: "D ?", Args: []any{strings.Repeat("z", joinedBytes/5)}}
 	r = &recorder{}
-	if err := (&Conn{MultiStatements: true}).ExecJoined(context.Background(), r, slices.Repeat([]Stmt{big}, 5)); err != nil {
+	if _, err := (&Conn{MultiStatements: true}).ExecJoined(context.Background(), r, slices.Repeat([]Stmt{big}, 5)); err != nil {
 		t.Fatal(err)
 	}
 	if len(r.queries) != 3 || !slices.Equal(r.nargs, []int{2, 2, 1}) {

@@ -258,13 +258,13 @@ func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []orde
 
 // PersistShards raises the rows of several shards and inserts their
 // request ids in one transaction, each part conditional on its shard's
-// epoch (ordered.Store): the node's group commit across shards. Four
-// round trips, however many shards: BEGIN; one fencing UPDATE of every
-// part's ordered_shard row; the multi-row INSERT of every part's request
-// ids (per ownedBatch) and one multi-row upsert per shard table (the rows
-// of a shard live in its own table), sent together
-// (mysqldb.Conn.ExecJoined); COMMIT. Nothing else is read or written on
-// the way.
+// epoch (ordered.Store): the node's group commit across shards. Three
+// round trips, however many shards: BEGIN; one Exec of the fencing UPDATE
+// of every part's ordered_shard row, the multi-row INSERT of every part's
+// request ids (per ownedBatch), one multi-row upsert per shard table (the
+// rows of a shard live in its own table) and the fence's recount
+// (mysqldb.Conn.ExecJoined; writeShardsOnce); COMMIT. Nothing else is
+// read or written on the way.
 //
 // The fencing UPDATE comes first: it holds every part's shard row until
 // the commit, so the rest can neither race a Claim nor a deposed owner.
@@ -371,9 +371,26 @@ func (s *Store) writeShards(ctx context.Context, op string, ws []shardWrite, err
 }
 
 // writeShardsOnce is one transaction of live. done: it committed (or had
-// nothing left to write); else it was rolled back because request ids of
-// some parts are stored: those parts have their errors, and the rest is
-// returned to run again.
+// nothing left to write); else it was rolled back because some parts are
+// fenced or hold stored request ids: those parts have their errors, and
+// the rest is returned to run again.
+//
+// Three round trips where the pool allows (mysqldb.Conn.ExecJoined):
+// BEGIN; one Exec of the fence, the request ids, the rows and the fence's
+// recount; COMMIT. The fence comes first, so the transaction holds every
+// shard row whose epoch is the caller's from its first statement to its
+// end (a Claim waits for it). The recount is the same UPDATE again, as
+// the Exec's last statement, whose count the Exec's RowsAffected is: it
+// counts the shards the fence found at their epoch (the fence holds their
+// rows, so nothing changed in between). The fence adds 2 to persists and
+// the recount takes 1 off, so each counts a changed row and a persist
+// still adds 1. When the recount falls short, the parts of the fenced
+// shards (named by one SELECT) are left out and the transaction is rolled
+// back and run again without them. The request ids come before the rows:
+// the server stops at a duplicate id before any row is written; the
+// fenced parts are named first (as a fenced part is refused as fenced,
+// whatever else), then the rollback, and the parts holding stored ids
+// fail with *ordered.DuplicateRequestsError.
 func (s *Store) writeShardsOnce(ctx context.Context, live []shardWrite, errs []error) (rest []shardWrite, done bool, err error) {
 	tx, err := s.conn.DB.BeginTx(ctx, nil)
 	if err != nil {
@@ -381,50 +398,74 @@ func (s *Store) writeShardsOnce(ctx context.Context, live []shardWrite, errs []e
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
 	fences := make([]shardEpoch, len(live))
+	var reqs []ordered.Request
 	for i, w := range live {
 		fences[i] = shardEpoch{w.shard, w.epoch}
-	}
-	fenced, err := s.fence(ctx, tx, fences, s.ignoreEpoch.Load())
-	if err != nil {
-		return nil, false, err
-	}
-	if len(fenced) > 0 {
-		kept := make([]shardWrite, 0, len(live))
-		for _, w := range live {
-			if ferr := fenced[w.shard]; ferr != nil {
-				errs[w.part] = ferr
-				continue
-			}
-			kept = append(kept, w)
-		}
-		live = kept
-		if len(live) == 0 {
-			return nil, true, nil // nothing written: the rollback ends it
-		}
-	}
-	var reqs []ordered.Request
-	for _, w := range live {
-		faultAfterFence(s, w.shard)
 		reqs = append(reqs, w.reqs...)
 	}
-	// The request ids first, then the rows, in one round trip where the
-	// pool allows (ExecJoined): the server stops at a duplicate id before
-	// any row is written, and the rollback undoes the ids before it.
-	stmts := mysqldb.RequestInserts(reqs, mysqldb.Now(), "")
+	anyEpoch := s.ignoreEpoch.Load()
+	stmts := []mysqldb.Stmt{fenceStmt(fences, anyEpoch, "persists = persists + 2")}
+	stmts = append(stmts, mysqldb.RequestInserts(reqs, mysqldb.Now(), "")...)
 	for _, w := range live {
 		stmts = append(stmts, w.rowStmts...)
 	}
-	err = s.conn.ExecJoined(ctx, tx, stmts)
+	stmts = append(stmts, fenceStmt(fences, anyEpoch, "persists = persists - 1"))
+	res, err := s.conn.ExecJoined(ctx, tx, stmts)
 	if mysqldb.IsDupEntry(err) {
+		var fenced map[int]error
+		if !anyEpoch {
+			if fenced, err = s.epochErrs(ctx, tx, fences); err != nil {
+				return nil, false, err
+			}
+		}
 		if err := tx.Rollback(); err != nil {
 			return nil, false, err
+		}
+		live = dropFenced(live, fenced, errs)
+		if len(live) == 0 {
+			return nil, true, nil
+		}
+		reqs = reqs[:0]
+		for _, w := range live {
+			reqs = append(reqs, w.reqs...)
 		}
 		return s.dropDuplicates(ctx, live, reqs, errs)
 	}
 	if err != nil {
 		return nil, false, err
 	}
+	fenced, err := s.fenceCount(ctx, tx, res, fences)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(fenced) > 0 {
+		if err := tx.Rollback(); err != nil {
+			return nil, false, err
+		}
+		live = dropFenced(live, fenced, errs)
+		return live, len(live) == 0, nil
+	}
+	for _, w := range live {
+		faultAfterFence(s, w.shard)
+	}
 	return nil, true, tx.Commit()
+}
+
+// dropFenced sets the errors of the parts of live whose shard is in fenced
+// and returns the others.
+func dropFenced(live []shardWrite, fenced map[int]error, errs []error) []shardWrite {
+	if len(fenced) == 0 {
+		return live
+	}
+	kept := make([]shardWrite, 0, len(live))
+	for _, w := range live {
+		if ferr := fenced[w.shard]; ferr != nil {
+			errs[w.part] = ferr
+			continue
+		}
+		kept = append(kept, w)
+	}
+	return kept
 }
 
 // dropDuplicates fails the parts of live whose request ids are stored
@@ -495,19 +536,28 @@ type shardEpoch struct {
 	epoch int64
 }
 
-// fence is the first statement of every owner transaction: one UPDATE
-// counts the write in ordered_shard.persists of every shard whose stored
-// epoch is the caller's, which both checks the epochs and holds the shard
-// rows' locks until the transaction ends (the rows are found by primary
-// key, in key order, so two fences never deadlock each other). fenced
-// names the shards whose epoch is not the caller's (read only when the
-// count falls short: the rare path), with the ordered.ErrFenced error
-// saying whose the shard is. unsafeAnyEpoch drops the condition
-// (UnsafeIgnoreEpoch, fault injection's negative control only).
+// fence runs the fencing UPDATE (fenceStmt) alone and reads its count
+// (fenceCount): Load's first statement.
 func (s *Store) fence(ctx context.Context, tx *sql.Tx, shards []shardEpoch, unsafeAnyEpoch bool) (fenced map[int]error, err error) {
+	st := fenceStmt(shards, unsafeAnyEpoch, "persists = persists + 1")
+	res, err := tx.ExecContext(ctx, st.SQL, st.Args...)
+	if err != nil {
+		return nil, err
+	}
+	return s.fenceCount(ctx, tx, res, shards)
+}
+
+// fenceStmt is the first statement of every owner transaction: one UPDATE
+// of every shard whose stored epoch is the caller's (set: how it counts
+// the write in ordered_shard.persists), which both checks the epochs and
+// holds the shard rows' locks until the transaction ends (the rows are
+// found by primary key, in key order, so two fences never deadlock each
+// other). unsafeAnyEpoch drops the condition (UnsafeIgnoreEpoch, fault
+// injection's negative control only).
+func fenceStmt(shards []shardEpoch, unsafeAnyEpoch bool, set string) mysqldb.Stmt {
 	var b strings.Builder
 	args := make([]any, 0, 3*len(shards)+1)
-	b.WriteString(`UPDATE ordered_shard SET persists = persists + 1 WHERE shard IN (`)
+	b.WriteString(`UPDATE ordered_shard SET ` + set + ` WHERE shard IN (`)
 	for i, se := range shards {
 		if i > 0 {
 			b.WriteString(", ")
@@ -522,29 +572,21 @@ func (s *Store) fence(ctx context.Context, tx *sql.Tx, shards []shardEpoch, unsa
 		args = append(args, se.shard, se.epoch)
 	}
 	b.WriteString(" END)")
-	res, err := tx.ExecContext(ctx, b.String(), args...)
-	if err != nil {
-		return nil, err
-	}
+	return mysqldb.Stmt{SQL: b.String(), Args: args}
+}
+
+// fenceCount reads the count of a fenceStmt (res: its own, or that of an
+// Exec a fenceStmt ended: RowsAffected is the last statement's): fenced
+// names the shards whose epoch is not the caller's, read only when the
+// count falls short (the rare path).
+func (s *Store) fenceCount(ctx context.Context, tx *sql.Tx, res sql.Result, shards []shardEpoch) (fenced map[int]error, err error) {
 	if n, err := res.RowsAffected(); err != nil {
 		return nil, err
 	} else if n == int64(len(shards)) {
 		return nil, nil
 	}
-	// Fenced. Read whose the shards are (rare path). The fence's scan
-	// locked every row it read, so this sees what the UPDATE saw.
-	stored, err := s.readEpochs(ctx, tx, shards)
-	if err != nil {
+	if fenced, err = s.epochErrs(ctx, tx, shards); err != nil {
 		return nil, err
-	}
-	fenced = map[int]error{}
-	for _, se := range shards {
-		st, ok := stored[se.shard]
-		if !ok {
-			fenced[se.shard] = fmt.Errorf("%w: shard %d was never claimed: Claim it before loading or persisting", ordered.ErrFenced, se.shard)
-		} else if err := fencedUnless(se.shard, se.epoch, st.epoch, st.owner); err != nil {
-			fenced[se.shard] = err
-		}
 	}
 	if len(fenced) == 0 {
 		// The count fell short but every epoch reads as the caller's: a
@@ -552,6 +594,27 @@ func (s *Store) fence(ctx context.Context, tx *sql.Tx, shards []shardEpoch, unsa
 		// out. Refuse them all rather than guess which one.
 		for _, se := range shards {
 			fenced[se.shard] = fmt.Errorf("%w: shard %d left epoch %d meanwhile; claim it again", ordered.ErrFenced, se.shard, se.epoch)
+		}
+	}
+	return fenced, nil
+}
+
+// epochErrs reads whose the shards are, after their fence in tx (whose
+// scan locked every row it read, so this sees what the fence saw): the
+// ordered.ErrFenced error of each shard whose epoch is not the caller's,
+// saying whose it is.
+func (s *Store) epochErrs(ctx context.Context, tx *sql.Tx, shards []shardEpoch) (map[int]error, error) {
+	stored, err := s.readEpochs(ctx, tx, shards)
+	if err != nil {
+		return nil, err
+	}
+	fenced := map[int]error{}
+	for _, se := range shards {
+		st, ok := stored[se.shard]
+		if !ok {
+			fenced[se.shard] = fmt.Errorf("%w: shard %d was never claimed: Claim it before loading or persisting", ordered.ErrFenced, se.shard)
+		} else if err := fencedUnless(se.shard, se.epoch, st.epoch, st.owner); err != nil {
+			fenced[se.shard] = err
 		}
 	}
 	return fenced, nil

@@ -421,13 +421,11 @@ func (s *Store) writeShardsOnce(ctx context.Context, live []shardWrite, errs []e
 		if err := tx.Rollback(); err != nil {
 			return nil, false, err
 		}
-		live = dropFenced(live, fenced, errs)
-		if len(live) == 0 {
-			return nil, true, nil
-		}
-		reqs = reqs[:0]
-		for _, w := range live {
-			reqs = append(reqs, w.reqs...)
+		if len(fenced) > 0 {
+			// The stored id may be a fenced part's: run again without
+			// the fenced parts first.
+			live = dropFenced(live, fenced, errs)
+			return live, len(live) == 0, nil
 		}
 		return s.dropDuplicates(ctx, live, reqs, errs)
 	}

@@ -88,6 +88,7 @@ func Run(t *testing.T, open func(t *testing.T) ordered.Store) {
 		{"PersistShardsFencedPartAlone", s.testShardsFenced},
 		{"PersistShardsDuplicatesAlone", s.testShardsDuplicates},
 		{"PersistShardsInvalid", s.testShardsInvalid},
+		{"PersistShardsFencedBeforeDuplicate", s.testShardsFencedDuplicate},
 		{"ConcurrentPersistShardsAndClaim", s.testShardsConcurrentFence},
 	}
 	for _, tc := range tests {
@@ -1080,4 +1081,23 @@ func (s *suite) twoShards(t *testing.T, st ordered.Store, label string) (a, b in
 	claim(t, st, a, 1)
 	claim(t, st, b, 1)
 	return a, b, biz, ka, kb
+}
+
+// testShardsFencedDuplicate: a part that is both fenced and holds a stored
+// request id is refused as fenced (as Persist refuses it: the epoch is
+// checked first), and a part beside it whose ids are new commits.
+func (s *suite) testShardsFencedDuplicate(t *testing.T, st ordered.Store) {
+	a, b, biz, ka, kb := s.twoShards(t, st, "grpfdup")
+	persist(t, st, a, 1, []ordered.Row{{Key: ka, Num: 1}}, []ordered.Request{Req(biz, "old", ka.SubKey, 1, 1)})
+	claim(t, st, a, 2) // a's new owner
+	errs := persistShards(t, st, []ordered.ShardWrite{
+		{Shard: a, Epoch: 1, Rows: []ordered.Row{{Key: ka, Num: 3}}, Reqs: []ordered.Request{Req(biz, "old", ka.SubKey, 2, 1)}},
+		{Shard: b, Epoch: 1, Rows: []ordered.Row{{Key: kb, Num: 4}}, Reqs: []ordered.Request{Req(biz, "new-b", kb.SubKey, 4, 1)}},
+	})
+	wantFenced(t, "a fenced part with a stored id", errs[0])
+	if errs[1] != nil {
+		t.Fatalf("part beside it: %v, want committed", errs[1])
+	}
+	wantRows(t, "shard a", st, a, 2, []ordered.Key{ka}, map[ordered.Key]int64{ka: 1})
+	wantRows(t, "shard b", st, b, 1, []ordered.Key{kb}, map[ordered.Key]int64{kb: 4})
 }

@@ -24,6 +24,7 @@ const (
 	DefaultMaxRequests    = 100_000
 	DefaultRequestTTL     = 10 * time.Minute
 	DefaultTimeout        = 2 * time.Second
+	DefaultGroupCommits   = 2
 	// loadBatch bounds the keys of one Load call.
 	loadBatch = 500
 )
@@ -67,6 +68,11 @@ type Config struct {
 	// queue on its fence row, and a queued one cannot join the next
 	// group commit (BENCHMARKS.md, "ORDERED at memory speed").
 	MaxInFlight int
+	// GroupCommits bounds the node's group commits in flight (default
+	// 2): every shard's pending persist goes into one store transaction
+	// with the other shards' (Store.PersistShards), and a second
+	// transaction runs while the first one flushes.
+	GroupCommits int
 	// Gate, when set, holds loads and persists back while the cluster
 	// repairs the store after a MySQL failover (package zkguard).
 	Gate segment.Gate
@@ -115,6 +121,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = 1
 	}
+	if c.GroupCommits <= 0 {
+		c.GroupCommits = DefaultGroupCommits
+	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
@@ -138,7 +147,9 @@ type Allocator struct {
 	// stored are the gapless request ids this node stored, published
 	// like reserved before the persist's gate check: the barrier stores
 	// them again on a new MySQL server (RememberedRequests).
-	stored   *storedRequests
+	stored *storedRequests
+	// commits merges the shards' persists into group commits.
+	commits  *committer
 	perShard int               // MaxKeys / shards
 	bugLog   *logevery.Limiter // bounds the log of a failure every persist could repeat
 	// owner is what this process records with its claims: Self and a
@@ -193,7 +204,7 @@ func New(cfg Config) (*Allocator, error) {
 	a := &Allocator{cfg: cfg, log: cfg.Logger, requests: newRequestMemory(cfg.MaxRequests, cfg.RequestTTL),
 		stored:   newStoredRequests(cfg.MaxRequests, cfg.RequestTTL),
 		perShard: max(1, cfg.MaxKeys/segment.OrderedShards), bugLog: logevery.New(time.Minute, nil),
-		owner: cfg.Self + " " + ownerTag()}
+		owner: cfg.Self + " " + ownerTag(), commits: newCommitter(cfg.Store, cfg.GroupCommits, cfg.Timeout)}
 	_, sysMono := cfg.Clock.(SystemClock)
 	_, sysWall := cfg.Wall.(WallClock)
 	a.systemClocks = sysMono && sysWall
@@ -592,14 +603,15 @@ func (a *Allocator) persist(ctx context.Context, sh *shard, rows []Row, reqs []R
 		}
 	}
 	start := time.Now()
-	err := a.cfg.Store.Persist(ctx, sh.idx, sh.grant.Epoch, rows, reqs)
+	part := ShardWrite{Shard: sh.idx, Epoch: sh.grant.Epoch, Rows: rows, Reqs: reqs}
+	err := a.commits.persist(ctx, part)
 	if errors.Is(err, ErrFenced) {
 		// The stored epoch is not ours. If it is lower (a lossy MySQL
 		// failover lost our claim) raising it back is safe: epochs come
 		// from the coordinator, and a higher owner would have raised it.
 		// If it is higher, Claim fails and the shard is gone.
 		if cerr := a.cfg.Store.Claim(ctx, sh.idx, sh.grant.Epoch, a.owner); cerr == nil {
-			err = a.cfg.Store.Persist(ctx, sh.idx, sh.grant.Epoch, rows, reqs)
+			err = a.commits.persist(ctx, part)
 		}
 	}
 	took := time.Since(start)

@@ -20,7 +20,8 @@ type fakeStore struct {
 	owners   map[int]string
 	rows     map[Key]int64
 	reqs     map[RequestKey]Request
-	persists int
+	persists int   // parts committed
+	calls    int   // PersistShards calls that reached the data (group commits)
 	noFence  bool  // the negative control: persists ignore the epoch
 	failNext error // the next Persist fails with it
 	delay    time.Duration
@@ -60,14 +61,21 @@ func (s *fakeStore) Load(_ context.Context, shard int, epoch int64, keys []Key) 
 	return out, nil
 }
 
-func (s *fakeStore) Persist(_ context.Context, shard int, epoch int64, rows []Row, reqs []Request) error {
+func (s *fakeStore) Persist(ctx context.Context, shard int, epoch int64, rows []Row, reqs []Request) error {
+	return PersistOne(ctx, s, shard, epoch, rows, reqs)
+}
+
+// PersistShards commits the parts that pass their epoch and request id
+// checks, as the real stores do; failNext fails the whole call.
+func (s *fakeStore) PersistShards(_ context.Context, parts []ShardWrite) ([]error, error) {
 	if s.hold != nil {
 		<-s.hold
 	}
 	// The input checks of every real store: a batch they refuse, this
 	// store refuses.
-	if err := ValidatePersist(shard, rows, reqs); err != nil {
-		return err
+	errs, err := ValidateShardWrites(parts)
+	if err != nil {
+		return nil, err
 	}
 	if s.delay > 0 {
 		time.Sleep(s.delay)
@@ -79,13 +87,23 @@ func (s *fakeStore) Persist(_ context.Context, shard int, epoch int64, rows []Ro
 	defer s.mu.Unlock()
 	if err := s.failNext; err != nil {
 		s.failNext = nil
-		return err
+		return nil, err
 	}
-	if !s.noFence && s.epochs[shard] != epoch {
+	s.calls++
+	for i, p := range parts {
+		if errs[i] == nil {
+			errs[i] = s.persistLocked(p)
+		}
+	}
+	return errs, nil
+}
+
+func (s *fakeStore) persistLocked(p ShardWrite) error {
+	if !s.noFence && s.epochs[p.Shard] != p.Epoch {
 		return ErrFenced
 	}
 	var dup []RequestKey
-	for _, r := range reqs {
+	for _, r := range p.Reqs {
 		if _, ok := s.reqs[r.key()]; ok {
 			dup = append(dup, r.key())
 		}
@@ -93,13 +111,15 @@ func (s *fakeStore) Persist(_ context.Context, shard int, epoch int64, rows []Ro
 	if len(dup) > 0 {
 		return &DuplicateRequestsError{Requests: dup}
 	}
-	for _, r := range reqs {
-		s.reqs[r.key()] = r
-	}
-	for _, r := range rows {
-		if segment.Shard(r.SubKey) != shard {
+	for _, r := range p.Rows {
+		if segment.Shard(r.SubKey) != p.Shard {
 			return errors.New("row of another shard")
 		}
+	}
+	for _, r := range p.Reqs {
+		s.reqs[r.key()] = r
+	}
+	for _, r := range p.Rows {
 		s.rows[r.Key] = max(s.rows[r.Key], r.Num)
 	}
 	s.persists++

@@ -55,6 +55,28 @@ type Request struct {
 	Range                  segment.Range
 }
 
+// ShardWrite is one shard's part of Store.PersistShards: Persist's
+// arguments.
+type ShardWrite struct {
+	Shard int
+	Epoch int64
+	Rows  []Row
+	Reqs  []Request
+}
+
+// PersistOne is Persist through PersistShards with one part: the stores
+// implement Persist with it, so a single persist and a group commit run
+// the same code.
+func PersistOne(ctx context.Context, st interface {
+	PersistShards(context.Context, []ShardWrite) ([]error, error)
+}, shard int, epoch int64, rows []Row, reqs []Request) error {
+	errs, err := st.PersistShards(ctx, []ShardWrite{{Shard: shard, Epoch: epoch, Rows: rows, Reqs: reqs}})
+	if err != nil {
+		return err
+	}
+	return errs[0]
+}
+
 // Store is the durable side of the owners. Implemented by
 // ordered/mysqlstore (a cluster) and ordered/boltstore (a standalone node),
 // each on its segment store's database. All methods are safe for
@@ -82,6 +104,17 @@ type Store interface {
 	// operation with a *DuplicateRequestsError naming the ids: nothing
 	// written.
 	Persist(ctx context.Context, shard int, epoch int64, rows []Row, reqs []Request) error
+	// PersistShards is Persist of several shards (each at most once) in
+	// one atomic operation: the node's group commit across its shards.
+	// Each part is conditional on its own shard's epoch and its own
+	// request ids, and fails alone: errs[i] is nil when part i committed,
+	// ErrFenced when its shard's stored epoch is not its Epoch, a
+	// *DuplicateRequestsError when its request ids are stored, or
+	// segment.ErrInvalid when it is malformed; nothing of a failed part
+	// is written, and the other parts commit without it. err fails every
+	// part (then errs is nil and nothing was written, or, for an unknown
+	// outcome such as a timeout at the commit, possibly all of it).
+	PersistShards(ctx context.Context, parts []ShardWrite) (errs []error, err error)
 	// WriteBack sets each row to Num exactly (it lowers a row: a planned
 	// hand-off writes back the exact counters over its reservations), in
 	// one atomic operation conditional on the shard's stored epoch being

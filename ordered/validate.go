@@ -97,3 +97,40 @@ func ValidatePersist(shard int, rows []Row, reqs []Request) error {
 	}
 	return nil
 }
+
+// ValidateShardWrites checks PersistShards' input: errs[i] is part i's
+// ValidatePersist error, or segment.ErrInvalid when one of its request ids
+// is in an earlier part too (the store would refuse the whole batch on
+// it); err is set when a shard appears twice (the parts' epochs and rows
+// of one shard would have to be merged: the caller sends one part per
+// shard).
+func ValidateShardWrites(parts []ShardWrite) (errs []error, err error) {
+	errs = make([]error, len(parts))
+	shards := make(map[int]struct{}, len(parts))
+	var reqs map[RequestKey]struct{}
+	for i, p := range parts {
+		if _, twice := shards[p.Shard]; twice {
+			return nil, fmt.Errorf("%w: shard %d appears twice in one group commit", segment.ErrInvalid, p.Shard)
+		}
+		shards[p.Shard] = struct{}{}
+		if errs[i] = ValidatePersist(p.Shard, p.Rows, p.Reqs); errs[i] != nil {
+			continue
+		}
+		for _, q := range p.Reqs {
+			if _, twice := reqs[q.key()]; twice {
+				errs[i] = fmt.Errorf("%w: request id %q of %q appears in two shards' parts of one group commit", segment.ErrInvalid, q.ID, q.Biz)
+				break
+			}
+		}
+		if errs[i] != nil {
+			continue
+		}
+		for _, q := range p.Reqs {
+			if reqs == nil {
+				reqs = map[RequestKey]struct{}{}
+			}
+			reqs[q.key()] = struct{}{}
+		}
+	}
+	return errs, nil
+}

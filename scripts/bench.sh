@@ -34,7 +34,15 @@
 # OUT_DIR (bench/results), SVG (docs/bench-latency.svg), IDGEN_TEST_MYSQL (optional;
 # .testenv is read when present), ONLY (an extended regexp: run only the load
 # scenarios it matches, e.g. ONLY='^(noop|idgen)-c(16|64)$'; latest.* and the
-# chart are then left alone).
+# chart are then left alone), BASE_IDGEN (an idgen binary built from another commit,
+# e.g. main: it runs as a second one-node owner cluster, own1base, and every
+# own-gapless scenario runs on it too, as NAME-base, interleaved with this
+# build's, so the two are compared in one run).
+#
+# With the owner clusters, every rep also times single durable commits on the
+# same MariaDB (200 autocommit single-row UPDATEs in a row on one connection:
+# t_commit) and the summary reports each gapless scenario against its bound
+# floor x t_rpc / (t_rpc + t_commit), t_rpc = callers / floor (issue 31).
 set -euo pipefail
 case ${BASELINE:-} in
 '' | /*) ;;
@@ -90,7 +98,7 @@ cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [ -n "$MYSQL_DB" ]; then
-    mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -e "DROP DATABASE IF EXISTS \`$MYSQL_DB\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own1\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own2\`" 2>/dev/null || true
+    mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -e "DROP DATABASE IF EXISTS \`$MYSQL_DB\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own1\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own2\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own1base\`" 2>/dev/null || true
   fi
   rm -rf "$WORK"
 }
@@ -112,8 +120,10 @@ declare -A ADDR PID
 start_idgen() {
   local name=$1; shift
   local port admin; port=$(free_port); admin=$(free_port)
+  local bin=$WORK/bin/idgen
+  if [ "$name" = own1base ]; then bin=$BASE_IDGEN; fi
   mkdir -p "$WORK/$name"
-  "$WORK/bin/idgen" --data-dir "$WORK/$name/data" --rpc-addr "127.0.0.1:$port" --admin-addr "127.0.0.1:$admin" \
+  "$bin" --data-dir "$WORK/$name/data" --rpc-addr "127.0.0.1:$port" --admin-addr "127.0.0.1:$admin" \
     --log-level warn "$@" >"$WORK/$name/log" 2>&1 &
   PID[$name]=$!; PIDS+=($!)
   ADDR[$name]=127.0.0.1:$port
@@ -133,7 +143,17 @@ biz() { # SERVER NAME CHANNEL STEP
 }
 # ordbiz SERVER NAME MODE: an ORDERED business in ordered_mode MODE
 ordbiz() {
-  "$IDCTL" biz create --addr "${ADDR[$1]}" --token-file "$WORK/$1/data/admin.token" --biz "$2" --channel ordered --ordered-mode "$3" >/dev/null
+  # A node refuses calls until it has claimed its ORDERED shards: retry.
+  local i
+  for ((i = 0; i < 20; i++)); do
+    if "$IDCTL" biz create --addr "${ADDR[$1]}" --token-file "$WORK/$1/data/admin.token" --biz "$2" --channel ordered --ordered-mode "$3" >/dev/null 2>"$WORK/ordbiz.err"; then
+      return 0
+    fi
+    grep -qs 'retryable' "$WORK/ordbiz.err" || break
+    sleep 0.5
+  done
+  cat "$WORK/ordbiz.err" >&2
+  return 1
 }
 
 start_idgen idgen
@@ -194,6 +214,16 @@ if [ "$WITH_MYSQL" = 1 ] && [ -n "${IDGEN_TEST_ZK:-}" ]; then
   start_idgen own2b --zk "$IDGEN_TEST_ZK" --cluster "bench-own2-$$" --mysql "$DSN2" --advertise-host 127.0.0.1 --properties-dir "$WORK/own2b"
   ordbiz own1 own-cached cached
   ordbiz own1 own-gapless gapless
+  if [ -n "${BASE_IDGEN:-}" ]; then
+    [ -x "$BASE_IDGEN" ] || die "BASE_IDGEN=$BASE_IDGEN: not an executable"
+    "$IDCTL" cluster init --zk "$IDGEN_TEST_ZK" --cluster "bench-own1base-$$" >/dev/null 2>&1
+    MYSQL_DBB=${MYSQL_DB}_own1base
+    mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -e "CREATE DATABASE \`$MYSQL_DBB\`"
+    DSNB="${IDGEN_TEST_MYSQL%/}/$MYSQL_DBB"
+    "$IDCTL" db migrate --mysql "$DSNB" >/dev/null
+    start_idgen own1base --zk "$IDGEN_TEST_ZK" --cluster "bench-own1base-$$" --mysql "$DSNB" --advertise-host 127.0.0.1 --properties-dir "$WORK/own1base"
+    ordbiz own1base own-gapless gapless
+  fi
   ordbiz own2a own2-cached cached
   ordbiz own2a own2-gapless gapless
   sleep 4 # the two-node cluster settles: shards handed to own2b by rendezvous
@@ -226,6 +256,14 @@ if [ "$WITH_OWNERS" = 1 ]; then
   scenario own-cached-64-c16 own1 --biz own-cached --channel ordered --keys 64 --concurrency 16 --check
   scenario own-gapless-hot-c16 own1 --biz own-gapless --channel ordered --sub-key hot --concurrency 16 --check
   scenario own-gapless-64-c16 own1 --biz own-gapless --channel ordered --keys 64 --concurrency 16 --check
+  scenario own-gapless-hot-c64 own1 --biz own-gapless --channel ordered --sub-key hot --concurrency 64 --check
+  scenario own-gapless-64-c64 own1 --biz own-gapless --channel ordered --keys 64 --concurrency 64 --check
+  if [ -n "${BASE_IDGEN:-}" ]; then
+    scenario own-gapless-hot-c16-base own1base --biz own-gapless --channel ordered --sub-key hot --concurrency 16 --check
+    scenario own-gapless-64-c16-base own1base --biz own-gapless --channel ordered --keys 64 --concurrency 16 --check
+    scenario own-gapless-hot-c64-base own1base --biz own-gapless --channel ordered --sub-key hot --concurrency 64 --check
+    scenario own-gapless-64-c64-base own1base --biz own-gapless --channel ordered --keys 64 --concurrency 64 --check
+  fi
   # SERVER a+b: two idctl bench processes at once, half the callers each.
   scenario own-cached-hot-split-c16 own2a+own2b --biz own2-cached --channel ordered --sub-key hot --concurrency 8 --check
   scenario own-gapless-hot-split-c16 own2a+own2b --biz own2-gapless --channel ordered --sub-key hot --concurrency 8 --check
@@ -251,8 +289,28 @@ RESULTS=$OUT_DIR/$STAMP.jsonl
   printf '# duration %s, warmup %s, runs %s\n' "$DURATION" "$WARMUP" "$RUNS"
 } >"$RESULTS"
 
+# commit_ms prints the mean time of one durable commit on the owners'
+# MariaDB, in ms: 200 autocommit single-row UPDATEs in a row on one
+# connection, timed by the server between the first and the last (so the
+# client's start is not counted, its round trips are).
+commit_ms() {
+  local db=${MYSQL_DB}_own1
+  {
+    echo "CREATE TABLE IF NOT EXISTS bench_commit (id INT PRIMARY KEY, n BIGINT NOT NULL) ENGINE=InnoDB;"
+    echo "INSERT IGNORE INTO bench_commit VALUES (1, 0);"
+    echo "SET @t0 = SYSDATE(6);"
+    for ((i = 0; i < 200; i++)); do echo "UPDATE bench_commit SET n = n + 1 WHERE id = 1;"; done
+    echo "SELECT TIMESTAMPDIFF(MICROSECOND, @t0, SYSDATE(6)) / 200 / 1000;"
+  } | mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -N -B "$db"
+}
+
 FAILED=0
 for ((rep = 1; rep <= RUNS; rep++)); do
+  if [ "$WITH_OWNERS" = 1 ]; then
+    tc=$(commit_ms)
+    log "rep $rep/$RUNS: single durable commit on MariaDB: $tc ms"
+    printf '# t_commit_ms rep=%d %s\n' "$rep" "$tc" >>"$RESULTS"
+  fi
   for sc in "${SCENARIOS[@]}"; do
     read -r -a a <<<"$sc"
     name=${a[0]} server=${a[1]} args=("${a[@]:2}")
@@ -357,6 +415,46 @@ echo
 echo "## Load runs ($RESULTS)"
 echo
 go run ./scripts/chart table -in "$RESULTS" "${RATIOS[@]}"
+if [ "$WITH_OWNERS" = 1 ]; then
+  echo
+  echo "## Gapless against its bound (floor x t_rpc / (t_rpc + t_commit), t_rpc = callers / floor)"
+  echo
+  python3 - "$RESULTS" <<'PY'
+import json, re, statistics, sys
+runs, tcommit = {}, {}
+for line in open(sys.argv[1]):
+    m = re.match(r"# t_commit_ms rep=(\d+) ([0-9.]+)", line)
+    if m:
+        tcommit[int(m.group(1))] = float(m.group(2)) / 1000
+        continue
+    if line.startswith("#") or not line.strip():
+        continue
+    r = json.loads(line)
+    runs.setdefault(r["scenario"], {})[r["rep"]] = r["result"]
+print("| scenario | req/s | p50 | p99 | x floor | x bound | bound req/s | t_commit |")
+print("|---|---|---|---|---|---|---|---|")
+for name in sorted(runs):
+    m = re.match(r"own-gapless-(hot|64)-c(\d+)(-base)?$", name)
+    if not m:
+        continue
+    c = int(m.group(2))
+    floor = runs.get("noop-c%d" % c, {})
+    xf, xb, bounds, rps, p50, p99, tcs = [], [], [], [], [], [], []
+    for rep, res in runs[name].items():
+        if rep not in floor or rep not in tcommit:
+            continue
+        fl = floor[rep]["requests_per_s"]
+        t_rpc = c / fl
+        bound = fl * t_rpc / (t_rpc + tcommit[rep])
+        rps.append(res["requests_per_s"]); p50.append(res["latency_us"]["p50"]); p99.append(res["latency_us"]["p99"])
+        xf.append(res["requests_per_s"] / fl); xb.append(res["requests_per_s"] / bound); bounds.append(bound); tcs.append(tcommit[rep])
+    if not rps:
+        continue
+    med = statistics.median
+    print("| %s | %.0f | %.0f us | %.0f us | %.2f | %.2f | %.0f | %.3f ms |" % (
+        name, med(rps), med(p50), med(p99), med(xf), med(xb), med(bounds), med(tcs) * 1000))
+PY
+fi
 if [ -f "$GORESULTS" ]; then
   echo
   echo "## Go benchmarks ($GORESULTS, benchstat)"

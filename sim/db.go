@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -309,14 +310,26 @@ func (s *nodeDB) Claim(ctx context.Context, shard int, epoch int64, owner string
 // hole j), then the commit may be refused (db-cert), then fn runs under
 // the database's lock.
 func (s *nodeDB) shardTx(ctx context.Context, shard int, pausedInside bool, fn func(d *db) error) error {
+	return s.shardsTx(ctx, []int{shard}, pausedInside, fn)
+}
+
+// shardsTx is shardTx on several shards' fence rows, taken in ascending
+// order as the real store's fencing UPDATE takes them (by primary key).
+func (s *nodeDB) shardsTx(ctx context.Context, shards []int, pausedInside bool, fn func(d *db) error) error {
 	if err := s.boundary(ctx); err != nil {
 		return err
 	}
-	unlock, err := s.lockShard(ctx, shard)
-	if err != nil {
-		return err
+	shards = slices.Sorted(slices.Values(shards))
+	for i, shard := range shards {
+		unlock, err := s.lockShard(ctx, shard)
+		if err != nil {
+			for _, held := range shards[:i] {
+				s.d.shardMus[held].Unlock()
+			}
+			return err
+		}
+		defer unlock()
 	}
-	defer unlock()
 	if pausedInside {
 		if err := s.boundary(context.Background()); err != nil {
 			return err
@@ -350,34 +363,63 @@ func (s *nodeDB) Load(ctx context.Context, shard int, epoch int64, keys []ordere
 	return out, nil
 }
 
-// Persist implements ordered.Store. The fence row is taken first and the
-// node's pause is waited out while holding it: a client paused inside its
-// transaction holds the row (issue 29 hole j).
+// Persist implements ordered.Store with PersistShards.
 func (s *nodeDB) Persist(ctx context.Context, shard int, epoch int64, rows []ordered.Row, reqs []ordered.Request) error {
-	if err := ordered.ValidatePersist(shard, rows, reqs); err != nil {
-		return err
+	return ordered.PersistOne(ctx, s, shard, epoch, rows, reqs)
+}
+
+// PersistShards implements ordered.Store: one transaction over the parts'
+// fence rows. The rows are taken first and the node's pause is waited out
+// while holding them: a client paused inside its transaction holds them
+// (issue 29 hole j). Each part is checked alone (its epoch, its request
+// ids): a refused part writes nothing, the others commit.
+func (s *nodeDB) PersistShards(ctx context.Context, parts []ordered.ShardWrite) ([]error, error) {
+	errs, err := ordered.ValidateShardWrites(parts)
+	if err != nil {
+		return nil, err
 	}
-	return s.shardTx(ctx, shard, true, func(d *db) error {
-		if !d.noFence && d.epochs[shard] != epoch {
-			return ordered.ErrFenced
+	shards := make([]int, 0, len(parts))
+	for i, p := range parts {
+		if errs[i] == nil {
+			shards = append(shards, p.Shard)
 		}
-		var dup []ordered.RequestKey
-		for _, r := range reqs {
-			if _, ok := d.reqs[requestKey(r)]; ok {
-				dup = append(dup, requestKey(r))
+	}
+	err = s.shardsTx(ctx, shards, true, func(d *db) error {
+		for i, p := range parts {
+			if errs[i] == nil {
+				errs[i] = d.persistPart(p)
 			}
-		}
-		if len(dup) > 0 {
-			return &ordered.DuplicateRequestsError{Requests: dup}
-		}
-		for _, r := range reqs {
-			d.reqs[requestKey(r)] = r
-		}
-		for _, r := range rows {
-			d.rows[r.Key] = max(d.rows[r.Key], r.Num)
 		}
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return errs, nil
+}
+
+// persistPart writes one part of a persist, or refuses it (fenced, or
+// request ids stored) writing nothing. Called with d.mu held.
+func (d *db) persistPart(p ordered.ShardWrite) error {
+	if !d.noFence && d.epochs[p.Shard] != p.Epoch {
+		return ordered.ErrFenced
+	}
+	var dup []ordered.RequestKey
+	for _, r := range p.Reqs {
+		if _, ok := d.reqs[requestKey(r)]; ok {
+			dup = append(dup, requestKey(r))
+		}
+	}
+	if len(dup) > 0 {
+		return &ordered.DuplicateRequestsError{Requests: dup}
+	}
+	for _, r := range p.Reqs {
+		d.reqs[requestKey(r)] = r
+	}
+	for _, r := range p.Rows {
+		d.rows[r.Key] = max(d.rows[r.Key], r.Num)
+	}
+	return nil
 }
 
 // requestKey is the key a request id is stored under.

@@ -35,6 +35,10 @@ type Conn struct {
 	Log     *zap.Logger   // never nil
 	Addr    string        // host:port, for messages
 	Timeout time.Duration // the bound of one call (mysqlstore.Config.Timeout)
+	// MultiStatements: the pool's connections accept several statements
+	// in one Exec (the driver's multiStatements), so ExecJoined joins
+	// them into one round trip.
+	MultiStatements bool
 
 	conflicts atomic.Uint64 // RetryConflicts' retries
 }
@@ -125,4 +129,71 @@ func RequestInserts(reqs []ordered.Request, at any, suffix string) []Stmt {
 		reqs = reqs[n:]
 	}
 	return out
+}
+
+// joinedBytes bounds the SQL and arguments ExecJoined sends in one Exec,
+// well under the server's max_allowed_packet (16 MiB by default on
+// MariaDB, 64 MiB on MySQL 8): a larger one would fail, or make the
+// driver fall back to a server-side prepare, which refuses several
+// statements.
+const joinedBytes = 1 << 20
+
+// Execer is a *sql.Tx or *sql.DB.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// ExecJoined runs stmts in order on ex, in as few round trips as the pool
+// allows: joined with ";" into Execs of at most joinedBytes when the
+// connections accept several statements (MultiStatements), one Exec each
+// otherwise. The server stops at the first statement that fails, and that
+// error is returned (so a caller inside a transaction rolls it back, as
+// after a single statement's failure). res is the last Exec's result: its
+// RowsAffected is the last statement's (the driver's rule for several
+// statements).
+func (c *Conn) ExecJoined(ctx context.Context, ex Execer, stmts []Stmt) (res sql.Result, err error) {
+	for len(stmts) > 0 {
+		n, size := 1, stmtBytes(stmts[0])
+		if c.MultiStatements {
+			for n < len(stmts) && size+stmtBytes(stmts[n]) <= joinedBytes {
+				size += stmtBytes(stmts[n])
+				n++
+			}
+		}
+		q, args := stmts[0].SQL, stmts[0].Args
+		if n > 1 {
+			var b strings.Builder
+			args = nil
+			for i, st := range stmts[:n] {
+				if i > 0 {
+					b.WriteString(";\n")
+				}
+				b.WriteString(st.SQL)
+				args = append(args, st.Args...)
+			}
+			q = b.String()
+		}
+		if res, err = ex.ExecContext(ctx, q, args...); err != nil {
+			return nil, err
+		}
+		stmts = stmts[n:]
+	}
+	return res, nil
+}
+
+// stmtBytes estimates the size of st once interpolated: its SQL and each
+// argument escaped (at most twice its length) and quoted.
+func stmtBytes(st Stmt) int {
+	n := len(st.SQL) + 2
+	for _, a := range st.Args {
+		switch v := a.(type) {
+		case string:
+			n += 2*len(v) + 2
+		case []byte:
+			n += 2*len(v) + 3
+		default:
+			n += 24
+		}
+	}
+	return n
 }

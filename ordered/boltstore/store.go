@@ -23,6 +23,7 @@ package boltstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -175,75 +176,108 @@ func (s *Store) Load(ctx context.Context, shard int, epoch int64, keys []ordered
 	return out, nil
 }
 
-// Persist raises rows to their numbers (never lowers one) and inserts reqs
-// in one fsynced transaction conditional on the shard's epoch
-// (ordered.Store). Everything
-// is checked before anything is written, so a refusal (ErrFenced, or a
-// *ordered.DuplicateRequestsError naming the stored ids) writes nothing
-// even inside a batch shared with other callers. A stored request id past
+// Persist is PersistShards with one part (ordered.Store).
+func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []ordered.Row, reqs []ordered.Request) error {
+	return ordered.PersistOne(ctx, s, shard, epoch, rows, reqs)
+}
+
+// PersistShards raises the parts' rows (never lowers one) and inserts
+// their request ids in one fsynced transaction, each part conditional on
+// its shard's epoch (ordered.Store). Each part is checked before anything
+// of it is written, so a part's refusal (ErrFenced, or a
+// *ordered.DuplicateRequestsError naming the stored ids) writes nothing of
+// it, while the other parts commit. A stored request id past
 // RequestRetention counts as gone, as in ReserveOrderedReplay: it is
 // replaced.
-func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []ordered.Row, reqs []ordered.Request) error {
-	op := fmt.Sprintf("boltstore: persist %d ORDERED rows and %d request ids of shard %d at epoch %d", len(rows), len(reqs), shard, epoch)
-	if err := ordered.ValidatePersist(shard, rows, reqs); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+func (s *Store) PersistShards(ctx context.Context, parts []ordered.ShardWrite) ([]error, error) {
+	op := fmt.Sprintf("boltstore: persist ORDERED rows of %d shards", len(parts))
+	errs, err := ordered.ValidateShardWrites(parts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	valid := make([]bool, len(parts))
+	for i, p := range parts {
+		if valid[i] = errs[i] == nil; !valid[i] {
+			errs[i] = fmt.Errorf("%s: shard %d: %w", op, p.Shard, errs[i])
+		}
 	}
 	now := s.file.Clock.Now().UnixNano()
 	expiredBefore := s.file.ExpiredBefore(now)
-	var opErr error
-	err := s.file.Batch(ctx, func(tx *bolt.Tx) error {
-		opErr = nil
-		if err := checkEpoch(tx, shard, epoch); err != nil {
-			opErr = fmt.Errorf("%s: %w", op, err)
-			return nil
-		}
-		reqsB, byTime := tx.Bucket(boltfile.BucketRequests), tx.Bucket(boltfile.BucketReqTime)
-		var (
-			dup   *ordered.DuplicateRequestsError
-			prevs = make([]boltfile.Request, len(reqs)) // created -1: none stored
-			rks   = make([][]byte, len(reqs))
-		)
-		for i, q := range reqs {
-			rks[i] = boltfile.JoinKey(q.Biz, segment.StoredRequestID(q.Scope, q.ID))
-			v := reqsB.Get(rks[i])
-			prevs[i].Created = -1
-			if v == nil {
+	err = s.file.Batch(ctx, func(tx *bolt.Tx) error {
+		for i, p := range parts {
+			if !valid[i] {
 				continue
 			}
-			prev, err := boltfile.DecodeRequest(v)
-			if err != nil {
+			var err error
+			if errs[i], err = persistPart(tx, p, now, expiredBefore); err != nil {
 				return err
 			}
-			if prev.Created >= expiredBefore {
-				if dup == nil {
-					dup = &ordered.DuplicateRequestsError{}
-				}
-				dup.Requests = append(dup.Requests, ordered.RequestKey{Biz: q.Biz, Scope: q.Scope, ID: q.ID})
-			}
-			prevs[i] = prev
-		}
-		if dup != nil {
-			opErr = dup
-			return nil
-		}
-		for i, q := range reqs {
-			if prev := prevs[i]; prev.Created >= 0 {
-				// Expired but not cleaned up yet: forget it.
-				if err := boltfile.DeleteRequest(reqsB, byTime, rks[i], prev.Created); err != nil {
-					return err
-				}
-			}
-			rec := boltfile.Request{Created: now, Range: q.Range, Count: q.Count, SubKey: q.SubKey}
-			if err := boltfile.PutRequest(reqsB, byTime, rks[i], rec); err != nil {
-				return err
+			if errs[i] != nil && !isDuplicates(errs[i]) {
+				errs[i] = fmt.Errorf("boltstore: persist %d ORDERED rows and %d request ids of shard %d at epoch %d: %w",
+					len(p.Rows), len(p.Reqs), p.Shard, p.Epoch, errs[i])
 			}
 		}
-		return putRows(tx, rows, false)
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	return opErr
+	return errs, nil
+}
+
+func isDuplicates(err error) bool {
+	var dup *ordered.DuplicateRequestsError
+	return errors.As(err, &dup)
+}
+
+// persistPart writes one part of PersistShards in tx, after checking its
+// epoch and its request ids: refused is the part's own refusal (nothing
+// of it written), err a failure of the transaction.
+func persistPart(tx *bolt.Tx, p ordered.ShardWrite, now, expiredBefore int64) (refused, err error) {
+	if err := checkEpoch(tx, p.Shard, p.Epoch); err != nil {
+		return err, nil
+	}
+	reqsB, byTime := tx.Bucket(boltfile.BucketRequests), tx.Bucket(boltfile.BucketReqTime)
+	var (
+		dup   *ordered.DuplicateRequestsError
+		prevs = make([]boltfile.Request, len(p.Reqs)) // created -1: none stored
+		rks   = make([][]byte, len(p.Reqs))
+	)
+	for i, q := range p.Reqs {
+		rks[i] = boltfile.JoinKey(q.Biz, segment.StoredRequestID(q.Scope, q.ID))
+		v := reqsB.Get(rks[i])
+		prevs[i].Created = -1
+		if v == nil {
+			continue
+		}
+		prev, err := boltfile.DecodeRequest(v)
+		if err != nil {
+			return nil, err
+		}
+		if prev.Created >= expiredBefore {
+			if dup == nil {
+				dup = &ordered.DuplicateRequestsError{}
+			}
+			dup.Requests = append(dup.Requests, ordered.RequestKey{Biz: q.Biz, Scope: q.Scope, ID: q.ID})
+		}
+		prevs[i] = prev
+	}
+	if dup != nil {
+		return dup, nil
+	}
+	for i, q := range p.Reqs {
+		if prev := prevs[i]; prev.Created >= 0 {
+			// Expired but not cleaned up yet: forget it.
+			if err := boltfile.DeleteRequest(reqsB, byTime, rks[i], prev.Created); err != nil {
+				return nil, err
+			}
+		}
+		rec := boltfile.Request{Created: now, Range: q.Range, Count: q.Count, SubKey: q.SubKey}
+		if err := boltfile.PutRequest(reqsB, byTime, rks[i], rec); err != nil {
+			return nil, err
+		}
+	}
+	return nil, putRows(tx, p.Rows, false)
 }
 
 // WriteBack sets rows to their numbers exactly (it may lower a row: a

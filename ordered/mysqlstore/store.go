@@ -186,8 +186,10 @@ func (s *Store) loadOnce(ctx context.Context, shard int, epoch int64, keys []ord
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if err := s.fence(ctx, tx, shard, epoch, false); err != nil {
+	if fenced, err := s.fence(ctx, tx, []shardEpoch{{shard, epoch}}, false); err != nil {
 		return err
+	} else if fenced != nil {
+		return fenced[shard]
 	}
 	for rest := keys; len(rest) > 0; {
 		n := min(len(rest), ownedBatch)
@@ -202,23 +204,6 @@ func (s *Store) loadOnce(ctx context.Context, shard int, epoch int64, keys []ord
 type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-// checkEpoch returns nil when the shard's stored epoch is epoch, else an
-// error wrapping ordered.ErrFenced that says whose the shard is.
-func (s *Store) checkEpoch(ctx context.Context, q querier, shard int, epoch int64) error {
-	var (
-		stored int64
-		owner  string
-	)
-	err := q.QueryRowContext(ctx, `SELECT epoch, owner FROM ordered_shard WHERE shard = ?`, shard).Scan(&stored, &owner)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("%w: shard %d was never claimed: Claim it before loading or persisting", ordered.ErrFenced, shard)
-	}
-	if err != nil {
-		return err
-	}
-	return fencedUnless(shard, epoch, stored, owner)
 }
 
 // fencedUnless is nil when stored == epoch, else the ErrFenced error for a
@@ -266,29 +251,60 @@ func loadBatch(ctx context.Context, q querier, shard int, keys []ordered.Key, ou
 	return rows.Err()
 }
 
-// Persist raises rows to their numbers and inserts reqs in one
-// transaction conditional on the shard's epoch (ordered.Store). Round
-// trips: BEGIN, the fencing UPDATE of ordered_shard, one multi-row INSERT
-// of the request ids and one multi-row upsert of the rows (each per
-// ownedBatch), COMMIT. It is the owners' group commit, so nothing else is
+// Persist is PersistShards with one part (ordered.Store).
+func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []ordered.Row, reqs []ordered.Request) error {
+	return ordered.PersistOne(ctx, s, shard, epoch, rows, reqs)
+}
+
+// PersistShards raises the rows of several shards and inserts their
+// request ids in one transaction, each part conditional on its shard's
+// epoch (ordered.Store): the node's group commit across shards. Three
+// round trips, however many shards: BEGIN; one Exec of the fencing UPDATE
+// of every part's ordered_shard row, the multi-row INSERT of every part's
+// request ids (per ownedBatch), one multi-row upsert per shard table (the
+// rows of a shard live in its own table) and the fence's recount
+// (mysqldb.Conn.ExecJoined; writeShardsOnce); COMMIT. Nothing else is
 // read or written on the way.
 //
-// The fencing UPDATE comes first: it fails fast when the shard is not the
-// caller's, and it holds the shard row's lock, so the rest can neither
-// race a Claim nor a deposed owner. Request ids come before the rows: a
-// duplicate rolls back before any row was written, and then one SELECT per
-// business names the stored ids (*ordered.DuplicateRequestsError, nothing
-// written). The rows are upserted with ON DUPLICATE KEY UPDATE num =
-// GREATEST(num, VALUES(num)): a persist never lowers a row, so persists of
-// one shard may commit in any order (WriteBack is the one that lowers). A
-// deadlock or a Galera certification conflict rolled the whole transaction
-// back and it is run again (mysqldb.Conn.RetryConflicts).
-func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []ordered.Row, reqs []ordered.Request) error {
-	op := fmt.Sprintf("persist %d ORDERED rows and %d request ids of shard %d at epoch %d", len(rows), len(reqs), shard, epoch)
-	if err := ordered.ValidatePersist(shard, rows, reqs); err != nil {
-		return fmt.Errorf("mysqlstore: %s: %w", op, err)
+// The fencing UPDATE comes first: it holds every part's shard row until
+// the commit, so the rest can neither race a Claim nor a deposed owner.
+// When it counts fewer rows than parts, one SELECT names the parts whose
+// epoch is not theirs: they fail with ordered.ErrFenced and the others
+// go on in the same transaction (their rows are locked already). Request
+// ids come before the rows: a duplicate rolls the transaction back before
+// any row was written, one SELECT per business names the stored ids, the
+// parts holding them fail with *ordered.DuplicateRequestsError, and the
+// transaction runs again without them. The rows are upserted with ON
+// DUPLICATE KEY UPDATE num = GREATEST(num, VALUES(num)): a persist never
+// lowers a row, so persists of one shard may commit in any order
+// (WriteBack is the one that lowers). A deadlock or a Galera
+// certification conflict rolled the whole transaction back and it is run
+// again (mysqldb.Conn.RetryConflicts).
+func (s *Store) PersistShards(ctx context.Context, parts []ordered.ShardWrite) ([]error, error) {
+	nrows, nreqs := 0, 0
+	for _, p := range parts {
+		nrows, nreqs = nrows+len(p.Rows), nreqs+len(p.Reqs)
 	}
-	return s.fencedWrite(ctx, op, shard, epoch, reqs, rowUpserts(shard, rows, false))
+	op := fmt.Sprintf("persist %d ORDERED rows and %d request ids of %d shards", nrows, nreqs, len(parts))
+	if len(parts) == 1 {
+		op = fmt.Sprintf("persist %d ORDERED rows and %d request ids of shard %d at epoch %d", nrows, nreqs, parts[0].Shard, parts[0].Epoch)
+	}
+	errs, err := ordered.ValidateShardWrites(parts)
+	if err != nil {
+		return nil, fmt.Errorf("mysqlstore: %s: %w", op, err)
+	}
+	var ws []shardWrite
+	for i, p := range parts {
+		if errs[i] != nil {
+			errs[i] = fmt.Errorf("mysqlstore: %s: shard %d: %w", op, p.Shard, errs[i])
+			continue
+		}
+		ws = append(ws, shardWrite{part: i, shard: p.Shard, epoch: p.Epoch, reqs: p.Reqs, rowStmts: rowUpserts(p.Shard, p.Rows, false)})
+	}
+	if err := s.writeShards(ctx, op, ws, errs); err != nil {
+		return nil, err
+	}
+	return errs, nil
 }
 
 // WriteBack sets rows to their numbers exactly, in one transaction
@@ -303,19 +319,186 @@ func (s *Store) WriteBack(ctx context.Context, shard int, epoch int64, rows []or
 	if err := ordered.ValidatePersist(shard, rows, nil); err != nil {
 		return fmt.Errorf("mysqlstore: %s: %w", op, err)
 	}
-	return s.fencedWrite(ctx, op, shard, epoch, nil, rowUpserts(shard, rows, true))
+	errs := make([]error, 1)
+	if err := s.writeShards(ctx, op, []shardWrite{{shard: shard, epoch: epoch, rowStmts: rowUpserts(shard, rows, true)}}, errs); err != nil {
+		return err
+	}
+	if errs[0] != nil {
+		return s.ownedErr(ctx, op, errs[0])
+	}
+	return nil
 }
 
-// fencedWrite runs persistOnce with retries and the owners' error rules.
-// The statements are built once: a retried attempt sends the same ones.
-func (s *Store) fencedWrite(ctx context.Context, op string, shard int, epoch int64, reqs []ordered.Request, rowStmts []mysqldb.Stmt) error {
-	reqStmts := mysqldb.RequestInserts(reqs, mysqldb.Now(), "")
+// shardWrite is one shard's part of a fenced write, its row statements
+// built once (a retried attempt sends the same ones).
+type shardWrite struct {
+	part     int // index in the caller's parts (and errs)
+	shard    int
+	epoch    int64
+	reqs     []ordered.Request
+	rowStmts []mysqldb.Stmt
+}
+
+// writeShards runs the fenced transaction of ws with retries and the
+// owners' error rules: a part that fails alone gets its error in
+// errs[part]; the error returned fails them all.
+func (s *Store) writeShards(ctx context.Context, op string, ws []shardWrite, errs []error) error {
 	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
 	err := s.conn.RetryConflicts(cctx, op, func() error {
-		return s.persistOnce(cctx, shard, epoch, reqs, reqStmts, rowStmts)
+		for _, w := range ws {
+			errs[w.part] = nil // an earlier attempt's refusals are read again
+		}
+		live := ws
+		for len(live) > 0 {
+			var (
+				done bool
+				err  error
+			)
+			live, done, err = s.writeShardsOnce(cctx, live, errs)
+			if err != nil || done {
+				return err
+			}
+		}
+		return nil
 	})
+	for _, w := range ws {
+		if errs[w.part] != nil {
+			errs[w.part] = s.ownedErr(ctx, op, errs[w.part])
+		}
+	}
 	return s.ownedErr(ctx, op, err)
+}
+
+// writeShardsOnce is one transaction of live. done: it committed (or had
+// nothing left to write); else it was rolled back because some parts are
+// fenced or hold stored request ids: those parts have their errors, and
+// the rest is returned to run again.
+//
+// Three round trips where the pool allows (mysqldb.Conn.ExecJoined):
+// BEGIN; one Exec of the fence, the request ids, the rows and the fence's
+// recount; COMMIT. The fence comes first, so the transaction holds every
+// shard row whose epoch is the caller's from its first statement to its
+// end (a Claim waits for it). The recount is the same UPDATE again, as
+// the Exec's last statement, whose count the Exec's RowsAffected is: it
+// counts the shards the fence found at their epoch (the fence holds their
+// rows, so nothing changed in between). The fence adds 2 to persists and
+// the recount takes 1 off, so each counts a changed row and a persist
+// still adds 1. When the recount falls short, the parts of the fenced
+// shards (named by one SELECT) are left out and the transaction is rolled
+// back and run again without them. The request ids come before the rows:
+// the server stops at a duplicate id before any row is written; the
+// fenced parts are named first (as a fenced part is refused as fenced,
+// whatever else), then the rollback, and the parts holding stored ids
+// fail with *ordered.DuplicateRequestsError.
+func (s *Store) writeShardsOnce(ctx context.Context, live []shardWrite, errs []error) (rest []shardWrite, done bool, err error) {
+	tx, err := s.conn.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after Commit
+	fences := make([]shardEpoch, len(live))
+	var reqs []ordered.Request
+	for i, w := range live {
+		fences[i] = shardEpoch{w.shard, w.epoch}
+		reqs = append(reqs, w.reqs...)
+	}
+	anyEpoch := s.ignoreEpoch.Load()
+	stmts := []mysqldb.Stmt{fenceStmt(fences, anyEpoch, "persists = persists + 2")}
+	stmts = append(stmts, mysqldb.RequestInserts(reqs, mysqldb.Now(), "")...)
+	for _, w := range live {
+		stmts = append(stmts, w.rowStmts...)
+	}
+	stmts = append(stmts, fenceStmt(fences, anyEpoch, "persists = persists - 1"))
+	res, err := s.conn.ExecJoined(ctx, tx, stmts)
+	if mysqldb.IsDupEntry(err) {
+		var fenced map[int]error
+		if !anyEpoch {
+			if fenced, err = s.epochErrs(ctx, tx, fences); err != nil {
+				return nil, false, err
+			}
+		}
+		if err := tx.Rollback(); err != nil {
+			return nil, false, err
+		}
+		if len(fenced) > 0 {
+			// The stored id may be a fenced part's: run again without
+			// the fenced parts first.
+			live = dropFenced(live, fenced, errs)
+			return live, len(live) == 0, nil
+		}
+		return s.dropDuplicates(ctx, live, reqs, errs)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	fenced, err := s.fenceCount(ctx, tx, res, fences)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(fenced) > 0 {
+		if err := tx.Rollback(); err != nil {
+			return nil, false, err
+		}
+		live = dropFenced(live, fenced, errs)
+		return live, len(live) == 0, nil
+	}
+	for _, w := range live {
+		faultAfterFence(s, w.shard)
+	}
+	return nil, true, tx.Commit()
+}
+
+// dropFenced sets the errors of the parts of live whose shard is in fenced
+// and returns the others.
+func dropFenced(live []shardWrite, fenced map[int]error, errs []error) []shardWrite {
+	if len(fenced) == 0 {
+		return live
+	}
+	kept := make([]shardWrite, 0, len(live))
+	for _, w := range live {
+		if ferr := fenced[w.shard]; ferr != nil {
+			errs[w.part] = ferr
+			continue
+		}
+		kept = append(kept, w)
+	}
+	return kept
+}
+
+// dropDuplicates fails the parts of live whose request ids are stored
+// (after an insert of reqs hit a duplicate key and was rolled back) with
+// a *ordered.DuplicateRequestsError each, and returns the others.
+func (s *Store) dropDuplicates(ctx context.Context, live []shardWrite, reqs []ordered.Request, errs []error) ([]shardWrite, bool, error) {
+	err := s.duplicateRequests(ctx, reqs)
+	var dup *ordered.DuplicateRequestsError
+	if !errors.As(err, &dup) {
+		return nil, false, err
+	}
+	stored := make(map[ordered.RequestKey]struct{}, len(dup.Requests))
+	for _, rk := range dup.Requests {
+		stored[rk] = struct{}{}
+	}
+	rest := make([]shardWrite, 0, len(live))
+	for _, w := range live {
+		var mine []ordered.RequestKey
+		for _, q := range w.reqs {
+			if rk := (ordered.RequestKey{Biz: q.Biz, Scope: q.Scope, ID: q.ID}); hasKey(stored, rk) {
+				mine = append(mine, rk)
+			}
+		}
+		if len(mine) > 0 {
+			errs[w.part] = &ordered.DuplicateRequestsError{Requests: mine}
+			continue
+		}
+		rest = append(rest, w)
+	}
+	return rest, false, nil
+}
+
+func hasKey(m map[ordered.RequestKey]struct{}, k ordered.RequestKey) bool {
+	_, ok := m[k]
+	return ok
 }
 
 // rowUpserts builds the row statements: exact sets num to the value given
@@ -345,57 +528,132 @@ func rowUpserts(shard int, rows []ordered.Row, exact bool) []mysqldb.Stmt {
 	return out
 }
 
-func (s *Store) persistOnce(ctx context.Context, shard int, epoch int64, reqs []ordered.Request, reqStmts, rowStmts []mysqldb.Stmt) error {
-	tx, err := s.conn.DB.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if err := s.fence(ctx, tx, shard, epoch, s.ignoreEpoch.Load()); err != nil {
-		return err
-	}
-	faultAfterFence(s, shard)
-	for _, st := range reqStmts {
-		_, err := tx.ExecContext(ctx, st.SQL, st.Args...)
-		if mysqldb.IsDupEntry(err) {
-			if err := tx.Rollback(); err != nil {
-				return err
-			}
-			return s.duplicateRequests(ctx, reqs)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	for _, st := range rowStmts {
-		if _, err := tx.ExecContext(ctx, st.SQL, st.Args...); err != nil {
-			return err
-		}
-	}
-	return tx.Commit()
+// shardEpoch is a shard and the epoch a write of it is conditional on.
+type shardEpoch struct {
+	shard int
+	epoch int64
 }
 
-// fence is the first statement of every owner transaction: it counts the
-// write in ordered_shard.persists on the condition that the shard's stored
-// epoch is epoch, which both checks the epoch and holds the shard row's
-// lock until the transaction ends. unsafeAnyEpoch drops the condition
-// (UnsafeIgnoreEpoch, fault injection's negative control only).
-func (s *Store) fence(ctx context.Context, tx *sql.Tx, shard int, epoch int64, unsafeAnyEpoch bool) error {
-	res, err := tx.ExecContext(ctx, `UPDATE ordered_shard SET persists = persists + 1 WHERE shard = ? AND (epoch = ? OR ?)`,
-		shard, epoch, unsafeAnyEpoch)
+// fence runs the fencing UPDATE (fenceStmt) alone and reads its count
+// (fenceCount): Load's first statement.
+func (s *Store) fence(ctx context.Context, tx *sql.Tx, shards []shardEpoch, unsafeAnyEpoch bool) (fenced map[int]error, err error) {
+	st := fenceStmt(shards, unsafeAnyEpoch, "persists = persists + 1")
+	res, err := tx.ExecContext(ctx, st.SQL, st.Args...)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	return s.fenceCount(ctx, tx, res, shards)
+}
+
+// fenceStmt is the first statement of every owner transaction: one UPDATE
+// of every shard whose stored epoch is the caller's (set: how it counts
+// the write in ordered_shard.persists), which both checks the epochs and
+// holds the shard rows' locks until the transaction ends (the rows are
+// found by primary key, in key order, so two fences never deadlock each
+// other). unsafeAnyEpoch drops the condition (UnsafeIgnoreEpoch, fault
+// injection's negative control only).
+func fenceStmt(shards []shardEpoch, unsafeAnyEpoch bool, set string) mysqldb.Stmt {
+	var b strings.Builder
+	args := make([]any, 0, 3*len(shards)+1)
+	b.WriteString(`UPDATE ordered_shard SET ` + set + ` WHERE shard IN (`)
+	for i, se := range shards {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("?")
+		args = append(args, se.shard)
+	}
+	b.WriteString(`) AND (? OR epoch = CASE shard`)
+	args = append(args, unsafeAnyEpoch)
+	for _, se := range shards {
+		b.WriteString(" WHEN ? THEN ?")
+		args = append(args, se.shard, se.epoch)
+	}
+	b.WriteString(" END)")
+	return mysqldb.Stmt{SQL: b.String(), Args: args}
+}
+
+// fenceCount reads the count of a fenceStmt (res: its own, or that of an
+// Exec a fenceStmt ended: RowsAffected is the last statement's): fenced
+// names the shards whose epoch is not the caller's, read only when the
+// count falls short (the rare path).
+func (s *Store) fenceCount(ctx context.Context, tx *sql.Tx, res sql.Result, shards []shardEpoch) (fenced map[int]error, err error) {
 	if n, err := res.RowsAffected(); err != nil {
-		return err
-	} else if n == 1 {
-		return nil
+		return nil, err
+	} else if n == int64(len(shards)) {
+		return nil, nil
 	}
-	// Fenced. Read whose the shard is for the message (rare path).
-	if err := s.checkEpoch(ctx, tx, shard, epoch); err != nil {
-		return err
+	if fenced, err = s.epochErrs(ctx, tx, shards); err != nil {
+		return nil, err
 	}
-	return fmt.Errorf("%w: shard %d left epoch %d meanwhile; claim it again", ordered.ErrFenced, shard, epoch)
+	if len(fenced) == 0 {
+		// The count fell short but every epoch reads as the caller's: a
+		// row changed between the two statements, which the locks rule
+		// out. Refuse them all rather than guess which one.
+		for _, se := range shards {
+			fenced[se.shard] = fmt.Errorf("%w: shard %d left epoch %d meanwhile; claim it again", ordered.ErrFenced, se.shard, se.epoch)
+		}
+	}
+	return fenced, nil
+}
+
+// epochErrs reads whose the shards are, after their fence in tx (whose
+// scan locked every row it read, so this sees what the fence saw): the
+// ordered.ErrFenced error of each shard whose epoch is not the caller's,
+// saying whose it is.
+func (s *Store) epochErrs(ctx context.Context, tx *sql.Tx, shards []shardEpoch) (map[int]error, error) {
+	stored, err := s.readEpochs(ctx, tx, shards)
+	if err != nil {
+		return nil, err
+	}
+	fenced := map[int]error{}
+	for _, se := range shards {
+		st, ok := stored[se.shard]
+		if !ok {
+			fenced[se.shard] = fmt.Errorf("%w: shard %d was never claimed: Claim it before loading or persisting", ordered.ErrFenced, se.shard)
+		} else if err := fencedUnless(se.shard, se.epoch, st.epoch, st.owner); err != nil {
+			fenced[se.shard] = err
+		}
+	}
+	return fenced, nil
+}
+
+type storedEpoch struct {
+	epoch int64
+	owner string
+}
+
+// readEpochs reads the stored epoch and owner of shards (absent: never
+// claimed), locking their rows.
+func (s *Store) readEpochs(ctx context.Context, q querier, shards []shardEpoch) (map[int]storedEpoch, error) {
+	var b strings.Builder
+	args := make([]any, 0, len(shards))
+	b.WriteString(`SELECT shard, epoch, owner FROM ordered_shard WHERE shard IN (`)
+	for i, se := range shards {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("?")
+		args = append(args, se.shard)
+	}
+	b.WriteString(") FOR UPDATE")
+	rows, err := q.QueryContext(ctx, b.String(), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[int]storedEpoch, len(shards))
+	for rows.Next() {
+		var (
+			shard int
+			st    storedEpoch
+		)
+		if err := rows.Scan(&shard, &st.epoch, &st.owner); err != nil {
+			return nil, err
+		}
+		out[shard] = st
+	}
+	return out, rows.Err()
 }
 
 // duplicateRequests names the request ids of reqs that are stored, after

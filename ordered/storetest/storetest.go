@@ -85,6 +85,11 @@ func Run(t *testing.T, open func(t *testing.T) ordered.Store) {
 		{"InvalidRefused", s.testInvalid},
 		{"ConcurrentClaims", s.testConcurrentClaims},
 		{"ConcurrentPersistsAndClaim", s.testConcurrentFence},
+		{"PersistShardsFencedPartAlone", s.testShardsFenced},
+		{"PersistShardsDuplicatesAlone", s.testShardsDuplicates},
+		{"PersistShardsInvalid", s.testShardsInvalid},
+		{"PersistShardsFencedBeforeDuplicate", s.testShardsFencedDuplicate},
+		{"ConcurrentPersistShardsAndClaim", s.testShardsConcurrentFence},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -822,17 +827,277 @@ func fenceRound(t *testing.T, st ordered.Store, sh int, e int64, biz string, key
 			e, early, e+1, e, want)
 	}
 	wantRows(t, fmt.Sprintf("round %d: the new owner's load after the old owner stopped", e), st, sh, e+1, all, want)
+	wantStored(t, fmt.Sprintf("round %d", e), st, biz, okIDs, fencedIDs)
+	_, err := st.Load(ctx(t), sh, e, keys)
+	wantFenced(t, fmt.Sprintf("round %d: Load under the deposed epoch", e), err)
+}
+
+// persistShards runs PersistShards and fails the test on a whole-call error.
+func persistShards(t *testing.T, st ordered.Store, parts []ordered.ShardWrite) []error {
+	t.Helper()
+	errs, err := st.PersistShards(ctx(t), parts)
+	if err != nil {
+		t.Fatalf("PersistShards(%d parts): %v", len(parts), err)
+	}
+	if len(errs) != len(parts) {
+		t.Fatalf("PersistShards(%d parts) returned %d errors", len(parts), len(errs))
+	}
+	return errs
+}
+
+// testShardsFenced is the group commit's fencing rule: a part whose shard
+// has a newer owner (or a lost claim, or none) fails alone, writes
+// nothing (neither rows nor request ids), and the parts around it in the
+// same transaction commit.
+func (s *suite) testShardsFenced(t *testing.T, st ordered.Store) {
+	a, b, c, lower, never := s.shard(t), s.shard(t), s.shard(t), s.shard(t), s.shard(t)
+	biz := s.biz("grpfence")
+	key := func(sh int) ordered.Key { return ordered.Key{Biz: biz, SubKey: SubKeys(sh, "k", 1)[0]} }
+	for _, sh := range []int{a, b, c} {
+		claim(t, st, sh, 1)
+	}
+	claim(t, st, b, 2) // b's new owner
+	claim(t, st, lower, 1)
+	part := func(sh int, epoch, num int64, id string) ordered.ShardWrite {
+		k := key(sh)
+		return ordered.ShardWrite{Shard: sh, Epoch: epoch, Rows: []ordered.Row{{Key: k, Num: num}},
+			Reqs: []ordered.Request{Req(biz, id, k.SubKey, num, 1)}}
+	}
+	errs := persistShards(t, st, []ordered.ShardWrite{
+		part(a, 1, 5, "a"),
+		part(b, 1, 6, "b"),         // deposed: b is at epoch 2
+		part(c, 1, 7, "c"),         // fine
+		part(lower, 2, 8, "lower"), // a claim of epoch 2 that the store lost
+		part(never, 1, 9, "never"), // never claimed
+	})
+	for i, name := range []string{"a", "b", "c", "lower", "never"} {
+		switch name {
+		case "a", "c":
+			if errs[i] != nil {
+				t.Fatalf("part %s beside fenced parts: %v, want committed", name, errs[i])
+			}
+		default:
+			wantFenced(t, "part "+name, errs[i])
+		}
+	}
+	wantRows(t, "shard a", st, a, 1, []ordered.Key{key(a)}, map[ordered.Key]int64{key(a): 5})
+	wantRows(t, "shard c", st, c, 1, []ordered.Key{key(c)}, map[ordered.Key]int64{key(c): 7})
+	wantRows(t, "fenced shard b (its new owner's load)", st, b, 2, []ordered.Key{key(b)}, map[ordered.Key]int64{})
+	wantRows(t, "fenced shard lower", st, lower, 1, []ordered.Key{key(lower)}, map[ordered.Key]int64{})
+	got := lookup(t, st, biz, []string{"a", "b", "c", "lower", "never"})
+	if len(got) != 2 || got["a"].SubKey != key(a).SubKey || got["c"].SubKey != key(c).SubKey {
+		t.Fatalf("stored request ids %v, want exactly a and c", got)
+	}
+	// A group of fenced parts only commits nothing and says so per part.
+	errs = persistShards(t, st, []ordered.ShardWrite{part(b, 1, 10, "b2")})
+	wantFenced(t, "a lone fenced part", errs[0])
+}
+
+// testShardsDuplicates: a part holding stored request ids fails alone
+// with a *ordered.DuplicateRequestsError naming only its stored ids; none
+// of its rows or new ids is written, and the other parts commit.
+func (s *suite) testShardsDuplicates(t *testing.T, st ordered.Store) {
+	a, b, biz, ka, kb := s.twoShards(t, st, "grpdup")
+	persist(t, st, a, 1, []ordered.Row{{Key: ka, Num: 1}}, []ordered.Request{Req(biz, "old", ka.SubKey, 1, 1)})
+	errs := persistShards(t, st, []ordered.ShardWrite{
+		{Shard: a, Epoch: 1, Rows: []ordered.Row{{Key: ka, Num: 3}},
+			Reqs: []ordered.Request{Req(biz, "old", ka.SubKey, 2, 1), Req(biz, "new-a", ka.SubKey, 3, 1)}},
+		{Shard: b, Epoch: 1, Rows: []ordered.Row{{Key: kb, Num: 4}},
+			Reqs: []ordered.Request{Req(biz, "new-b", kb.SubKey, 4, 1)}},
+	})
+	var dup *ordered.DuplicateRequestsError
+	if !errors.As(errs[0], &dup) {
+		t.Fatalf("part with a stored id: %v, want *ordered.DuplicateRequestsError", errs[0])
+	}
+	if want := []ordered.RequestKey{{Biz: biz, ID: "old"}}; !slices.Equal(dup.Requests, want) {
+		t.Fatalf("duplicates named %v, want %v", dup.Requests, want)
+	}
+	if errs[1] != nil {
+		t.Fatalf("part beside a duplicate: %v, want committed", errs[1])
+	}
+	wantRows(t, "shard a after its refused part", st, a, 1, []ordered.Key{ka}, map[ordered.Key]int64{ka: 1})
+	wantRows(t, "shard b", st, b, 1, []ordered.Key{kb}, map[ordered.Key]int64{kb: 4})
+	got := lookup(t, st, biz, []string{"old", "new-a", "new-b"})
+	if _, ok := got["new-a"]; ok || got["old"].Range != (segment.Range{First: 1, Last: 1}) || got["new-b"].SubKey != kb.SubKey {
+		t.Fatalf("stored request ids %v, want old unchanged, new-b, and no new-a", got)
+	}
+}
+
+// testShardsInvalid: a shard twice fails the whole call (nothing
+// written); a malformed part, or one repeating an earlier part's request
+// id, fails alone with segment.ErrInvalid.
+func (s *suite) testShardsInvalid(t *testing.T, st ordered.Store) {
+	a, b, biz, ka, kb := s.twoShards(t, st, "grpinv")
+	_, err := st.PersistShards(ctx(t), []ordered.ShardWrite{
+		{Shard: a, Epoch: 1, Rows: []ordered.Row{{Key: ka, Num: 1}}},
+		{Shard: a, Epoch: 1, Rows: []ordered.Row{{Key: ka, Num: 2}}},
+	})
+	wantInvalid(t, "a shard twice", err)
+	wantRows(t, "after the refused call", st, a, 1, []ordered.Key{ka}, map[ordered.Key]int64{})
+
+	errs := persistShards(t, st, []ordered.ShardWrite{
+		{Shard: a, Epoch: 1, Rows: []ordered.Row{{Key: kb, Num: 7}}}, // b's key in a's part
+		{Shard: b, Epoch: 1, Rows: []ordered.Row{{Key: kb, Num: 3}}, Reqs: []ordered.Request{Req(biz, "x", kb.SubKey, 3, 1)}},
+	})
+	wantInvalid(t, "a row of another shard", errs[0])
+	if errs[1] != nil {
+		t.Fatalf("part beside a malformed one: %v, want committed", errs[1])
+	}
+	errs = persistShards(t, st, []ordered.ShardWrite{
+		{Shard: b, Epoch: 1, Rows: []ordered.Row{{Key: kb, Num: 5}}, Reqs: []ordered.Request{Req(biz, "y", kb.SubKey, 5, 1)}},
+		{Shard: a, Epoch: 1, Rows: []ordered.Row{{Key: ka, Num: 6}}, Reqs: []ordered.Request{Req(biz, "y", ka.SubKey, 6, 1)}},
+	})
+	if errs[0] != nil {
+		t.Fatalf("first part of a repeated id: %v, want committed", errs[0])
+	}
+	wantInvalid(t, "a request id of an earlier part", errs[1])
+	wantRows(t, "shard a", st, a, 1, []ordered.Key{ka}, map[ordered.Key]int64{})
+	wantRows(t, "shard b", st, b, 1, []ordered.Key{kb}, map[ordered.Key]int64{kb: 5})
+	if got := lookup(t, st, biz, []string{"y"}); got["y"].SubKey != kb.SubKey {
+		t.Fatalf("request y stored as %v, want the first part's", got)
+	}
+}
+
+// testShardsConcurrentFence is testConcurrentFence for group commits:
+// writers persist one part of shard x (taken over in the middle) and one
+// of shard y (never taken over) in each call. After Claim(e+1) of x
+// returned, every x part must be fenced and write nothing, while the y
+// parts of the same calls keep committing; the new owner of x loads
+// exactly the last successful x part of each key.
+func (s *suite) testShardsConcurrentFence(t *testing.T, st ordered.Store) {
+	x, y := s.shard(t), s.shard(t)
+	biz := s.biz("grpconc")
+	const (
+		rounds  = 5
+		writers = 4
+	)
+	kx := Keys(biz, SubKeys(x, "k", writers))
+	ky := Keys(biz, SubKeys(y, "k", writers))
+	claim(t, st, x, 1)
+	claim(t, st, y, 1)
+	lastX := make([]int64, writers)
+	n := int64(0)
+	for e := int64(1); e <= rounds; e++ {
+		var (
+			ready, wg sync.WaitGroup
+			claimed   atomic.Bool
+			mu        sync.Mutex
+			problems  []string
+			okX       []string
+			fencedX   []string
+		)
+		ready.Add(writers)
+		for g := range writers {
+			wg.Go(func() {
+				var once sync.Once
+				defer once.Do(ready.Done)
+				for i, late := 0, 0; late < 3; i++ {
+					after := claimed.Load()
+					if after {
+						late++
+					}
+					mu.Lock()
+					n++
+					v := n
+					mu.Unlock()
+					id := fmt.Sprintf("x%d", v)
+					errs, err := st.PersistShards(ctx(t), []ordered.ShardWrite{
+						{Shard: x, Epoch: e, Rows: []ordered.Row{{Key: kx[g], Num: v}}, Reqs: []ordered.Request{Req(biz, id, kx[g].SubKey, v, 1)}},
+						{Shard: y, Epoch: 1, Rows: []ordered.Row{{Key: ky[g], Num: v}}},
+					})
+					mu.Lock()
+					switch {
+					case err != nil:
+						problems = append(problems, "call: "+err.Error())
+					case errs[1] != nil:
+						problems = append(problems, "y part: "+errs[1].Error())
+					case errs[0] == nil:
+						if after {
+							problems = append(problems, fmt.Sprintf("x part %s under epoch %d committed after Claim(%d) returned", id, e, e+1))
+						}
+						lastX[g] = max(lastX[g], v)
+						okX = append(okX, id)
+					case errors.Is(errs[0], ordered.ErrFenced):
+						fencedX = append(fencedX, id)
+					default:
+						problems = append(problems, "x part: "+errs[0].Error())
+					}
+					mu.Unlock()
+					if i >= 3 {
+						once.Do(ready.Done)
+					}
+				}
+			})
+		}
+		ready.Wait()
+		claim(t, st, x, e+1)
+		claimed.Store(true)
+		wg.Wait()
+		if len(problems) > 0 {
+			t.Fatalf("round %d: %v", e, problems)
+		}
+		want := map[ordered.Key]int64{}
+		for g := range writers {
+			if lastX[g] > 0 {
+				want[kx[g]] = lastX[g]
+			}
+		}
+		wantRows(t, fmt.Sprintf("round %d: x after its takeover", e), st, x, e+1, kx, want)
+		wantStored(t, fmt.Sprintf("round %d", e), st, biz, okX, fencedX)
+		got := load(t, st, y, 1, ky)
+		for g := range writers {
+			if got[ky[g]] < lastX[g] {
+				t.Fatalf("round %d: y row %v = %d, below the x part %d committed with it", e, ky[g], got[ky[g]], lastX[g])
+			}
+		}
+	}
+}
+
+// wantStored fails unless every request id of okIDs (of writes that
+// succeeded) is stored and none of fencedIDs (of fenced writes) is.
+func wantStored(t *testing.T, what string, st ordered.Store, biz string, okIDs, fencedIDs []string) {
+	t.Helper()
 	stored := lookup(t, st, biz, slices.Concat(okIDs, fencedIDs))
 	for _, id := range okIDs {
 		if _, ok := stored[id]; !ok {
-			t.Fatalf("round %d: request %s of a successful persist is not stored", e, id)
+			t.Fatalf("%s: request %s of a successful write is not stored", what, id)
 		}
 	}
 	for _, id := range fencedIDs {
 		if _, ok := stored[id]; ok {
-			t.Fatalf("round %d: request %s of a fenced persist is stored", e, id)
+			t.Fatalf("%s: request %s of a fenced write is stored", what, id)
 		}
 	}
-	_, err := st.Load(ctx(t), sh, e, keys)
-	wantFenced(t, fmt.Sprintf("round %d: Load under the deposed epoch", e), err)
+}
+
+// twoShards returns two fresh shards claimed at epoch 1, a business named
+// after label, and a key of it in each shard.
+func (s *suite) twoShards(t *testing.T, st ordered.Store, label string) (a, b int, biz string, ka, kb ordered.Key) {
+	t.Helper()
+	a, b = s.shard(t), s.shard(t)
+	biz = s.biz(label)
+	ka = ordered.Key{Biz: biz, SubKey: SubKeys(a, "k", 1)[0]}
+	kb = ordered.Key{Biz: biz, SubKey: SubKeys(b, "k", 1)[0]}
+	claim(t, st, a, 1)
+	claim(t, st, b, 1)
+	return a, b, biz, ka, kb
+}
+
+// testShardsFencedDuplicate: a part that is both fenced and holds a stored
+// request id is refused as fenced (as Persist refuses it: the epoch is
+// checked first), and a part beside it whose ids are new commits.
+func (s *suite) testShardsFencedDuplicate(t *testing.T, st ordered.Store) {
+	a, b, biz, ka, kb := s.twoShards(t, st, "grpfdup")
+	persist(t, st, a, 1, []ordered.Row{{Key: ka, Num: 1}}, []ordered.Request{Req(biz, "old", ka.SubKey, 1, 1)})
+	claim(t, st, a, 2) // a's new owner
+	errs := persistShards(t, st, []ordered.ShardWrite{
+		{Shard: a, Epoch: 1, Rows: []ordered.Row{{Key: ka, Num: 3}}, Reqs: []ordered.Request{Req(biz, "old", ka.SubKey, 2, 1)}},
+		{Shard: b, Epoch: 1, Rows: []ordered.Row{{Key: kb, Num: 4}}, Reqs: []ordered.Request{Req(biz, "new-b", kb.SubKey, 4, 1)}},
+	})
+	wantFenced(t, "a fenced part with a stored id", errs[0])
+	if errs[1] != nil {
+		t.Fatalf("part beside it: %v, want committed", errs[1])
+	}
+	wantRows(t, "shard a", st, a, 2, []ordered.Key{ka}, map[ordered.Key]int64{ka: 1})
+	wantRows(t, "shard b", st, b, 1, []ordered.Key{kb}, map[ordered.Key]int64{kb: 4})
 }

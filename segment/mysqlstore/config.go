@@ -173,7 +173,14 @@ func driverConfigMembers(dsn string, timeout time.Duration, log *zap.Logger) (*m
 	// the driver refuses it with the few multibyte collations where it is
 	// not (big5, gbk, sjis, ...).
 	mc.InterpolateParams = true
-	mc.MultiStatements = false
+	// Several statements per Exec, joined with ";": the ORDERED owners'
+	// group commit writes one table per shard and sends those writes in
+	// one round trip (ordered/mysqlstore). Safe with InterpolateParams:
+	// the driver escapes every value (honouring the server's
+	// NO_BACKSLASH_ESCAPES), and no statement of idgen is built from
+	// unescaped input (table names are formatted from shard numbers).
+	// Only Conn.ExecJoined joins statements; every other call sends one.
+	mc.MultiStatements = true
 	mc.ClientFoundRows = false // affected rows = changed rows; the code relies on it
 	// A server that turned read-only (a demoted primary) answers 1290/1792;
 	// drop such connections so the pool reconnects to the new primary.

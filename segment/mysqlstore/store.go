@@ -125,7 +125,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
-	s.conn = &mysqldb.Conn{DB: db, Log: s.log, Addr: s.addr, Timeout: cfg.Timeout}
+	s.conn = &mysqldb.Conn{DB: db, Log: s.log, Addr: s.addr, Timeout: cfg.Timeout, MultiStatements: mc.MultiStatements}
 	ic.s = s
 	if err := s.start(ctx); err != nil {
 		db.Close()

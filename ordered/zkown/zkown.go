@@ -98,7 +98,7 @@ const Shards = segment.OrderedShards
 
 // Defaults of Config.
 const (
-	DefaultLease          = 3 * time.Second
+	DefaultLease          = time.Second // server.Config.OrderedLease says why and what it costs
 	DefaultSessionTimeout = 10 * time.Second
 	DefaultTimeout        = 2 * time.Second
 	DefaultHandlerTimeout = 10 * time.Second
@@ -123,7 +123,7 @@ type Config struct {
 	SessionTimeout time.Duration
 	// Self is this node's RPC address host:port (what clients connect to).
 	Self string
-	// Lease is the node's lease (default 3s); LeaseMargin (default
+	// Lease is the node's lease (default 1s); LeaseMargin (default
 	// Lease/20 + 5ms) covers the rate difference of two machines' clocks.
 	Lease, LeaseMargin time.Duration
 	// Clock is the monotonic clock of the lease (default

@@ -23,7 +23,10 @@ const takeoverRounds = 3
 // the medians. The checks are the usual ones (no duplicate, no order
 // violation); the times are measurements, never asserted.
 func orderedTakeoverGap(r *Run) error {
-	s, err := ordCluster(r, ordOpts{Victim: 1, ServerLease: true})
+	// The server's default session timeout too: the suite's 3 s would
+	// expire a killed node's znode about when it turns stale, and a gone
+	// znode restarts the lease wait (the absence rule).
+	s, err := ordCluster(r, ordOpts{Victim: 1, ServerLease: true, ClusterOpts: ClusterOpts{Session: "10s"}})
 	if err != nil {
 		return err
 	}
@@ -56,8 +59,12 @@ func orderedTakeoverGap(r *Run) error {
 				return err
 			}
 		}
-		// Settle: every node agrees on the shards for a while (the
-		// restarted node gets its shards back by hand-off).
+		// Every hot key served again, then settled: every node agrees on
+		// the shards for a while (the restarted node gets its shards back
+		// by hand-off), so each kill is measured on its own.
+		if err := s.waitHotServed(r, t, 60*time.Second); err != nil {
+			return err
+		}
 		if _, err := waitSettled(s.c.Active(), 3*time.Second, 60*time.Second); err != nil {
 			return err
 		}
@@ -115,4 +122,27 @@ func takeoverNote(calls []checker.Call, hot map[string][]string, kills []time.Ti
 	sorted := slices.Clone(gaps)
 	slices.Sort(sorted)
 	return fmt.Sprintf("hot keys serving again after %s (median %s)", strings.Join(parts, ", "), secs(sorted[len(sorted)/2]))
+}
+
+// waitHotServed waits until every hot key of both businesses got a
+// successful ORDERED answer to a call started after t.
+func (s *ordSetup) waitHotServed(r *Run, t time.Time, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		missing := ""
+		for _, biz := range []string{bizGapless, bizCached} {
+			for _, key := range keyList(s.hotKeys(biz)) {
+				if missing == "" && okSince(r, biz, key, t) == 0 {
+					missing = biz + "/" + key
+				}
+			}
+		}
+		if missing == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("hot key %s not served within %v after %v", missing, d, t.Format("15:04:05.000"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/idgen/idgen/clock"
 	"github.com/idgen/idgen/internal/secretfile"
 	"github.com/idgen/idgen/ordered"
+	"github.com/idgen/idgen/ordered/zkown"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/zkguard"
 	"github.com/idgen/idgen/snowflake"
@@ -68,6 +69,28 @@ type Config struct {
 	// --zk): a node that cannot renew it stops answering for its shards,
 	// and a node taking a shard over waits it out after the last renewal
 	// it saw, so it is also what an owner's crash costs those shards.
+	//
+	// Why 1s by default (issue 31: a SIGKILLed owner's keys serve again
+	// elsewhere within 1.5 s): a takeover serves from the last observed
+	// renewal + lease + margin (lease/20 + 5ms), observed at a poll every
+	// lease/6, so a crash costs about 1.1-1.3 s (3.5 s with the former 3s).
+	// The cost:
+	//   - ZooKeeper writes: every node renews every lease/3, 3 writes/s per
+	//     node (1/s with 3s), and lists and reads nodes/ every lease/6
+	//     (6 rounds/s per node);
+	//   - a renewal must be answered within lease/3 (333ms): a ZooKeeper
+	//     ensemble slower than that (fsync stalls) counts as a failed
+	//     renewal, and about lease - margin (945ms) without a successful
+	//     one loses the lease;
+	//   - a process or VM pause (GC, swap, live migration) longer than the
+	//     lease minus the margin minus the time since the last renewal
+	//     (605ms..945ms) breaks the lease: every shard of the node is lost,
+	//     its keys are refused (retryable) for about one lease while
+	//     another node takes them over, a cached business skips one
+	//     reservation per key, and the shards come back by a planned
+	//     hand-off once the node is live for a lease again.
+	// Raise it (e.g. 3s) where such pauses are expected; it must not
+	// exceed zk_session_timeout.
 	OrderedLease time.Duration `yaml:"ordered_lease"`
 	// OrderedWindow sizes the reservations of businesses in cached mode:
 	// about this much of the key's recent traffic.
@@ -141,7 +164,7 @@ func DefaultConfig() Config {
 		MySQLMaxConns:      32,
 		StoreTimeout:       2 * time.Second,
 		OrderedBarrierWait: zkguard.DefaultBarrierWait,
-		OrderedLease:       3 * time.Second,
+		OrderedLease:       zkown.DefaultLease,
 		OrderedWindow:      ordered.DefaultWindow,
 		MaxStep:            100_000_000,
 		SegmentTTL:         15 * time.Minute,

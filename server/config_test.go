@@ -6,10 +6,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/idgen/idgen/ordered/zkown"
 )
 
 func noEnv(string) string { return "" }
@@ -141,6 +144,33 @@ func TestSingleZooKeeperOptInLogged(t *testing.T) {
 			t.Errorf("%+v: %d error logs", tc.cfg, n)
 		} else if n == 1 && logs.All()[0].ContextMap()["fix"] == nil {
 			t.Error("the error names no fix")
+		}
+	}
+}
+
+// TestOrderedLeaseDefault: the default lease is zkown's, short enough that
+// a killed owner's shards serve elsewhere within 1.5 s (issue 31): a
+// takeover serves from the last renewal seen + lease + margin, seen at a
+// poll every lease/6. And it is still checked against the session timeout.
+func TestOrderedLeaseDefault(t *testing.T) {
+	c := DefaultConfig()
+	if c.OrderedLease != zkown.DefaultLease {
+		t.Fatalf("default ordered_lease %v, zkown's %v", c.OrderedLease, zkown.DefaultLease)
+	}
+	margin := c.OrderedLease/20 + 5*time.Millisecond // zkown's default LeaseMargin
+	if worst := c.OrderedLease + margin + c.OrderedLease/6; worst > 1500*time.Millisecond {
+		t.Errorf("default ordered_lease %v: a crash costs up to %v, want <= 1.5s", c.OrderedLease, worst)
+	}
+	if _, err := loadConfig([]string{"--zk", "h:1,h:2,h:3"}, noEnv, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+		t.Errorf("defaults with --zk: %v", err)
+	}
+	for _, args := range [][]string{
+		{"--zk", "h:1", "--ordered-lease", "11s", "--zk-session-timeout", "10s"},
+		{"--ordered-lease", "200ms"},
+	} {
+		_, err := loadConfig(args, noEnv, &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), "ordered_lease") {
+			t.Errorf("%v: %v, want a refusal naming ordered_lease", args, err)
 		}
 	}
 }

@@ -87,6 +87,9 @@ type ordOpts struct {
 	// traffic in them: no gapless persist there fences a stale owner at
 	// once, so only the lease wait keeps their order.
 	CachedShards int
+	// ServerLease runs the nodes with the server's default
+	// --ordered-lease (Lease then only paces the scenario's waits).
+	ServerLease bool
 }
 
 // ordSetup is a running ORDERED scenario.
@@ -112,7 +115,10 @@ func ordCluster(r *Run, o ordOpts) (*ordSetup, error) {
 	if o.Window == 0 {
 		o.Window = ordWindow
 	}
-	o.Args = append(append([]string(nil), o.Args...), "--ordered-lease", o.Lease.String(), "--ordered-window", o.Window.String())
+	o.Args = append(append([]string(nil), o.Args...), "--ordered-window", o.Window.String())
+	if !o.ServerLease {
+		o.Args = append(o.Args, "--ordered-lease", o.Lease.String())
+	}
 	c, err := std(r, o.ClusterOpts)
 	if err != nil {
 		return nil, err

@@ -42,7 +42,7 @@ func (c *Coordinator) renewTimeout() time.Duration {
 }
 
 func (c *Coordinator) nodeData(id string) []byte {
-	return mustJSON(nodeRecord{Addr: c.cfg.Self, ID: id, LeaseMs: c.cfg.Lease.Milliseconds(), PID: c.pid,
+	return mustJSON(nodeRecord{Addr: c.cfg.Self, ID: id, LeaseMs: c.cfg.Lease.Milliseconds(), PID: c.pid, Host: c.cfg.host,
 		Version: c.cfg.Version, StartedAtMs: c.started.UnixMilli(), RenewedAtMs: time.Now().UnixMilli(), Closing: c.closing.Load()})
 }
 

@@ -29,10 +29,15 @@ type peer struct {
 	// liveSince is the start of the id's current live period (zero while
 	// stale).
 	liveSince time.Time
+	// pid and host are its record's; dead: proven an earlier process of
+	// this node that is dead (predecessor.go), stale at once.
+	pid  int
+	host string
+	dead bool
 }
 
 func (p *peer) stale(now time.Time, after time.Duration) bool {
-	return !p.present || now.Sub(p.lastChange) >= after
+	return p.dead || !p.present || now.Sub(p.lastChange) >= after
 }
 
 // backoff delays the next takeover of a shard whose Acquire failed.
@@ -346,10 +351,14 @@ func (c *Coordinator) pollNodes(ctx context.Context) bool {
 			p.present, p.mzxid, p.version, p.lastChange = true, st.Mzxid, st.Version, seen
 			var rec nodeRecord
 			if err := json.Unmarshal(data, &rec); err == nil {
-				p.addr, p.closing = rec.Addr, rec.Closing
+				p.addr, p.closing, p.pid, p.host = rec.Addr, rec.Closing, rec.PID, rec.Host
 			} else {
 				c.log.Warn("ORDERED coordinator: a node's znode is not a node record", zap.String("id", k), zap.Error(err))
 			}
+		}
+		if !p.dead && c.predecessorDead(p) {
+			c.log.Info("ORDERED coordinator: this node's previous process is dead (same address, boot and pid namespace, its pid gone): its shards are taken without a lease wait",
+				zap.String("old_id", k), zap.Int("old_pid", p.pid))
 		}
 	}
 	for id, p := range c.peers {
@@ -495,6 +504,10 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler) {
 				// still has not been (a renewal ordered after it cannot
 				// extend that owner's lease: see renew).
 				check = &zk.CheckVersionRequest{Path: path.Join(c.nodesDir, r.Owner), Version: p.version}
+			}
+			if p.dead {
+				c.takeover(ctx, h, s, v, now, check, "dead previous process "+r.Owner)
+				continue
 			}
 			c.takeover(ctx, h, s, v, p.lastChange.Add(c.cfg.Lease+c.cfg.LeaseMargin), check, "stale owner "+r.Owner)
 		}

@@ -6,7 +6,7 @@
 // Layout under /<root>/<cluster>/ordered/ (JSON, readable with zkCli get):
 //
 //   - nodes/<id> (EPHEMERAL): one per running coordinator: addr, id,
-//     lease_ms, pid, version, started_at_ms, renewed_at_ms. The id is the
+//     lease_ms, pid, host, version, started_at_ms, renewed_at_ms. The id is the
 //     RPC address plus a random 64-bit suffix, new for every process and
 //     for every re-creation of the znode (session expiry), so an id never
 //     comes back once its znode is gone.
@@ -41,7 +41,9 @@
 //     from now (its previous owner released it after it stopped);
 //   - owned by a stale id, desired here: take it at epoch+1 with a Multi
 //     that checks the old owner's znode version (when present), serving
-//     from lastChange + Lease + LeaseMargin;
+//     from lastChange + Lease + LeaseMargin; serving from now when the
+//     stale id is this node's own previous process, proven dead
+//     (predecessor.go);
 //   - owned by a live id: wait (it hands off by itself);
 //   - held, desired elsewhere, the desired node live for a Lease: planned
 //     hand-off (Handler.Release, then the znode released at the same
@@ -98,7 +100,7 @@ const Shards = segment.OrderedShards
 
 // Defaults of Config.
 const (
-	DefaultLease          = 3 * time.Second
+	DefaultLease          = time.Second // server.Config.OrderedLease says why and what it costs
 	DefaultSessionTimeout = 10 * time.Second
 	DefaultTimeout        = 2 * time.Second
 	DefaultHandlerTimeout = 10 * time.Second
@@ -123,7 +125,7 @@ type Config struct {
 	SessionTimeout time.Duration
 	// Self is this node's RPC address host:port (what clients connect to).
 	Self string
-	// Lease is the node's lease (default 3s); LeaseMargin (default
+	// Lease is the node's lease (default 1s); LeaseMargin (default
 	// Lease/20 + 5ms) covers the rate difference of two machines' clocks.
 	Lease, LeaseMargin time.Duration
 	// Clock is the monotonic clock of the lease (default
@@ -150,6 +152,12 @@ type Config struct {
 	HandlerTimeout time.Duration
 	// MaxHandoffs bounds the planned hand-offs of one round (default 8).
 	MaxHandoffs int
+
+	// Tests only: this process's pid (default os.Getpid()), its Host
+	// (default processHost()) and processGone (predecessor.go).
+	pid         int
+	host        string
+	processGone func(pid int) bool
 }
 
 func (cfg *Config) defaults() error {
@@ -189,6 +197,15 @@ func (cfg *Config) defaults() error {
 	if cfg.MaxHandoffs <= 0 {
 		cfg.MaxHandoffs = DefaultMaxHandoffs
 	}
+	if cfg.pid == 0 {
+		cfg.pid = os.Getpid()
+	}
+	if cfg.host == "" {
+		cfg.host = processHost()
+	}
+	if cfg.processGone == nil {
+		cfg.processGone = processGone
+	}
 	return nil
 }
 
@@ -196,10 +213,13 @@ func (cfg *Config) defaults() error {
 // Unix ms, for people only: the lease is computed on each node's own
 // monotonic clock.
 type nodeRecord struct {
-	Addr        string `json:"addr"`
-	ID          string `json:"id"`
-	LeaseMs     int64  `json:"lease_ms"`
-	PID         int    `json:"pid"`
+	Addr    string `json:"addr"`
+	ID      string `json:"id"`
+	LeaseMs int64  `json:"lease_ms"`
+	PID     int    `json:"pid"`
+	// Host is the kernel boot and pid namespace PID lives in (see
+	// predecessor.go); "" when unknown.
+	Host        string `json:"host,omitempty"`
 	Version     string `json:"version"`
 	StartedAtMs int64  `json:"started_at_ms"`
 	RenewedAtMs int64  `json:"renewed_at_ms"`
@@ -406,7 +426,7 @@ func newCoordinator(ctx context.Context, cfg Config, conn ZK) (*Coordinator, err
 	c := &Coordinator{
 		cfg: cfg, log: cfg.Logger.With(zap.String("self", cfg.Self)), conn: conn, acl: acl,
 		base: base, nodesDir: path.Join(base, "nodes"), shardsDir: path.Join(base, "shards"),
-		pid: os.Getpid(), started: time.Now(), staleAfter: cfg.Lease,
+		pid: cfg.pid, started: time.Now(), staleAfter: cfg.Lease,
 		kick: make(chan struct{}, 1), renewKick: make(chan struct{}, 1),
 		stopRound: make(chan struct{}), stopRenew: make(chan struct{}), stopAll: make(chan struct{}),
 		roundDone: make(chan struct{}), renewDone: make(chan struct{}),

@@ -330,8 +330,7 @@ func (a *Allocator) mayAnswer(sh *shard) (time.Time, error) {
 			Reason: "the shard was handed off while the request was served", RetryAfter: 50 * time.Millisecond}
 	case now.Before(sh.grant.NotBefore):
 		a.st.leaseRefusals.Add(1)
-		return now, &UnavailableError{Shard: sh.idx, Reason: "new owner waits out the previous owner's lease",
-			RetryAfter: sh.grant.NotBefore.Sub(now)}
+		return now, &UnavailableError{Shard: sh.idx, Reason: leaseWaitReason(sh.grant), RetryAfter: sh.grant.NotBefore.Sub(now)}
 	case !now.Before(a.cfg.Coordinator.ValidUntil()):
 		a.st.leaseRefusals.Add(1)
 		return now, &UnavailableError{Shard: sh.idx, Reason: "this node's ownership lease could not be renewed (coordinator unreachable)",
@@ -342,6 +341,22 @@ func (a *Allocator) mayAnswer(sh *shard) (time.Time, error) {
 			RetryAfter: 500 * time.Millisecond}
 	}
 	return now, nil
+}
+
+// leaseWaitReason says, for a refusal in g's lease wait, whose lease runs
+// until when: "new owner (epoch 8) waits out the lease of 10.0.0.1:8888,
+// the previous owner, until 12:00:03.412Z". The caller's retry hint is
+// the refusal's RetryAfter.
+func leaseWaitReason(g Grant) string {
+	from := "the previous owner"
+	if g.From != "" {
+		from = g.From + ", the previous owner,"
+	}
+	until := ""
+	if !g.NotBeforeWall.IsZero() {
+		until = " until " + g.NotBeforeWall.UTC().Format("15:04:05.000Z")
+	}
+	return fmt.Sprintf("new owner (epoch %d) waits out the lease of %s%s", g.Epoch, from, until)
 }
 
 // wallAt is the wall clock's reading at now, a reading of Config.Clock.

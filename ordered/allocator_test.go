@@ -244,6 +244,34 @@ func TestLeaseWaitAndExpiry(t *testing.T) {
 	}
 }
 
+// TestLeaseWaitRefusalSaysWhoseLease: a refusal in a takeover's lease wait
+// names the previous owner and when its lease ends (issue 31 item 5), so a
+// caller (or whoever reads its log) knows whom the wait is for and how long
+// it lasts; without a previous owner it says so.
+func TestLeaseWaitRefusalSaysWhoseLease(t *testing.T) {
+	store := newFakeStore()
+	clk := newFakeClock()
+	n := newNode(t, store, clk, "b:1")
+	wall := time.Date(2026, 11, 26, 12, 0, 3, 412_000_000, time.UTC)
+	s := segment.Shard("k")
+	g := Grant{Shard: s, Epoch: 8, NotBefore: clk.Now().Add(800 * time.Millisecond), From: "10.0.0.1:8888", NotBeforeWall: wall}
+	if err := n.a.Acquire(context.Background(), g); err != nil {
+		t.Fatal(err)
+	}
+	_, err := n.a.Take(context.Background(), bizMode("chat", segment.OrderedGapless), "k", 1, segment.RequestID{})
+	var ue *UnavailableError
+	if !errors.As(err, &ue) || ue.RetryAfter != 800*time.Millisecond {
+		t.Fatalf("in the lease wait: %v, want a refusal with an 800ms hint", err)
+	}
+	want := fmt.Sprintf("ordered shard %d: new owner (epoch 8) waits out the lease of 10.0.0.1:8888, the previous owner, until 12:00:03.412Z", s)
+	if err.Error() != want {
+		t.Fatalf("refusal:\n got %q\nwant %q", err.Error(), want)
+	}
+	if got := leaseWaitReason(Grant{Epoch: 3}); got != "new owner (epoch 3) waits out the lease of the previous owner" {
+		t.Fatalf("without a previous owner: %q", got)
+	}
+}
+
 func TestNotOwnerNamesTheOwner(t *testing.T) {
 	n := newNode(t, newFakeStore(), newFakeClock(), "a:1")
 	_, err := n.a.Take(context.Background(), bizMode("chat", segment.OrderedGapless), "k", 1, segment.RequestID{})

@@ -50,6 +50,13 @@ type Grant struct {
 	// NotBefore is the end of the lease wait: the previous owner can no
 	// longer answer after it. No answer of this grant before it.
 	NotBefore time.Time
+	// From is the previous owner's address, when the shard was taken
+	// over from one ("" when it was released, or had none), and
+	// NotBeforeWall is NotBefore on the wall clock: both only for the
+	// refusals of the lease wait, which tell a caller (and whoever reads
+	// its logs) whose lease runs until when.
+	From          string
+	NotBeforeWall time.Time
 }
 
 // Handler is told about ownership changes by the Coordinator. The

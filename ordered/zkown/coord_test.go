@@ -50,8 +50,8 @@ func TestReleasedShardsGrantedNow(t *testing.T) {
 	acq := filter(w.j.all(), addrA, "acquire")
 	distinctShards(t, acq, "acquisitions")
 	for _, e := range acq {
-		if e.grant.Epoch != 1 || !e.grant.NotBefore.Equal(w.clk.Now()) {
-			t.Fatalf("shard %d: grant %+v, want epoch 1 and NotBefore now (%v)", e.shard, e.grant, w.clk.Now())
+		if e.grant.Epoch != 1 || !e.grant.NotBefore.Equal(w.clk.Now()) || e.grant.From != "" {
+			t.Fatalf("shard %d: grant %+v, want epoch 1, NotBefore now (%v) and no previous owner", e.shard, e.grant, w.clk.Now())
 		}
 	}
 	checkAssignment(t, w, a)
@@ -116,6 +116,10 @@ func TestStaleOwnerTakeoverWaitsLease(t *testing.T) {
 		}
 		if e.grant.Epoch != 2 {
 			t.Fatalf("shard %d: epoch %d, want 2", e.shard, e.grant.Epoch)
+		}
+		// The refusals of the wait name whose lease it is (issue 31).
+		if e.grant.From != addrA || e.grant.NotBeforeWall.IsZero() {
+			t.Fatalf("shard %d: grant from %q, wall end %v: want A's address and a wall time", e.shard, e.grant.From, e.grant.NotBeforeWall)
 		}
 	}
 	if n := len(filter(w.j.since(mark), addrA, "")); n != 0 {

@@ -604,7 +604,11 @@ func (c *Coordinator) takeover(ctx context.Context, h ordered.Handler, s int, v 
 		return
 	}
 	c.takeovers.Add(1)
-	g := ordered.Grant{Shard: s, Epoch: rec.Epoch, NotBefore: notBefore}
+	g := ordered.Grant{Shard: s, Epoch: rec.Epoch, NotBefore: notBefore,
+		NotBeforeWall: c.cfg.Wall.Now().Add(notBefore.Sub(c.cfg.Clock.Now()))}
+	if v.rec.owned() {
+		g.From = v.rec.Addr
+	}
 	c.log.Info("ORDERED shard taken", zap.Int("shard", s), zap.Int64("epoch", rec.Epoch), zap.String("from", v.rec.Owner),
 		zap.String("why", why), zap.Duration("lease_wait", notBefore.Sub(now)))
 	actx, cancel := context.WithTimeout(ctx, c.cfg.HandlerTimeout)

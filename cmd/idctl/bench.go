@@ -399,13 +399,14 @@ func runBench(ctx context.Context, cfg benchConfig, call nextFunc, prog *progres
 	if cfg.warmup > 0 {
 		r.phase(ctx, "warmup", cfg.warmup, 0, false, prog)
 	}
+	routing := cfg.routing != nil && len(cfg.keys) > 0 // ORDERED: sub keys sent
 	var before client.Stats
-	if cfg.routing != nil {
+	if routing {
 		before = cfg.routing()
 	}
 	elapsed := r.phase(ctx, "bench", cfg.duration, cfg.requests, true, prog)
 	res := r.result(elapsed, ctx.Err() != nil)
-	if cfg.routing != nil && len(cfg.keys) > 0 {
+	if routing {
 		after := cfg.routing()
 		res.Routing = &routingResult{ToOwner: after.OrderedToOwner - before.OrderedToOwner,
 			Elsewhere:      after.OrderedElsewhere - before.OrderedElsewhere,

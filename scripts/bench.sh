@@ -254,6 +254,16 @@ if [ "$WITH_OWNERS" = 1 ]; then
   done
   ordbiz own3a own3-cached cached
   for c in own1 own2 own3; do wait_settled "$c"; done
+  # noop3a+b+c: the RPC floor of a three-process "cluster" on this machine,
+  # driven as own3 is (--addr with every node), so the cluster scenarios
+  # have a floor with the same number of server processes sharing the cores.
+  for n in noop3a noop3b noop3c; do
+    port=$(free_port)
+    "$WORK/bin/noop" --addr "127.0.0.1:$port" >"$WORK/$n.log" 2>&1 &
+    PID[$n]=$!; PIDS+=($!); ADDR[$n]=127.0.0.1:$port
+    wait_port "$port" 30 || { cat "$WORK/$n.log" >&2; die "$n did not start"; }
+  done
+  CLUSTER_NODES[noop3]="noop3a noop3b noop3c"
   WITH_CLUSTERS=1
 fi
 # cluster_target SPEC: the idctl bench flags that reach the cluster
@@ -275,13 +285,13 @@ run_cluster_scenario() {
   if [[ $c == *\*2 ]]; then procs=2; c=${c%\*2}; fi
   local target; read -r -a target <<<"$(cluster_target "$spec")"
   log "rep $rep/$RUNS: $name ($*, ${target[*]}, $procs process(es))"
-  echo 0 >"$WORK/rss"
+  echo 0 >"$WORK/rss-cluster"
   (
     best=0
     while :; do
       for n in ${CLUSTER_NODES[$c]}; do
         v=$(rss_kib "${PID[$n]}" VmRSS); v=${v:-0}
-        if [ "$v" -gt "$best" ]; then best=$v; echo "$best" >"$WORK/rss"; fi
+        if [ "$v" -gt "$best" ]; then best=$v; echo "$best" >"$WORK/rss-cluster"; fi
       done
       sleep 0.2
     done
@@ -324,7 +334,7 @@ PY
 )
   [ "$rc" = 0 ] || { log "idctl bench exited $rc for $name: $(cat "$WORK/bench.err")"; FAILED=1; }
   printf '{"scenario":"%s","server":"%s","rep":%d,"exit":%d,"rss_max_kib":%s,"hwm_kib":0,"forwarded":%s,"result":%s}\n' \
-    "$name" "$spec" "$rep" "$rc" "$(cat "$WORK/rss")" "$((fwd1 - fwd0))" "$out" >>"$RESULTS"
+    "$name" "$spec" "$rep" "$rc" "$(cat "$WORK/rss-cluster")" "$((fwd1 - fwd0))" "$out" >>"$RESULTS"
   log "  $(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("%.0f req/s, p50 %.0f us, p99 %.0f us, routing %s" % (r["requests_per_s"], r["latency_us"]["p50"], r["latency_us"]["p99"], r.get("routing")))' "$out"), forwarded by the nodes $((fwd1 - fwd0))"
 }
 # --- end of the discovering-client cluster block ---------------------------
@@ -360,6 +370,7 @@ fi
 
 # --- discovering-client cluster scenarios (issue 31, item 2) ---
 if [ "$WITH_CLUSTERS" = 1 ]; then
+  scenario noop3-list-c16 @list:noop3 --biz bench-sf --channel snowflake --concurrency 16
   scenario own1-zk-cached-64-c16 @zk:own1 --biz own-cached --channel ordered --keys 64 --concurrency 16 --check
   scenario own2-zk-cached-64-c16 @zk:own2 --biz own2-cached --channel ordered --keys 64 --concurrency 16 --check
   scenario own3-zk-cached-64-c16 @zk:own3 --biz own3-cached --channel ordered --keys 64 --concurrency 16 --check
@@ -498,6 +509,8 @@ if [ "$WITH_CLUSTERS" = 1 ]; then # discovering-client cluster block
     -ratio "cached 64 keys, 2 nodes, --zk/noop=own2-zk-cached-64-c16/noop-c16:rps"
     -ratio "cached 64 keys, 3 nodes, --zk/noop=own3-zk-cached-64-c16/noop-c16:rps"
     -ratio "cached 64 keys, 3 nodes, --addr list/noop=own3-list-cached-64-c16/noop-c16:rps"
+    -ratio "cached 64 keys, 3 nodes, --zk/3-process noop floor=own3-zk-cached-64-c16/noop3-list-c16:rps"
+    -ratio "noop 3 processes/noop 1 process=noop3-list-c16/noop-c16:rps"
     -ratio "cached hot split, --zk/one node=own2-zk-cached-hot-split-c16/own-cached-hot-c16:rps"
   )
 fi

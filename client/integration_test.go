@@ -25,11 +25,7 @@ import (
 // ZooKeeper; one is SIGKILLed under load and the callers see no error and
 // no duplicate; a fourth node joins and takes calls.
 func TestIntegration_ClusterFailover(t *testing.T) {
-	zkAddr, base := os.Getenv("IDGEN_TEST_ZK"), os.Getenv("IDGEN_TEST_MYSQL")
-	if zkAddr == "" || base == "" {
-		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB), or source .testenv")
-	}
-	dsn := testdb.New(t, base)
+	zkAddr, dsn := testServers(t)
 	cluster := fmt.Sprintf("client%d", rand.Uint32())
 	start := func() *testnode.Node {
 		n := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{
@@ -130,6 +126,17 @@ func TestIntegration_ClusterFailover(t *testing.T) {
 	t.Logf("%d IDs, no error, no duplicate", len(seen))
 }
 
+// testServers returns the test ZooKeeper and a fresh MariaDB database,
+// or skips the test without them.
+func testServers(t *testing.T) (zkAddr, dsn string) {
+	t.Helper()
+	zkAddr, base := os.Getenv("IDGEN_TEST_ZK"), os.Getenv("IDGEN_TEST_MYSQL")
+	if zkAddr == "" || base == "" {
+		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB), or source .testenv")
+	}
+	return zkAddr, testdb.New(t, base)
+}
+
 // rpcCount reads the node's NextIDs call count from /metrics.
 // rpcCount sums the node's NextIDs calls whose metric line contains code
 // ("" for every code).
@@ -159,11 +166,7 @@ func rpcCount(t *testing.T, n *testnode.Node, code string) float64 {
 // no fallback, and neither node forwards any (idgen_ordered_forwarded_total
 // stays where it was).
 func TestIntegration_OrderedToOwnerDirect(t *testing.T) {
-	zkAddr, base := os.Getenv("IDGEN_TEST_ZK"), os.Getenv("IDGEN_TEST_MYSQL")
-	if zkAddr == "" || base == "" {
-		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB), or source .testenv")
-	}
-	dsn := testdb.New(t, base)
+	zkAddr, dsn := testServers(t)
 	cluster := fmt.Sprintf("direct%d", rand.Uint32())
 	var nodes []*testnode.Node
 	for range 2 {

@@ -375,7 +375,7 @@ func (c *Client) call(ctx context.Context, req *idl.NextIDsRequest) (*idl.NextID
 		lastAt  string
 		attempt int
 		ordered = req.SubKey != nil && *req.SubKey != ""
-		owner   = c.routeOrdered(req) // tried first, once
+		owner   = c.routeOrdered(ctx, req) // tried first, once
 	)
 	for {
 		var (

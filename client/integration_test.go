@@ -17,17 +17,15 @@ import (
 	"github.com/idgen/idgen/client"
 	"github.com/idgen/idgen/internal/testdb"
 	"github.com/idgen/idgen/internal/testnode"
+	idl "github.com/idgen/idgen/kitex_gen/idgen"
+	"github.com/idgen/idgen/segment"
 )
 
 // TestIntegration_ClusterFailover: the client finds three real nodes in
 // ZooKeeper; one is SIGKILLed under load and the callers see no error and
 // no duplicate; a fourth node joins and takes calls.
 func TestIntegration_ClusterFailover(t *testing.T) {
-	zkAddr, base := os.Getenv("IDGEN_TEST_ZK"), os.Getenv("IDGEN_TEST_MYSQL")
-	if zkAddr == "" || base == "" {
-		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB), or source .testenv")
-	}
-	dsn := testdb.New(t, base)
+	zkAddr, dsn := testServers(t)
 	cluster := fmt.Sprintf("client%d", rand.Uint32())
 	start := func() *testnode.Node {
 		n := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{
@@ -128,6 +126,17 @@ func TestIntegration_ClusterFailover(t *testing.T) {
 	t.Logf("%d IDs, no error, no duplicate", len(seen))
 }
 
+// testServers returns the test ZooKeeper and a fresh MariaDB database,
+// or skips the test without them.
+func testServers(t *testing.T) (zkAddr, dsn string) {
+	t.Helper()
+	zkAddr, base := os.Getenv("IDGEN_TEST_ZK"), os.Getenv("IDGEN_TEST_MYSQL")
+	if zkAddr == "" || base == "" {
+		t.Skip("IDGEN_TEST_ZK / IDGEN_TEST_MYSQL not set: run ./build.sh test (it starts ZooKeeper and MariaDB), or source .testenv")
+	}
+	return zkAddr, testdb.New(t, base)
+}
+
 // rpcCount reads the node's NextIDs call count from /metrics.
 // rpcCount sums the node's NextIDs calls whose metric line contains code
 // ("" for every code).
@@ -149,4 +158,113 @@ func rpcCount(t *testing.T, n *testnode.Node, code string) float64 {
 		}
 	}
 	return total
+}
+
+// TestIntegration_OrderedToOwnerDirect: a client that discovers a
+// two-node cluster in ZooKeeper sends every ORDERED call to its shard's
+// owner from the first call on: the client counts no call elsewhere and
+// no fallback, and neither node forwards any (idgen_ordered_forwarded_total
+// stays where it was).
+func TestIntegration_OrderedToOwnerDirect(t *testing.T) {
+	zkAddr, dsn := testServers(t)
+	cluster := fmt.Sprintf("direct%d", rand.Uint32())
+	var nodes []*testnode.Node
+	for range 2 {
+		n := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{
+			"--zk", zkAddr, "--cluster", cluster, "--mysql", dsn, "--advertise-host", "127.0.0.1",
+			"--properties-dir", t.TempDir()}})
+		n.WaitSnowflake(t, 60*time.Second)
+		nodes = append(nodes, n)
+	}
+	ctx := context.Background()
+	ordered, cached := idl.Channel_ORDERED, "cached"
+	if _, err := nodes[0].Client(t).CreateBiz(ctx, &idl.CreateBizRequest{Name: "direct", Channel: &ordered, OrderedMode: &cached}); err != nil {
+		t.Fatal(err)
+	}
+	// Settled: both nodes answer the same owner map, each owns shards, and
+	// each owns exactly the shards the map gives it (no hand-off under way,
+	// which would make a call fall back for a reason other than routing).
+	addrs := map[string]*testnode.Node{nodes[0].RPCAddr: nodes[0], nodes[1].RPCAddr: nodes[1]}
+	testnode.WaitFor(t, 60*time.Second, "the two nodes to share the 64 shards", func() bool {
+		var maps [2]map[int32]string
+		for i, n := range nodes {
+			resp, err := n.Client(t).OrderedOwners(ctx, &idl.OrderedOwnersRequest{})
+			if err != nil || len(resp.Owners) != segment.OrderedShards {
+				return false
+			}
+			maps[i] = map[int32]string{}
+			for _, o := range resp.Owners {
+				maps[i][o.Shard] = o.Addr
+			}
+		}
+		per := map[string]int{}
+		for s, a := range maps[0] {
+			if maps[1][s] != a || addrs[a] == nil {
+				return false
+			}
+			per[a]++
+		}
+		for a, n := range addrs {
+			if per[a] == 0 || metric(t, n, "idgen_ordered_shards_owned") != float64(per[a]) {
+				return false
+			}
+		}
+		return true
+	})
+	forwarded := func() float64 {
+		return metric(t, nodes[0], "idgen_ordered_forwarded_total") + metric(t, nodes[1], "idgen_ordered_forwarded_total")
+	}
+	fwd0 := forwarded()
+
+	c, err := client.New(client.Config{ZK: strings.Split(zkAddr, ","), Cluster: cluster, MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if len(c.Addrs()) != 2 {
+		t.Fatalf("the client lists %v, want both nodes", c.Addrs())
+	}
+	const keys, rounds = 64, 3
+	last := map[string]int64{}
+	for r := 0; r < rounds; r++ {
+		for k := 0; k < keys; k++ {
+			key := fmt.Sprintf("user-%d", k)
+			rg, err := c.Ordered(ctx, "direct", key, 1)
+			if err != nil {
+				t.Fatalf("round %d key %s: %v", r, key, err)
+			}
+			if rg.First <= last[key] {
+				t.Fatalf("key %s: %d after %d", key, rg.First, last[key])
+			}
+			last[key] = rg.Last
+		}
+	}
+	st := c.Stats()
+	if st.OrderedToOwner != keys*rounds || st.OrderedElsewhere != 0 || st.OrderedOwnerFallbacks != 0 {
+		t.Fatalf("client stats %+v, want all %d calls to the owner first, none elsewhere, no fallback", st, keys*rounds)
+	}
+	if f := forwarded() - fwd0; f != 0 {
+		t.Fatalf("the nodes forwarded %v ORDERED calls, want none", f)
+	}
+}
+
+// metric reads one unlabelled metric of the node's /metrics; a metric
+// the node does not export fails the test.
+func metric(t *testing.T, n *testnode.Node, name string) float64 {
+	t.Helper()
+	_, body, err := n.Get(context.Background(), "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(body, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 && f[0] == name {
+			var v float64
+			if _, err := fmt.Sscan(f[1], &v); err == nil {
+				return v
+			}
+		}
+	}
+	t.Fatalf("node %s exports no metric %s", n.RPCAddr, name)
+	return 0
 }

@@ -24,8 +24,11 @@ import (
 // to the owner first:
 //
 //   - the map is fetched from a known node, with Config.Token, on the first
-//     ORDERED call, in the background: that call (and any made before a map
-//     arrives) is routed as any other;
+//     ORDERED call. The calls made before the first fetch ends wait for it,
+//     at most ownersFirstWait (and within their own deadline), so that they
+//     too go to the owner: not waiting sent the first ~10 ms of calls of
+//     every client through a forwarding node. A fetch that fails or takes
+//     longer leaves them routed as any other;
 //   - it is refreshed every ownersEvery while ORDERED calls are being made,
 //     and shortly (ownersSoon) after the owner failed an ORDERED attempt
 //     with a retryable error or any node refused one with
@@ -53,6 +56,10 @@ const (
 	ownersSoon   = 100 * time.Millisecond // refresh delay after an owner failure
 	ownersMaxAge = 10 * time.Second       // an older map is not used
 	ownersTries  = 2                      // nodes asked per refresh
+	// ownersFirstWait bounds how long the calls made before the first map
+	// wait for it: a few round trips on a LAN, so a node that does not
+	// answer costs the first calls little.
+	ownersFirstWait = 200 * time.Millisecond
 )
 
 // ownersConn is the optional part of a Conn that serves the owner map: the
@@ -82,6 +89,12 @@ type owners struct {
 	next atomic.Uint64 // round-robin start of the refresh's node choice
 
 	every, soonDelay time.Duration // ownersEvery, ownersSoon; tests shorten them
+	firstWait        time.Duration // ownersFirstWait; tests change it
+
+	// first is closed when the first fetch has ended (with a map or
+	// without) or the client closes: calls before it wait (routeOrdered).
+	first     chan struct{}
+	firstOnce sync.Once
 
 	toOwner, elsewhere, fallbacks atomic.Uint64
 }
@@ -89,7 +102,28 @@ type owners struct {
 func (o *owners) init() {
 	o.wake = make(chan struct{}, 1)
 	o.soon = make(chan struct{}, 1)
-	o.every, o.soonDelay = ownersEvery, ownersSoon
+	o.every, o.soonDelay, o.firstWait = ownersEvery, ownersSoon, ownersFirstWait
+	o.first = make(chan struct{})
+}
+
+// firstDone releases the calls waiting for the first map.
+func (o *owners) firstDone() { o.firstOnce.Do(func() { close(o.first) }) }
+
+// awaitFirst waits until the first fetch has ended, at most firstWait and
+// within ctx.
+func (o *owners) awaitFirst(ctx context.Context) {
+	select {
+	case <-o.first:
+		return
+	default:
+	}
+	t := time.NewTimer(o.firstWait)
+	defer t.Stop()
+	select {
+	case <-o.first:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // close keeps the refresher from starting: Close calls it before waiting
@@ -98,6 +132,7 @@ func (o *owners) close() {
 	o.mu.Lock()
 	o.closed = true
 	o.mu.Unlock()
+	o.firstDone()
 }
 
 func poke(ch chan struct{}) {
@@ -134,12 +169,16 @@ func (c *Client) Stats() Stats {
 
 // routeOrdered returns the node to try first for req: the owner of its sub
 // key's shard, or nil (no sub key, or no usable owner). For an ORDERED
-// request it counts the call in Stats and keeps the refresher going.
-func (c *Client) routeOrdered(req *idl.NextIDsRequest) *node {
+// request it counts the call in Stats and keeps the refresher going;
+// before the first map it waits for it (awaitFirst).
+func (c *Client) routeOrdered(ctx context.Context, req *idl.NextIDsRequest) *node {
 	if req.SubKey == nil || *req.SubKey == "" {
 		return nil
 	}
 	c.ords.touch(c)
+	if c.ords.m.Load() == nil {
+		c.ords.awaitFirst(ctx)
+	}
 	nd := c.ownerNode(*req.SubKey, c.cfg.Now())
 	if nd == nil {
 		c.ords.elsewhere.Add(1)
@@ -212,9 +251,11 @@ func (o *owners) touch(c *Client) {
 // refreshOwners fetches the map now and again until Close.
 func (c *Client) refreshOwners() {
 	defer c.wg.Done()
+	defer c.ords.firstDone()
 	for {
 		c.ords.used.Store(false)
 		c.loadOwners()
+		c.ords.firstDone()
 		if !c.waitOwners() {
 			return
 		}

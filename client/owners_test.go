@@ -126,8 +126,78 @@ func resetReqs(nodes ...*ownersNode) {
 	}
 }
 
-// TestOrderedOwnerFirst: the first ORDERED call fetches the map in the
-// background (with the token) and is routed as before; later ones go
+// TestOrderedFirstCallsToOwner: the calls made before the first owner map
+// arrives wait for it and go to the owner, none through a forwarding node:
+// several callers at once on a new client, each call's first attempt at the
+// owner of its key.
+func TestOrderedFirstCallsToOwner(t *testing.T) {
+	var s seq
+	const key = "tenant-7"
+	ownersMap := ownersOf("a:1", map[int]string{segment.Shard(key): "b:1"})
+	// The map is answered only once every caller has made its call: they
+	// all start before any map exists.
+	const callers = 8
+	var started sync.WaitGroup
+	started.Add(callers)
+	owners := func(ctx context.Context) (*idl.OrderedOwnersResponse, error) {
+		started.Wait()
+		return ownersMap(ctx)
+	}
+	a := &ownersNode{fakeNode: &fakeNode{addr: "a:1", answer: s.serve}, owners: owners}
+	b := &ownersNode{fakeNode: &fakeNode{addr: "b:1", answer: s.serve}, owners: owners}
+	c, _ := connClient(t, newFakeClock(), Config{}, map[string]Conn{"a:1": a, "b:1": b})
+	c.ords.firstWait = time.Hour // only the map's arrival releases the callers
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for i := 0; i < callers; i++ {
+		wg.Go(func() {
+			started.Done()
+			if _, err := c.Ordered(context.Background(), "inv", key, 1); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.OrderedToOwner != callers || st.OrderedElsewhere != 0 {
+		t.Fatalf("stats %+v, want all %d first calls to the owner", st, callers)
+	}
+	if a.calls() != 0 || b.calls() != callers {
+		t.Fatalf("NextIDs calls a %d b %d, want all %d at the owner b", a.calls(), b.calls(), callers)
+	}
+}
+
+// TestOrderedFirstWaitEndsWithoutMap: a node without the owner map (an
+// older server) or a closed client does not hold the first calls: they
+// are routed as before.
+func TestOrderedFirstWaitEndsWithoutMap(t *testing.T) {
+	var s seq
+	failing := func(context.Context) (*idl.OrderedOwnersResponse, error) { return nil, errors.New("unknown method") }
+	a := &ownersNode{fakeNode: &fakeNode{addr: "a:1", answer: s.serve}, owners: failing}
+	c, _ := connClient(t, newFakeClock(), Config{}, map[string]Conn{"a:1": a})
+	c.ords.firstWait = time.Hour // only the end of the fetch releases the call
+	if _, err := c.Ordered(context.Background(), "inv", "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.OrderedToOwner != 0 || st.OrderedElsewhere != 1 || ownersCalls(a) == 0 {
+		t.Fatalf("stats %+v, OrderedOwners calls %d: want the map asked for and the call routed elsewhere", st, ownersCalls(a))
+	}
+
+	// A client closed before its first ORDERED call: the wait ends too
+	// (the call itself is refused with ErrClosed).
+	c2, _ := connClient(t, newFakeClock(), Config{}, map[string]Conn{"a:1": a})
+	c2.ords.firstWait = time.Hour
+	c2.Close()
+	c2.ords.touch(c2)
+	c2.ords.awaitFirst(context.Background())
+}
+
+// TestOrderedOwnerFirst: the first ORDERED call fetches the map (with the
+// token); when the map does not come within the first call's wait, that
+// call is routed as before; later ones go
 // straight to the owner of their sub key's shard. A shard whose owner is
 // unknown to the client, or that has no owner, is routed as before, and
 // the unknown address is never dialled.
@@ -142,7 +212,7 @@ func TestOrderedOwnerFirst(t *testing.T) {
 		segment.Shard(ownerless): "",
 	})
 	// The map is held back until the first call is done: that call must
-	// not wait for it.
+	// not wait for it longer than firstWait.
 	release := make(chan struct{})
 	owners := func(ctx context.Context) (*idl.OrderedOwnersResponse, error) {
 		select {
@@ -156,9 +226,10 @@ func TestOrderedOwnerFirst(t *testing.T) {
 	b := &ownersNode{fakeNode: &fakeNode{addr: "b:1", answer: s.serve}, owners: owners}
 	cn := &ownersNode{fakeNode: &fakeNode{addr: "c:1", answer: s.serve}, owners: owners}
 	c, dialled := connClient(t, newFakeClock(), Config{Token: "tok"}, map[string]Conn{"a:1": a, "b:1": b, "c:1": cn})
+	c.ords.firstWait = time.Millisecond
 	ctx := context.Background()
 
-	// No map yet: the call does not wait for one.
+	// No map yet: the call does not wait for one past firstWait.
 	if _, err := c.Ordered(ctx, "inv", key, 1); err != nil {
 		t.Fatal(err)
 	}

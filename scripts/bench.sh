@@ -15,6 +15,9 @@
 #   own1, own2a+own2b  ZooKeeper + MariaDB clusters of 1 and 2 nodes: ORDERED shard owners,
 #              cached and gapless, one hot key or 64 keys, callers split over 2 nodes
 #              (only with IDGEN_TEST_MYSQL and IDGEN_TEST_ZK)
+#   own3a+own3b+own3c  a three-node cluster; own1, own2 and own3 are also driven by the
+#              discovering client (idctl bench --zk, or --addr with every node), which
+#              sends ORDERED to the shard's owner: scenarios own*-zk-*, own*-list-*
 # then runs every scenario RUNS times, interleaved (rep 1 of all, rep 2 of all, ...),
 # and the Go benchmarks of bench/ (and BenchmarkOrdered* of segment/mysqlstore
 # with IDGEN_TEST_MYSQL). Results: bench/results/<stamp>.jsonl (one `idctl bench
@@ -98,7 +101,7 @@ cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [ -n "$MYSQL_DB" ]; then
-    mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -e "DROP DATABASE IF EXISTS \`$MYSQL_DB\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own1\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own2\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own1base\`" 2>/dev/null || true
+    mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -e "DROP DATABASE IF EXISTS \`$MYSQL_DB\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own1\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own2\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own3\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own1base\`" 2>/dev/null || true
   fi
   rm -rf "$WORK"
 }
@@ -115,7 +118,7 @@ go build -o "$WORK/bin/idctl" ./cmd/idctl
 go build -o "$WORK/bin/noop" ./cmd/noop
 IDCTL=$WORK/bin/idctl
 
-declare -A ADDR PID
+declare -A ADDR PID ADMIN
 # start_idgen NAME [flags...]
 start_idgen() {
   local name=$1; shift
@@ -126,7 +129,7 @@ start_idgen() {
   "$bin" --data-dir "$WORK/$name/data" --rpc-addr "127.0.0.1:$port" --admin-addr "127.0.0.1:$admin" \
     --log-level warn "$@" >"$WORK/$name/log" 2>&1 &
   PID[$name]=$!; PIDS+=($!)
-  ADDR[$name]=127.0.0.1:$port
+  ADDR[$name]=127.0.0.1:$port ADMIN[$name]=127.0.0.1:$admin
   wait_port "$port" 30 || { cat "$WORK/$name/log" >&2; die "$name did not start"; }
   log "$name on ${ADDR[$name]} (pid ${PID[$name]})"
 }
@@ -232,6 +235,140 @@ else
   log "no ZooKeeper or MariaDB test server: skipping the ORDERED shard-owner scenarios"
 fi
 
+# --- clusters driven by the discovering client (issue 31, item 2) ---------
+# own3a+own3b+own3c: a three-node cluster on its own database. Scenarios whose
+# SERVER is @zk:CLUSTER run `idctl bench --zk` (the client discovers the
+# members in ZooKeeper), @list:CLUSTER `idctl bench --addr a,b,c` (every
+# node), @zk:CLUSTER*2 two such processes at once with the callers split.
+# Each records the nodes' forwarded ORDERED calls during the run
+# ("forwarded", from idgen_ordered_forwarded_total), the client's routing
+# counts (result.routing) and the largest node RSS.
+declare -A CLUSTER_NODES=([own1]="own1" [own2]="own2a own2b" [own3]="own3a own3b own3c")
+# node_metric NODE NAME: an unlabelled metric of the node's /metrics (0 if absent)
+node_metric() {
+  curl -s -m 2 -H "Authorization: Bearer $(cat "$WORK/$1/data/admin.token" 2>/dev/null)" "http://${ADMIN[$1]}/metrics" 2>/dev/null \
+    | awk -v m="$2" '$1 == m {print $2; found=1} END {if (!found) print 0}'
+}
+# cluster_metric CLUSTER NAME: the metric summed over the cluster's nodes
+cluster_metric() {
+  local n sum=0 v
+  for n in ${CLUSTER_NODES[$1]}; do
+    v=$(node_metric "$n" "$2")
+    sum=$(awk -v a="$sum" -v b="$v" 'BEGIN {printf "%.0f", a + b}')
+  done
+  echo "$sum"
+}
+# wait_settled CLUSTER: every node owns shards and the cluster owns all 64
+# (the hand-offs to the later nodes by rendezvous are done).
+wait_settled() {
+  local i n ok
+  for ((i = 0; i < 300; i++)); do
+    ok=1
+    for n in ${CLUSTER_NODES[$1]}; do
+      [ "$(node_metric "$n" idgen_ordered_shards_owned)" != 0 ] || ok=0
+    done
+    [ "$ok" = 1 ] && [ "$(cluster_metric "$1" idgen_ordered_shards_owned)" = 64 ] && return 0
+    sleep 0.1
+  done
+  log "cluster $1 did not settle: shards owned $(cluster_metric "$1" idgen_ordered_shards_owned) of 64"
+}
+WITH_CLUSTERS=0
+if [ "$WITH_OWNERS" = 1 ]; then
+  "$IDCTL" cluster init --zk "$IDGEN_TEST_ZK" --cluster "bench-own3-$$" >/dev/null 2>&1
+  MYSQL_DB3=${MYSQL_DB}_own3
+  mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -e "CREATE DATABASE \`$MYSQL_DB3\`"
+  DSN3="${IDGEN_TEST_MYSQL%/}/$MYSQL_DB3"
+  "$IDCTL" db migrate --mysql "$DSN3" >/dev/null
+  for n in own3a own3b own3c; do
+    start_idgen "$n" --zk "$IDGEN_TEST_ZK" --cluster "bench-own3-$$" --mysql "$DSN3" --advertise-host 127.0.0.1 --properties-dir "$WORK/$n"
+  done
+  ordbiz own3a own3-cached cached
+  for c in own1 own2 own3; do wait_settled "$c"; done
+  # noop3a+b+c: the RPC floor of a three-process "cluster" on this machine,
+  # driven as own3 is (--addr with every node), so the cluster scenarios
+  # have a floor with the same number of server processes sharing the cores.
+  for n in noop3a noop3b noop3c; do
+    port=$(free_port)
+    "$WORK/bin/noop" --addr "127.0.0.1:$port" >"$WORK/$n.log" 2>&1 &
+    PID[$n]=$!; PIDS+=($!); ADDR[$n]=127.0.0.1:$port
+    wait_port "$port" 30 || { cat "$WORK/$n.log" >&2; die "$n did not start"; }
+  done
+  CLUSTER_NODES[noop3]="noop3a noop3b noop3c"
+  WITH_CLUSTERS=1
+fi
+# cluster_target SPEC: the idctl bench flags that reach the cluster
+cluster_target() {
+  local c=${1#@*:}; c=${c%\*2}
+  case $1 in
+  @zk:*) echo --zk "$IDGEN_TEST_ZK" --cluster "bench-$c-$$" ;;
+  @list:*)
+    local n list=()
+    for n in ${CLUSTER_NODES[$c]}; do list+=("${ADDR[$n]}"); done
+    echo --addr "$(IFS=,; echo "${list[*]}")" ;;
+  esac
+}
+# run_cluster_scenario NAME SPEC REP IDCTL-ARGS...: runs and records one
+# scenario on a cluster (see above).
+run_cluster_scenario() {
+  local name=$1 spec=$2 rep=$3; shift 3
+  local c=${spec#@*:} procs=1 n rc p1 rc2 fwd0 fwd1 out
+  if [[ $c == *\*2 ]]; then procs=2; c=${c%\*2}; fi
+  local target; read -r -a target <<<"$(cluster_target "$spec")"
+  log "rep $rep/$RUNS: $name ($*, ${target[*]}, $procs process(es))"
+  echo 0 >"$WORK/rss-cluster"
+  (
+    best=0
+    while :; do
+      for n in ${CLUSTER_NODES[$c]}; do
+        v=$(rss_kib "${PID[$n]}" VmRSS); v=${v:-0}
+        if [ "$v" -gt "$best" ]; then best=$v; echo "$best" >"$WORK/rss-cluster"; fi
+      done
+      sleep 0.2
+    done
+  ) &
+  local sampler=$!
+  fwd0=$(cluster_metric "$c" idgen_ordered_forwarded_total)
+  set +e
+  if [ "$procs" = 2 ]; then
+    "$IDCTL" bench "${target[@]}" --duration "$DURATION" --warmup "$WARMUP" --json --quiet "$@" >"$WORK/split1" 2>"$WORK/bench.err" &
+    p1=$!
+    "$IDCTL" bench "${target[@]}" --duration "$DURATION" --warmup "$WARMUP" --json --quiet "$@" >"$WORK/split2" 2>>"$WORK/bench.err"
+    rc2=$?
+    wait "$p1"
+    rc=$(($? | rc2))
+  else
+    "$IDCTL" bench "${target[@]}" --duration "$DURATION" --warmup "$WARMUP" --json --quiet "$@" >"$WORK/split1" 2>"$WORK/bench.err"
+    rc=$?
+    : >"$WORK/split2"
+  fi
+  set -e
+  fwd1=$(cluster_metric "$c" idgen_ordered_forwarded_total)
+  kill "$sampler" 2>/dev/null || true
+  wait "$sampler" 2>/dev/null || true
+  [ -s "$WORK/split1" ] || { cat "$WORK/bench.err" >&2; die "idctl bench gave no result for $name"; }
+  # Two processes: requests/s summed, latencies the worse of the two.
+  out=$(python3 - "$WORK/split1" "$WORK/split2" <<'PY'
+import json, sys
+rs = [json.loads(open(f).read()) for f in sys.argv[1:3] if open(f).read().strip()]
+out = dict(rs[0])
+for b in rs[1:]:
+    for k in ("ok", "failed", "ids", "requests_per_s", "ids_per_s", "concurrency"):
+        out[k] += b[k]
+    out["latency_us"] = {k: max(v, b["latency_us"][k]) for k, v in out["latency_us"].items()}
+    for k, v in (b.get("errors") or {}).items():
+        out["errors"][k] = out["errors"].get(k, 0) + v
+    if "routing" in b:
+        out["routing"] = {k: v + b["routing"][k] for k, v in out.get("routing", {}).items()}
+print(json.dumps(out))
+PY
+)
+  [ "$rc" = 0 ] || { log "idctl bench exited $rc for $name: $(cat "$WORK/bench.err")"; FAILED=1; }
+  printf '{"scenario":"%s","server":"%s","rep":%d,"exit":%d,"rss_max_kib":%s,"hwm_kib":0,"forwarded":%s,"result":%s}\n' \
+    "$name" "$spec" "$rep" "$rc" "$(cat "$WORK/rss-cluster")" "$((fwd1 - fwd0))" "$out" >>"$RESULTS"
+  log "  $(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("%.0f req/s, p50 %.0f us, p99 %.0f us, routing %s" % (r["requests_per_s"], r["latency_us"]["p50"], r["latency_us"]["p99"], r.get("routing")))' "$out"), forwarded by the nodes $((fwd1 - fwd0))"
+}
+# --- end of the discovering-client cluster block ---------------------------
+
 # scenario NAME SERVER IDCTL-ARGS...
 SCENARIOS=()
 scenario() { SCENARIOS+=("$*"); }
@@ -268,6 +405,18 @@ if [ "$WITH_OWNERS" = 1 ]; then
   scenario own-cached-hot-split-c16 own2a+own2b --biz own2-cached --channel ordered --sub-key hot --concurrency 8 --check
   scenario own-gapless-hot-split-c16 own2a+own2b --biz own2-gapless --channel ordered --sub-key hot --concurrency 8 --check
 fi
+
+# --- discovering-client cluster scenarios (issue 31, item 2) ---
+if [ "$WITH_CLUSTERS" = 1 ]; then
+  scenario noop3-list-c16 @list:noop3 --biz bench-sf --channel snowflake --concurrency 16
+  scenario own1-zk-cached-64-c16 @zk:own1 --biz own-cached --channel ordered --keys 64 --concurrency 16 --check
+  scenario own2-zk-cached-64-c16 @zk:own2 --biz own2-cached --channel ordered --keys 64 --concurrency 16 --check
+  scenario own3-zk-cached-64-c16 @zk:own3 --biz own3-cached --channel ordered --keys 64 --concurrency 16 --check
+  scenario own3-list-cached-64-c16 @list:own3 --biz own3-cached --channel ordered --keys 64 --concurrency 16 --check
+  # two applications (idctl processes) of 8 callers each on one hot key
+  scenario own2-zk-cached-hot-split-c16 '@zk:own2*2' --biz own2-cached --channel ordered --sub-key hot --concurrency 8 --check
+fi
+# --- end of the discovering-client cluster scenarios ---
 
 if [ -n "${ONLY:-}" ]; then
   kept=()
@@ -314,6 +463,7 @@ for ((rep = 1; rep <= RUNS; rep++)); do
   for sc in "${SCENARIOS[@]}"; do
     read -r -a a <<<"$sc"
     name=${a[0]} server=${a[1]} args=("${a[@]:2}")
+    if [[ $server == @* ]]; then run_cluster_scenario "$name" "$server" "$rep" "${args[@]}"; continue; fi # cluster block
     if [[ $server == *+* ]]; then
       # Split: both nodes driven at once; requests/s summed, latencies the
       # worse of the two (percentiles cannot be merged exactly).
@@ -409,6 +559,17 @@ if [ "$WITH_OWNERS" = 1 ]; then
     -ratio "cached hot split/one node=own-cached-hot-split-c16/own-cached-hot-c16:rps"
     -ratio "gapless hot split/one node=own-gapless-hot-split-c16/own-gapless-hot-c16:rps"
     -ratio "per-request MySQL ORDERED/noop=mysql-ordered-c16/noop-c16:rps"
+  )
+fi
+if [ "$WITH_CLUSTERS" = 1 ]; then # discovering-client cluster block
+  RATIOS+=(
+    -ratio "cached 64 keys, 1 node, --zk/noop=own1-zk-cached-64-c16/noop-c16:rps"
+    -ratio "cached 64 keys, 2 nodes, --zk/noop=own2-zk-cached-64-c16/noop-c16:rps"
+    -ratio "cached 64 keys, 3 nodes, --zk/noop=own3-zk-cached-64-c16/noop-c16:rps"
+    -ratio "cached 64 keys, 3 nodes, --addr list/noop=own3-list-cached-64-c16/noop-c16:rps"
+    -ratio "cached 64 keys, 3 nodes, --zk/3-process noop floor=own3-zk-cached-64-c16/noop3-list-c16:rps"
+    -ratio "noop 3 processes/noop 1 process=noop3-list-c16/noop-c16:rps"
+    -ratio "cached hot split, --zk/one node=own2-zk-cached-hot-split-c16/own-cached-hot-c16:rps"
   )
 fi
 echo

@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,11 +17,16 @@ import (
 
 	"github.com/idgen/idgen/client"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
+	"github.com/idgen/idgen/worker"
 )
 
 // benchConfig is a parsed `idctl bench` command line.
 type benchConfig struct {
-	addr        string
+	addr        string   // what the report names: the --addr list, or zk:SERVERS/CLUSTER
+	addrs       []string // static nodes (--addr, comma-separated)
+	zk          []string // ZooKeeper ensemble (--zk): the nodes are discovered
+	zkRoot      string
+	cluster     string
 	biz         string
 	channel     *idl.Channel // nil: the business's default channel
 	count       int          // IDs per request
@@ -34,6 +41,10 @@ type benchConfig struct {
 	timeout     time.Duration
 	token       string
 	prefetch    bool // through the client's local prefetch buffer
+	// routing reads the client's ORDERED routing counters (cmdBench sets
+	// it; nil in tests with a fake call): the report gives their change
+	// over the measured phase.
+	routing func() client.Stats
 }
 
 const (
@@ -43,10 +54,10 @@ const (
 	maxBenchCount        = 1 << 20 // the server refuses more than its max_batch anyway
 )
 
-const benchSynopsis = "idctl bench --addr HOST:PORT --biz NAME [--duration D | --requests N] [--prefetch] [flags]"
+const benchSynopsis = "idctl bench {--addr HOST:PORT[,HOST:PORT...] | --zk HOST:PORT,...} --biz NAME [--duration D | --requests N] [--prefetch] [flags]"
 
-const benchAbout = `Drives one idgen node with a bounded load: --concurrency callers on one
-Kitex client, each sending NextIDs and waiting for the answer, for
+const benchAbout = `Drives idgen with a bounded load: --concurrency callers on one client,
+each sending NextIDs and waiting for the answer, for
 --duration or --requests (one of them; an unbounded run is refused).
 Reports requests/s, IDs/s, latency percentiles and errors by code.
 Requests go through the client package (github.com/idgen/idgen/client)
@@ -54,6 +65,16 @@ without retries, so that every failure is counted. With --prefetch they
 are served from the client's local prefetch buffer instead (UNORDERED or
 SNOWFLAKE, named with --channel), refilled in the background with
 retries: a "request" is then one Next/NextN call of the application.
+
+The client reaches the nodes as applications do: --addr takes one node or
+a comma-separated list of every node; --zk discovers the members of
+--cluster under --zk-root in ZooKeeper (the digest credential of an
+ACL-protected cluster is read from IDGEN_ZK_AUTH or the file named by
+IDGEN_ZK_AUTH_FILE). --addr and --zk are exclusive. With sub keys
+(ORDERED) the client sends each request to its shard's owner when it
+knows it; the report counts how many requests went to the owner first,
+how many elsewhere (the node then forwards them) and how many left the
+owner after a failure.
 
 With --check every ID received is kept (about 8 bytes per single ID, a
 batch as one range) and checked for duplicates at the end (per sub key when
@@ -67,7 +88,10 @@ during --warmup are checked too. A failed check exits 1.
 // usageErrors naming the flag.
 func parseBenchFlags(args []string) (benchConfig, error) {
 	fs := newCmdFlags("bench", benchSynopsis, benchAbout)
-	addr := fs.String("addr", envOr("IDGEN_ADDR", "127.0.0.1:8888"), "idgen RPC address (env IDGEN_ADDR)")
+	addr := fs.String("addr", envOr("IDGEN_ADDR", "127.0.0.1:8888"), "idgen RPC address, or a comma-separated list of every node (env IDGEN_ADDR)")
+	zkServers := fs.String("zk", "", "discover the nodes in ZooKeeper: servers host:port,... (exclusive with --addr)")
+	zkRoot := fs.String("zk-root", workersEnvOr("IDGEN_ZK_ROOT", worker.DefaultRoot), "with --zk: ZooKeeper root of the idgen clusters (env IDGEN_ZK_ROOT)")
+	cluster := fs.String("cluster", workersEnvOr("IDGEN_CLUSTER", worker.DefaultCluster), "with --zk: cluster name (env IDGEN_CLUSTER)")
 	biz := fs.String("biz", "", "business name (required)")
 	channel := fs.String("channel", "", "snowflake, unordered, ordered or slow_ordered (default: the business's)")
 	count := fs.Int("count", 1, "IDs per request (batch size)")
@@ -95,11 +119,35 @@ func parseBenchFlags(args []string) (benchConfig, error) {
 	if len(fs.args) > 0 {
 		return bad("unexpected argument %q", fs.args[0])
 	}
-	cfg := benchConfig{addr: *addr, biz: *biz, count: *count, concurrency: *conc, warmup: *warmup,
+	cfg := benchConfig{biz: *biz, count: *count, concurrency: *conc, warmup: *warmup,
 		check: *check, asJSON: *asJSON, progress: *progress, timeout: *timeout, token: *token, prefetch: *prefetch}
 	switch {
-	case cfg.addr == "":
-		return bad("--addr HOST:PORT is required (or IDGEN_ADDR)")
+	case set["addr"] && set["zk"]:
+		return bad("--addr and --zk are exclusive: give the nodes (--addr a,b,c) or the ZooKeeper ensemble to discover them from (--zk)")
+	case set["zk"]:
+		if cfg.zk = splitList(*zkServers); len(cfg.zk) == 0 {
+			return bad("--zk %q: want ZooKeeper servers host:port,...", *zkServers)
+		}
+		if *cluster == "" || *zkRoot == "" {
+			return bad("--zk needs a --cluster and a --zk-root")
+		}
+		cfg.zkRoot, cfg.cluster = *zkRoot, *cluster
+		cfg.addr = "zk:" + strings.Join(cfg.zk, ",") + *zkRoot + "/" + *cluster
+	default:
+		cfg.addrs = splitList(*addr)
+		if len(cfg.addrs) == 0 {
+			return bad("--addr HOST:PORT is required (or IDGEN_ADDR)")
+		}
+		for _, a := range cfg.addrs {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return bad("--addr %q: want host:port", a)
+			}
+		}
+		cfg.addr = strings.Join(cfg.addrs, ",")
+	}
+	switch {
+	case set["zk-root"] && !set["zk"], set["cluster"] && !set["zk"]:
+		return bad("--zk-root and --cluster apply to discovery only: give --zk too")
 	case cfg.biz == "":
 		return bad("--biz is required")
 	case cfg.count < 1 || cfg.count > maxBenchCount:
@@ -162,6 +210,18 @@ func parseBenchFlags(args []string) (benchConfig, error) {
 	return cfg, nil
 }
 
+// splitList splits a comma-separated list, dropping empty items and
+// spaces around them.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // channelName is the lowercase channel name, "default" for nil.
 func channelName(ch *idl.Channel) string {
 	if ch == nil {
@@ -194,6 +254,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer c.Close()
+	cfg.routing = c.Stats
 	call := benchCall(c, cfg)
 	res := runBench(ctx, cfg, call, newProgress(stderr, cfg.progress))
 	if err := writeBenchResult(stdout, cfg, res); err != nil {
@@ -207,12 +268,19 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // address, so at 64 callers most requests would open and close a
 // connection and the run would measure connection setup.
 func newBenchClient(cfg benchConfig) (*client.Client, error) {
-	cc := client.Config{Addrs: []string{cfg.addr}, Token: cfg.token, RPCTimeout: cfg.timeout, CallTimeout: cfg.timeout,
+	cc := client.Config{Addrs: cfg.addrs, ZK: cfg.zk, ZKRoot: cfg.zkRoot, Cluster: cfg.cluster, Token: cfg.token, RPCTimeout: cfg.timeout, CallTimeout: cfg.timeout,
 		ConnectTimeout: time.Second, MaxIdleConns: cfg.concurrency, MaxAttempts: 1}
 	if cfg.prefetch {
 		// The refills retry; the application's calls are what is measured.
 		cc.MaxAttempts = 0
 		cc.Prefetch.Bizs = []client.PrefetchBiz{{Biz: cfg.biz, Channel: client.Channel(*cfg.channel)}}
+	}
+	if len(cfg.zk) > 0 {
+		auth, err := secretEnv("IDGEN_ZK_AUTH")
+		if err != nil {
+			return nil, err
+		}
+		cc.ZKAuth = auth
 	}
 	c, err := client.New(cc)
 	if err != nil {
@@ -331,8 +399,20 @@ func runBench(ctx context.Context, cfg benchConfig, call nextFunc, prog *progres
 	if cfg.warmup > 0 {
 		r.phase(ctx, "warmup", cfg.warmup, 0, false, prog)
 	}
+	routing := cfg.routing != nil && len(cfg.keys) > 0 // ORDERED: sub keys sent
+	var before client.Stats
+	if routing {
+		before = cfg.routing()
+	}
 	elapsed := r.phase(ctx, "bench", cfg.duration, cfg.requests, true, prog)
-	return r.result(elapsed, ctx.Err() != nil)
+	res := r.result(elapsed, ctx.Err() != nil)
+	if routing {
+		after := cfg.routing()
+		res.Routing = &routingResult{ToOwner: after.OrderedToOwner - before.OrderedToOwner,
+			Elsewhere:      after.OrderedElsewhere - before.OrderedElsewhere,
+			OwnerFallbacks: after.OrderedOwnerFallbacks - before.OrderedOwnerFallbacks}
+	}
+	return res
 }
 
 // phase runs every worker until the deadline (d > 0) or until requests

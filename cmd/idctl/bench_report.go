@@ -36,6 +36,7 @@ type benchResult struct {
 	Errors      map[string]int64  `json:"errors"`
 	ErrorSample map[string]string `json:"error_samples,omitempty"`
 	Check       *checkResult      `json:"check,omitempty"`
+	Routing     *routingResult    `json:"routing,omitempty"` // requests with a sub key (ORDERED)
 	Interrupted bool              `json:"interrupted,omitempty"`
 }
 
@@ -48,6 +49,16 @@ type latency struct {
 	P99  float64 `json:"p99"`
 	P999 float64 `json:"p99_9"`
 	Max  float64 `json:"max"`
+}
+
+// routingResult counts, over the measured phase, where the client sent
+// the first attempt of each request with a sub key (client.Stats): to the
+// shard's owner, or elsewhere (no owner map yet, owner unknown or backed
+// off), where the node forwards it to the owner, one more hop.
+type routingResult struct {
+	ToOwner        uint64 `json:"to_owner"`
+	Elsewhere      uint64 `json:"elsewhere"`
+	OwnerFallbacks uint64 `json:"owner_fallbacks"` // of ToOwner: the owner failed, the call went on elsewhere
 }
 
 // checkResult is what --check found.
@@ -160,6 +171,10 @@ func writeBenchResult(w io.Writer, cfg benchConfig, res *benchResult) error {
 	fmt.Fprintf(&sb, "errors      %s\n", res.errorLine())
 	if res.Fallbacks > 0 {
 		fmt.Fprintf(&sb, "fallback    %d answers came from the SNOWFLAKE fallback segment\n", res.Fallbacks)
+	}
+	if r := res.Routing; r != nil {
+		fmt.Fprintf(&sb, "routing     %d to the owner first (%d of them fell back elsewhere), %d elsewhere (forwarded by the node)\n",
+			r.ToOwner, r.OwnerFallbacks, r.Elsewhere)
 	}
 	if c := res.Check; c != nil {
 		fmt.Fprintf(&sb, "check       %d IDs, %d duplicates", c.Checked, c.Duplicates)

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/idgen/idgen/client"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 )
 
@@ -526,5 +528,108 @@ func TestWriteBenchResult(t *testing.T) {
 	}
 	if !strings.Contains(sb.String(), "p99.9") || !strings.Contains(sb.String(), "0 duplicates") {
 		t.Fatalf("text %q", sb.String())
+	}
+}
+
+// TestParseBenchTargets: --addr takes one node or a list, --zk discovers
+// the nodes (with --cluster and --zk-root); both at once are refused.
+func TestParseBenchTargets(t *testing.T) {
+	t.Setenv("IDGEN_ADDR", "")
+	t.Setenv("IDGEN_CLUSTER", "")
+	t.Setenv("IDGEN_ZK_ROOT", "")
+	for _, c := range []struct {
+		name    string
+		args    []string
+		wantErr string // "" means valid
+		check   func(t *testing.T, c benchConfig)
+	}{
+		{"one node", []string{"--addr", "10.0.0.1:8888"}, "", func(t *testing.T, c benchConfig) {
+			if !slices.Equal(c.addrs, []string{"10.0.0.1:8888"}) || c.zk != nil || c.addr != "10.0.0.1:8888" {
+				t.Errorf("addrs %v zk %v addr %q", c.addrs, c.zk, c.addr)
+			}
+		}},
+		{"default node", nil, "", func(t *testing.T, c benchConfig) {
+			if !slices.Equal(c.addrs, []string{"127.0.0.1:8888"}) || c.zk != nil {
+				t.Errorf("addrs %v zk %v", c.addrs, c.zk)
+			}
+		}},
+		{"a list of nodes", []string{"--addr", "a:1, b:2,c:3,"}, "", func(t *testing.T, c benchConfig) {
+			if !slices.Equal(c.addrs, []string{"a:1", "b:2", "c:3"}) || c.addr != "a:1,b:2,c:3" {
+				t.Errorf("addrs %v addr %q", c.addrs, c.addr)
+			}
+		}},
+		{"a list item without a port", []string{"--addr", "a:1,b"}, `--addr "b": want host:port`, nil},
+		{"an empty list", []string{"--addr", " , "}, "--addr HOST:PORT is required", nil},
+		{"discovery with defaults", []string{"--zk", "z1:2181,z2:2181"}, "", func(t *testing.T, c benchConfig) {
+			if !slices.Equal(c.zk, []string{"z1:2181", "z2:2181"}) || c.addrs != nil || c.cluster != "default" || c.zkRoot != "/idgen" ||
+				c.addr != "zk:z1:2181,z2:2181/idgen/default" {
+				t.Errorf("zk %v addrs %v cluster %q root %q addr %q", c.zk, c.addrs, c.cluster, c.zkRoot, c.addr)
+			}
+		}},
+		{"discovery of a cluster", []string{"--zk", "z:2181", "--cluster", "prod", "--zk-root", "/ids"}, "", func(t *testing.T, c benchConfig) {
+			if c.cluster != "prod" || c.zkRoot != "/ids" || c.addrs != nil {
+				t.Errorf("cluster %q root %q addrs %v", c.cluster, c.zkRoot, c.addrs)
+			}
+		}},
+		{"addr and zk", []string{"--addr", "a:1", "--zk", "z:2181"}, "--addr and --zk are exclusive", nil},
+		{"empty zk", []string{"--zk", ","}, "--zk", nil},
+		{"cluster without zk", []string{"--addr", "a:1", "--cluster", "prod"}, "give --zk too", nil},
+		{"zk-root without zk", []string{"--zk-root", "/x"}, "give --zk too", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := parseBenchFlags(append([]string{"--biz", "b"}, c.args...))
+			if c.wantErr != "" {
+				var ue usageError
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) || !errors.As(err, &ue) {
+					t.Fatalf("err = %v, want a usage error containing %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.check(t, cfg)
+		})
+	}
+	// IDGEN_ADDR may hold a list too.
+	t.Setenv("IDGEN_ADDR", "a:1,b:2")
+	cfg, err := parseBenchFlags([]string{"--biz", "b"})
+	if err != nil || !slices.Equal(cfg.addrs, []string{"a:1", "b:2"}) {
+		t.Fatalf("IDGEN_ADDR list: %v %v", cfg.addrs, err)
+	}
+}
+
+// TestBenchRouting: the report gives the change of the client's routing
+// counters over the measured phase (the warm-up's calls left out), for
+// requests with sub keys only.
+func TestBenchRouting(t *testing.T) {
+	call := func(ctx context.Context, req *idl.NextIDsRequest) (*idl.NextIDsResponse, error) {
+		return &idl.NextIDsResponse{Ranges: []*idl.IDRange{{First: 1, Last: 1}}, Count: 1}, nil
+	}
+	cfg, err := parseBenchFlags([]string{"--addr", "x:1", "--biz", "b", "--quiet", "--requests", "10", "--channel", "ordered"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Read once before the measured phase, once after it.
+	reads := []client.Stats{{OrderedToOwner: 5, OrderedElsewhere: 3}, {OrderedToOwner: 14, OrderedElsewhere: 4, OrderedOwnerFallbacks: 2}}
+	cfg.routing = func() client.Stats {
+		st := reads[0]
+		reads = reads[1:]
+		return st
+	}
+	res := runBench(context.Background(), cfg, call, nil)
+	want := routingResult{ToOwner: 9, Elsewhere: 1, OwnerFallbacks: 2}
+	if res.Routing == nil || *res.Routing != want {
+		t.Fatalf("routing %+v, want %+v", res.Routing, want)
+	}
+	var sb strings.Builder
+	if err := writeBenchResult(&sb, cfg, res); err != nil || !strings.Contains(sb.String(), "9 to the owner first (2 of them fell back elsewhere), 1 elsewhere") {
+		t.Fatalf("report %q (%v) does not give the routing", sb.String(), err)
+	}
+
+	// No sub keys: no routing figures.
+	cfg.keys = nil
+	if res := runBench(context.Background(), cfg, call, nil); res.Routing != nil {
+		t.Fatalf("routing %+v without sub keys", res.Routing)
 	}
 }

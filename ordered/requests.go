@@ -19,20 +19,25 @@ import (
 // server. The count alone cannot bound bytes, since ids and sub keys are up
 // to the caller.
 const (
-	// DefaultMaxRequestBytes bounds each of the two memories: about 8 MiB
-	// of answers (some 30,000 ids, a second of a 30k req/s owner's
-	// traffic, far beyond a client's retry of a lost reply) and as much of
-	// stored gapless ids.
+	// DefaultMaxRequestBytes bounds each of the two memories: 8 MiB of
+	// answers (some 17,000 ids of 40 bytes: the last half second of a
+	// 30k req/s owner's traffic, and minutes of a quiet one) and as much of
+	// stored gapless ids (some 22,000).
 	DefaultMaxRequestBytes = 8 << 20
 	// requestEntryBytes is one answer's cost beside its strings: the
-	// requestEntry (144 bytes), its map slot (key and pointer, 56 bytes,
-	// at most doubled by the map's growth) and its queue pointer (at
-	// most doubled by the compaction).
-	requestEntryBytes = 144 + 2*56 + 2*8
+	// requestEntry (144 bytes), its map slot (key and pointer, 56 bytes
+	// and a control byte) counted five times, and its queue pointer
+	// counted three times. Why so many: the map table doubles at 7/8 load
+	// and deleted ids leave tombstones until it is rehashed, and the queue
+	// grows by a quarter and is compacted only once half of it is consumed.
+	// A memory churned at its bound measured 395 bytes an id beside its
+	// strings; TestRequestMemoryHeapWithinBound checks that the heap stays
+	// under the bound.
+	requestEntryBytes = 144 + 5*57 + 3*8
 	// storedRequestBytes is one stored id's cost beside its strings: a
-	// storedRequest (112 bytes), at most doubled by the queue's growth
-	// and compaction.
-	storedRequestBytes = 2 * 112
+	// storedRequest (112 bytes) counted three times for the queue's growth
+	// and compaction (measured 231 bytes an id at the bound).
+	storedRequestBytes = 3 * 112
 )
 
 // requestMemory keeps the answers of recent request ids (bounded in count,

@@ -47,18 +47,36 @@ const (
 // request ids with the rows and falls back to the store after a change of
 // owner, or when the id was dropped from here.
 type requestMemory struct {
-	mu       sync.Mutex
-	m        map[RequestKey]*requestEntry
-	queue    []*requestEntry // insertion order, for expiry; live from head
-	head     int
-	bytes    int // the accounted bytes of queue[head:]
-	max      int
-	maxBytes int
-	ttl      time.Duration
-	// dropped counts answers dropped by the count or byte bound before
-	// their TTL: a retry of one reaching this owner afterwards is a new
-	// request in cached mode (a gap, never a duplicate).
-	dropped atomic.Uint64
+	mu    sync.Mutex
+	m     map[RequestKey]*requestEntry
+	queue []*requestEntry // insertion order, for expiry; live from head
+	head  int
+	// idBounds.dropped counts answers dropped before their TTL: a retry
+	// of one reaching this owner afterwards is a new request in cached
+	// mode (a gap, never a duplicate).
+	idBounds
+}
+
+// idBounds is what the two memories share: their count, byte and age
+// bounds, the bytes accounted to the ids kept, and the count of ids
+// dropped by the count or byte bound before their TTL.
+type idBounds struct {
+	max, maxBytes int
+	ttl           time.Duration
+	bytes         int
+	dropped       atomic.Uint64
+}
+
+// evict reports whether the oldest of live ids kept, recorded at, goes at
+// now, and whether it goes early (by the count or byte bound, before its
+// TTL). The newest id never goes early: one id over the byte bound is
+// kept (its attempt may be running).
+func (b *idBounds) evict(live int, at, now time.Time) (evict, early bool) {
+	if now.Sub(at) >= b.ttl {
+		return true, false
+	}
+	over := live > 1 && (live > b.max || b.bytes > b.maxBytes)
+	return over, over
 }
 
 type requestEntry struct {
@@ -81,7 +99,7 @@ func (e *requestEntry) size() int {
 }
 
 func newRequestMemory(maxEntries, maxBytes int, ttl time.Duration) *requestMemory {
-	return &requestMemory{m: map[RequestKey]*requestEntry{}, max: maxEntries, maxBytes: maxBytes, ttl: ttl}
+	return &requestMemory{m: map[RequestKey]*requestEntry{}, idBounds: idBounds{max: maxEntries, maxBytes: maxBytes, ttl: ttl}}
 }
 
 // begin returns the entry of k: first is true when the caller makes the
@@ -112,14 +130,13 @@ func (rm *requestMemory) begin(k RequestKey, subKey string, n int64, now time.Ti
 func (rm *requestMemory) expire(now time.Time) {
 	for rm.head < len(rm.queue) {
 		e := rm.queue[rm.head]
-		expired := now.Sub(e.at) >= rm.ttl
-		over := (len(rm.queue)-rm.head > rm.max || rm.bytes > rm.maxBytes) && rm.head < len(rm.queue)-1
-		if !expired && !over {
+		evict, early := rm.evict(len(rm.queue)-rm.head, e.at, now)
+		if !evict {
 			break
 		}
 		if rm.m[e.key] == e {
 			delete(rm.m, e.key)
-			if !expired && !e.failed {
+			if early && !e.failed {
 				rm.dropped.Add(1)
 			}
 		}
@@ -181,16 +198,12 @@ func (e *requestEntry) wait(ctx context.Context) (segment.Range, bool, error) {
 // retry of an answered request id reaching any owner afterwards got a
 // fresh range instead of its first answer (the simulator's seed 62).
 type storedRequests struct {
-	mu       sync.Mutex
-	queue    []storedRequest // insertion order; live from head
-	head     int
-	bytes    int // the accounted bytes of queue[head:]
-	max      int
-	maxBytes int
-	ttl      time.Duration
-	// dropped counts ids dropped by the count or byte bound before their
-	// TTL: a barrier after a lossy MySQL failover cannot store them again.
-	dropped atomic.Uint64
+	mu    sync.Mutex
+	queue []storedRequest // insertion order; live from head
+	head  int
+	// idBounds.dropped counts ids dropped before their TTL: a barrier
+	// after a lossy MySQL failover cannot store them again.
+	idBounds
 }
 
 type storedRequest struct {
@@ -204,7 +217,7 @@ func (q *storedRequest) size() int {
 }
 
 func newStoredRequests(maxEntries, maxBytes int, ttl time.Duration) *storedRequests {
-	return &storedRequests{max: maxEntries, maxBytes: maxBytes, ttl: ttl}
+	return &storedRequests{idBounds: idBounds{max: maxEntries, maxBytes: maxBytes, ttl: ttl}}
 }
 
 // add records reqs, stored at now.
@@ -237,11 +250,11 @@ func (s *storedRequests) each(now time.Time, fn func(Request)) {
 func (s *storedRequests) expire(now time.Time) {
 	for s.head < len(s.queue) {
 		q := &s.queue[s.head]
-		expired := now.Sub(q.at) >= s.ttl
-		if !expired && len(s.queue)-s.head <= s.max && s.bytes <= s.maxBytes {
+		evict, early := s.evict(len(s.queue)-s.head, q.at, now)
+		if !evict {
 			break
 		}
-		if !expired {
+		if early {
 			s.dropped.Add(1)
 		}
 		s.bytes -= q.size()

@@ -55,11 +55,14 @@ type Config struct {
 	// 100,000; the least recently used idle key is dropped: a gapless key
 	// loses nothing, a cached one its unused reservation).
 	MaxKeys int
-	// MaxRequests and RequestTTL bound the request ids kept in memory
-	// (defaults 100,000 and 10 minutes). Gapless request ids are also
-	// stored durably; cached ones only here.
-	MaxRequests int
-	RequestTTL  time.Duration
+	// MaxRequests, MaxRequestBytes and RequestTTL bound the request ids
+	// kept in memory (defaults 100,000, DefaultMaxRequestBytes and 10
+	// minutes; the byte bound applies to the answers and to the stored
+	// gapless ids each). Gapless request ids are also stored durably;
+	// cached ones only here.
+	MaxRequests     int
+	MaxRequestBytes int
+	RequestTTL      time.Duration
 	// Timeout bounds one store call (default 2s).
 	Timeout time.Duration
 	// MaxInFlight bounds the persists of one shard running at once
@@ -91,7 +94,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: ordered.Config.Store is nil", segment.ErrInvalid)
 	case c.Coordinator == nil:
 		return c, fmt.Errorf("%w: ordered.Config.Coordinator is nil", segment.ErrInvalid)
-	case c.Window < 0, c.MaxReservation < 0, c.MaxKeys < 0, c.MaxRequests < 0, c.RequestTTL < 0, c.Timeout < 0:
+	case c.Window < 0, c.MaxReservation < 0, c.MaxKeys < 0, c.MaxRequests < 0, c.MaxRequestBytes < 0, c.RequestTTL < 0, c.Timeout < 0:
 		return c, fmt.Errorf("%w: ordered.Config: negative limit", segment.ErrInvalid)
 	}
 	if c.Clock == nil {
@@ -108,6 +111,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxRequests == 0 {
 		c.MaxRequests = DefaultMaxRequests
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = DefaultMaxRequestBytes
 	}
 	if c.RequestTTL == 0 {
 		c.RequestTTL = DefaultRequestTTL
@@ -186,8 +192,13 @@ type Stats struct {
 	Reverified uint64
 	// UncleanHandOffs counts planned hand-offs whose exact write-back
 	// never succeeded (ErrUncleanHandOff).
-	UncleanHandOffs                  uint64
-	ShardsOwned, ShardsServing, Keys int
+	UncleanHandOffs uint64
+	// RequestsDropped and StoredRequestsDropped count request ids
+	// dropped from memory by MaxRequests or MaxRequestBytes before
+	// RequestTTL: answers (a cached-mode retry of one is a new request)
+	// and stored gapless ids (a barrier cannot store them again).
+	RequestsDropped, StoredRequestsDropped uint64
+	ShardsOwned, ShardsServing, Keys       int
 
 	// PersistDurations is the latency of every persist (group commit)
 	// attempt, as PersistSeconds sums it: its Count is Persists +
@@ -201,8 +212,8 @@ func New(cfg Config) (*Allocator, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Allocator{cfg: cfg, log: cfg.Logger, requests: newRequestMemory(cfg.MaxRequests, cfg.RequestTTL),
-		stored:   newStoredRequests(cfg.MaxRequests, cfg.RequestTTL),
+	a := &Allocator{cfg: cfg, log: cfg.Logger, requests: newRequestMemory(cfg.MaxRequests, cfg.MaxRequestBytes, cfg.RequestTTL),
+		stored:   newStoredRequests(cfg.MaxRequests, cfg.MaxRequestBytes, cfg.RequestTTL),
 		perShard: max(1, cfg.MaxKeys/segment.OrderedShards), bugLog: logevery.New(time.Minute, nil),
 		owner: cfg.Self + " " + ownerTag(), commits: newCommitter(cfg.Store, cfg.GroupCommits, cfg.Timeout)}
 	_, sysMono := cfg.Clock.(SystemClock)
@@ -575,6 +586,7 @@ func (a *Allocator) Stats() Stats {
 		NotOwner: a.st.notOwner.Load(), Replays: a.st.replays.Load(), Regressions: a.st.regressions.Load(),
 		Acquired: a.st.acquired.Load(), Released: a.st.released.Load(), Lost: a.st.lost.Load(), WriteBacks: a.st.writeBacks.Load(),
 		Reverified: a.st.reverified.Load(), UncleanHandOffs: a.st.uncleanHandOffs.Load(),
+		RequestsDropped: a.requests.dropped.Load(), StoredRequestsDropped: a.stored.dropped.Load(),
 		PersistDurations: a.st.persistDurations.snapshot(),
 	}
 	now := a.cfg.Clock.Now()

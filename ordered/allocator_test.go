@@ -563,7 +563,7 @@ func TestLocalClaimsAboveAStoredEpoch(t *testing.T) {
 }
 
 func TestRequestMemoryBounded(t *testing.T) {
-	rm := newRequestMemory(100, time.Minute)
+	rm := newRequestMemory(100, DefaultMaxRequestBytes, time.Minute)
 	now := time.Unix(0, 0)
 	for i := range 10_000 {
 		e, first := rm.begin(RequestKey{Biz: "b", ID: fmt.Sprint(i)}, "k", 1, now)

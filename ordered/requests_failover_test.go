@@ -62,7 +62,7 @@ func TestRequestIDSurvivesLossyFailover(t *testing.T) {
 
 // storedRequests keeps at most max ids, none older than the TTL.
 func TestStoredRequestsBounded(t *testing.T) {
-	s := newStoredRequests(3, time.Minute)
+	s := newStoredRequests(3, DefaultMaxRequestBytes, time.Minute)
 	t0 := time.Unix(1_000_000, 0)
 	for i := range 5 {
 		s.add(t0.Add(time.Duration(i)*time.Second), []Request{{Biz: "b", ID: string(rune('a' + i))}})

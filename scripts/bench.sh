@@ -504,7 +504,9 @@ PY
       best=0
       while kill -0 "$pid" 2>/dev/null; do
         v=$(rss_kib "$pid" VmRSS); v=${v:-0}
-        if [ "$v" -gt "$best" ]; then best=$v; echo "$best" >"$WORK/rss"; fi
+        # rename, never truncate: the sampler is killed at any point, and a
+        # half-written file read as an empty figure (invalid JSON in RESULTS)
+        if [ "$v" -gt "$best" ]; then best=$v; echo "$best" >"$WORK/rss.tmp" && mv -f "$WORK/rss.tmp" "$WORK/rss"; fi
         sleep 0.2
       done
     ) &

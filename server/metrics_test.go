@@ -355,7 +355,7 @@ func TestMetricsHeartbeatAge(t *testing.T) {
 // and checks the wiring: the heartbeat age is exported from its lease, the
 // first UNORDERED request of a business waits for its first segment
 // (counted), ORDERED requests observe the owners' persist latency, and the
-// clock refusal counters are there at 0.
+// clock refusal and request-id drop counters are there at 0.
 func TestMetricsNodeExportsNewFamilies(t *testing.T) {
 	cfg, err := loadConfig([]string{"--data-dir", t.TempDir(), "--node", "7"}, func(string) string { return "" }, io.Discard, io.Discard)
 	if err != nil {
@@ -372,7 +372,8 @@ func TestMetricsNodeExportsNewFamilies(t *testing.T) {
 	if v, ok := gauges(t, m, "idgen_worker_heartbeat_age_seconds", "")[""]; !ok || v < 0 || v > 10 {
 		t.Errorf("idgen_worker_heartbeat_age_seconds of a fresh standalone node: %v (present %v)", v, ok)
 	}
-	for _, name := range []string{"idgen_clock_jump_rejections_total", "idgen_clock_rollback_rejections_total"} {
+	for _, name := range []string{"idgen_clock_jump_rejections_total", "idgen_clock_rollback_rejections_total",
+		"idgen_ordered_request_ids_dropped_total", "idgen_ordered_stored_request_ids_dropped_total"} {
 		if v := counterValue(t, m, name, ""); v != 0 {
 			t.Errorf("%s = %v, want exported at 0", name, v)
 		}

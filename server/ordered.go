@@ -259,6 +259,8 @@ func newOwnersCollector(o *owners) *ownersCollector {
 		"unserved":   d("idgen_ordered_shards_unserved", "ORDERED shards without a serving owner as this node sees them, for longer than about three leases: no owner, or owned here and not serving (fenced, claim failing); their keys are refused"),
 		"reverify":   d("idgen_ordered_owner_reverified_total", "answers from a cached reservation held back for a persist on the MySQL server the cluster uses now (the barrier's gate closed since the reservation was written: a server change)"),
 		"unclean":    d("idgen_ordered_unclean_handoffs_total", "planned hand-offs whose exact write-back never succeeded (the gate or the store refused it); the shard was released with a lease wait"),
+		"reqdrop":    d("idgen_ordered_request_ids_dropped_total", "answered ORDERED request ids forgotten by the memory's count or byte bound before their TTL (a cached-mode retry of one reaching this owner is a new request: a gap, never a duplicate; gapless ones are read back from the store)"),
+		"storedrop":  d("idgen_ordered_stored_request_ids_dropped_total", "stored gapless request ids forgotten by the memory's count or byte bound before their TTL (a barrier after a lossy MySQL failover cannot store them again)"),
 		"cfenced":    d("idgen_ordered_shards_fenced_total", "owned shards given up because the store held a newer epoch that ZooKeeper did not know of (a lost ZooKeeper history, or a second cluster on the database) (ZooKeeper clusters)"),
 	}}
 }
@@ -294,6 +296,8 @@ func (c *ownersCollector) Collect(ch chan<- prometheus.Metric) {
 	counter("lost", s.Lost)
 	counter("reverify", s.Reverified)
 	counter("unclean", s.UncleanHandOffs)
+	counter("reqdrop", s.RequestsDropped)
+	counter("storedrop", s.StoredRequestsDropped)
 	gauge("owned", float64(s.ShardsOwned))
 	gauge("serving", float64(s.ShardsServing))
 	gauge("keys", float64(s.Keys))

@@ -1,0 +1,238 @@
+package ordered
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idgen/idgen/segment"
+)
+
+// TestRequestMemoryByteBound: many long request ids stay within the byte
+// bound (one id over it at most), the newest are kept, and every id dropped
+// before its TTL is counted; ids dropped by the TTL are not.
+func TestRequestMemoryByteBound(t *testing.T) {
+	const maxBytes = 64 << 10
+	rm := newRequestMemory(DefaultMaxRequests, maxBytes, time.Minute)
+	now := time.Unix(0, 0)
+	long := strings.Repeat("x", 100)
+	const n = 10_000
+	for i := range n {
+		e, first := rm.begin(RequestKey{Biz: "b", Scope: "s", ID: fmt.Sprint(long, i)}, "k", 1, now)
+		if !first {
+			t.Fatal("a new id was not first")
+		}
+		rm.finish(e, segment.Range{First: int64(i) + 1, Last: int64(i) + 1}, nil)
+		if rm.bytes > maxBytes {
+			t.Fatalf("after %d ids the memory accounts %d bytes, over its bound %d", i+1, rm.bytes, maxBytes)
+		}
+	}
+	kept := len(rm.queue) - rm.head
+	if kept == 0 || len(rm.m) != kept || kept*(requestEntryBytes+100) > maxBytes {
+		t.Fatalf("kept %d ids (map %d) under %d bytes", kept, len(rm.m), maxBytes)
+	}
+	if got := rm.dropped.Load(); got != uint64(n-kept) {
+		t.Fatalf("dropped %d, want %d (every id not kept)", got, n-kept)
+	}
+	e, first := rm.begin(RequestKey{Biz: "b", Scope: "s", ID: fmt.Sprint(long, n-1)}, "k", 1, now)
+	if first {
+		t.Fatal("the most recent id was forgotten")
+	}
+	if r, ok, err := e.wait(context.Background()); !ok || err != nil || r.First != n {
+		t.Fatalf("the most recent id answered %v, %v, %v; want its first range %d", r, ok, err, n)
+	}
+	if _, first := rm.begin(RequestKey{Biz: "b", Scope: "s", ID: fmt.Sprint(long, 0)}, "k", 1, now); !first {
+		t.Fatal("the oldest id was kept past the byte bound")
+	}
+	before := rm.dropped.Load()
+	now = now.Add(2 * time.Minute)
+	rm.begin(RequestKey{Biz: "b", ID: "new"}, "k", 1, now)
+	if got := rm.dropped.Load(); got != before {
+		t.Fatalf("ids past the TTL counted as dropped: %d, want %d", got, before)
+	}
+	if kept := len(rm.queue) - rm.head; kept != 1 || rm.bytes != rm.queue[rm.head].size() {
+		t.Fatalf("after the TTL: %d ids, %d bytes; want only the new one", kept, rm.bytes)
+	}
+}
+
+// TestRequestMemoryOneOverBound: an id larger than the whole bound is
+// still kept while its attempt runs (the newest entry is never dropped),
+// so a concurrent attempt of it waits for the first one's answer.
+func TestRequestMemoryOneOverBound(t *testing.T) {
+	rm := newRequestMemory(10, 1, time.Minute)
+	now := time.Unix(0, 0)
+	k := RequestKey{Biz: "b", ID: "big"}
+	e, first := rm.begin(k, "k", 1, now)
+	if !first {
+		t.Fatal("a new id was not first")
+	}
+	w, first := rm.begin(k, "k", 1, now)
+	if first || w != e {
+		t.Fatal("a concurrent attempt did not find the first one")
+	}
+	got := make(chan segment.Range, 1)
+	go func() {
+		r, ok, err := w.wait(context.Background())
+		if !ok || err != nil {
+			r = segment.Range{}
+		}
+		got <- r
+	}()
+	rm.finish(e, segment.Range{First: 5, Last: 5}, nil)
+	if r := <-got; r.First != 5 {
+		t.Fatalf("the waiting attempt got %v, want the first attempt's range", r)
+	}
+	if rm.dropped.Load() != 0 {
+		t.Fatal("the only id was counted as dropped")
+	}
+}
+
+// TestRequestMemoryWaitAfterFinish: an attempt that finds a finished entry
+// (no done channel was made: nobody waited) reads its answer at once, and
+// a failed one is tried afresh.
+func TestRequestMemoryWaitAfterFinish(t *testing.T) {
+	rm := newRequestMemory(10, DefaultMaxRequestBytes, time.Minute)
+	now := time.Unix(0, 0)
+	e, _ := rm.begin(RequestKey{ID: "a"}, "k", 1, now)
+	rm.finish(e, segment.Range{First: 7, Last: 7}, nil)
+	if e.done != nil {
+		t.Fatal("a done channel was made without a waiter")
+	}
+	w, first := rm.begin(RequestKey{ID: "a"}, "k", 1, now)
+	if first {
+		t.Fatal("a finished id was not remembered")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // must not matter: the answer is there
+	if r, ok, err := w.wait(ctx); !ok || err != nil || r.First != 7 {
+		t.Fatalf("got %v, %v, %v; want the stored range", r, ok, err)
+	}
+	f, _ := rm.begin(RequestKey{ID: "f"}, "k", 1, now)
+	rm.finish(f, segment.Range{}, fmt.Errorf("boom"))
+	if _, first := rm.begin(RequestKey{ID: "f"}, "k", 1, now); !first {
+		t.Fatal("a failed attempt was not tried afresh")
+	}
+}
+
+// TestStoredRequestsByteBound: the stored gapless ids stay within the byte
+// bound, the newest are kept for the barrier, and drops before the TTL are
+// counted.
+func TestStoredRequestsByteBound(t *testing.T) {
+	const maxBytes = 32 << 10
+	s := newStoredRequests(DefaultMaxRequests, maxBytes, time.Minute)
+	now := time.Unix(0, 0)
+	const n = 5_000
+	for i := range n {
+		s.add(now, []Request{{Biz: "b", ID: fmt.Sprint("id-", i), SubKey: "k", Count: 1}})
+		if s.bytes > maxBytes {
+			t.Fatalf("after %d ids %d bytes, over the bound %d", i+1, s.bytes, maxBytes)
+		}
+	}
+	var ids []string
+	s.each(now, func(q Request) { ids = append(ids, q.ID) })
+	if len(ids) == 0 || ids[len(ids)-1] != fmt.Sprint("id-", n-1) {
+		t.Fatalf("kept %d ids, the newest %v", len(ids), ids[max(0, len(ids)-1):])
+	}
+	if got := s.dropped.Load(); got != uint64(n-len(ids)) {
+		t.Fatalf("dropped %d, want %d", got, n-len(ids))
+	}
+	s.each(now.Add(2*time.Minute), func(Request) {})
+	if got := s.dropped.Load(); got != uint64(n-len(ids)) || s.bytes != 0 {
+		t.Fatalf("after the TTL: dropped %d (want %d, the TTL is not a drop), %d bytes left", got, n-len(ids), s.bytes)
+	}
+}
+
+// TestRequestMemoryHeapWithinBound: churned far past their byte bound,
+// with fresh strings per id as requests bring them, the memories hold no
+// more heap than the bound: the bytes accounted per id cover what an id
+// costs, map slots and queue slack included. Heap figures are taken after
+// two collections.
+func TestRequestMemoryHeapWithinBound(t *testing.T) {
+	const maxBytes = 4 << 20
+	const n = 100_000 // about six times what the bound keeps
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	now := time.Unix(0, 0)
+	h0 := heap()
+	rm := newRequestMemory(n, maxBytes, time.Minute)
+	for i := range n {
+		e, _ := rm.begin(RequestKey{Biz: "biz", Scope: "scope", ID: fmt.Sprintf("%032x", i)}, "hot", 1, now)
+		rm.finish(e, segment.Range{First: 1, Last: 1}, nil)
+	}
+	h1 := heap()
+	s := newStoredRequests(n, maxBytes, time.Minute)
+	for i := range n {
+		s.add(now, []Request{{Biz: "biz", Scope: "scope", ID: fmt.Sprintf("%032x", i), SubKey: "hot", Count: 1}})
+	}
+	h2 := heap()
+	t.Logf("answers: %d ids, %d bytes accounted, %d on the heap; stored: %d ids, %d accounted, %d on the heap",
+		len(rm.m), rm.bytes, int64(h1-h0), len(s.queue)-s.head, s.bytes, int64(h2-h1))
+	if rm.dropped.Load() == 0 || s.dropped.Load() == 0 {
+		t.Fatal("the bound was never reached")
+	}
+	if h1-h0 > maxBytes {
+		t.Errorf("the answers hold %d heap bytes, over their bound %d", h1-h0, maxBytes)
+	}
+	if h2-h1 > maxBytes {
+		t.Errorf("the stored ids hold %d heap bytes, over their bound %d", h2-h1, maxBytes)
+	}
+	runtime.KeepAlive(rm)
+	runtime.KeepAlive(s)
+}
+
+// TestTakeAfterRequestIDsDropped: with a small byte bound, ids dropped
+// from memory are counted in Stats; a dropped gapless id is still answered
+// with its first range (read back from the store), and a kept cached one
+// from memory, so the bound keeps the retry guarantees Take documents.
+func TestTakeAfterRequestIDsDropped(t *testing.T) {
+	store := newFakeStore()
+	clk := newFakeClock()
+	coord := newFakeCoord("a:1", clk.Now().Add(time.Hour))
+	a, err := New(Config{Store: store, Coordinator: coord, Clock: clk, Self: "a:1", MaxRequestBytes: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := range segment.OrderedShards {
+		if err := a.Acquire(context.Background(), Grant{Shard: s, Epoch: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gapless := bizMode("chat", segment.OrderedGapless)
+	cached := bizMode("chat", segment.OrderedCached)
+	first, err := a.Take(context.Background(), gapless, "k", 2, segment.RequestID{ID: "g-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last segment.Range
+	for i := range 1000 {
+		if last, err = a.Take(context.Background(), cached, "c", 1, segment.RequestID{ID: fmt.Sprint("c-", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := a.Stats()
+	if st.RequestsDropped == 0 || st.RequestsDropped > 1000 {
+		t.Fatalf("RequestsDropped %d after 1001 ids over a 16 KiB bound", st.RequestsDropped)
+	}
+	if a.requests.bytes > 16<<10 {
+		t.Fatalf("the memory accounts %d bytes, over its bound", a.requests.bytes)
+	}
+	again, err := a.Take(context.Background(), gapless, "k", 2, segment.RequestID{ID: "g-0"})
+	if err != nil || again != first {
+		t.Fatalf("a dropped gapless id answered %v, %v; want its first range %v from the store", again, err, first)
+	}
+	replays := a.Stats().Replays
+	if r, err := a.Take(context.Background(), cached, "c", 1, segment.RequestID{ID: "c-999"}); err != nil || r != last {
+		t.Fatalf("the newest cached id answered %v, %v; want %v from memory", r, err, last)
+	}
+	if got := a.Stats().Replays; got != replays+1 {
+		t.Fatalf("replays %d, want %d", got, replays+1)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/idgen/idgen/segment"
 )
 
@@ -30,26 +32,38 @@ func NewLocal(self string) *Local {
 }
 
 // Start acquires every shard at once (no lease wait: there is no other
-// owner to wait for).
+// owner to wait for), localClaimParallel claims at a time: the embedded
+// store commits concurrent claims in one write (bbolt's Batch), so the
+// node does not wait for 64 commits in a row before it serves (issue 31).
+// Each shard's epochs[s] is written by its own claim only.
 func (l *Local) Start(ctx context.Context, h Handler) error {
 	l.h = h
+	var g errgroup.Group
+	g.SetLimit(localClaimParallel)
 	for s := range segment.OrderedShards {
-		epoch := l.epoch
-		err := h.Acquire(ctx, Grant{Shard: s, Epoch: epoch})
-		var fe *FencedError
-		if errors.As(err, &fe) {
-			// The store holds a later epoch (this machine's clock is
-			// behind an earlier start's): claim above it.
-			epoch = fe.Stored + 1
-			err = h.Acquire(ctx, Grant{Shard: s, Epoch: epoch})
-		}
-		if err != nil {
-			return fmt.Errorf("ordered: standalone node acquiring shard %d: %w", s, err)
-		}
-		l.epochs[s] = epoch
+		g.Go(func() error {
+			epoch := l.epoch
+			err := h.Acquire(ctx, Grant{Shard: s, Epoch: epoch})
+			var fe *FencedError
+			if errors.As(err, &fe) {
+				// The store holds a later epoch (this machine's clock is
+				// behind an earlier start's): claim above it.
+				epoch = fe.Stored + 1
+				err = h.Acquire(ctx, Grant{Shard: s, Epoch: epoch})
+			}
+			if err != nil {
+				return fmt.Errorf("ordered: standalone node acquiring shard %d: %w", s, err)
+			}
+			l.epochs[s] = epoch
+			return nil
+		})
 	}
-	return nil
+	return g.Wait()
 }
+
+// localClaimParallel is how many shard claims a standalone node's Start
+// runs at once.
+const localClaimParallel = 16
 
 // Owner returns this node for every shard.
 func (l *Local) Owner(shard int) Owner {

@@ -131,7 +131,20 @@ start_idgen() {
   PID[$name]=$!; PIDS+=($!)
   ADDR[$name]=127.0.0.1:$port ADMIN[$name]=127.0.0.1:$admin
   wait_port "$port" 30 || { cat "$WORK/$name/log" >&2; die "$name did not start"; }
+  wait_ready "127.0.0.1:$admin" 30 || { cat "$WORK/$name/log" >&2; die "$name did not become ready"; }
   log "$name on ${ADDR[$name]} (pid ${PID[$name]})"
+}
+# wait_ready ADMIN_ADDR SECONDS: every channel serves, as a user would check
+# (`idctl health --channel`): a node answers from its first moment but
+# refuses a channel as "starting" until that channel can serve (issue 31).
+wait_ready() {
+  local end=$((SECONDS + $2)) ch
+  for ch in snowflake unordered ordered; do
+    until "$IDCTL" health --addr "$1" --channel "$ch" >/dev/null 2>&1; do
+      [ "$SECONDS" -lt "$end" ] || return 1
+      sleep 0.1
+    done
+  done
 }
 start_noop() {
   local port; port=$(free_port)

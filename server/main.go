@@ -367,7 +367,7 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 		own          *owners
 	)
 	if path := orderedPath(cfg, store, noSegments); path == orderedOwners {
-		nd.setStarting("electing ORDERED shard owners")
+		nd.setStarting("joining the ORDERED shard owners (the shards are claimed after start)")
 		ownStore, _ := orderedStore(store) // orderedOwners: there is one
 		if own, err = startOwners(ctx, cfg, ownStore, gate, rpcPort, zs, m, log.Named("ordered")); err != nil {
 			return fail(err)

@@ -151,6 +151,7 @@ func (nd *node) status() status {
 	out := status{Mode: nd.mode, Channels: map[string]channelStatus{}}
 	segOK := true
 	unserved := s.owners.unservedShards()
+	claiming := s.owners.claiming()
 	for _, name := range []string{"unordered", "ordered"} {
 		var c channelStatus
 		switch {
@@ -159,6 +160,10 @@ func (nd *node) status() status {
 		case name == "ordered" && nd.gateClosed() != nil:
 			c = channelStatus{State: chUnavailable, Reason: nd.gateClosed().Error(), RetryAfterMs: 200}
 			segOK = false
+		case name == "ordered" && claiming != "":
+			// Not yet every shard claimed (start): the channel itself
+			// waits, the node and its other channels serve.
+			c = channelStatus{State: chStarting, Reason: "starting: " + claiming, RetryAfterMs: 200}
 		case name == "ordered" && len(unserved) > 0:
 			// Strict for the channel only: the other shards and channels
 			// serve, and taking this node out of a load balancer brings

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +45,8 @@ type owners struct {
 	closeOnce                  sync.Once
 	// health: the shards without a serving owner (ordered_health.go).
 	health *shardHealth
+	// claimed: every shard has had an owner since start (claiming).
+	claimed atomic.Bool
 }
 
 var _ issuer.OrderedTaker = (*owners)(nil)

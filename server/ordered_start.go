@@ -109,31 +109,41 @@ func startOwners(ctx context.Context, cfg Config, store ordered.Store, gate segm
 		_ = o.coord.Close(ctx)
 		return nil, fmt.Errorf("ORDERED shard owners: %w", err)
 	}
-	// Serve once every shard has an owner this node knows of: the first
-	// rounds of the coordinator (the first node of a cluster creates and
-	// claims all 64 shards, a few hundred ZooKeeper and MySQL writes that
-	// take seconds on a loaded machine). Bounded: a shard that stays
-	// without an owner is refused per request (retryable), and a shard
-	// between owners (a hand-off) is ridden out per request.
-	deadline := time.Now().Add(max(cfg.OrderedLease, 5*time.Second))
-	for !allOwned(o.coord.Owners()) && time.Now().Before(deadline) && ctx.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if !allOwned(o.coord.Owners()) {
-		log.Warn("ORDERED: some shards have no owner yet; requests for them are refused (retryable) until one takes them")
-	}
+	// Not waited for: SNOWFLAKE, UNORDERED and the admin RPCs never wait
+	// for ORDERED shard claims (issue 31). Until every shard has had an
+	// owner, /readyz shows ORDERED as starting (claiming); a request for
+	// a shard without an owner yet is refused as retryable, or ridden out
+	// and forwarded, exactly as during a takeover.
 	o.health = newShardHealth(o, 3*cfg.OrderedLease, log) // ordered_lease is validated (300ms..1m)
 	m.reg.MustRegister(newOwnersCollector(o))
 	return o, nil
 }
 
-func allOwned(list []ordered.Owner) bool {
+// claiming is what ORDERED still waits for at start ("" once every shard
+// has had an owner this node knows of: from then on a shard without one is
+// the shard health's business, ordered_health.go). Latched: a start ends
+// once.
+func (o *owners) claiming() string {
+	if o == nil || o.claimed.Load() {
+		return ""
+	}
+	n := owned(o.coord.Owners())
+	if n == segment.OrderedShards {
+		o.claimed.Store(true)
+		return ""
+	}
+	return fmt.Sprintf("claiming ORDERED shards: %d of %d have an owner", n, segment.OrderedShards)
+}
+
+// owned is how many shards of list have an owner.
+func owned(list []ordered.Owner) int {
+	n := 0
 	for _, o := range list {
-		if o.Addr == "" {
-			return false
+		if o.Addr != "" {
+			n++
 		}
 	}
-	return len(list) == segment.OrderedShards
+	return n
 }
 
 // close hands every owned shard off (exact counters written back) and

@@ -392,6 +392,9 @@ type fakeNode struct {
 	creates []*idl.CreateBizRequest
 	tokens  map[string][]string // method: the token each call carried ("<none>" when unset)
 	afters  []string            // ListBiz: the after of each call
+	// refuse: CreateBiz of "starting" is refused this many more times
+	// (retryable, as a starting node refuses), then served.
+	refuse int
 }
 
 // sawToken records the token a call of method carried.
@@ -436,7 +439,15 @@ func (f *fakeNode) CreateBiz(_ context.Context, req *idl.CreateBizRequest) (*idl
 	f.sawToken("CreateBiz", req.Token)
 	f.mu.Lock()
 	f.creates = append(f.creates, req)
+	refused := req.Name == "starting" && f.refuse > 0
+	if refused {
+		f.refuse--
+	}
 	f.mu.Unlock()
+	if refused {
+		return nil, &idl.IdgenError{Code: idl.ErrorCode_SEGMENT_UNAVAILABLE, Retryable: true, RetryAfterMs: 1,
+			Message: "node is starting (opening the segment store): retry shortly or ask another node"}
+	}
 	if req.Name == "bad" {
 		return nil, &idl.IdgenError{Code: idl.ErrorCode_INVALID_ARGUMENT, Message: "invalid argument: biz \"bad\": step 0 out of range"}
 	}

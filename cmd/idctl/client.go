@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cloudwego/kitex/client"
+	"github.com/cloudwego/kitex/pkg/endpoint"
 	"github.com/cloudwego/kitex/pkg/klog"
 	"github.com/cloudwego/kitex/pkg/remote/trans/gonet"
 	"github.com/cloudwego/kitex/transport"
@@ -32,7 +34,8 @@ func newClient(addr string, timeout time.Duration) (idgensvc.Client, error) {
 	}
 	quietKitex()
 	opts := []client.Option{client.WithHostPorts(addr), client.WithRPCTimeout(timeout),
-		client.WithConnectTimeout(time.Second), client.WithTransportProtocol(transport.TTHeaderFramed)}
+		client.WithConnectTimeout(time.Second), client.WithTransportProtocol(transport.TTHeaderFramed),
+		client.WithMiddleware(retryRefusals(timeout))}
 	if tc != nil {
 		opts = append(opts, client.WithTransHandlerFactory(gonet.NewCliTransHandlerFactory()), client.WithDialer(idclient.TLSDialer(tc)))
 	}
@@ -93,4 +96,52 @@ func parseChannel(s string) (idl.Channel, error) {
 		return idl.Channel_SLOW_ORDERED, nil
 	}
 	return 0, usageError{fmt.Errorf("--channel %q: want snowflake, unordered, ordered or slow_ordered", s)}
+}
+
+// retryRefusals makes every call of an idctl command retry the server's
+// retryable refusals (a node starting, a shard changing hands, a clock
+// step) until timeout from the call's start, as `idctl get` does through
+// the client package: the decision and the pause are the client's own
+// (idclient.Retryable: retry_after_ms when given). Only refusals are
+// retried: a refusal means the server did nothing, so a retried admin call
+// (CreateBiz, say) cannot act twice; a transport failure may have reached
+// the server and is reported as it is.
+func retryRefusals(timeout time.Duration) endpoint.Middleware {
+	return func(next endpoint.Endpoint) endpoint.Endpoint {
+		return func(ctx context.Context, req, resp any) error {
+			deadline := time.Now().Add(timeout)
+			if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+				deadline = dl
+			}
+			for {
+				err := next(ctx, req, resp)
+				r, ok := resp.(refusal)
+				if err != nil || !ok || r.GetErr() == nil {
+					return err
+				}
+				again, pause := idclient.Retryable(r.GetErr())
+				pause = max(pause, minRetryPause)
+				if !again || time.Now().Add(pause).After(deadline) {
+					return nil // the refusal, as answered
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(pause):
+				}
+				r.SetErr(nil)
+			}
+		}
+	}
+}
+
+// minRetryPause is the shortest pause between two tries of a refused call
+// (a refusal without retry_after_ms).
+const minRetryPause = 50 * time.Millisecond
+
+// refusal is every generated result type: the server's IdgenError, if it
+// refused.
+type refusal interface {
+	GetErr() *idl.IdgenError
+	SetErr(*idl.IdgenError)
 }

@@ -101,7 +101,10 @@ type Node struct {
 
 // Options for Start.
 type Options struct {
-	Tags    string   // build tags, e.g. "faultinject"
+	Tags string // build tags, e.g. "faultinject"
+	// Bin is a prebuilt idgen binary to run instead of this tree's (a
+	// measurement comparing two builds); "" builds this tree with Tags.
+	Bin     string
 	DataDir string   // --data-dir (required for standalone)
 	Args    []string // extra flags
 	Env     []string // extra environment
@@ -131,7 +134,10 @@ type Options struct {
 // end of the test.
 func Start(t testing.TB, o Options) *Node {
 	t.Helper()
-	n := &Node{Bin: Binary(t, o.Tags)}
+	n := &Node{Bin: o.Bin}
+	if n.Bin == "" {
+		n.Bin = Binary(t, o.Tags)
+	}
 	n.Env = o.Env
 	if !o.NoClusterInit {
 		InitCluster(t, o.Args)
@@ -271,8 +277,8 @@ func (n *Node) waitUp(t testing.TB, deadline time.Time) {
 }
 
 // answers reports whether the node answers /healthz and, when waitStarted,
-// has finished start-up: /readyz no longer reports the segment channels as
-// starting (the store is open and the worker slot claimed; SNOWFLAKE may
+// has finished start-up: /readyz no longer reports the segment channels
+// (UNORDERED, and ORDERED claiming its shards) as starting (the store is open and the worker slot claimed; SNOWFLAKE may
 // still wait past its slot's mark, which /readyz reports separately).
 // Answers count only once the process holds both its ports: whatever took
 // a port the node then failed to bind could answer in its place (another
@@ -301,7 +307,10 @@ func (n *Node) answers() bool {
 	if json.Unmarshal([]byte(body), &st) != nil {
 		return false
 	}
-	return st.Channels["unordered"].State != "starting" && st.Channels["unordered"].State != ""
+	// ORDERED too: a node serves SNOWFLAKE and UNORDERED before its shards
+	// are claimed (issue 31); tests start from a node whose shards are.
+	return st.Channels["unordered"].State != "starting" && st.Channels["unordered"].State != "" &&
+		st.Channels["ordered"].State != "starting"
 }
 
 // WaitSnowflake waits until /readyz?channel=snowflake is 200 (the node

@@ -241,14 +241,22 @@ func TestCASRaceExactlyOneOwner(t *testing.T) {
 	a := w.node(addrA, nil)
 	var b *tnode
 	var hooked atomic.Bool
+	bDone := make(chan struct{})
 	w.fz.setHook(func(c *fakeConn, op, p string) {
-		if c != a.conn || op != "set" || !isShardPath(p) || hooked.Swap(true) {
+		if c != a.conn || op != "set" || !isShardPath(p) {
+			return
+		}
+		if hooked.Swap(true) {
+			// A's other compare-and-sets (a round runs several at once,
+			// parallel.go) land only after B took its shards too.
+			<-bDone
 			return
 		}
 		// A decided (alone) to take every shard; before its first
 		// compare-and-set lands, B starts and takes its own.
 		b = w.node(addrB, nil)
 		b.step()
+		close(bDone)
 	})
 	a.step()
 	w.fz.setHook(nil)
@@ -287,10 +295,19 @@ func TestStaleTakeoverChecksOwnerVersion(t *testing.T) {
 	b := w.node(addrB, nil)
 	w.stepAll(testTick, a, b)
 	var hooked atomic.Bool
+	renewed := make(chan struct{})
 	w.fz.setHook(func(c *fakeConn, op, p string) {
-		if c == b.conn && op == "multi" && !hooked.Swap(true) {
-			a.c.renew(context.Background())
+		if c != b.conn || op != "multi" {
+			return
 		}
+		if hooked.Swap(true) {
+			// B's other takeovers (several at once, parallel.go) land
+			// after the renewal too.
+			<-renewed
+			return
+		}
+		a.c.renew(context.Background())
+		close(renewed)
 	})
 	mark := w.j.len()
 	w.clk.Add(testLease)

@@ -447,6 +447,10 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler) {
 		return
 	}
 	handoffs := 0
+	// Takeovers run after the pass, several at once (parallel.go);
+	// hand-offs run in the pass, one after another, as before.
+	var takes []func()
+	defer func() { c.runTakeovers(ctx, takes) }()
 	for s := range Shards {
 		if c.stopping() {
 			return
@@ -472,7 +476,7 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler) {
 			// release or an acquisition did not complete): the handler
 			// does not serve it.
 			if mine {
-				c.takeover(ctx, h, s, v, now, nil, "reacquire")
+				takes = append(takes, func() { c.takeover(ctx, h, s, v, now, nil, "reacquire") })
 			} else {
 				c.releaseIfWaited(ctx, s, v)
 			}
@@ -485,13 +489,16 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler) {
 				// was read, not at the start of the pass: the release may
 				// have been written after the pass began (by this node's
 				// own refused takeover), and the wait counts from it.
-				c.takeover(ctx, h, s, v, c.cfg.Clock.Now().Add(time.Duration(r.WaitMs)*time.Millisecond), nil, "released")
+				takes = append(takes, func() {
+					c.takeover(ctx, h, s, v, c.cfg.Clock.Now().Add(time.Duration(r.WaitMs)*time.Millisecond), nil, "released")
+				})
 			}
 		case isRetired(retired, r.Owner):
 			// An earlier id of this node: its lease ended at the
 			// recorded time and the handler was told.
 			if mine {
-				c.takeover(ctx, h, s, v, laterOf(now, retired[r.Owner]), nil, "this node's earlier id")
+				nb := laterOf(now, retired[r.Owner])
+				takes = append(takes, func() { c.takeover(ctx, h, s, v, nb, nil, "this node's earlier id") })
 			}
 		default:
 			p := c.peers[r.Owner]
@@ -505,11 +512,11 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler) {
 				// extend that owner's lease: see renew).
 				check = &zk.CheckVersionRequest{Path: path.Join(c.nodesDir, r.Owner), Version: p.version}
 			}
+			nb, why := p.lastChange.Add(c.cfg.Lease+c.cfg.LeaseMargin), "stale owner "+r.Owner
 			if p.dead {
-				c.takeover(ctx, h, s, v, now, check, "dead previous process "+r.Owner)
-				continue
+				nb, why = now, "dead previous process "+r.Owner
 			}
-			c.takeover(ctx, h, s, v, p.lastChange.Add(c.cfg.Lease+c.cfg.LeaseMargin), check, "stale owner "+r.Owner)
+			takes = append(takes, func() { c.takeover(ctx, h, s, v, nb, check, why) })
 		}
 	}
 }

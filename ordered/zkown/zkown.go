@@ -471,7 +471,9 @@ func (c *Coordinator) ID() string {
 }
 
 // Start begins taking part in the ownership of the shards: the
-// coordinator calls h as shards are gained and lost, from one goroutine.
+// coordinator calls h as shards are gained and lost, from its round
+// goroutine, except that a round's takeovers of distinct shards call
+// Acquire (and Lost on a failed one) several at once (parallel.go).
 func (c *Coordinator) Start(ctx context.Context, h ordered.Handler) error {
 	if err := c.attach(h); err != nil {
 		return err

@@ -80,7 +80,7 @@ func TestProcessGone(t *testing.T) {
 	if processHost() == "" {
 		t.Skip("no /proc boot id or pid namespace here")
 	}
-	if processHost() != processHost() {
+	if h1, h2 := processHost(), processHost(); h1 != h2 {
 		t.Fatal("processHost is not stable")
 	}
 	if processGone(os.Getpid()) {

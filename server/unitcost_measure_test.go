@@ -40,8 +40,8 @@ import (
 // are Questions less the snapshot's own SHOW.
 //
 // The MySQL figures are the server's global status counters, so the run
-// must have the MariaDB server to itself: scripts/capacity.sh starts its
-// own. Nothing is asserted.
+// must have the MariaDB server to itself: MEASURE=UnitCosts
+// scripts/availability.sh starts its own. Nothing is asserted.
 func TestMeasure_UnitCosts(t *testing.T) {
 	measuring(t)
 	base := os.Getenv("IDGEN_TEST_MYSQL")

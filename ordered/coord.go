@@ -57,6 +57,13 @@ type Grant struct {
 	// its logs) whose lease runs until when.
 	From          string
 	NotBeforeWall time.Time
+	// CheckLease: the claim must find the shard's store lease nonce still
+	// Observed (LeaseStore.ClaimObserved): the coordinator saw it
+	// unchanged for a lease, and an owner that renewed through the store
+	// since is alive. False when there is nothing to check (no LeaseStore,
+	// a predecessor proven dead, the lease wait switched off).
+	CheckLease bool
+	Observed   string
 }
 
 // Handler is told about ownership changes by the Coordinator. The

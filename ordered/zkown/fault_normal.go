@@ -9,3 +9,5 @@ const faultInjectBuild = false
 func faultNoRestoreRule() bool { return false }
 
 func faultLeaseMonotonicOnly() bool { return false }
+
+func faultIgnoreStoreLease() bool { return false }

@@ -206,9 +206,11 @@ func abandon(c *Coordinator) {
 	}
 }
 
-// step is one renewal and one round, as the loops would run them.
+// step is one renewal (and one in the store, when the handler holds
+// leases) and one round, as the loops would run them.
 func (n *tnode) step() {
 	n.c.renew(context.Background())
+	n.c.storeRenew(context.Background())
 	n.c.round(context.Background())
 }
 

@@ -65,12 +65,6 @@ func (f *fakeLeases) setDown(down bool) {
 	f.mu.Unlock()
 }
 
-func (f *fakeLeases) row(s int) leaseRow {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.rows[s]
-}
-
 // leaser is a recorder whose store holds leases (an ordered.LeaseHandler):
 // it claims in fakeLeases, renews the shards it holds there and clears a
 // shard's nonce when it releases it (the allocator's write-back).
@@ -165,52 +159,15 @@ func (w *world) leaseNode(self string, store *fakeLeases, mod func(*Config)) (*t
 	return &tnode{w: w, c: c, conn: conn, h: l.recorder, self: self}, l
 }
 
-// stepStore is one step with the store renewer too: ZooKeeper renewal,
-// store renewal, round.
-func (n *tnode) stepStore() {
-	n.c.renew(context.Background())
-	n.c.storeRenew(context.Background())
-	n.c.round(context.Background())
-}
-
-func stepStoreAll(w *world, d time.Duration, nodes ...*tnode) {
-	w.clk.Add(d)
-	for _, n := range nodes {
-		n.stepStore()
-	}
-}
-
-// settleStore is settle with store renewals.
+// settleStore is settle, then two more rounds: every node has read the
+// others' records as written once their handler was attached
+// (store_lease).
 func settleStore(t *testing.T, w *world, nodes ...*tnode) {
 	t.Helper()
-	addrs := make([]string, len(nodes))
-	for i, n := range nodes {
-		addrs[i] = n.self
-	}
-	for range 80 {
-		stepStoreAll(w, testTick, nodes...)
-		ok := true
-		for _, n := range nodes {
-			held := map[int]bool{}
-			for _, s := range n.held() {
-				held[s] = true
-			}
-			for s := range Shards {
-				if (desired(addrs, s) == n.self) != held[s] {
-					ok = false
-				}
-			}
-		}
-		if ok {
-			// Two more rounds: every node has read the others' records
-			// as written once their handler was attached (store_lease).
-			stepStoreAll(w, testTick, nodes...)
-			stepStoreAll(w, testTick, nodes...)
-			checkAssignment(t, w, nodes...)
-			return
-		}
-	}
-	t.Fatal("no settled assignment")
+	settle(t, w, 80, nodes...)
+	w.stepAll(testTick, nodes...)
+	w.stepAll(testTick, nodes...)
+	checkAssignment(t, w, nodes...)
 }
 
 // A whole ZooKeeper outage: every node keeps its shards and its lease on
@@ -227,7 +184,7 @@ func TestStoreLeaseRidesZooKeeperOutage(t *testing.T) {
 	setDown(b.conn, true)
 	mark := w.j.len()
 	for range 10 * 6 {
-		stepStoreAll(w, testTick, a, b)
+		w.stepAll(testTick, a, b)
 		now := w.clk.Now()
 		for _, n := range []*tnode{a, b} {
 			if !now.Before(n.c.ValidUntil()) {
@@ -243,7 +200,7 @@ func TestStoreLeaseRidesZooKeeperOutage(t *testing.T) {
 	}
 	setDown(a.conn, false)
 	setDown(b.conn, false)
-	stepStoreAll(w, testTick, a, b)
+	w.stepAll(testTick, a, b)
 	if evs := w.j.since(mark); len(evs) != 0 {
 		t.Fatalf("%d handler calls after the outage, first %+v", len(evs), evs[0])
 	}
@@ -254,7 +211,7 @@ func TestStoreLeaseRidesZooKeeperOutage(t *testing.T) {
 	store.setDown(true)
 	aUntil := a.c.ValidUntil()
 	for range 2 * 6 {
-		stepStoreAll(w, testTick, a)
+		w.stepAll(testTick, a)
 	}
 	lost := filter(w.j.since(mark), addrA, "lost")
 	if len(lost) == 0 {
@@ -282,7 +239,7 @@ func partitioned(t *testing.T, ignore bool) []event {
 	mark := w.j.len()
 	var overlaps []string
 	for range 6 * 6 {
-		stepStoreAll(w, testTick, a, b)
+		w.stepAll(testTick, a, b)
 		now := w.clk.Now()
 		for _, e := range filter(w.j.since(mark), addrB, "acquire") {
 			if _, still := a.h.heldShards()[e.shard]; still && !now.Before(e.grant.NotBefore) && now.Before(a.c.ValidUntil()) {
@@ -328,14 +285,14 @@ func TestStoreLeaseTakeoverAfterNonceStands(t *testing.T) {
 	settleStore(t, w, a, b)
 	setDown(a.conn, true)
 	for range 2 * 6 {
-		stepStoreAll(w, testTick, a, b)
+		w.stepAll(testTick, a, b)
 	}
 	// A pauses: no ZooKeeper, no store renewal.
 	aUntil := a.c.ValidUntil()
 	lastSeen := w.clk.Now() // B's round ran after A's last store renewal
 	mark := w.j.len()
 	for range 4 * 6 {
-		stepStoreAll(w, testTick, b)
+		w.stepAll(testTick, b)
 	}
 	acq := filter(w.j.since(mark), addrB, "acquire")
 	if len(acq) == 0 {
@@ -374,7 +331,7 @@ func TestClaimRefusedWhenNonceMoved(t *testing.T) {
 	})
 	mark := w.j.len()
 	for range 3 * 6 {
-		stepStoreAll(w, testTick, b)
+		w.stepAll(testTick, b)
 	}
 	failed := filter(w.j.since(mark), addrB, "acquire-failed")
 	if len(failed) == 0 {
@@ -448,7 +405,7 @@ func TestStoreRenewalExtendsOnlyWhenItCovers(t *testing.T) {
 	// store (that node would take A's shards on ZooKeeper's word alone).
 	setDown(a.conn, false)
 	old := w.node(addrB, nil)
-	stepStoreAll(w, testTick, a, old)
+	w.stepAll(testTick, a, old)
 	setDown(a.conn, true)
 	if extends() {
 		t.Fatal("a store renewal extended the lease with a node in the cluster that ignores store leases")

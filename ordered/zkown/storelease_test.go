@@ -142,21 +142,12 @@ func fastTimeout(cfg *Config) { cfg.Timeout = 20 * time.Millisecond }
 // leaseNode is a node of w whose handler holds leases in store.
 func (w *world) leaseNode(self string, store *fakeLeases, mod func(*Config)) (*tnode, *leaser) {
 	w.t.Helper()
-	cfg := w.config(self)
-	if mod != nil {
-		mod(&cfg)
-	}
-	conn := w.fz.connect()
-	c, err := newCoordinator(context.Background(), cfg, conn)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	l := &leaser{recorder: newRecorder(self, w.clk, w.j), store: store}
-	if err := c.attach(l); err != nil {
-		w.t.Fatal(err)
-	}
-	w.t.Cleanup(func() { abandon(c) })
-	return &tnode{w: w, c: c, conn: conn, h: l.recorder, self: self}, l
+	var l *leaser
+	n := w.nodeWith(self, mod, func(r *recorder) ordered.Handler {
+		l = &leaser{recorder: r, store: store}
+		return l
+	})
+	return n, l
 }
 
 // settleStore is settle, then two more rounds: every node has read the

@@ -457,6 +457,15 @@ func (a *Allocator) Release(ctx context.Context, idx int) error {
 		a.cfg.BeforeWriteBack(idx)
 	}
 	a.st.released.Add(1)
+	if len(rows) == 0 && !sh.aborted() && a.leaseStore() != nil {
+		// Nothing to write back, but the store lease to clear: a
+		// write-back of no rows clears the shard's nonce, so the next
+		// owner serves at once (storelease.go). Best effort: left set, it
+		// only makes the next owner wait a lease.
+		if err := a.writeBack(ctx, sh, nil); err != nil {
+			a.log.Debug("ordered hand-off: clearing the store lease failed; the next owner waits a lease", zap.Int("shard", idx), zap.Error(err))
+		}
+	}
 	if len(rows) == 0 || sh.aborted() {
 		a.log.Info("ordered shard handed off", zap.Int("shard", idx), zap.Int64("epoch", sh.grant.Epoch))
 		return nil

@@ -47,7 +47,7 @@ func (s *fakeLeaseStore) RenewLease(_ context.Context, owner string, shards []Sh
 	nonce := s.freshLocked()
 	var out []int
 	for _, p := range shards {
-		if s.epochs[p.Shard] == p.Epoch && s.owners[p.Shard] == owner {
+		if s.epochs[p.Shard] == p.Epoch && s.owners[p.Shard] == owner && s.nonces[p.Shard] != "" {
 			s.nonces[p.Shard] = nonce
 			out = append(out, p.Shard)
 		}
@@ -65,7 +65,46 @@ func (s *fakeLeaseStore) LeaseNonces(context.Context) ([]string, error) {
 	return out, nil
 }
 
+// WriteBack is fakeStore's, clearing the shard's nonce with it.
+func (s *fakeLeaseStore) WriteBack(ctx context.Context, shard int, epoch int64, rows []Row) error {
+	if err := s.fakeStore.WriteBack(ctx, shard, epoch, rows); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.nonces[shard] = ""
+	s.mu.Unlock()
+	return nil
+}
+
 var _ LeaseStore = (*fakeLeaseStore)(nil)
+
+// A hand-off clears the shard's store nonce, also when the shard has no
+// rows to write back, so the next owner serves at once.
+func TestReleaseClearsNonce(t *testing.T) {
+	clk := newFakeClock()
+	st := newFakeLeaseStore()
+	n := newNode(t, st, clk, "a:1")
+	for _, s := range []int{2, 9} {
+		if err := n.a.Acquire(context.Background(), Grant{Shard: s, Epoch: 1, NotBefore: clk.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := subKeyIn(t, 9)
+	if _, err := n.a.Take(context.Background(), bizMode("biz", segment.OrderedGapless), key, 1, segment.RequestID{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []int{2, 9} { // 2 has no rows, 9 has one
+		if nonces, _ := st.LeaseNonces(context.Background()); nonces[s] == "" {
+			t.Fatalf("shard %d: no nonce while owned", s)
+		}
+		if err := n.a.Release(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+		if nonces, _ := st.LeaseNonces(context.Background()); nonces[s] != "" {
+			t.Fatalf("shard %d: nonce %q after the hand-off; want cleared", s, nonces[s])
+		}
+	}
+}
 
 // The allocator renews exactly the shards it serves, and says so only
 // when every one of them was renewed under a gate token still valid.

@@ -111,7 +111,7 @@ func (l *leaser) RenewLease(ctx context.Context) (bool, error) {
 	}
 	nonce, n := f.fresh(), 0
 	for s, g := range held {
-		if r := &f.rows[s]; r.epoch == g.Epoch && r.owner == l.name {
+		if r := &f.rows[s]; r.epoch == g.Epoch && r.owner == l.name && r.nonce != "" {
 			r.nonce = nonce
 			n++
 		}

@@ -211,12 +211,13 @@ func (s *Store) claimOnce(ctx context.Context, shard int, epoch int64, owner str
 }
 
 // RenewLease writes one fresh nonce into the rows of shards whose epoch
-// and owner are still the caller's (ordered.LeaseStore) and returns the
+// and owner are still the caller's and whose lease was not cleared by a
+// hand-off (ordered.LeaseStore), and returns the
 // shards it wrote, ascending. One statement, committed on its own (one
 // round trip, the renewal runs every third of a lease):
 //
 //	UPDATE ordered_shard SET lease_nonce = ? WHERE shard IN (...)
-//	  AND owner = ? AND epoch = CASE shard WHEN ? THEN ? ... END
+//	  AND owner = ? AND lease_nonce <> '' AND epoch = CASE shard WHEN ? THEN ? ... END
 //
 // Its rows are found by primary key in ascending order, like the fence of
 // a group commit, so a renewal and a group commit of the same node never
@@ -276,7 +277,7 @@ func (s *Store) renewOnce(ctx context.Context, owner string, shards []ordered.Sh
 		b.WriteString("?")
 		args = append(args, se.Shard)
 	}
-	b.WriteString(`) AND owner = ? AND epoch = CASE shard`)
+	b.WriteString(`) AND owner = ? AND lease_nonce <> '' AND epoch = CASE shard`)
 	args = append(args, owner)
 	for _, se := range shards {
 		b.WriteString(" WHEN ? THEN ?")

@@ -257,8 +257,25 @@ func (s *suite) testLeaseWriteBack(t *testing.T, st ordered.LeaseStore) {
 	if got := nonceOf(t, st, sh); got != "" {
 		t.Fatalf("nonce after WriteBack %q, want it cleared", got)
 	}
+	// A renewal still in flight at the hand-off sets no lease again.
+	if got := renew(t, st, "a:1", ordered.ShardEpoch{Shard: sh, Epoch: 1}); len(got) != 0 {
+		t.Fatalf("renewal after the hand-off cleared the nonce renewed %v; want nothing", got)
+	}
+	if got := nonceOf(t, st, sh); got != "" {
+		t.Fatalf("nonce after a late renewal %q, want it still cleared", got)
+	}
 	if err := st.ClaimObserved(ctx(t), sh, 2, "b:1", ""); err != nil {
 		t.Fatalf("ClaimObserved over the cleared nonce: %v", err)
+	}
+	// A hand-off of a shard with no rows to write back clears it too.
+	if nonceOf(t, st, sh) == "" {
+		t.Fatal("no nonce after the claim")
+	}
+	if err := st.WriteBack(ctx(t), sh, 2, nil); err != nil {
+		t.Fatalf("WriteBack of no rows: %v", err)
+	}
+	if got := nonceOf(t, st, sh); got != "" {
+		t.Fatalf("nonce after a WriteBack of no rows %q, want it cleared", got)
 	}
 }
 

@@ -58,8 +58,8 @@ func newDB(seed uint64) *db {
 		rng: rand.New(rand.NewPCG(seed, 0xdb)), rows: map[ordered.Key]int64{}, reqs: map[ordered.RequestKey]ordered.Request{}, server: 1}
 }
 
-// newNonce draws a lease nonce (mysqlstore.NewLeaseNonce's 32 hex
-// characters, from the run's seed). Called with d.mu held.
+// newNonce draws a lease nonce (32 hex characters, as mysqlstore's, from
+// the run's seed). Called with d.mu held.
 func (d *db) newNonce() string {
 	return fmt.Sprintf("%016x%016x", d.rng.Uint64(), d.rng.Uint64())
 }

@@ -140,10 +140,10 @@ func (s *Store) claim(ctx context.Context, shard int, epoch int64, owner string,
 	return s.ownedErr(ctx, op, err)
 }
 
-// NewLeaseNonce returns a fresh lease nonce: 16 random bytes as 32 hex
+// newLeaseNonce returns a fresh lease nonce: 16 random bytes as 32 hex
 // characters (the width of ordered_shard.lease_nonce). Random, never a
 // counter (see the package doc).
-func NewLeaseNonce() string {
+func newLeaseNonce() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	return hex.EncodeToString(b[:])
@@ -167,7 +167,7 @@ func (s *Store) claimOnce(ctx context.Context, shard int, epoch int64, owner str
 	// locking read of a missing row (a gap lock each) and deadlocking on
 	// the insert. shard = shard changes nothing, so 0 rows affected means
 	// the row was there (ClientFoundRows is off); it is locked either way.
-	nonce := NewLeaseNonce()
+	nonce := newLeaseNonce()
 	res, err := tx.ExecContext(ctx,
 		`INSERT INTO ordered_shard (shard, epoch, owner, persists, lease_nonce, updated_at) VALUES (?, ?, ?, 0, ?, ?)`+
 			` ON DUPLICATE KEY UPDATE shard = shard`, shard, epoch, owner, nonce, at)
@@ -180,7 +180,8 @@ func (s *Store) claimOnce(ctx context.Context, shard int, epoch int64, owner str
 		// No row was there: its nonce was "". The deferred rollback
 		// takes the insert back when the claim is refused.
 		if observed != nil && *observed != "" {
-			return leaseRenewed(shard, "", *observed)
+			return fmt.Errorf("%w: shard %d has no row (its nonce is empty), not the nonce %q observed (a lossy failover lost the row?); nothing changed: give the shard up and look again",
+				ordered.ErrLeaseRenewed, shard, *observed)
 		}
 		return tx.Commit()
 	}
@@ -264,7 +265,7 @@ func (s *Store) RenewLease(ctx context.Context, owner string, shards []ordered.S
 }
 
 func (s *Store) renewOnce(ctx context.Context, owner string, shards []ordered.ShardEpoch) ([]int, error) {
-	nonce := NewLeaseNonce()
+	nonce := newLeaseNonce()
 	var b strings.Builder
 	b.WriteString(`UPDATE ordered_shard SET lease_nonce = ? WHERE `)
 	args := shardsIn(&b, []any{nonce}, shards)

@@ -360,7 +360,8 @@ func (s *nodeDB) RenewLease(ctx context.Context, owner string, shards []ordered.
 	err := s.shardsTx(ctx, ids, false, func(d *db) error {
 		nonce := d.newNonce()
 		for _, se := range shards {
-			if e, ok := d.epochs[se.Shard]; ok && e == se.Epoch && d.owners[se.Shard] == owner {
+			// A cleared lease (a hand-off) is never set again.
+			if e, ok := d.epochs[se.Shard]; ok && e == se.Epoch && d.owners[se.Shard] == owner && d.nonces[se.Shard] != "" {
 				d.nonces[se.Shard] = nonce
 				renewed = append(renewed, se.Shard)
 			}

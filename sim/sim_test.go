@@ -94,6 +94,9 @@ func TestControlsAreFound(t *testing.T) {
 		// Hole d: the barrier keeps the generation it acknowledged across a
 		// ZooKeeper restore (zk-restore-gen; seeds 2, 3 and 4 of 1-5).
 		{"IDGEN_FAULT_BARRIER_NO_RESTORE_RESET", "mix:zk-restore-gen,pause", true, true},
+		// Issue 31 item 4: takers ignoring the owners' store leases
+		// (seeds 3, 4 and 12 of 1-20).
+		{"IDGEN_FAULT_ORDERED_IGNORE_STORE_LEASE", "mix:zk-partition,zk-expire,pause", true, true},
 	} {
 		if tc.env && !faultInjectBuild {
 			// The switch is read by the packages in -tags faultinject

@@ -448,3 +448,30 @@ func TestHandoffClearsNonceNextOwnerServesAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// A store renewal answered after the lease ran out (a pause while it was
+// in flight) extends nothing, and none after it revives the lease: the
+// takers may have counted the node out.
+func TestLateStoreRenewalExtendsNothing(t *testing.T) {
+	w := newWorld(t)
+	store := &fakeLeases{}
+	a, la := w.leaseNode(addrA, store, fastTimeout)
+	settleStore(t, w, a)
+	setDown(a.conn, true)
+	// A renewal answered after the lease ran out (a pause in flight)
+	// extends nothing: the takers may have counted A out.
+	la.mu.Lock()
+	la.duringFn = func() { w.clk.Add(testLease) }
+	la.mu.Unlock()
+	before := a.c.ValidUntil()
+	a.c.storeRenew(context.Background())
+	if !a.c.ValidUntil().Equal(before) {
+		t.Fatalf("a renewal answered after the lease ran out moved ValidUntil %v -> %v", before, a.c.ValidUntil())
+	}
+	la.mu.Lock()
+	la.duringFn = nil
+	la.mu.Unlock()
+	if a.c.storeRenew(context.Background()); !a.c.ValidUntil().Equal(before) {
+		t.Fatal("a renewal after the lapse revived the lease")
+	}
+}

@@ -368,8 +368,12 @@ func (nd *node) start(ctx context.Context, cfg Config, clk clock.Clock, m *metri
 	)
 	if path := orderedPath(cfg, store, noSegments); path == orderedOwners {
 		nd.setStarting("joining the ORDERED shard owners (the shards are claimed after start)")
-		ownStore, _ := orderedStore(store) // orderedOwners: there is one
-		if own, err = startOwners(ctx, cfg, ownStore, gate, rpcPort, zs, m, log.Named("ordered")); err != nil {
+		ownStore, _ := orderedStore(store)       // orderedOwners: there is one
+		lossless := func() bool { return false } // no replication watch: nothing read, nothing proven
+		if repl != nil {
+			lossless = repl.safe
+		}
+		if own, err = startOwners(ctx, cfg, ownStore, gate, lossless, rpcPort, zs, m, log.Named("ordered")); err != nil {
 			return fail(err)
 		}
 		closers = append(closers, own.close)

@@ -67,7 +67,7 @@ func orderedStore(store segment.Store) (ordered.Store, bool) {
 // startOwners starts this node's allocator and its coordinator: ZooKeeper
 // leases in a cluster (on zs, the node's one ZooKeeper session), every
 // shard for a standalone node.
-func startOwners(ctx context.Context, cfg Config, store ordered.Store, gate segment.Gate, rpcPort int, zs *zksession.Session,
+func startOwners(ctx context.Context, cfg Config, store ordered.Store, gate segment.Gate, lossless func() bool, rpcPort int, zs *zksession.Session,
 	m *metrics, log *zap.Logger) (*owners, error) {
 	self := fmt.Sprintf("%s:%d", advertiseHost(cfg), rpcPort)
 	if faultOrderedNoEpoch() {
@@ -91,7 +91,7 @@ func startOwners(ctx context.Context, cfg Config, store ordered.Store, gate segm
 		}
 		_, leases := store.(ordered.LeaseStore) // the MySQL store: owners ride a ZooKeeper outage on it
 		zc, err := zkown.Open(ctx, zkown.Config{Session: zs, Servers: strings.Split(cfg.ZK, ","), Root: cfg.ZKRoot, Cluster: cfg.Cluster,
-			Auth: cfg.ZKAuth, SessionTimeout: cfg.ZKSessionTimeout, Self: self, Lease: cfg.OrderedLease, StoreLease: leases,
+			Auth: cfg.ZKAuth, SessionTimeout: cfg.ZKSessionTimeout, Self: self, Lease: cfg.OrderedLease, StoreLease: leases, StoreSafe: lossless,
 			UnsafeNoLeaseWait: noWait, Logger: log.Named("owners"), Version: version})
 		if err != nil {
 			return nil, fmt.Errorf("ORDERED shard owners: %w", err)

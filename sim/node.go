@@ -236,7 +236,7 @@ func (n *node) start(ctx context.Context) error {
 	// successor runs by then).
 	guardCfg := zkguard.Config{Session: sess, Root: "/idgen", Cluster: n.cluster, Self: n.addr, Instance: strconv.Itoa(inc), Timeout: zkTimeout,
 		BarrierWait: time.Second, MemberLease: time.Second, MaxClockSkew: 500 * time.Millisecond, Now: wall.Now,
-		Disabled: c.ctl.noGuard, Logger: log.Named("guard"),
+		Disabled: c.ctl.noGuard, Logger: log.Named("guard"), ServeUnverified: func() bool { return c.lossless },
 		OnMembersGone: func(members []zkguard.Member) {
 			for _, m := range members {
 				if i, err := strconv.Atoi(m.Instance); err == nil {
@@ -267,7 +267,7 @@ func (n *node) start(ctx context.Context) error {
 	p.un = un
 	coord, err := zkown.Open(ctx, zkown.Config{Session: sess, Root: "/idgen", Cluster: n.cluster, Self: n.addr,
 		SessionTimeout: sessionTimeout, Lease: orderedLease, Clock: mono, Wall: wall, Timeout: zkTimeout, HandlerTimeout: time.Second,
-		UnsafeNoLeaseWait: c.ctl.noLeaseWait, StoreLease: true, Logger: log.Named("owners")})
+		UnsafeNoLeaseWait: c.ctl.noLeaseWait, StoreLease: true, StoreSafe: func() bool { return c.lossless }, Logger: log.Named("owners")})
 	if err != nil {
 		p.close(false) // what started so far, as a crash would leave it
 		return fmt.Errorf("zkown: %w", err)

@@ -184,6 +184,12 @@ type cluster struct {
 	byAdr map[string]*node
 	ctl   controls
 	log   *zap.Logger
+	// lossless: the seed's schedule has no lossy failover, so the
+	// simulated replication's verdict is "cannot lose" (what the server
+	// reads from MySQL): the nodes renew the store-held ORDERED lease and
+	// let the barrier's bound pass while ZooKeeper is out of reach, as a
+	// server on lossless replication does.
+	lossless bool
 	// initSnap is ZooKeeper's state right after cluster init.
 	initSnap zkfake.Snapshot
 	// intruder is the one node of the second cluster (otherCluster) that
@@ -261,7 +267,12 @@ func Run(seed uint64, o Options) *Result {
 		return res
 	}
 	defer os.RemoveAll(dir)
-	c := &cluster{zk: zkfake.New(), db: newDB(seed), byAdr: map[string]*node{}, ctl: ctl, log: o.Logger}
+	c := &cluster{zk: zkfake.New(), db: newDB(seed), byAdr: map[string]*node{}, ctl: ctl, log: o.Logger, lossless: true}
+	for _, e := range sched {
+		if e.kind == kFailover {
+			c.lossless = false
+		}
+	}
 	defer c.zk.Close()
 	c.db.noFence = ctl.noFence
 	if err := c.setup(dir, skews); err != nil {

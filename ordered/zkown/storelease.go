@@ -37,7 +37,12 @@ import (
 // renewed it (a taker counts from the claim's nonce, which may predate
 // the renewal's send).
 //
-// The extension is used only while every node this node last saw in
+// The store lease is renewed only while the store's replication cannot
+// lose an acknowledged write (Config.StoreSafe): across a lossy failover a
+// node cut off from ZooKeeper that kept its shards through the store
+// could not raise the rows it remembers (the barrier needs ZooKeeper),
+// and the others' barrier would count it gone and hand its numbers out
+// again. The extension is used only while every node this node last saw in
 // nodes/ advertises store leases (nodeRecord.StoreLease): a node of an
 // older version takes shards over on ZooKeeper's word alone, and would
 // not wait for a lease held in the store.
@@ -139,7 +144,7 @@ func (c *Coordinator) startStoreRenewer() {
 // storeRenew renews once in the store and extends the lease when the
 // renewal qualifies (see the top of this file).
 func (c *Coordinator) storeRenew(ctx context.Context) {
-	if c.lh == nil {
+	if c.lh == nil || !c.storeSafe() {
 		return
 	}
 	c.mu.Lock()
@@ -180,6 +185,25 @@ func (c *Coordinator) storeRenew(ctx context.Context) {
 	if w := sendWall.Add(c.cfg.Lease - c.cfg.LeaseMargin); ordered.WallBefore(c.validUnWall, w) {
 		c.validUnWall = w
 	}
+}
+
+// storeSafe reports whether the store lease may be renewed now
+// (Config.StoreSafe). While it may not, the node renews in ZooKeeper only,
+// as without store leases: its nonces stand, so takers go by ZooKeeper
+// alone.
+func (c *Coordinator) storeSafe() bool {
+	safe := c.cfg.StoreSafe == nil || c.cfg.StoreSafe()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if safe == c.storeUnsafe {
+		c.storeUnsafe = !safe
+		if safe {
+			c.log.Info("ORDERED store lease renewed again: the MySQL replication cannot lose a reservation")
+		} else {
+			c.log.Info("ORDERED store lease not renewed: the MySQL replication can lose a reservation (lossy verdict), so a ZooKeeper outage stops ORDERED after one lease, as before store leases; make the replication lossless (README, Replicated MySQL) to ride it")
+		}
+	}
+	return safe
 }
 
 // acquiring brackets a Handler.Acquire: store renewals sent before it

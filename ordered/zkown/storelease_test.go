@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -473,5 +475,36 @@ func TestLateStoreRenewalExtendsNothing(t *testing.T) {
 	la.mu.Unlock()
 	if a.c.storeRenew(context.Background()); !a.c.ValidUntil().Equal(before) {
 		t.Fatal("a renewal after the lapse revived the lease")
+	}
+}
+
+// With a replication that can lose writes (Config.StoreSafe false) the
+// node renews in ZooKeeper only: no store renewal, no extension, its
+// nonces stand, and a ZooKeeper outage runs its lease out as before.
+func TestNoStoreLeaseOverLossyReplication(t *testing.T) {
+	w := newWorld(t)
+	store := &fakeLeases{}
+	var safe atomic.Bool
+	safe.Store(true)
+	a, la := w.leaseNode(addrA, store, func(cfg *Config) {
+		cfg.Timeout = 20 * time.Millisecond
+		cfg.StoreSafe = safe.Load
+	})
+	settleStore(t, w, a)
+	safe.Store(false)
+	nonces, _ := la.LeaseNonces(context.Background())
+	setDown(a.conn, true)
+	mark := w.j.len()
+	for range 2 * 6 {
+		w.stepAll(testTick, a)
+	}
+	if st := a.c.Stats(); st.StoreCarried != 0 {
+		t.Fatalf("stats %+v: the store carried the lease over a lossy replication", st)
+	}
+	if len(filter(w.j.since(mark), addrA, "lost")) == 0 {
+		t.Fatal("the lease did not run out in a ZooKeeper outage over a lossy replication")
+	}
+	if now, _ := la.LeaseNonces(context.Background()); !slices.Equal(now, nonces) {
+		t.Fatal("the nonces moved: the store lease was renewed over a lossy replication")
 	}
 }

@@ -159,6 +159,15 @@ type Config struct {
 	// ZooKeeper alone); Start refuses a handler without it. False: the
 	// handler's own word, published from its first renewal on.
 	StoreLease bool
+	// StoreSafe reports whether a failover of the store can lose nothing
+	// it acknowledged (the replication verdict, read fresh: the server's
+	// replication watch). The store lease is renewed only while it says
+	// so: with a lossy replication, a node cut off from ZooKeeper that
+	// kept its shards through the store would, across a lossy failover,
+	// be counted gone by the others' barrier while the rows it remembers
+	// are missing on the new server (the fault scenario
+	// ordered-zk-partition-failover found the duplicates). Nil: always.
+	StoreSafe func() bool
 
 	// Tests only: this process's pid (default os.Getpid()), its Host
 	// (default processHost()) and processGone (predecessor.go).
@@ -342,12 +351,15 @@ type Coordinator struct {
 	// store leases; zkFailing: the last ZooKeeper renewal failed; onStore:
 	// the lease was last carried by the store (logged once per episode).
 	storePeersOK, zkFailing, onStore bool
-	running                          bool // reconcile loop started (Start)
-	renewing                         bool // renewer started
-	closed                           bool
-	id                               string
-	nodeOK                           bool      // nodes/<id> exists as far as this node knows
-	validUn                          time.Time // ValidUntil
+	// storeUnsafe: the last look at Config.StoreSafe said a failover can
+	// lose writes (logged when it changes).
+	storeUnsafe bool
+	running     bool // reconcile loop started (Start)
+	renewing    bool // renewer started
+	closed      bool
+	id          string
+	nodeOK      bool      // nodes/<id> exists as far as this node knows
+	validUn     time.Time // ValidUntil
 	// validUnWall is ValidUntilWall.
 	validUnWall time.Time
 	lastSend    time.Time // send time of the last renewal that extended the lease

@@ -186,7 +186,8 @@ func TestE2E_MetricsNamesUsedByAlerts(t *testing.T) {
 		"idgen_zookeeper_single_server_unwitnessed":   true,
 		"idgen_ordered_barrier_members_expired_total": true, // the barrier: --zk and --mysql
 		"idgen_segment_ledger_claims_total":           true, // the ledger: --zk and --mysql
-		"idgen_segment_ledger_unverified_pending":     true}
+		"idgen_segment_ledger_unverified_pending":     true,
+		"idgen_ordered_lease_store_carried_total":     true} // the ZooKeeper coordinator on MySQL
 	// A refused token: idgen_auth_failures_total has a series from then on.
 	if _, err := node.BareClient(t).ListBiz(context.Background(), &idl.ListBizRequest{}); err == nil {
 		t.Fatal("ListBiz without a token was answered")

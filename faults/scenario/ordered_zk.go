@@ -253,3 +253,125 @@ func orderedZKOutage(r *Run) error {
 	r.Note("ORDERED longest hot-key gap through the ZooKeeper outage: %.2f s (bound %v, target 1 s)", longest.Seconds(), ordGapBound)
 	return nil
 }
+
+// The seam of ordered-zk-partition-failover's timeline.
+const (
+	// zkFoLagBefore is how long the replica lags before the owner is cut
+	// off from ZooKeeper; zkFoRide how long the owner rides on its store
+	// renewals before the lossy failover (3 leases); zkFoAfter how long
+	// it stays cut off on the new server (past its 3 s session, and
+	// several leases: the others' barrier runs, its own cannot).
+	zkFoLagBefore = time.Second
+	zkFoRide      = 3 * time.Second
+	zkFoAfter     = 6 * time.Second
+)
+
+// orderedZKPartitionFailover (the seam of the store lease and the
+// barrier): P and an async R behind the VIP; three nodes on it, n1
+// reaching ZooKeeper through a proxy and owning the hot shard. Under
+// ORDERED load the replica lags (SQL thread stopped), n1 is partitioned
+// from ZooKeeper (it keeps its shards on its store renewals), zkFoRide
+// later P is SIGKILLed and R promoted as it is (lossy) and the VIP moved,
+// zkFoAfter later the partition heals. On the new server n1's gate is
+// closed and its barrier needs ZooKeeper: its store renewals extend
+// nothing, its lease runs out and its ORDERED stops; the others, whose
+// barrier ran, may take its shards once its nonce stops changing, or n1
+// serves them again after the heal. 0 duplicates and 0 order violations
+// expected; the figures are the hot keys' gaps in each phase and who owns
+// the hot shard.
+func orderedZKPartitionFailover(r *Run) error {
+	rp, err := startPair(r, false)
+	defer rp.close()
+	if err != nil {
+		return err
+	}
+	p, err := r.Proxy()
+	if err != nil {
+		return err
+	}
+	s, err := ordCluster(r, ordOpts{Victim: 1, ClusterOpts: ClusterOpts{ZK: map[int]string{1: p.Addr},
+		MySQLBase: "root@tcp(" + rp.VIP.Addr + ")/"}})
+	if err != nil {
+		return err
+	}
+	if err := rp.R.WaitReplicated(rp.P, 30*time.Second); err != nil {
+		return err
+	}
+	a := s.victim
+	s.startLoad(r)
+	r.Sleep(3 * time.Second)
+	if p.Active() == 0 {
+		return fmt.Errorf("%s has no connection through its ZooKeeper proxy: the scenario cannot happen", a.Name)
+	}
+	off := s.logOffsets()
+	if err := rp.R.Exec("STOP SLAVE SQL_THREAD"); err != nil {
+		return err
+	}
+	lag := time.Now()
+	r.Note("replica lags: SQL thread stopped")
+	sleepUntil(lag.Add(zkFoLagBefore))
+	p.Partition()
+	part := time.Now()
+	r.Note("%s (owner of shard %d) partitioned from ZooKeeper", a.Name, s.shard)
+	sleepUntil(part.Add(zkFoRide))
+	kill := time.Now()
+	rp.P.Kill()
+	st, err := rp.R.SlaveStatus()
+	if err != nil {
+		p.Heal()
+		return err
+	}
+	applied, _ := rp.R.Var("gtid_slave_pos")
+	received := st["Gtid_IO_Pos"]
+	if err := rp.R.Promote(); err != nil {
+		p.Heal()
+		return err
+	}
+	rp.VIP.SwitchTarget(rp.R.Addr())
+	r.Note("primary SIGKILLed %v into the partition; replica promoted as it was (received %s, applied %s: %d transactions lost); VIP switched: failover %v",
+		kill.Sub(part).Round(100*time.Millisecond), received, applied, harness.GTIDSeq(received)-harness.GTIDSeq(applied),
+		time.Since(kill).Round(time.Millisecond))
+	var seen []string
+	last := ""
+	for time.Now().Before(kill.Add(zkFoAfter)) {
+		if name := s.ownerName(s.others()[0]); name != last {
+			seen = append(seen, fmt.Sprintf("%s at +%v", name, time.Since(kill).Round(10*time.Millisecond)))
+			last = name
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	p.Heal()
+	heal := time.Now()
+	r.Note("healed %v after the partition; hot shard %d's owner as %s saw it after the failover: %s", heal.Sub(part).Round(100*time.Millisecond),
+		s.shard, s.others()[0].Name, strings.Join(seen, ", "))
+	s.finish(r, s.others()[0], 10*time.Second, off)
+	s.noteGaps(r, part, kill, "cut off from ZooKeeper, before the failover", false)
+	s.noteGaps(r, kill, heal, "from the failover to the heal", false)
+	s.noteGaps(r, heal, r.to, "after the heal", false)
+	for _, biz := range []string{bizGapless, bizCached} {
+		r.Note("%s hot keys: first answer after the failover %s, after the heal %s", biz,
+			s.firstAnswer(r, biz, kill), s.firstAnswer(r, biz, heal))
+	}
+	failuresIn(r, kill, heal, "from the failover to the heal")
+	r.Note("node log lines since the failover on the barrier, the gate, the store lease: %s",
+		logMatches(s.c.Active(), kill, "barrier", "gate", "through the store", "store's renewals"))
+	return nil
+}
+
+// firstAnswer is the time from t to the first successful answer on a hot
+// key of biz that started after t ("none" without one).
+func (s *ordSetup) firstAnswer(r *Run, biz string, t time.Time) string {
+	hot := s.hotKeys(biz)
+	var first time.Time
+	for i := range r.calls {
+		c := &r.calls[i]
+		if c.OK() && c.Channel == checker.Ordered && c.Biz == biz && hot[c.SubKey] && c.Start.After(t) &&
+			(first.IsZero() || c.End.Before(first)) {
+			first = c.End
+		}
+	}
+	if first.IsZero() {
+		return "none"
+	}
+	return fmt.Sprintf("+%.2f s (%s)", first.Sub(t).Seconds(), clock(first))
+}

@@ -344,7 +344,7 @@ func (a *Allocator) mayAnswer(sh *shard) (time.Time, error) {
 		return now, &UnavailableError{Shard: sh.idx, Reason: leaseWaitReason(sh.grant), RetryAfter: sh.grant.NotBefore.Sub(now)}
 	case !now.Before(a.cfg.Coordinator.ValidUntil()):
 		a.st.leaseRefusals.Add(1)
-		return now, &UnavailableError{Shard: sh.idx, Reason: "this node's ownership lease could not be renewed (coordinator unreachable)",
+		return now, &UnavailableError{Shard: sh.idx, Reason: "this node's ownership lease could not be renewed (coordinator unreachable, and the store too where it holds leases)",
 			RetryAfter: 500 * time.Millisecond}
 	case !faultLeaseMonotonicOnly() && !WallBefore(a.wallAt(now), a.cfg.Coordinator.ValidUntilWall()):
 		a.st.leaseRefusals.Add(1)
@@ -399,7 +399,7 @@ func (a *Allocator) Acquire(ctx context.Context, g Grant) error {
 		a.drop(old, "replaced by a new term")
 	}
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
-	err := a.cfg.Store.Claim(cctx, g.Shard, g.Epoch, a.owner)
+	err := a.claim(cctx, g)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("ordered: claiming shard %d epoch %d: %w", g.Shard, g.Epoch, err)
@@ -457,6 +457,15 @@ func (a *Allocator) Release(ctx context.Context, idx int) error {
 		a.cfg.BeforeWriteBack(idx)
 	}
 	a.st.released.Add(1)
+	if len(rows) == 0 && !sh.aborted() && a.leaseStore() != nil {
+		// Nothing to write back, but the store lease to clear: a
+		// write-back of no rows clears the shard's nonce, so the next
+		// owner serves at once (storelease.go). Best effort: left set, it
+		// only makes the next owner wait a lease.
+		if err := a.writeBack(ctx, sh, nil); err != nil {
+			a.log.Debug("ordered hand-off: clearing the store lease failed; the next owner waits a lease", zap.Int("shard", idx), zap.Error(err))
+		}
+	}
 	if len(rows) == 0 || sh.aborted() {
 		a.log.Info("ordered shard handed off", zap.Int("shard", idx), zap.Int64("epoch", sh.grant.Epoch))
 		return nil

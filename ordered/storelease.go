@@ -17,7 +17,9 @@ import (
 //     fresh random nonce into the rows of the shards it serves (only where
 //     the stored epoch and owner are still its own); every Claim writes a
 //     fresh one too, and a WriteBack (the exact counters of a clean
-//     hand-off, written after the owner stopped answering) clears it ("").
+//     hand-off, written after the owner stopped answering; a hand-off
+//     with no rows writes back nothing but this) clears it (""), which
+//     no renewal sets again.
 //   - A node that would take a shard over reads the nonces every round
 //     (LeaseNonces) and takes the shard only once its nonce has not
 //     changed for a lease since it first saw it (or is ""), and serves
@@ -61,9 +63,12 @@ var ErrLeaseRenewed = errors.New("ordered: the shard's owner renewed its lease i
 type LeaseStore interface {
 	Store
 	// RenewLease writes one fresh nonce into the row of each given shard
-	// whose stored epoch is its Epoch and whose stored owner is owner, in
-	// one transaction, and returns the shards it wrote (ascending). A
-	// shard whose row says otherwise is left alone: it was claimed over.
+	// whose stored epoch is its Epoch, whose stored owner is owner and
+	// whose nonce is not cleared, in one transaction, and returns the
+	// shards it wrote (ascending). A shard whose row says otherwise is
+	// left alone: it was claimed over, or handed off (a renewal still in
+	// flight when its hand-off cleared the nonce must not set it again,
+	// or the next owner would wait a lease for nothing).
 	RenewLease(ctx context.Context, owner string, shards []ShardEpoch) (renewed []int, err error)
 	// LeaseNonces returns every shard's lease nonce, indexed by shard
 	// (length segment.OrderedShards; "" for a shard without a row or with

@@ -98,7 +98,8 @@ func TestMeasure_CrashRestartFirstID(t *testing.T) {
 }
 
 // gapMeter records, per node, the longest time without a successful
-// SNOWFLAKE call while a fault is on.
+// call (SNOWFLAKE, or the request meterGapsOf was given) while a fault is
+// on.
 type gapMeter struct {
 	mu   sync.Mutex
 	last map[int]time.Time
@@ -109,6 +110,14 @@ type gapMeter struct {
 }
 
 func meterGaps(clients []idgensvc.Client) *gapMeter {
+	return meterGapsOf(clients, func(int, int) *idl.NextIDsRequest {
+		return &idl.NextIDsRequest{Biz: "measure", Channel: ch(idl.Channel_SNOWFLAKE), Count: 1}
+	})
+}
+
+// meterGapsOf is meterGaps with each call's request from req: the
+// client's index and the count of its calls so far.
+func meterGapsOf(clients []idgensvc.Client, req func(i, n int) *idl.NextIDsRequest) *gapMeter {
 	g := &gapMeter{last: map[int]time.Time{}, max: map[int]time.Duration{}, errs: map[string]int{}, stop: make(chan struct{})}
 	now := time.Now()
 	for i, c := range clients {
@@ -116,13 +125,13 @@ func meterGaps(clients []idgensvc.Client) *gapMeter {
 		g.wg.Add(1)
 		go func() {
 			defer g.wg.Done()
-			for {
+			for n := 0; ; n++ {
 				select {
 				case <-g.stop:
 					return
 				default:
 				}
-				_, err := c.NextIDs(context.Background(), &idl.NextIDsRequest{Biz: "measure", Channel: ch(idl.Channel_SNOWFLAKE), Count: 1})
+				_, err := c.NextIDs(context.Background(), req(i, n))
 				g.mu.Lock()
 				if err == nil {
 					g.max[i] = max(g.max[i], time.Since(g.last[i]))
@@ -180,5 +189,48 @@ func TestMeasure_ZooKeeperOutageGap(t *testing.T) {
 	time.Sleep(15 * time.Second)
 	gaps := g.finish()
 	report(t, "SNOWFLAKE gap per node, ZooKeeper down 12s (session 10s)", gaps)
+	t.Logf("errors during the run: %v", g.errs)
+}
+
+// TestMeasure_ZooKeeperOutageOrderedGap (issue 31 item 4): three nodes on
+// a private ZooKeeper and a MariaDB without replicas, default settings;
+// ORDERED callers on every node (16 keys over as many shards, a cached
+// business); ZooKeeper stops for the outage tolerance (30 s) and comes
+// back. The figures are the longest gap of each (node, key) caller.
+func TestMeasure_ZooKeeperOutageOrderedGap(t *testing.T) {
+	measuring(t)
+	base := os.Getenv("IDGEN_TEST_MYSQL")
+	if base == "" {
+		t.Skip("needs IDGEN_TEST_MYSQL")
+	}
+	zk := testnode.StartZooKeeper(t)
+	dsn := testdb.New(t, base)
+	cluster := fmt.Sprintf("ogap%d", rand.Uint32())
+	const keys = 8
+	var callers []idgensvc.Client
+	for range 3 {
+		n := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{"--zk", zk.Addr(), "--cluster", cluster,
+			"--mysql", dsn, "--advertise-host", "127.0.0.1", "--auto-create-biz", "true", "--properties-dir", t.TempDir()}})
+		n.WaitSnowflake(t, 90*time.Second)
+		c := n.Client(t)
+		for range keys {
+			callers = append(callers, c) // caller i asks node i/keys for key i%keys
+		}
+	}
+	ordered := func(i, _ int) *idl.NextIDsRequest {
+		return &idl.NextIDsRequest{Biz: "measure", Channel: ch(idl.Channel_ORDERED), SubKey: str(fmt.Sprintf("k%d", i%keys)), Count: 1}
+	}
+	// Every key served on every node before the clock starts.
+	for i, c := range callers {
+		nextIDsRetrying(t, c, ordered(i, 0))
+	}
+	g := meterGapsOf(callers, ordered)
+	time.Sleep(2 * time.Second)
+	zk.Stop()
+	time.Sleep(30 * time.Second)
+	zk.Start()
+	time.Sleep(15 * time.Second)
+	gaps := g.finish()
+	report(t, "ORDERED gap per (node, key), ZooKeeper down 30s (outage tolerance), 3 nodes x 8 keys", gaps)
 	t.Logf("errors during the run: %v", g.errs)
 }

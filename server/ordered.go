@@ -236,35 +236,39 @@ type ownersCollector struct {
 func newOwnersCollector(o *owners) *ownersCollector {
 	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
 	return &ownersCollector{o: o, descs: map[string]*prometheus.Desc{
-		"answered":   d("idgen_ordered_owner_answers_total", "ORDERED requests this node answered as a shard's owner"),
-		"memory":     d("idgen_ordered_owner_memory_answers_total", "owner answers that needed no store write (cached reservations)"),
-		"persists":   d("idgen_ordered_owner_persists_total", "group commits (persists) of the owned shards"),
-		"rows":       d("idgen_ordered_owner_persisted_rows_total", "key rows written by those persists"),
-		"pfail":      d("idgen_ordered_owner_persist_failures_total", "persists that failed (store down, fenced)"),
-		"pseconds":   d("idgen_ordered_owner_persist_seconds_total", "time spent in persists; divided by persists: the mean group-commit latency"),
-		"pduration":  d("idgen_ordered_persist_duration_seconds", "latency of the owned shards' persists (group commits, failed ones included), the store time gapless ORDERED callers wait for; _sum equals idgen_ordered_owner_persist_seconds_total"),
-		"fenced":     d("idgen_ordered_owner_fenced_total", "loads or persists refused by a newer owner's epoch (this node had lost the shard)"),
-		"lease":      d("idgen_ordered_owner_lease_refusals_total", "answers withheld by the lease: during the wait after a takeover, or after the lease could not be renewed"),
-		"notowner":   d("idgen_ordered_not_owner_total", "ORDERED requests for shards this node does not own"),
-		"replays":    d("idgen_ordered_owner_replays_total", "request ids answered with their first range"),
-		"regress":    d("idgen_ordered_owner_regressions_total", "keys the store had behind numbers this node answered (raised)"),
-		"acquired":   d("idgen_ordered_shards_acquired_total", "shard terms started on this node"),
-		"released":   d("idgen_ordered_shards_released_total", "planned hand-offs of shards by this node"),
-		"lost":       d("idgen_ordered_shards_lost_total", "shards this node lost without a hand-off (lease not renewed, taken over)"),
-		"owned":      d("idgen_ordered_shards_owned", "ORDERED shards this node owns"),
-		"serving":    d("idgen_ordered_shards_serving", "owned shards past their lease wait"),
-		"keys":       d("idgen_ordered_owner_keys", "keys held in memory by this node's owned shards"),
-		"lease_left": d("idgen_ordered_lease_remaining_seconds", "time until this node's ownership lease runs out unless renewed (negative: expired)"),
-		"live":       d("idgen_ordered_live_nodes", "nodes taking part in ORDERED shard ownership as this node sees them, itself included (ZooKeeper clusters)"),
-		"renew_fail": d("idgen_ordered_lease_renew_failures_total", "ownership lease renewals that failed or came back too late (ZooKeeper clusters)"),
-		"lapses":     d("idgen_ordered_lease_lapses_total", "times this node's ownership lease ran out while it owned shards (ZooKeeper clusters)"),
-		"acq_fail":   d("idgen_ordered_acquire_failures_total", "shard takeovers whose claim in the store failed; the shard is given up and retried (ZooKeeper clusters)"),
-		"unserved":   d("idgen_ordered_shards_unserved", "ORDERED shards without a serving owner as this node sees them, for longer than about three leases: no owner, or owned here and not serving (fenced, claim failing); their keys are refused"),
-		"reverify":   d("idgen_ordered_owner_reverified_total", "answers from a cached reservation held back for a persist on the MySQL server the cluster uses now (the barrier's gate closed since the reservation was written: a server change)"),
-		"unclean":    d("idgen_ordered_unclean_handoffs_total", "planned hand-offs whose exact write-back never succeeded (the gate or the store refused it); the shard was released with a lease wait"),
-		"reqdrop":    d("idgen_ordered_request_ids_dropped_total", "answered ORDERED request ids forgotten by the memory's count or byte bound before their TTL (a cached-mode retry of one reaching this owner is a new request: a gap, never a duplicate; gapless ones are read back from the store)"),
-		"storedrop":  d("idgen_ordered_stored_request_ids_dropped_total", "stored gapless request ids forgotten by the memory's count or byte bound before their TTL (a barrier after a lossy MySQL failover cannot store them again)"),
-		"cfenced":    d("idgen_ordered_shards_fenced_total", "owned shards given up because the store held a newer epoch that ZooKeeper did not know of (a lost ZooKeeper history, or a second cluster on the database) (ZooKeeper clusters)"),
+		"answered":    d("idgen_ordered_owner_answers_total", "ORDERED requests this node answered as a shard's owner"),
+		"memory":      d("idgen_ordered_owner_memory_answers_total", "owner answers that needed no store write (cached reservations)"),
+		"persists":    d("idgen_ordered_owner_persists_total", "group commits (persists) of the owned shards"),
+		"rows":        d("idgen_ordered_owner_persisted_rows_total", "key rows written by those persists"),
+		"pfail":       d("idgen_ordered_owner_persist_failures_total", "persists that failed (store down, fenced)"),
+		"pseconds":    d("idgen_ordered_owner_persist_seconds_total", "time spent in persists; divided by persists: the mean group-commit latency"),
+		"pduration":   d("idgen_ordered_persist_duration_seconds", "latency of the owned shards' persists (group commits, failed ones included), the store time gapless ORDERED callers wait for; _sum equals idgen_ordered_owner_persist_seconds_total"),
+		"fenced":      d("idgen_ordered_owner_fenced_total", "loads or persists refused by a newer owner's epoch (this node had lost the shard)"),
+		"lease":       d("idgen_ordered_owner_lease_refusals_total", "answers withheld by the lease: during the wait after a takeover, or after the lease could not be renewed"),
+		"notowner":    d("idgen_ordered_not_owner_total", "ORDERED requests for shards this node does not own"),
+		"replays":     d("idgen_ordered_owner_replays_total", "request ids answered with their first range"),
+		"regress":     d("idgen_ordered_owner_regressions_total", "keys the store had behind numbers this node answered (raised)"),
+		"acquired":    d("idgen_ordered_shards_acquired_total", "shard terms started on this node"),
+		"released":    d("idgen_ordered_shards_released_total", "planned hand-offs of shards by this node"),
+		"lost":        d("idgen_ordered_shards_lost_total", "shards this node lost without a hand-off (lease not renewed, taken over)"),
+		"owned":       d("idgen_ordered_shards_owned", "ORDERED shards this node owns"),
+		"serving":     d("idgen_ordered_shards_serving", "owned shards past their lease wait"),
+		"keys":        d("idgen_ordered_owner_keys", "keys held in memory by this node's owned shards"),
+		"lease_left":  d("idgen_ordered_lease_remaining_seconds", "time until this node's ownership lease runs out unless renewed (negative: expired)"),
+		"live":        d("idgen_ordered_live_nodes", "nodes taking part in ORDERED shard ownership as this node sees them, itself included (ZooKeeper clusters)"),
+		"renew_fail":  d("idgen_ordered_lease_renew_failures_total", "ownership lease renewals that failed or came back too late (ZooKeeper clusters)"),
+		"lapses":      d("idgen_ordered_lease_lapses_total", "times this node's ownership lease ran out while it owned shards (ZooKeeper clusters)"),
+		"acq_fail":    d("idgen_ordered_acquire_failures_total", "shard takeovers whose claim in the store failed; the shard is given up and retried (ZooKeeper clusters)"),
+		"unserved":    d("idgen_ordered_shards_unserved", "ORDERED shards without a serving owner as this node sees them, for longer than about three leases: no owner, or owned here and not serving (fenced, claim failing); their keys are refused"),
+		"reverify":    d("idgen_ordered_owner_reverified_total", "answers from a cached reservation held back for a persist on the MySQL server the cluster uses now (the barrier's gate closed since the reservation was written: a server change)"),
+		"unclean":     d("idgen_ordered_unclean_handoffs_total", "planned hand-offs whose exact write-back never succeeded (the gate or the store refused it); the shard was released with a lease wait"),
+		"reqdrop":     d("idgen_ordered_request_ids_dropped_total", "answered ORDERED request ids forgotten by the memory's count or byte bound before their TTL (a cached-mode retry of one reaching this owner is a new request: a gap, never a duplicate; gapless ones are read back from the store)"),
+		"storedrop":   d("idgen_ordered_stored_request_ids_dropped_total", "stored gapless request ids forgotten by the memory's count or byte bound before their TTL (a barrier after a lossy MySQL failover cannot store them again)"),
+		"srenew":      d("idgen_ordered_lease_store_renewals_total", "ownership lease renewals in the MySQL store (every lease/3, beside ZooKeeper's), successful (ZooKeeper clusters)"),
+		"srenew_fail": d("idgen_ordered_lease_store_renew_failures_total", "ownership lease renewals in the MySQL store that failed (store unreachable, gate closed after a server change) (ZooKeeper clusters)"),
+		"scarried":    d("idgen_ordered_lease_store_carried_total", "store renewals that extended this node's lease while its ZooKeeper renewals failed: ORDERED runs on MySQL alone; alert when it grows for long (ZooKeeper out of reach) (ZooKeeper clusters)"),
+		"deferred":    d("idgen_ordered_takeovers_deferred_total", "shard takeover decisions put off because the owner renews its lease through the store (alive, though its ZooKeeper znode looks stale: cut off from ZooKeeper) (ZooKeeper clusters)"),
+		"cfenced":     d("idgen_ordered_shards_fenced_total", "owned shards given up because the store held a newer epoch that ZooKeeper did not know of (a lost ZooKeeper history, or a second cluster on the database) (ZooKeeper clusters)"),
 	}}
 }
 
@@ -316,6 +320,10 @@ func (c *ownersCollector) Collect(ch chan<- prometheus.Metric) {
 		counter("lapses", zs.LeaseLapses)
 		counter("acq_fail", zs.AcquireFailures)
 		counter("cfenced", zs.Fenced)
+		counter("srenew", zs.StoreRenewals)
+		counter("srenew_fail", zs.StoreRenewFailures)
+		counter("scarried", zs.StoreCarried)
+		counter("deferred", zs.TakeoversDeferred)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -18,16 +19,21 @@ import (
 )
 
 // db is the simulated MySQL primary: memstore for businesses and
-// UNORDERED segments, and an ordered.Store with the epoch rules of the real
-// stores for the ORDERED shard owners. A lossy failover puts both back to
-// an older snapshot (what an asynchronous replica had) under a new server
-// identity.
+// UNORDERED segments, and an ordered.LeaseStore with the epoch and lease
+// rules of the real stores for the ORDERED shard owners. A lossy failover
+// puts both back to an older snapshot (what an asynchronous replica had)
+// under a new server identity.
 type db struct {
 	mem *memstore.Store
 
-	mu      sync.Mutex
-	epochs  map[int]int64
-	owners  map[int]string
+	mu     sync.Mutex
+	epochs map[int]int64
+	owners map[int]string
+	// nonces are the shards' lease nonces (ordered_shard.lease_nonce;
+	// absent: ""), drawn from rng, which a failover does not roll back
+	// (a new nonce is never an old one come back).
+	nonces  map[int]string
+	rng     *rand.Rand
 	rows    map[ordered.Key]int64
 	reqs    map[ordered.RequestKey]ordered.Request
 	server  int // the server identity (a failover changes it)
@@ -45,9 +51,17 @@ type db struct {
 	shardMus  [segment.OrderedShards]sync.Mutex // the shard's fence row
 }
 
-func newDB() *db {
-	return &db{mem: memstore.New(), epochs: map[int]int64{}, owners: map[int]string{}, rows: map[ordered.Key]int64{},
-		reqs: map[ordered.RequestKey]ordered.Request{}, server: 1}
+// newDB returns an empty database whose lease nonces are drawn from the
+// run's seed.
+func newDB(seed uint64) *db {
+	return &db{mem: memstore.New(), epochs: map[int]int64{}, owners: map[int]string{}, nonces: map[int]string{},
+		rng: rand.New(rand.NewPCG(seed, 0xdb)), rows: map[ordered.Key]int64{}, reqs: map[ordered.RequestKey]ordered.Request{}, server: 1}
+}
+
+// newNonce draws a lease nonce (mysqlstore.NewLeaseNonce's 32 hex
+// characters, from the run's seed). Called with d.mu held.
+func (d *db) newNonce() string {
+	return fmt.Sprintf("%016x%016x", d.rng.Uint64(), d.rng.Uint64())
 }
 
 // dbSnapshot is what a replica holds at one moment.
@@ -55,6 +69,7 @@ type dbSnapshot struct {
 	mem    *memstore.Snapshot
 	epochs map[int]int64
 	owners map[int]string
+	nonces map[int]string
 	rows   map[ordered.Key]int64
 	reqs   map[ordered.RequestKey]ordered.Request
 	// binding is the database's cluster binding (a pointer to an
@@ -72,8 +87,8 @@ type witnessState struct {
 func (d *db) snapshot() dbSnapshot {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return dbSnapshot{mem: d.mem.Snapshot(), epochs: maps.Clone(d.epochs), owners: maps.Clone(d.owners), rows: maps.Clone(d.rows), reqs: maps.Clone(d.reqs),
-		binding: d.binding, witness: d.witness}
+	return dbSnapshot{mem: d.mem.Snapshot(), epochs: maps.Clone(d.epochs), owners: maps.Clone(d.owners), nonces: maps.Clone(d.nonces),
+		rows: maps.Clone(d.rows), reqs: maps.Clone(d.reqs), binding: d.binding, witness: d.witness}
 }
 
 // bindCluster is mysqlstore.Store.BindCluster on the simulated database:
@@ -120,7 +135,8 @@ func (d *db) failover(snap dbSnapshot) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.mem.Restore(snap.mem)
-	d.epochs, d.owners, d.rows, d.reqs = maps.Clone(snap.epochs), maps.Clone(snap.owners), maps.Clone(snap.rows), maps.Clone(snap.reqs)
+	d.epochs, d.owners, d.nonces = maps.Clone(snap.epochs), maps.Clone(snap.owners), maps.Clone(snap.nonces)
+	d.rows, d.reqs = maps.Clone(snap.rows), maps.Clone(snap.reqs)
 	d.binding = snap.binding
 	d.witness = snap.witness
 	d.server++
@@ -234,8 +250,8 @@ func (s *nodeDB) RaiseSegment(ctx context.Context, biz string, atLeast int64) er
 }
 
 var (
-	_ segment.Store = (*nodeDB)(nil)
-	_ ordered.Store = (*nodeDB)(nil)
+	_ segment.Store      = (*nodeDB)(nil)
+	_ ordered.LeaseStore = (*nodeDB)(nil)
 )
 
 func (s *nodeDB) ReserveSegment(ctx context.Context, biz string, step int64) (segment.Range, error) {
@@ -292,16 +308,85 @@ func (s *nodeDB) lockShard(ctx context.Context, shard int) (func(), error) {
 	return mu.Unlock, nil
 }
 
-// Claim implements ordered.Store with the rules of the real stores.
+// Claim implements ordered.Store with the rules of the real stores: a
+// fresh lease nonce with the epoch.
 func (s *nodeDB) Claim(ctx context.Context, shard int, epoch int64, owner string) error {
+	return s.claim(ctx, shard, epoch, owner, nil)
+}
+
+// ClaimObserved implements ordered.LeaseStore as mysqlstore does: Claim,
+// refused with ordered.ErrLeaseRenewed (nothing changed) when the stored
+// nonce is not observed, unless the row is at epoch and owner already (a
+// retry of this claim).
+func (s *nodeDB) ClaimObserved(ctx context.Context, shard int, epoch int64, owner, observed string) error {
+	return s.claim(ctx, shard, epoch, owner, &observed)
+}
+
+func (s *nodeDB) claim(ctx context.Context, shard int, epoch int64, owner string, observed *string) error {
 	return s.shardTx(ctx, shard, false, func(d *db) error {
 		stored, claimed := d.epochs[shard]
 		if stored > epoch || (claimed && stored == epoch && d.owners[shard] != owner) {
 			return &ordered.FencedError{Shard: shard, Epoch: epoch, Stored: stored}
 		}
-		d.epochs[shard], d.owners[shard] = epoch, owner
+		if observed != nil && (!claimed || stored != epoch) && d.nonces[shard] != *observed {
+			return fmt.Errorf("%w: sim: shard %d holds lease nonce %q, not the %q observed (its owner renewed since); give the shard up and look again", ordered.ErrLeaseRenewed, shard, d.nonces[shard], *observed)
+		}
+		d.epochs[shard], d.owners[shard], d.nonces[shard] = epoch, owner, d.newNonce()
 		return nil
 	})
+}
+
+// RenewLease implements ordered.LeaseStore: one transaction over the
+// shards' fence rows (ascending, as the real store's UPDATE takes them),
+// one fresh nonce into each row still at the caller's epoch and owner.
+// The node's pause is waited out before, not inside: the real renewal is
+// one autocommit statement.
+func (s *nodeDB) RenewLease(ctx context.Context, owner string, shards []ordered.ShardEpoch) ([]int, error) {
+	if len(shards) == 0 {
+		return nil, nil
+	}
+	ids := make([]int, len(shards))
+	for i, se := range shards {
+		if err := ordered.ValidateShard(se.Shard); err != nil {
+			return nil, err
+		}
+		ids[i] = se.Shard
+	}
+	slices.Sort(ids)
+	if len(slices.Compact(slices.Clone(ids))) != len(ids) {
+		return nil, fmt.Errorf("sim: RenewLease of %v: %w: a shard given twice", ids, segment.ErrInvalid)
+	}
+	var renewed []int
+	err := s.shardsTx(ctx, ids, false, func(d *db) error {
+		nonce := d.newNonce()
+		for _, se := range shards {
+			if e, ok := d.epochs[se.Shard]; ok && e == se.Epoch && d.owners[se.Shard] == owner {
+				d.nonces[se.Shard] = nonce
+				renewed = append(renewed, se.Shard)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(renewed)
+	return renewed, nil
+}
+
+// LeaseNonces implements ordered.LeaseStore: a read, like Load.
+func (s *nodeDB) LeaseNonces(ctx context.Context) ([]string, error) {
+	if err := s.boundary(ctx); err != nil {
+		return nil, err
+	}
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]string, segment.OrderedShards)
+	for shard, n := range d.nonces {
+		out[shard] = n
+	}
+	return out, nil
 }
 
 // shardTx runs fn as one transaction on the shard's fence row: the node's
@@ -427,7 +512,8 @@ func requestKey(r ordered.Request) ordered.RequestKey {
 	return ordered.RequestKey{Biz: r.Biz, Scope: r.Scope, ID: r.ID}
 }
 
-// WriteBack implements ordered.Store.
+// WriteBack implements ordered.Store; it clears the shard's lease nonce
+// (ordered.LeaseStore).
 func (s *nodeDB) WriteBack(ctx context.Context, shard int, epoch int64, rows []ordered.Row) error {
 	return s.shardTx(ctx, shard, false, func(d *db) error {
 		if !d.noFence && d.epochs[shard] != epoch {
@@ -436,6 +522,7 @@ func (s *nodeDB) WriteBack(ctx context.Context, shard int, epoch int64, rows []o
 		for _, r := range rows {
 			d.rows[r.Key] = r.Num
 		}
+		delete(d.nonces, shard)
 		return nil
 	})
 }

@@ -198,6 +198,11 @@ var Controls = []Control{
 		func(c *controls) {}},
 	{"IDGEN_FAULT_LEASE_MONOTONIC_ONLY", "the ORDERED lease is checked on the monotonic clock only: a VM frozen past its lease answers again after its shards were taken over (hole:vm-freeze)", []kind{kFreeze, kPause, kPartition},
 		func(c *controls) {}},
+	// Issue 31 item 4: ORDERED through a ZooKeeper outage.
+	{"IDGEN_FAULT_ORDERED_IGNORE_STORE_LEASE", "takers ignore the owners' store leases: a node cut off from ZooKeeper keeps its lease through MySQL (until its barrier bound) while another node takes its shards over and answers beside it", []kind{kPartition, kExpire, kPause},
+		func(c *controls) {}},
+	{"IDGEN_FAULT_BOUND_ANY_REPLICATION", "the barrier's member bound may pass while ZooKeeper is out of reach whatever the replication: a node cut off from ZooKeeper serves from memory after the others' barrier counted it gone across a lossy failover", []kind{kPartition, kFailover},
+		func(c *controls) {}},
 	// Issue 29's switches that the packages read from the environment
 	// (faultinject builds only: ./build.sh sim, go run -tags faultinject
 	// ./cmd/idgen-sim). The seeds named are those of 1-40 (--seeds 40

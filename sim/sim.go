@@ -261,7 +261,7 @@ func Run(seed uint64, o Options) *Result {
 		return res
 	}
 	defer os.RemoveAll(dir)
-	c := &cluster{zk: zkfake.New(), db: newDB(), byAdr: map[string]*node{}, ctl: ctl, log: o.Logger}
+	c := &cluster{zk: zkfake.New(), db: newDB(seed), byAdr: map[string]*node{}, ctl: ctl, log: o.Logger}
 	defer c.zk.Close()
 	c.db.noFence = ctl.noFence
 	if err := c.setup(dir, skews); err != nil {

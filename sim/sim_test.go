@@ -240,7 +240,7 @@ func TestLimitExplainsOnlyItsOwnViolations(t *testing.T) {
 // name) is refused with mysqlstore.ErrOtherCluster, and a replica promoted
 // by a failover keeps the binding it copied.
 func TestDatabaseBindsOneCluster(t *testing.T) {
-	d := newDB()
+	d := newDB(1)
 	if err := d.bindCluster(simCluster, 1000); err != nil {
 		t.Fatalf("first bind: %v", err)
 	}
@@ -278,7 +278,7 @@ func TestFreezeStopsTheMonotonicClock(t *testing.T) {
 // db-cert: a refused commit returns a retryable error and stores nothing;
 // the conflicts run out and the next commit goes through.
 func TestCertConflictStoresNothing(t *testing.T) {
-	d := newDB()
+	d := newDB(1)
 	s := &nodeDB{Store: d.mem, d: d, n: &node{}}
 	ctx := context.Background()
 	d.conflicts.Store(1)

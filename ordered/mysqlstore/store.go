@@ -24,6 +24,22 @@
 // persist racing a Claim on another member is rolled back (and retried,
 // then fenced) rather than committed beside it.
 //
+// The owners' leases are held here too (ordered.LeaseStore; the protocol
+// is in ordered/storelease.go): ordered_shard.lease_nonce (schema 11) is
+// a random nonce that the owner's renewals (RenewLease) rewrite in the
+// rows of the shards it serves, where epoch and owner are still its own;
+// every Claim writes a fresh one and a WriteBack clears it in its fenced
+// statement. A taker claims with ClaimObserved, which refuses in the
+// claim's transaction when the nonce changed since the taker saw it. A
+// renewal is an UPDATE, not a read, for the same reason as the fence: on
+// Galera a read lock is local to one member, while a renewal and a claim
+// that write one row on two members are certified against each other,
+// so one of them is rolled back (and retried: then the renewal finds the
+// new epoch and renews nothing, or the claim finds the new nonce and is
+// refused) instead of both committing. Nonces are 16 random bytes, never
+// a counter: a lossy failover puts older rows back, and a counter could
+// then come back to a value a taker saw and pass for unchanged.
+//
 // The barrier's repairs after a MySQL server change (RaiseOrdered,
 // RestoreRequests) stay in segment/mysqlstore: they belong to the
 // replication barrier, not to an owner. They are not fenced (they run
@@ -34,9 +50,12 @@ package mysqlstore
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -57,7 +76,10 @@ type Store struct {
 	ignoreEpoch atomic.Bool
 }
 
-var _ ordered.Store = (*Store)(nil)
+var (
+	_ ordered.Store      = (*Store)(nil)
+	_ ordered.LeaseStore = (*Store)(nil)
+)
 
 // New returns the owners' store on seg's connection pool. Closing seg
 // closes it too; it has nothing of its own to close.
@@ -77,12 +99,34 @@ const ownedBatch = mysqldb.Batch
 // Claim makes epoch the shard's stored epoch (ordered.Store). One
 // transaction: create the shard's row if it has none (the row's first
 // claim), else lock it, refuse with ordered.ErrFenced when its epoch is
-// above epoch, and record epoch and owner. Claiming the stored epoch again
-// succeeds (a retried claim, or an owner restoring an epoch a lossy
-// failover lost). The row lock makes a Claim wait for the shard's persists
-// in flight: they hold it from their first statement to their commit.
+// above epoch, and record epoch, owner and a fresh lease nonce. Claiming
+// the stored epoch again succeeds (a retried claim, or an owner restoring
+// an epoch a lossy failover lost). The row lock makes a Claim wait for
+// the shard's persists and lease renewals in flight: they hold it from
+// their first statement to their commit.
 func (s *Store) Claim(ctx context.Context, shard int, epoch int64, owner string) error {
+	return s.claim(ctx, shard, epoch, owner, nil)
+}
+
+// ClaimObserved is Claim over an observed lease nonce
+// (ordered.LeaseStore): in the same transaction, after the row is
+// locked and its epoch checked (a *ordered.FencedError comes first), it
+// refuses with ordered.ErrLeaseRenewed, rolling back (so nothing
+// changed), when the row's nonce is not observed. A shard without a row
+// has the nonce "": observed "" claims it, any other is refused. A row
+// already at epoch and owner is a retry of this claim, which passed the
+// check when it committed (its own fresh nonce is there now): it
+// succeeds like Claim's retry.
+func (s *Store) ClaimObserved(ctx context.Context, shard int, epoch int64, owner, observed string) error {
+	return s.claim(ctx, shard, epoch, owner, &observed)
+}
+
+// claim is Claim, and ClaimObserved when observed is not nil.
+func (s *Store) claim(ctx context.Context, shard int, epoch int64, owner string, observed *string) error {
 	op := fmt.Sprintf("claim ORDERED shard %d at epoch %d", shard, epoch)
+	if observed != nil {
+		op = fmt.Sprintf("claim ORDERED shard %d at epoch %d over lease nonce %q", shard, epoch, *observed)
+	}
 	if err := ordered.ValidateShard(shard); err != nil {
 		return fmt.Errorf("mysqlstore: %s: %w", op, err)
 	}
@@ -92,11 +136,26 @@ func (s *Store) Claim(ctx context.Context, shard int, epoch int64, owner string)
 	owner = mysqldb.OwnerColumn(owner)
 	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
-	err := s.conn.RetryConflicts(cctx, op, func() error { return s.claimOnce(cctx, shard, epoch, owner) })
+	err := s.conn.RetryConflicts(cctx, op, func() error { return s.claimOnce(cctx, shard, epoch, owner, observed) })
 	return s.ownedErr(ctx, op, err)
 }
 
-func (s *Store) claimOnce(ctx context.Context, shard int, epoch int64, owner string) error {
+// NewLeaseNonce returns a fresh lease nonce: 16 random bytes as 32 hex
+// characters (the width of ordered_shard.lease_nonce). Random, never a
+// counter (see the package doc).
+func NewLeaseNonce() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+// leaseRenewed is the ErrLeaseRenewed refusal of a ClaimObserved.
+func leaseRenewed(shard int, stored, observed string) error {
+	return fmt.Errorf("%w: shard %d holds lease nonce %q, not the %q observed: its owner renewed its lease in the store since, so it is alive; nothing changed: give the shard up and look again",
+		ordered.ErrLeaseRenewed, shard, stored, observed)
+}
+
+func (s *Store) claimOnce(ctx context.Context, shard int, epoch int64, owner string, observed *string) error {
 	tx, err := s.conn.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -108,23 +167,30 @@ func (s *Store) claimOnce(ctx context.Context, shard int, epoch int64, owner str
 	// locking read of a missing row (a gap lock each) and deadlocking on
 	// the insert. shard = shard changes nothing, so 0 rows affected means
 	// the row was there (ClientFoundRows is off); it is locked either way.
+	nonce := NewLeaseNonce()
 	res, err := tx.ExecContext(ctx,
-		`INSERT INTO ordered_shard (shard, epoch, owner, persists, updated_at) VALUES (?, ?, ?, 0, ?)`+
-			` ON DUPLICATE KEY UPDATE shard = shard`, shard, epoch, owner, at)
+		`INSERT INTO ordered_shard (shard, epoch, owner, persists, lease_nonce, updated_at) VALUES (?, ?, ?, 0, ?, ?)`+
+			` ON DUPLICATE KEY UPDATE shard = shard`, shard, epoch, owner, nonce, at)
 	if err != nil {
 		return err
 	}
 	if n, err := res.RowsAffected(); err != nil {
 		return err
 	} else if n == 1 {
+		// No row was there: its nonce was "". The deferred rollback
+		// takes the insert back when the claim is refused.
+		if observed != nil && *observed != "" {
+			return leaseRenewed(shard, "", *observed)
+		}
 		return tx.Commit()
 	}
 	var (
 		stored      int64
 		storedOwner string
+		storedNonce string
 	)
-	if err := tx.QueryRowContext(ctx, `SELECT epoch, owner FROM ordered_shard WHERE shard = ? FOR UPDATE`, shard).
-		Scan(&stored, &storedOwner); err != nil {
+	if err := tx.QueryRowContext(ctx, `SELECT epoch, owner, lease_nonce FROM ordered_shard WHERE shard = ? FOR UPDATE`, shard).
+		Scan(&stored, &storedOwner, &storedNonce); err != nil {
 		return err
 	}
 	if stored > epoch || (stored == epoch && storedOwner != owner) {
@@ -134,11 +200,167 @@ func (s *Store) claimOnce(ctx context.Context, shard int, epoch int64, owner str
 		return fmt.Errorf("%w: shard %d is at epoch %d (owner %q), not below %d: a newer owner claimed it; give the shard up",
 			&ordered.FencedError{Shard: shard, Epoch: epoch, Stored: stored}, shard, stored, storedOwner, epoch)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE ordered_shard SET epoch = ?, owner = ?, updated_at = ? WHERE shard = ?`,
-		epoch, owner, at, shard); err != nil {
+	if observed != nil && stored != epoch && storedNonce != *observed {
+		return leaseRenewed(shard, storedNonce, *observed)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE ordered_shard SET epoch = ?, owner = ?, lease_nonce = ?, updated_at = ? WHERE shard = ?`,
+		epoch, owner, nonce, at, shard); err != nil {
 		return err
 	}
 	return tx.Commit()
+}
+
+// RenewLease writes one fresh nonce into the rows of shards whose epoch
+// and owner are still the caller's and whose lease was not cleared by a
+// hand-off (ordered.LeaseStore), and returns the
+// shards it wrote, ascending. One statement, committed on its own (one
+// round trip, the renewal runs every third of a lease):
+//
+//	UPDATE ordered_shard SET lease_nonce = ? WHERE shard IN (...)
+//	  AND owner = ? AND lease_nonce <> '' AND epoch = CASE shard WHEN ? THEN ? ... END
+//
+// Its rows are found by primary key in ascending order, like the fence of
+// a group commit, so a renewal and a group commit of the same node never
+// deadlock each other; a Claim waits for it on the row lock. The nonce is
+// fresh, so every row it found changed and its count is the number of
+// shards renewed: when that falls short (a shard was claimed over), one
+// SELECT names the rows that hold the nonce. That read runs after the
+// commit: it can only miss a renewed shard (claimed over since, or read
+// on a Galera member that has not applied the renewal yet), never name
+// one that was not renewed; a shard missing from the answer fails the
+// caller's renewal, which is the safe side. A conflict rolled the
+// statement back and it runs again with a fresh nonce, bounded by ctx.
+// Empty shards: no statement.
+func (s *Store) RenewLease(ctx context.Context, owner string, shards []ordered.ShardEpoch) ([]int, error) {
+	op := fmt.Sprintf("renew the ORDERED lease of %d shards", len(shards))
+	if len(shards) == 0 {
+		return nil, nil
+	}
+	sorted := slices.Clone(shards)
+	slices.SortFunc(sorted, func(a, b ordered.ShardEpoch) int { return a.Shard - b.Shard })
+	for i, se := range sorted {
+		if err := ordered.ValidateShard(se.Shard); err != nil {
+			return nil, fmt.Errorf("mysqlstore: %s: %w", op, err)
+		}
+		if se.Epoch < 0 {
+			return nil, fmt.Errorf("mysqlstore: %s: %w: shard %d: negative epoch", op, segment.ErrInvalid, se.Shard)
+		}
+		if i > 0 && sorted[i-1].Shard == se.Shard {
+			return nil, fmt.Errorf("mysqlstore: %s: %w: shard %d given twice", op, segment.ErrInvalid, se.Shard)
+		}
+	}
+	owner = mysqldb.OwnerColumn(owner)
+	cctx, cancel := s.conn.OpContext(ctx)
+	defer cancel()
+	var renewed []int
+	err := s.conn.RetryConflicts(cctx, op, func() error {
+		var err error
+		renewed, err = s.renewOnce(cctx, owner, sorted)
+		return err
+	})
+	if err != nil {
+		return nil, s.ownedErr(ctx, op, err)
+	}
+	return renewed, nil
+}
+
+func (s *Store) renewOnce(ctx context.Context, owner string, shards []ordered.ShardEpoch) ([]int, error) {
+	nonce := NewLeaseNonce()
+	var b strings.Builder
+	args := make([]any, 0, 3*len(shards)+2)
+	args = append(args, nonce)
+	b.WriteString(`UPDATE ordered_shard SET lease_nonce = ? WHERE shard IN (`)
+	for i, se := range shards {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("?")
+		args = append(args, se.Shard)
+	}
+	b.WriteString(`) AND owner = ? AND lease_nonce <> '' AND epoch = CASE shard`)
+	args = append(args, owner)
+	for _, se := range shards {
+		b.WriteString(" WHEN ? THEN ?")
+		args = append(args, se.Shard, se.Epoch)
+	}
+	b.WriteString(" END")
+	res, err := s.conn.DB.ExecContext(ctx, b.String(), args...)
+	if err != nil {
+		return nil, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return nil, err
+	}
+	all := make([]int, len(shards))
+	for i, se := range shards {
+		all[i] = se.Shard
+	}
+	switch {
+	case n == int64(len(shards)):
+		return all, nil
+	case n == 0:
+		return nil, nil
+	}
+	var q strings.Builder
+	qargs := make([]any, 0, len(shards)+1)
+	q.WriteString(`SELECT shard FROM ordered_shard WHERE lease_nonce = ? AND shard IN (`)
+	qargs = append(qargs, nonce)
+	for i, sh := range all {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("?")
+		qargs = append(qargs, sh)
+	}
+	q.WriteString(") ORDER BY shard")
+	rows, err := s.conn.DB.QueryContext(ctx, q.String(), qargs...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var renewed []int
+	for rows.Next() {
+		var sh int
+		if err := rows.Scan(&sh); err != nil {
+			return nil, err
+		}
+		renewed = append(renewed, sh)
+	}
+	return renewed, rows.Err()
+}
+
+// LeaseNonces returns every shard's lease nonce (ordered.LeaseStore): one
+// SELECT of every row, "" for a shard without one.
+func (s *Store) LeaseNonces(ctx context.Context) ([]string, error) {
+	const op = "read the ORDERED lease nonces"
+	cctx, cancel := s.conn.OpContext(ctx)
+	defer cancel()
+	out := make([]string, segment.OrderedShards)
+	err := func() error {
+		rows, err := s.conn.DB.QueryContext(cctx, `SELECT shard, lease_nonce FROM ordered_shard`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				shard int
+				nonce string
+			)
+			if err := rows.Scan(&shard, &nonce); err != nil {
+				return err
+			}
+			if shard >= 0 && shard < len(out) {
+				out[shard] = nonce
+			}
+		}
+		return rows.Err()
+	}()
+	if err != nil {
+		return nil, s.ownedErr(ctx, op, err)
+	}
+	return out, nil
 }
 
 // Load returns the stored number of each key that has a row
@@ -301,7 +523,7 @@ func (s *Store) PersistShards(ctx context.Context, parts []ordered.ShardWrite) (
 		}
 		ws = append(ws, shardWrite{part: i, shard: p.Shard, epoch: p.Epoch, reqs: p.Reqs, rowStmts: rowUpserts(p.Shard, p.Rows, false)})
 	}
-	if err := s.writeShards(ctx, op, ws, errs); err != nil {
+	if err := s.writeShards(ctx, op, ws, errs, false); err != nil {
 		return nil, err
 	}
 	return errs, nil
@@ -313,14 +535,16 @@ func (s *Store) PersistShards(ctx context.Context, parts []ordered.ShardWrite) (
 // VALUES(num), which may lower a row. A planned hand-off writes back the
 // exact counters over its unused reservations, so the next owner
 // continues without a gap; only the epoch's holder can, and its persists
-// are done by then.
+// are done by then. The fence also clears the shard's lease nonce: the
+// owner stopped answering before its write-back, so the next owner need
+// not wait for its lease (ordered.LeaseStore).
 func (s *Store) WriteBack(ctx context.Context, shard int, epoch int64, rows []ordered.Row) error {
 	op := fmt.Sprintf("write back %d ORDERED rows of shard %d at epoch %d", len(rows), shard, epoch)
 	if err := ordered.ValidatePersist(shard, rows, nil); err != nil {
 		return fmt.Errorf("mysqlstore: %s: %w", op, err)
 	}
 	errs := make([]error, 1)
-	if err := s.writeShards(ctx, op, []shardWrite{{shard: shard, epoch: epoch, rowStmts: rowUpserts(shard, rows, true)}}, errs); err != nil {
+	if err := s.writeShards(ctx, op, []shardWrite{{shard: shard, epoch: epoch, rowStmts: rowUpserts(shard, rows, true)}}, errs, true); err != nil {
 		return err
 	}
 	if errs[0] != nil {
@@ -341,8 +565,9 @@ type shardWrite struct {
 
 // writeShards runs the fenced transaction of ws with retries and the
 // owners' error rules: a part that fails alone gets its error in
-// errs[part]; the error returned fails them all.
-func (s *Store) writeShards(ctx context.Context, op string, ws []shardWrite, errs []error) error {
+// errs[part]; the error returned fails them all. clearLease makes the
+// fence clear the shards' lease nonces too (WriteBack).
+func (s *Store) writeShards(ctx context.Context, op string, ws []shardWrite, errs []error, clearLease bool) error {
 	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
 	err := s.conn.RetryConflicts(cctx, op, func() error {
@@ -355,7 +580,7 @@ func (s *Store) writeShards(ctx context.Context, op string, ws []shardWrite, err
 				done bool
 				err  error
 			)
-			live, done, err = s.writeShardsOnce(cctx, live, errs)
+			live, done, err = s.writeShardsOnce(cctx, live, errs, clearLease)
 			if err != nil || done {
 				return err
 			}
@@ -391,7 +616,7 @@ func (s *Store) writeShards(ctx context.Context, op string, ws []shardWrite, err
 // fenced parts are named first (as a fenced part is refused as fenced,
 // whatever else), then the rollback, and the parts holding stored ids
 // fail with *ordered.DuplicateRequestsError.
-func (s *Store) writeShardsOnce(ctx context.Context, live []shardWrite, errs []error) (rest []shardWrite, done bool, err error) {
+func (s *Store) writeShardsOnce(ctx context.Context, live []shardWrite, errs []error, clearLease bool) (rest []shardWrite, done bool, err error) {
 	tx, err := s.conn.DB.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, false, err
@@ -404,7 +629,11 @@ func (s *Store) writeShardsOnce(ctx context.Context, live []shardWrite, errs []e
 		reqs = append(reqs, w.reqs...)
 	}
 	anyEpoch := s.ignoreEpoch.Load()
-	stmts := []mysqldb.Stmt{fenceStmt(fences, anyEpoch, "persists = persists + 2")}
+	set := "persists = persists + 2"
+	if clearLease {
+		set += ", lease_nonce = ''"
+	}
+	stmts := []mysqldb.Stmt{fenceStmt(fences, anyEpoch, set)}
 	stmts = append(stmts, mysqldb.RequestInserts(reqs, mysqldb.Now(), "")...)
 	for _, w := range live {
 		stmts = append(stmts, w.rowStmts...)
@@ -767,7 +996,7 @@ func (s *Store) ownedErr(parent context.Context, op string, err error) error {
 		return nil
 	case errors.As(err, &dup):
 		return dup
-	case errors.Is(err, ordered.ErrFenced):
+	case errors.Is(err, ordered.ErrFenced), errors.Is(err, ordered.ErrLeaseRenewed):
 		return fmt.Errorf("mysqlstore: %s: %w", op, err)
 	case mysqlerr.Number(err) == mysqlerr.LockWaitTimeout:
 		// Another session holds the shard row: a persist in flight, or an

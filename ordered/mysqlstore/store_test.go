@@ -348,3 +348,45 @@ func TestOwned_PausedOwnerHoldingFenceRow(t *testing.T) {
 		t.Fatalf("the resumed owner's persist: %v, want ErrFenced", err)
 	}
 }
+
+// TestOwned_RenewLease: the owner is compared as Claim stored it (cut to
+// the column, made valid UTF-8), a nonce is 32 hex characters, a renewal
+// touches nothing but the nonce, and malformed shard lists are refused
+// before any statement.
+func TestOwned_RenewLease(t *testing.T) {
+	seg, s := open(t, newTestDatabase(t), nil)
+	ctx := testCtx(t)
+	long := strings.Repeat("ü", 300) + "\xff"
+	if err := s.Claim(ctx, 3, 5, long); err != nil {
+		t.Fatal(err)
+	}
+	row := func() (persists int64, updated time.Time, nonce string) {
+		t.Helper()
+		if err := seg.DB().QueryRowContext(ctx, `SELECT persists, updated_at, lease_nonce FROM ordered_shard WHERE shard = 3`).Scan(&persists, &updated, &nonce); err != nil {
+			t.Fatal(err)
+		}
+		return persists, updated, nonce
+	}
+	p0, u0, n0 := row()
+	got, err := s.RenewLease(ctx, long, []ordered.ShardEpoch{{Shard: 3, Epoch: 5}})
+	if err != nil || len(got) != 1 || got[0] != 3 {
+		t.Fatalf("RenewLease with the long owner Claim cut = %v, %v; want [3]", got, err)
+	}
+	p1, u1, n1 := row()
+	if p1 != p0 || !u1.Equal(u0) || n1 == n0 || len(n1) != 32 || strings.Trim(n1, "0123456789abcdef") != "" {
+		t.Fatalf("after a renewal: persists %d -> %d, updated_at %v -> %v, nonce %q -> %q; want only a fresh 32-hex nonce", p0, p1, u0, u1, n0, n1)
+	}
+	for _, bad := range [][]ordered.ShardEpoch{
+		{{Shard: 3, Epoch: 5}, {Shard: 3, Epoch: 5}},
+		{{Shard: segment.OrderedShards, Epoch: 1}},
+		{{Shard: -1, Epoch: 1}},
+		{{Shard: 3, Epoch: -1}},
+	} {
+		if got, err := s.RenewLease(ctx, long, bad); !errors.Is(err, segment.ErrInvalid) || got != nil {
+			t.Errorf("RenewLease(%v) = %v, %v; want segment.ErrInvalid", bad, got, err)
+		}
+	}
+	if _, _, n := row(); n != n1 {
+		t.Fatalf("refused renewals changed the nonce %q -> %q", n1, n)
+	}
+}

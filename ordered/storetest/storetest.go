@@ -20,6 +20,9 @@
 // down, so a shard is only fresh once) and on business names unique to the
 // Run. So give each Run a database of its own.
 //
+// A store that holds the owners' leases (ordered.LeaseStore) also runs
+// the Lease cases (RunLease runs them alone).
+//
 // Each case fails when the rule it is named after breaks; run with -race.
 // (ordered.Store's methods are each one atomic operation: Persist raises
 // rows and stores request ids, WriteBack sets rows exactly, both fenced by
@@ -58,11 +61,7 @@ type suite struct {
 
 // Run runs the conformance suite against stores made by open.
 func Run(t *testing.T, open func(t *testing.T) ordered.Store) {
-	var rnd [4]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		t.Fatal(err)
-	}
-	s := &suite{open: open, prefix: hex.EncodeToString(rnd[:])}
+	s := newSuite(t, open)
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, st ordered.Store)
@@ -91,11 +90,31 @@ func Run(t *testing.T, open func(t *testing.T) ordered.Store) {
 		{"PersistShardsFencedBeforeDuplicate", s.testShardsFencedDuplicate},
 		{"ConcurrentPersistShardsAndClaim", s.testShardsConcurrentFence},
 	}
+	for _, lc := range s.leaseCases() {
+		tests = append(tests, struct {
+			name string
+			fn   func(t *testing.T, st ordered.Store)
+		}{lc.name, func(t *testing.T, st ordered.Store) {
+			ls, ok := st.(ordered.LeaseStore)
+			if !ok {
+				t.Skip("the store holds no leases (not an ordered.LeaseStore)")
+			}
+			lc.fn(t, ls)
+		}})
+	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.fn(t, s.open(t))
 		})
 	}
+}
+
+func newSuite(t *testing.T, open func(t *testing.T) ordered.Store) *suite {
+	var rnd [4]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		t.Fatal(err)
+	}
+	return &suite{open: open, prefix: hex.EncodeToString(rnd[:])}
 }
 
 // shard returns a shard no other subtest of this Run uses.

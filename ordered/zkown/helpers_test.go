@@ -177,6 +177,13 @@ func (w *world) config(self string) Config {
 
 func (w *world) node(self string, mod func(*Config)) *tnode {
 	w.t.Helper()
+	return w.nodeWith(self, mod, func(r *recorder) ordered.Handler { return r })
+}
+
+// nodeWith is node with the handler handler(recorder) (a recorder or a
+// wrapper of it).
+func (w *world) nodeWith(self string, mod func(*Config), handler func(*recorder) ordered.Handler) *tnode {
+	w.t.Helper()
 	cfg := w.config(self)
 	if mod != nil {
 		mod(&cfg)
@@ -187,7 +194,7 @@ func (w *world) node(self string, mod func(*Config)) *tnode {
 		w.t.Fatal(err)
 	}
 	h := newRecorder(self, w.clk, w.j)
-	if err := c.attach(h); err != nil {
+	if err := c.attach(handler(h)); err != nil {
 		w.t.Fatal(err)
 	}
 	w.t.Cleanup(func() { abandon(c) })
@@ -206,9 +213,11 @@ func abandon(c *Coordinator) {
 	}
 }
 
-// step is one renewal and one round, as the loops would run them.
+// step is one renewal (and one in the store, when the handler holds
+// leases) and one round, as the loops would run them.
 func (n *tnode) step() {
 	n.c.renew(context.Background())
+	n.c.storeRenew(context.Background())
 	n.c.round(context.Background())
 }
 

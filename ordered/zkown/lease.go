@@ -43,7 +43,8 @@ func (c *Coordinator) renewTimeout() time.Duration {
 
 func (c *Coordinator) nodeData(id string) []byte {
 	return mustJSON(nodeRecord{Addr: c.cfg.Self, ID: id, LeaseMs: c.cfg.Lease.Milliseconds(), PID: c.pid, Host: c.cfg.host,
-		Version: c.cfg.Version, StartedAtMs: c.started.UnixMilli(), RenewedAtMs: time.Now().UnixMilli(), Closing: c.closing.Load()})
+		Version: c.cfg.Version, StartedAtMs: c.started.UnixMilli(), RenewedAtMs: time.Now().UnixMilli(), Closing: c.closing.Load(),
+		StoreLease: c.storeLease.Load()})
 }
 
 // createNode creates nodes/<id> (ephemeral) for the current id. Its
@@ -119,6 +120,7 @@ func (c *Coordinator) renew(ctx context.Context) {
 	if c.id != id {
 		return
 	}
+	c.zkFailing = err != nil
 	if err != nil {
 		c.renewFails.Add(1)
 		if errors.Is(err, zk.ErrNoNode) {
@@ -133,10 +135,16 @@ func (c *Coordinator) renew(ctx context.Context) {
 			c.log.Warn("ORDERED lease: this node's znode is gone; leaving the old id", zap.String("old_id", id),
 				zap.String("new_id", c.id), zap.Int("shards_held", len(c.held)))
 			wake(c.renewKick)
-		} else {
+		} else if c.lh == nil || !c.onStore {
+			// While the store carries the lease, the store-lease line
+			// said it once; a line per renewal would drown the log.
 			c.log.Warn("ORDERED lease renewal failed", zap.Error(err), zap.Time("valid_until", c.validUn))
 		}
 		return
+	}
+	if c.onStore {
+		c.onStore = false
+		c.log.Info("ORDERED lease: ZooKeeper renewals are answered again", zap.Time("valid_until", c.validUn))
 	}
 	c.renewals.Add(1)
 	c.extendLocked(send, sendWall, reply, replyWall, term)

@@ -34,6 +34,8 @@ type peer struct {
 	pid  int
 	host string
 	dead bool
+	// storeLease: its record advertises store leases (storelease.go).
+	storeLease bool
 }
 
 func (p *peer) stale(now time.Time, after time.Duration) bool {
@@ -99,10 +101,36 @@ func (c *Coordinator) round(ctx context.Context) {
 	readOK := c.readShards(ctx)
 	pollOK := c.pollNodes(ctx)
 	c.checkHeld(h)
+	if pollOK {
+		c.notePeersStoreLease()
+	}
+	noncesOK := c.pollNonces(ctx)
 	if !readOK || !pollOK || c.stopping() {
 		return
 	}
-	c.decide(ctx, h)
+	c.decide(ctx, h, noncesOK)
+}
+
+// notePeersStoreLease records whether every node of the last listing
+// advertises store leases: only then may a store renewal extend this
+// node's lease (storelease.go).
+func (c *Coordinator) notePeersStoreLease() {
+	all := true
+	for _, p := range c.peers {
+		if p.present && !p.storeLease {
+			all = false
+		}
+	}
+	c.mu.Lock()
+	if all != c.storePeersOK && c.lh != nil {
+		if all {
+			c.log.Info("ORDERED store leases in use: every node renews and respects them")
+		} else {
+			c.log.Warn("ORDERED store leases not used for this node's lease: a node of an older version is in the cluster; a ZooKeeper outage stops ORDERED after one lease until it is upgraded")
+		}
+	}
+	c.storePeersOK = all
+	c.mu.Unlock()
 }
 
 // selfLiveLocked: this node may take shards (its znode exists, its lease
@@ -351,7 +379,7 @@ func (c *Coordinator) pollNodes(ctx context.Context) bool {
 			p.present, p.mzxid, p.version, p.lastChange = true, st.Mzxid, st.Version, seen
 			var rec nodeRecord
 			if err := json.Unmarshal(data, &rec); err == nil {
-				p.addr, p.closing, p.pid, p.host = rec.Addr, rec.Closing, rec.PID, rec.Host
+				p.addr, p.closing, p.pid, p.host, p.storeLease = rec.Addr, rec.Closing, rec.PID, rec.Host, rec.StoreLease
 			} else {
 				c.log.Warn("ORDERED coordinator: a node's znode is not a node record", zap.String("id", k), zap.Error(err))
 			}
@@ -392,8 +420,9 @@ func (c *Coordinator) pollNodes(ctx context.Context) bool {
 }
 
 // decide takes the shards this node should own and hands off those it
-// should not.
-func (c *Coordinator) decide(ctx context.Context, h ordered.Handler) {
+// should not. noncesOK: this round read the store's lease nonces (needed
+// for a takeover under the store's rules, storeTakerRules).
+func (c *Coordinator) decide(ctx context.Context, h ordered.Handler, noncesOK bool) {
 	now := c.cfg.Clock.Now()
 	// Liveness of the other nodes, and the live addresses.
 	since := map[string]time.Time{} // addr -> earliest liveSince
@@ -451,6 +480,23 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler) {
 	// hand-offs run in the pass, one after another, as before.
 	var takes []func()
 	defer func() { c.runTakeovers(ctx, takes) }()
+	// take queues a takeover of shard s (from owner), under the store's
+	// lease rules unless its owner is a process proven dead.
+	take := func(s int, owner string, dead bool, run func(lc leaseCheck)) {
+		var lc leaseCheck
+		if c.storeTakerRules() && !dead {
+			if !noncesOK {
+				return
+			}
+			ready, nb, observed := c.storeWait(s, now, time.Time{})
+			if !ready {
+				c.noteStoreHeld(s, owner)
+				return
+			}
+			lc = leaseCheck{on: true, observed: observed, notBefore: nb}
+		}
+		takes = append(takes, func() { run(lc) })
+	}
 	for s := range Shards {
 		if c.stopping() {
 			return
@@ -476,7 +522,7 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler) {
 			// release or an acquisition did not complete): the handler
 			// does not serve it.
 			if mine {
-				takes = append(takes, func() { c.takeover(ctx, h, s, v, now, nil, "reacquire") })
+				take(s, r.Owner, false, func(lc leaseCheck) { c.takeover(ctx, h, s, v, now, nil, "reacquire", lc) })
 			} else {
 				c.releaseIfWaited(ctx, s, v)
 			}
@@ -489,8 +535,8 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler) {
 				// was read, not at the start of the pass: the release may
 				// have been written after the pass began (by this node's
 				// own refused takeover), and the wait counts from it.
-				takes = append(takes, func() {
-					c.takeover(ctx, h, s, v, c.cfg.Clock.Now().Add(time.Duration(r.WaitMs)*time.Millisecond), nil, "released")
+				take(s, r.Owner, false, func(lc leaseCheck) {
+					c.takeover(ctx, h, s, v, c.cfg.Clock.Now().Add(time.Duration(r.WaitMs)*time.Millisecond), nil, "released", lc)
 				})
 			}
 		case isRetired(retired, r.Owner):
@@ -498,7 +544,7 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler) {
 			// recorded time and the handler was told.
 			if mine {
 				nb := laterOf(now, retired[r.Owner])
-				takes = append(takes, func() { c.takeover(ctx, h, s, v, nb, nil, "this node's earlier id") })
+				take(s, r.Owner, false, func(lc leaseCheck) { c.takeover(ctx, h, s, v, nb, nil, "this node's earlier id", lc) })
 			}
 		default:
 			p := c.peers[r.Owner]
@@ -516,7 +562,7 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler) {
 			if p.dead {
 				nb, why = now, "dead previous process "+r.Owner
 			}
-			takes = append(takes, func() { c.takeover(ctx, h, s, v, nb, check, why) })
+			take(s, r.Owner, p.dead, func(lc leaseCheck) { c.takeover(ctx, h, s, v, nb, check, why, lc) })
 		}
 	}
 }
@@ -533,11 +579,21 @@ func laterOf(a, b time.Time) time.Time {
 	return a
 }
 
+// leaseCheck is what the store's lease adds to a takeover
+// (storelease.go): on, the claim must still find the nonce observed, and
+// the grant serves from notBefore at the earliest.
+type leaseCheck struct {
+	on        bool
+	observed  string
+	notBefore time.Time
+}
+
 // takeover makes this node the shard's owner at the next epoch (a
 // compare-and-set on the version read, with check when given) and
-// grants it to the handler from notBefore on.
+// grants it to the handler from notBefore on (and lc.notBefore, with the
+// store's nonce check when lc.on).
 func (c *Coordinator) takeover(ctx context.Context, h ordered.Handler, s int, v shardView, notBefore time.Time,
-	check *zk.CheckVersionRequest, why string) {
+	check *zk.CheckVersionRequest, why string, lc leaseCheck) {
 	now := c.cfg.Clock.Now()
 	if now.Before(c.backoff[s].until) {
 		return
@@ -545,7 +601,7 @@ func (c *Coordinator) takeover(ctx context.Context, h ordered.Handler, s int, v 
 	if c.cfg.UnsafeNoLeaseWait {
 		notBefore = now
 	} else {
-		notBefore = laterOf(laterOf(notBefore, c.wait[s]), c.restoreWait())
+		notBefore = laterOf(laterOf(laterOf(notBefore, lc.notBefore), c.wait[s]), c.restoreWait())
 	}
 	notBefore = laterOf(now, notBefore)
 	c.mu.Lock()
@@ -612,14 +668,16 @@ func (c *Coordinator) takeover(ctx context.Context, h ordered.Handler, s int, v 
 	}
 	c.takeovers.Add(1)
 	g := ordered.Grant{Shard: s, Epoch: rec.Epoch, NotBefore: notBefore,
-		NotBeforeWall: c.cfg.Wall.Now().Add(notBefore.Sub(c.cfg.Clock.Now()))}
+		NotBeforeWall: c.cfg.Wall.Now().Add(notBefore.Sub(c.cfg.Clock.Now())), CheckLease: lc.on, Observed: lc.observed}
 	if v.rec.owned() {
 		g.From = v.rec.Addr
 	}
 	c.log.Info("ORDERED shard taken", zap.Int("shard", s), zap.Int64("epoch", rec.Epoch), zap.String("from", v.rec.Owner),
 		zap.String("why", why), zap.Duration("lease_wait", notBefore.Sub(now)))
 	actx, cancel := context.WithTimeout(ctx, c.cfg.HandlerTimeout)
+	c.beginAcquire()
 	err = h.Acquire(actx, g)
+	c.endAcquire()
 	cancel()
 	if err == nil {
 		c.backoff[s] = backoff{}
@@ -645,11 +703,13 @@ func (c *Coordinator) takeover(ctx context.Context, h ordered.Handler, s int, v 
 	b := &c.backoff[s]
 	b.fails++
 	wait := c.cfg.Lease / 3 << min(b.fails-1, 5)
-	if errors.Is(err, ordered.ErrShardBusy) {
+	if errors.Is(err, ordered.ErrShardBusy) || errors.Is(err, ordered.ErrLeaseRenewed) {
 		// A paused owner's transaction holds the shard's fence row; the
 		// store's session limit ends it within seconds. Growing the
 		// backoff to half a minute would keep the shard down far longer
-		// than the pause.
+		// than the pause. An owner that renewed through the store since
+		// its nonce was observed is alive: the next rounds see its
+		// nonce move and wait for it by themselves.
 		wait = c.cfg.Lease / 3
 	}
 	b.until = c.cfg.Clock.Now().Add(wait)

@@ -158,6 +158,10 @@ type Config struct {
 	pid         int
 	host        string
 	processGone func(pid int) bool
+	// unsafeIgnoreStoreLease: this node's takeovers ignore the store's
+	// leases (the negative control of storelease_test.go; the binaries'
+	// is IDGEN_FAULT_ORDERED_IGNORE_STORE_LEASE).
+	unsafeIgnoreStoreLease bool
 }
 
 func (cfg *Config) defaults() error {
@@ -226,6 +230,9 @@ type nodeRecord struct {
 	// Closing: the node is handing its shards off to leave; no shard is
 	// handed to it meanwhile.
 	Closing bool `json:"closing,omitempty"`
+	// StoreLease: the node renews its lease in the store and respects
+	// the store's leases when it takes a shard over (storelease.go).
+	StoreLease bool `json:"store_lease,omitempty"`
 }
 
 // shardRecord is the JSON of shards/NN.
@@ -268,8 +275,14 @@ type Stats struct {
 	LeaseLapses uint64
 	// Fenced counts the held shards given up because the store refused
 	// their epoch (Coordinator.Fenced).
-	Fenced     uint64
-	ValidUntil time.Time
+	Fenced uint64
+	// The store-held lease (storelease.go): renewals in the store and
+	// their failures; StoreCarried counts the store renewals that
+	// extended the lease while ZooKeeper renewals failed (the lease ran
+	// on the store); TakeoversDeferred counts takeover decisions put off
+	// because the owner renews through the store.
+	StoreRenewals, StoreRenewFailures, StoreCarried, TakeoversDeferred uint64
+	ValidUntil                                                         time.Time
 }
 
 // Coordinator is the ZooKeeper ordered.Coordinator.
@@ -302,15 +315,32 @@ type Coordinator struct {
 	takeovers, handoffs, lost, acquireFails, conflicts atomic.Uint64
 	renewals, renewFails, lapses                       atomic.Uint64
 	fencedDrops                                        atomic.Uint64
+	// The store-held lease (storelease.go): renewals in the store and
+	// their failures, the extensions made while ZooKeeper renewals
+	// failed, and the takeover decisions deferred because the owner
+	// renews through the store.
+	storeRenewals, storeRenewFails, storeCarried, storeHeld atomic.Uint64
+	storeLease                                              atomic.Bool // lh != nil (published in nodes/<id>)
 
-	mu       sync.Mutex
-	h        ordered.Handler
-	running  bool // reconcile loop started (Start)
-	renewing bool // renewer started
-	closed   bool
-	id       string
-	nodeOK   bool      // nodes/<id> exists as far as this node knows
-	validUn  time.Time // ValidUntil
+	mu sync.Mutex
+	h  ordered.Handler
+	// lh is h when its store holds leases (set by Start, then fixed).
+	lh ordered.LeaseHandler
+	// acquiring counts Handler.Acquire calls in flight, acqGen changes
+	// at each start and end of one: a store renewal that overlapped one
+	// extends nothing (storelease.go).
+	acquiring int
+	acqGen    uint64
+	// storePeersOK: every node of the last nodes/ listing advertised
+	// store leases; zkFailing: the last ZooKeeper renewal failed; onStore:
+	// the lease was last carried by the store (logged once per episode).
+	storePeersOK, zkFailing, onStore bool
+	running                          bool // reconcile loop started (Start)
+	renewing                         bool // renewer started
+	closed                           bool
+	id                               string
+	nodeOK                           bool      // nodes/<id> exists as far as this node knows
+	validUn                          time.Time // ValidUntil
 	// validUnWall is ValidUntilWall.
 	validUnWall time.Time
 	lastSend    time.Time // send time of the last renewal that extended the lease
@@ -360,6 +390,12 @@ type Coordinator struct {
 	nodesWatch <-chan zk.Event
 	lastFull   time.Time
 	published  []ordered.Owner
+	// nonces: every shard's store lease nonce as last read (pollNonces);
+	// heldNoted: the nonce a deferred takeover of the shard was last
+	// logged for.
+	nonces    [Shards]nonceObs
+	heldNoted [Shards]string
+	storeDone chan struct{} // closed by the store renewer on exit (nil: none)
 }
 
 var _ ordered.Coordinator = (*Coordinator)(nil)
@@ -480,7 +516,15 @@ func (c *Coordinator) Start(ctx context.Context, h ordered.Handler) error {
 	}
 	c.mu.Lock()
 	c.running = true
+	lh := c.lh
+	if lh != nil {
+		c.storeDone = make(chan struct{})
+	}
 	c.mu.Unlock()
+	if lh != nil {
+		c.startStoreRenewer()
+		c.log.Info("ORDERED lease is renewed in the store too: a ZooKeeper outage does not stop ORDERED while MySQL answers")
+	}
 	go c.roundLoop()
 	return nil
 }
@@ -499,6 +543,12 @@ func (c *Coordinator) attach(h ordered.Handler) error {
 		return errors.New("zkown: Start called twice")
 	}
 	c.h = h
+	if c.lh = leaseHandler(h); c.lh != nil {
+		// Published with the next renewal (woken now): until then the
+		// peers do not count on this node respecting store leases.
+		c.storeLease.Store(true)
+		wake(c.renewKick)
+	}
 	return nil
 }
 
@@ -595,6 +645,8 @@ func (c *Coordinator) Stats() Stats {
 	st.AcquireFailures, st.CASConflicts = c.acquireFails.Load(), c.conflicts.Load()
 	st.LeaseRenewals, st.LeaseRenewFailures, st.LeaseLapses = c.renewals.Load(), c.renewFails.Load(), c.lapses.Load()
 	st.Fenced = c.fencedDrops.Load()
+	st.StoreRenewals, st.StoreRenewFailures = c.storeRenewals.Load(), c.storeRenewFails.Load()
+	st.StoreCarried, st.TakeoversDeferred = c.storeCarried.Load(), c.storeHeld.Load()
 	return st
 }
 
@@ -635,6 +687,12 @@ func (c *Coordinator) Close(ctx context.Context) error {
 	close(c.stopRenew)
 	if renewing {
 		<-c.renewDone
+	}
+	c.mu.Lock()
+	storeDone := c.storeDone
+	c.mu.Unlock()
+	if storeDone != nil {
+		<-storeDone
 	}
 	c.mu.Lock()
 	c.validUn, c.validUnWall = time.Time{}, time.Time{}

@@ -644,3 +644,62 @@ func TestIntegration_MigrateWorkerRegistry(t *testing.T) {
 		t.Fatalf("re-running schema 4 changed a row: %v", got)
 	}
 }
+
+// TestIntegration_MigrateLeaseNonce: schema 11 on a database at schema 10
+// with claimed shards: their rows (and a row an older build inserts
+// afterwards, naming no nonce) read as a cleared lease (empty); running it
+// again, or after a lost version row, keeps the nonces written since.
+func TestIntegration_MigrateLeaseNonce(t *testing.T) {
+	ctx := testCtx(t)
+	_, db := databaseAtSchema(ctx, t, 10)
+	oldRow := `INSERT INTO ordered_shard (shard, epoch, owner, persists, updated_at) VALUES (?, 3, 'old:1', 0, NOW(6))`
+	if _, err := db.ExecContext(ctx, oldRow, 1); err != nil {
+		t.Fatal(err)
+	}
+	v11 := migrationsUpTo(11)
+	applied, err := migrateDB(ctx, db, v11)
+	if err != nil || len(applied) != 1 || applied[0].Version != 11 {
+		t.Fatalf("Migrate from schema 10 applied %v, %v; want version 11", applied, err)
+	}
+	if _, err := db.ExecContext(ctx, oldRow, 2); err != nil {
+		t.Fatal(err)
+	}
+	nonces := func() map[int]string {
+		rows, err := db.QueryContext(ctx, `SELECT shard, lease_nonce FROM ordered_shard`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[int]string{}
+		for rows.Next() {
+			var (
+				shard int
+				n     string
+			)
+			if err := rows.Scan(&shard, &n); err != nil {
+				t.Fatal(err)
+			}
+			out[shard] = n
+		}
+		return out
+	}
+	if got := nonces(); len(got) != 2 || got[1] != "" || got[2] != "" {
+		t.Fatalf("lease nonces after schema 11: %v; want shards 1 and 2 at ''", got)
+	}
+	const nonce = "0123456789abcdef0123456789abcdef"
+	if _, err := db.ExecContext(ctx, `UPDATE ordered_shard SET lease_nonce = ? WHERE shard = 1`, nonce); err != nil {
+		t.Fatalf("a nonce of 32 hex characters: %v", err)
+	}
+	if applied, err := migrateDB(ctx, db, v11); err != nil || len(applied) != 0 {
+		t.Fatalf("second Migrate applied %v, %v", applied, err)
+	}
+	if _, err := db.ExecContext(ctx, `DELETE FROM schema_version WHERE version = 11`); err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := migrateDB(ctx, db, v11); err != nil || len(applied) != 1 {
+		t.Fatalf("Migrate after a lost version row applied %v, %v", applied, err)
+	}
+	if got := nonces(); got[1] != nonce {
+		t.Fatalf("re-running schema 11 changed a row: %v", got)
+	}
+}

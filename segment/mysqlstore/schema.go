@@ -42,6 +42,7 @@ var migrations = []Migration{
 	{Version: 8, Description: "the channels each business serves (biz.channels)", apply: schemaV8},
 	{Version: 9, Description: "the cluster the database belongs to (cluster_binding)", stmts: schemaV9()},
 	{Version: 10, Description: "the ZooKeeper incarnation witness (cluster_binding.zk_incarnation, zk_counter)", apply: schemaV10},
+	{Version: 11, Description: "the ORDERED owners' lease nonce held in the store (ordered_shard.lease_nonce)", apply: schemaV11},
 }
 
 // bizColumnsV3 are the columns schema 3 adds to biz. secret_key is empty
@@ -175,6 +176,21 @@ func schemaV10(ctx context.Context, conn *sql.Conn) error {
 	return addColumns(ctx, conn, "cluster_binding", []struct{ name, def string }{
 		{"zk_incarnation", "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT ''"},
 		{"zk_counter", "BIGINT NOT NULL DEFAULT 0"},
+	})
+}
+
+// schemaV11 adds ordered_shard.lease_nonce: the store-held lease of the
+// shard's owner (ordered.LeaseStore, ordered/storelease.go). The owner's
+// renewals write a fresh random nonce (32 hex characters) into the rows
+// of the shards it serves, every claim writes one too and a clean
+// hand-off's write-back clears it; a node taking a shard over claims only
+// over the nonce it saw unchanged for a lease. The empty nonce (every row from before
+// schema 11, and every row an older node claims during a rolling
+// upgrade) reads as a lease nobody renews in the store: such owners
+// renew through the coordinator only, as before.
+func schemaV11(ctx context.Context, conn *sql.Conn) error {
+	return addColumns(ctx, conn, "ordered_shard", []struct{ name, def string }{
+		{"lease_nonce", "VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT ''"},
 	})
 }
 

@@ -10,7 +10,8 @@
 //	ordered_00..63   one row per (biz, sub_key): num, the highest ORDERED
 //	                 number handed out; the table is Shard(sub_key)
 //	ordered_request  ORDERED request ids and the range each one got
-//	ordered_shard    the ORDERED shard owners' epochs (schema 6); the owners'
+//	ordered_shard    the ORDERED shard owners' epochs (schema 6) and their
+//	                 store-held lease nonces (schema 11); the owners'
 //	                 store on these tables is ordered/mysqlstore
 //	worker_cluster   snowflake settings of clusters without ZooKeeper (schema 2),
 //	                 and the worker registry of every cluster: mysql or

@@ -110,10 +110,65 @@ func (g *Guard) boundLocked() error {
 		// negative control must exercise ORDERED too, not refuse it).
 		return nil
 	}
-	if g.selfUntil.IsZero() || !time.Now().Before(g.selfUntil) || g.cfg.Now().UnixMilli() >= g.selfUntilMs {
+	if g.selfUntil.IsZero() {
+		return fmt.Errorf("%w: %w", segment.ErrUnavailable, ErrNotMember)
+	}
+	now := time.Now()
+	if (!now.Before(g.selfUntil) || g.cfg.Now().UnixMilli() >= g.selfUntilMs) && !now.Before(g.unverifiedUntil) {
 		return fmt.Errorf("%w: %w", segment.ErrUnavailable, ErrNotMember)
 	}
 	return nil
+}
+
+// unverifiedFor is how long one look at the replication lets the bound
+// pass: two barrier polls, so a node whose renewals keep failing looks
+// again before the last look runs out.
+func (g *Guard) unverifiedFor() time.Duration { return 2 * min(pollOpen, g.cfg.MemberLease/6) }
+
+// refreshUnverified runs after each barrier round while the gate is open.
+// When this node's bound is about to pass without a renewal (ZooKeeper
+// out of reach: an outage, or this node cut off), it asks whether the
+// store's replication can lose a reservation (Config.ServeUnverified: a
+// fresh verdict); when it cannot, the bound may pass and ORDERED goes on.
+//
+// Why that is safe: the bound exists so the others' barrier, after a
+// MySQL server change, may count this node gone and reserve without the
+// rows it remembers. A failover that loses nothing leaves nothing to
+// raise, so counting this node gone costs nothing, and during an outage
+// of the whole ensemble no barrier runs anywhere. A server change seen
+// by this node closes its gate as before (the barrier needs ZooKeeper:
+// ORDERED then waits for it). With replication that can lose (async
+// replicas, semi-sync degraded, a verdict that cannot be read) the bound
+// refuses ORDERED as it always did.
+func (g *Guard) refreshUnverified() {
+	if g.cfg.ServeUnverified == nil && !faultBoundAnyReplication() {
+		return
+	}
+	g.mu.Lock()
+	due := !g.selfUntil.IsZero() && time.Until(g.selfUntil) < g.cfg.MemberLease/3
+	g.mu.Unlock()
+	if !due {
+		g.mu.Lock()
+		if g.unverifiedOn {
+			g.unverifiedOn = false
+			g.log.Info("ORDERED barrier membership renewed in ZooKeeper again")
+		}
+		g.mu.Unlock()
+		return
+	}
+	safe := faultBoundAnyReplication() || g.cfg.ServeUnverified()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !safe {
+		g.unverifiedUntil = time.Time{}
+		return
+	}
+	g.unverifiedUntil = time.Now().Add(g.unverifiedFor())
+	if !g.unverifiedOn {
+		g.unverifiedOn = true
+		g.log.Warn("ORDERED barrier membership cannot be renewed in ZooKeeper; ORDERED goes on past its bound because the MySQL replication cannot lose a reservation (a failover leaves the barrier nothing to raise)",
+			zap.Time("bound", g.selfUntil))
+	}
 }
 
 // Serving is nil while this node may answer ORDERED from what it
@@ -239,6 +294,7 @@ func (g *Guard) barrierStep(store Server, flush func(ctx context.Context) error)
 	open, closedAt, timedOut := g.open, g.closedAt, g.timedOut
 	g.mu.Unlock()
 	if open {
+		g.refreshUnverified()
 		if err != nil && !errors.Is(err, segment.ErrUnavailable) {
 			g.log.Warn("ORDERED barrier round failed", zap.Error(err))
 		}

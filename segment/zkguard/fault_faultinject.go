@@ -54,3 +54,10 @@ func faultNoRestoreHold() bool { return os.Getenv("IDGEN_FAULT_NO_RESTORE_HOLD")
 // soon after repeats the predecessor's last numbers with the barrier
 // reporting every member acknowledged (simulator seed 1120).
 func faultMemberPerNode() bool { return os.Getenv("IDGEN_FAULT_MEMBER_PER_NODE") == "1" }
+
+// faultBoundAnyReplication (IDGEN_FAULT_BOUND_ANY_REPLICATION=1) is the
+// negative control of refreshUnverified: the member bound may pass while
+// ZooKeeper is out of reach whatever the replication, so a node cut off
+// from ZooKeeper serves from memory after the others' barrier counted it
+// gone across a lossy failover.
+func faultBoundAnyReplication() bool { return os.Getenv("IDGEN_FAULT_BOUND_ANY_REPLICATION") == "1" }

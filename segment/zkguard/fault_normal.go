@@ -12,3 +12,4 @@ func faultIgnoreParted() bool          { return false }
 func faultNoOutageGrace() bool         { return false }
 func faultNoRestoreHold() bool         { return false }
 func faultMemberPerNode() bool         { return false }
+func faultBoundAnyReplication() bool   { return false }

@@ -212,7 +212,13 @@ type Guard struct {
 	selfUntil   time.Time
 	selfUntilMs int64
 	renewedAt   time.Time // last successful write of the member record
-	timedOut    bool      // this closed round was counted as a timeout
+	// unverifiedUntil (monotonic): the bound may pass without refusing
+	// ORDERED until then, because the store's replication was last found
+	// unable to lose a reservation (bound.go); unverifiedOn logs the
+	// episode once.
+	unverifiedUntil time.Time
+	unverifiedOn    bool
+	timedOut        bool // this closed round was counted as a timeout
 	// lastMzxid is the modification zxid of the server record last read,
 	// seenRestores the session's View.Restores applied: either going back
 	// means ZooKeeper was restored from an older copy (the restore rule).

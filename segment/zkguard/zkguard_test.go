@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"go.uber.org/zap"
 
 	"github.com/idgen/idgen/cluster/zksession"
 	"github.com/idgen/idgen/internal/zkfake"
@@ -697,5 +698,52 @@ func TestOpenWithSessionNeedsNoServers(t *testing.T) {
 	}
 	if _, err := Open(Config{Root: "/idgen", Cluster: "c", Self: "a:1"}); err == nil {
 		t.Fatal("Open without Servers and without a Session: no error")
+	}
+}
+
+// TestBoundPassesOnlyOverSafeReplication (issue 31 item 4): with its
+// member renewals failing (ZooKeeper out of reach), a node goes on past
+// its bound only while the store's replication was just found unable to
+// lose a reservation; a lossy verdict, or no fresh look, refuses as
+// before (the negative control is the lossy case).
+func TestBoundPassesOnlyOverSafeReplication(t *testing.T) {
+	var safe atomic.Bool
+	var looks atomic.Int64
+	g := &Guard{cfg: Config{Now: time.Now, MemberLease: 600 * time.Millisecond,
+		ServeUnverified: func() bool { looks.Add(1); return safe.Load() }}, open: true, log: zap.NewNop()}
+	g.selfUntil, g.selfUntilMs = time.Now().Add(time.Hour), time.Now().Add(time.Hour).UnixMilli()
+	g.refreshUnverified()
+	if looks.Load() != 0 {
+		t.Fatal("looked at the replication while the bound was far")
+	}
+	// The bound passed without a renewal.
+	g.selfUntil, g.selfUntilMs = time.Now().Add(-time.Millisecond), time.Now().Add(-time.Millisecond).UnixMilli()
+	g.refreshUnverified()
+	if _, err := g.Enter(); !errors.Is(err, ErrNotMember) {
+		t.Fatalf("bound passed, replication lossy: %v; want ErrNotMember", err)
+	}
+	safe.Store(true)
+	g.refreshUnverified()
+	tok, err := g.Enter()
+	if err != nil {
+		t.Fatalf("bound passed, replication safe: %v; want admitted", err)
+	}
+	if err := g.Check(tok); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	// Lossy again at the next look: refused at once.
+	safe.Store(false)
+	g.refreshUnverified()
+	if err := g.Serving(); !errors.Is(err, ErrNotMember) {
+		t.Fatalf("replication turned lossy: %v; want ErrNotMember", err)
+	}
+	// A safe look lasts two barrier polls, no longer.
+	safe.Store(true)
+	g.refreshUnverified()
+	g.mu.Lock()
+	g.unverifiedUntil = time.Now().Add(-time.Millisecond)
+	g.mu.Unlock()
+	if err := g.Serving(); !errors.Is(err, ErrNotMember) {
+		t.Fatalf("last safe look ran out: %v; want ErrNotMember", err)
 	}
 }

@@ -1,0 +1,94 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/idgen/idgen/ordered"
+	"github.com/idgen/idgen/ordered/storetest"
+	"github.com/idgen/idgen/segment"
+)
+
+// The simulated primary holds the owners' leases by the rules of the
+// real stores (the lease cases of the conformance suite).
+func TestDBLeaseConformance(t *testing.T) {
+	storetest.RunLease(t, func(t *testing.T) ordered.LeaseStore {
+		d := newDB(1)
+		return &nodeDB{Store: d.mem, d: d, n: &node{}}
+	})
+}
+
+// A lossy failover puts the replica's older nonces back, and the nonces
+// drawn after it are new ones: one a taker saw before the failover
+// reads as unchanged only if the replica had it.
+func TestDBLeaseFailover(t *testing.T) {
+	d := newDB(1)
+	s := &nodeDB{Store: d.mem, d: d, n: &node{}}
+	ctx := context.Background()
+	if err := s.Claim(ctx, 5, 1, "a"); err != nil {
+		t.Fatal(err)
+	}
+	nonce := func() string {
+		t.Helper()
+		n, err := s.LeaseNonces(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n[5]
+	}
+	n1 := nonce()
+	snap := d.snapshot()
+	if got, err := s.RenewLease(ctx, "a", []ordered.ShardEpoch{{Shard: 5, Epoch: 1}}); err != nil || len(got) != 1 {
+		t.Fatalf("RenewLease = %v, %v", got, err)
+	}
+	n2 := nonce()
+	d.failover(snap)
+	if got := nonce(); got != n1 {
+		t.Fatalf("nonce after a failover to a replica without the renewal: %q, want the replica's %q", got, n1)
+	}
+	if got, err := s.RenewLease(ctx, "a", []ordered.ShardEpoch{{Shard: 5, Epoch: 1}}); err != nil || len(got) != 1 {
+		t.Fatalf("RenewLease after the failover = %v, %v", got, err)
+	}
+	if got := nonce(); got == n1 || got == n2 {
+		t.Fatalf("renewal after the failover wrote %q, an old nonce (%q, %q)", got, n1, n2)
+	}
+}
+
+// The lease's writes honour the faults of the other writes: a
+// certification conflict refuses a renewal and a claim, storing nothing.
+func TestDBLeaseCertConflict(t *testing.T) {
+	d := newDB(1)
+	s := &nodeDB{Store: d.mem, d: d, n: &node{}}
+	ctx := context.Background()
+	if err := s.Claim(ctx, 2, 1, "a"); err != nil {
+		t.Fatal(err)
+	}
+	before := d.nonces[2]
+	d.conflicts.Store(2)
+	if _, err := s.RenewLease(ctx, "a", []ordered.ShardEpoch{{Shard: 2, Epoch: 1}}); !errors.Is(err, segment.ErrUnavailable) {
+		t.Fatalf("renewal under a certification conflict: %v; want ErrUnavailable", err)
+	}
+	if err := s.ClaimObserved(ctx, 2, 2, "b", before); !errors.Is(err, segment.ErrUnavailable) {
+		t.Fatalf("ClaimObserved under a certification conflict: %v; want ErrUnavailable", err)
+	}
+	if d.nonces[2] != before || d.epochs[2] != 1 {
+		t.Fatalf("refused commits changed the row: nonce %q -> %q, epoch %d", before, d.nonces[2], d.epochs[2])
+	}
+}
+
+// The nonces are drawn from the run's seed: two databases of one seed
+// draw the same ones.
+func TestDBLeaseNoncesPerSeed(t *testing.T) {
+	draw := func(seed uint64) string {
+		d := newDB(seed)
+		s := &nodeDB{Store: d.mem, d: d, n: &node{}}
+		if err := s.Claim(context.Background(), 0, 1, "a"); err != nil {
+			t.Fatal(err)
+		}
+		return d.nonces[0]
+	}
+	if a, b, c := draw(7), draw(7), draw(8); a != b || a == c || len(a) != 32 {
+		t.Fatalf("nonces of seeds 7, 7, 8: %q, %q, %q; want the same for one seed, 32 characters", a, b, c)
+	}
+}

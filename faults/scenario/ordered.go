@@ -805,8 +805,14 @@ func orderedZKPartition(mode zkPartMode) func(*Run) error {
 			// started, from its reservations in the cached-only shards
 			// (10 s window: one persist every 5 s at a random phase, so
 			// none fences it in time), above which the successor answers.
+			// The session (10 s) outlasts the partition (9 s): the
+			// owner's znode stays, stale. With the suite's 3 s session it
+			// expired before the takeover, a taker then waits a whole
+			// lease from its claim (the owner's last renewal is unknown),
+			// the owner's extension ends before that, and the control
+			// did not fail (seed 146384).
 			r.negOrder = true
-			o.Lease, o.Window = 3*time.Second, 10*time.Second
+			o.Lease, o.Window, o.Session = 3*time.Second, 10*time.Second, "10s"
 			o.setFault("IDGEN_FAULT_ORDERED_IGNORE_STORE_LEASE=1", firstNodes(3)...)
 		}
 		s, err := ordCluster(r, o)

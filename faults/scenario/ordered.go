@@ -747,11 +747,14 @@ const (
 )
 
 // zkPartFor is how long ordered-owner-zk-partition keeps the owner cut
-// off: two ZooKeeper sessions (the suite's 3 s), so that the owner's
-// session expires and its nodes/ znode is gone for the others (the case
-// where, without the store lease, it would be taken over at once), and
-// six leases of store renewals carrying the lease alone.
-const zkPartFor = 6 * time.Second
+// off: past its barrier membership's bound (zkguard.DefaultMemberLease,
+// 10 s), which it cannot renew without ZooKeeper either (ORDERED must go
+// on past it: the suite's MariaDB has no replica, so a failover cannot
+// lose a reservation), and over four ZooKeeper sessions (the suite's
+// 3 s), so that its session expires and its nodes/ znode is gone for the
+// others (the case where, without the store lease, it would be taken over
+// at once), after a few seconds with the znode present and stale.
+const zkPartFor = 14 * time.Second
 
 // orderedZKPartition: the owner's ZooKeeper traffic through a proxy,
 // silently partitioned while its clients and MySQL still reach it, then

@@ -72,29 +72,12 @@ func (s *ordSetup) orderedGaps(calls []checker.Call, biz string, from, to time.T
 		}
 	}
 	for who, ts := range ends {
-		g := longestGap(ts, from, to)
+		g := checker.LongestGap(who, ts, from, to)
 		if g.Len > f.worst.Len {
 			f.worst, f.worstWho = g, who
 		}
 	}
 	return f
-}
-
-// longestGap is the longest time within [from, to] between the times ts
-// (any order), from and to counting as times.
-func longestGap(ts []time.Time, from, to time.Time) checker.Gap {
-	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
-	var g checker.Gap
-	prev := from
-	for _, t := range append(ts, to) {
-		if d := t.Sub(prev); d > g.Len {
-			g.Len, g.From, g.To = d, prev, t
-		}
-		if t.After(prev) {
-			prev = t
-		}
-	}
-	return g
 }
 
 func gapText(g checker.Gap) string {

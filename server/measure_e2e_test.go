@@ -105,8 +105,10 @@ type gapMeter struct {
 	last map[int]time.Time
 	max  map[int]time.Duration
 	errs map[string]int
-	stop chan struct{}
-	wg   sync.WaitGroup
+	// first is the first error of each code, for the log.
+	first map[string]string
+	stop  chan struct{}
+	wg    sync.WaitGroup
 }
 
 func meterGaps(clients []idgensvc.Client) *gapMeter {
@@ -118,7 +120,7 @@ func meterGaps(clients []idgensvc.Client) *gapMeter {
 // meterGapsOf is meterGaps with each call's request from req: the
 // client's index and the count of its calls so far.
 func meterGapsOf(clients []idgensvc.Client, req func(i, n int) *idl.NextIDsRequest) *gapMeter {
-	g := &gapMeter{last: map[int]time.Time{}, max: map[int]time.Duration{}, errs: map[string]int{}, stop: make(chan struct{})}
+	g := &gapMeter{last: map[int]time.Time{}, max: map[int]time.Duration{}, errs: map[string]int{}, first: map[string]string{}, stop: make(chan struct{})}
 	now := time.Now()
 	for i, c := range clients {
 		g.last[i] = now
@@ -141,6 +143,9 @@ func meterGapsOf(clients []idgensvc.Client, req func(i, n int) *idl.NextIDsReque
 					code := "transport"
 					if errors.As(err, &ie) {
 						code = ie.Code.String()
+					}
+					if g.errs[code] == 0 {
+						g.first[code] = err.Error()
 					}
 					g.errs[code]++
 				}
@@ -208,10 +213,17 @@ func TestMeasure_ZooKeeperOutageOrderedGap(t *testing.T) {
 	cluster := fmt.Sprintf("ogap%d", rand.Uint32())
 	const keys = 8
 	var callers []idgensvc.Client
+	var started []*testnode.Node
+	defer func() {
+		if os.Getenv("IDGEN_MEASURE_LOGS") == "1" {
+			t.Log(started[0].Logs())
+		}
+	}()
 	for range 3 {
 		n := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{"--zk", zk.Addr(), "--cluster", cluster,
 			"--mysql", dsn, "--advertise-host", "127.0.0.1", "--auto-create-biz", "true", "--properties-dir", t.TempDir()}})
 		n.WaitSnowflake(t, 90*time.Second)
+		started = append(started, n)
 		c := n.Client(t)
 		for range keys {
 			callers = append(callers, c) // caller i asks node i/keys for key i%keys
@@ -232,5 +244,5 @@ func TestMeasure_ZooKeeperOutageOrderedGap(t *testing.T) {
 	time.Sleep(15 * time.Second)
 	gaps := g.finish()
 	report(t, "ORDERED gap per (node, key), ZooKeeper down 30s (outage tolerance), 3 nodes x 8 keys", gaps)
-	t.Logf("errors during the run: %v", g.errs)
+	t.Logf("errors during the run: %v; the first of each code: %v", g.errs, g.first)
 }

@@ -89,8 +89,9 @@ func startOwners(ctx context.Context, cfg Config, store ordered.Store, gate segm
 		if noWait {
 			log.Error("IDGEN_FAULT_ORDERED_NO_LEASE_WAIT=1: a new ORDERED shard owner does not wait out the old owner's lease (fault injection's negative control); answers will go backwards")
 		}
+		_, leases := store.(ordered.LeaseStore) // the MySQL store: owners ride a ZooKeeper outage on it
 		zc, err := zkown.Open(ctx, zkown.Config{Session: zs, Servers: strings.Split(cfg.ZK, ","), Root: cfg.ZKRoot, Cluster: cfg.Cluster,
-			Auth: cfg.ZKAuth, SessionTimeout: cfg.ZKSessionTimeout, Self: self, Lease: cfg.OrderedLease,
+			Auth: cfg.ZKAuth, SessionTimeout: cfg.ZKSessionTimeout, Self: self, Lease: cfg.OrderedLease, StoreLease: leases,
 			UnsafeNoLeaseWait: noWait, Logger: log.Named("owners"), Version: version})
 		if err != nil {
 			return nil, fmt.Errorf("ORDERED shard owners: %w", err)

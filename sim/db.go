@@ -58,8 +58,8 @@ func newDB(seed uint64) *db {
 		rng: rand.New(rand.NewPCG(seed, 0xdb)), rows: map[ordered.Key]int64{}, reqs: map[ordered.RequestKey]ordered.Request{}, server: 1}
 }
 
-// newNonce draws a lease nonce (mysqlstore.NewLeaseNonce's 32 hex
-// characters, from the run's seed). Called with d.mu held.
+// newNonce draws a lease nonce (32 hex characters, as mysqlstore's, from
+// the run's seed). Called with d.mu held.
 func (d *db) newNonce() string {
 	return fmt.Sprintf("%016x%016x", d.rng.Uint64(), d.rng.Uint64())
 }
@@ -360,7 +360,8 @@ func (s *nodeDB) RenewLease(ctx context.Context, owner string, shards []ordered.
 	err := s.shardsTx(ctx, ids, false, func(d *db) error {
 		nonce := d.newNonce()
 		for _, se := range shards {
-			if e, ok := d.epochs[se.Shard]; ok && e == se.Epoch && d.owners[se.Shard] == owner {
+			// A cleared lease (a hand-off) is never set again.
+			if e, ok := d.epochs[se.Shard]; ok && e == se.Epoch && d.owners[se.Shard] == owner && d.nonces[se.Shard] != "" {
 				d.nonces[se.Shard] = nonce
 				renewed = append(renewed, se.Shard)
 			}

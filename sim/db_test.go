@@ -14,17 +14,23 @@ import (
 // real stores (the lease cases of the conformance suite).
 func TestDBLeaseConformance(t *testing.T) {
 	storetest.RunLease(t, func(t *testing.T) ordered.LeaseStore {
-		d := newDB(1)
-		return &nodeDB{Store: d.mem, d: d, n: &node{}}
+		_, s := testDB(1)
+		return s
 	})
+}
+
+// testDB returns a database drawn from seed and a connection of a node
+// that is never paused or killed.
+func testDB(seed uint64) (*db, *nodeDB) {
+	d := newDB(seed)
+	return d, &nodeDB{Store: d.mem, d: d, n: &node{}}
 }
 
 // A lossy failover puts the replica's older nonces back, and the nonces
 // drawn after it are new ones: one a taker saw before the failover
 // reads as unchanged only if the replica had it.
 func TestDBLeaseFailover(t *testing.T) {
-	d := newDB(1)
-	s := &nodeDB{Store: d.mem, d: d, n: &node{}}
+	d, s := testDB(1)
 	ctx := context.Background()
 	if err := s.Claim(ctx, 5, 1, "a"); err != nil {
 		t.Fatal(err)
@@ -58,8 +64,7 @@ func TestDBLeaseFailover(t *testing.T) {
 // The lease's writes honour the faults of the other writes: a
 // certification conflict refuses a renewal and a claim, storing nothing.
 func TestDBLeaseCertConflict(t *testing.T) {
-	d := newDB(1)
-	s := &nodeDB{Store: d.mem, d: d, n: &node{}}
+	d, s := testDB(1)
 	ctx := context.Background()
 	if err := s.Claim(ctx, 2, 1, "a"); err != nil {
 		t.Fatal(err)
@@ -81,8 +86,7 @@ func TestDBLeaseCertConflict(t *testing.T) {
 // draw the same ones.
 func TestDBLeaseNoncesPerSeed(t *testing.T) {
 	draw := func(seed uint64) string {
-		d := newDB(seed)
-		s := &nodeDB{Store: d.mem, d: d, n: &node{}}
+		d, s := testDB(seed)
 		if err := s.Claim(context.Background(), 0, 1, "a"); err != nil {
 			t.Fatal(err)
 		}

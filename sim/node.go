@@ -267,7 +267,7 @@ func (n *node) start(ctx context.Context) error {
 	p.un = un
 	coord, err := zkown.Open(ctx, zkown.Config{Session: sess, Root: "/idgen", Cluster: n.cluster, Self: n.addr,
 		SessionTimeout: sessionTimeout, Lease: orderedLease, Clock: mono, Wall: wall, Timeout: zkTimeout, HandlerTimeout: time.Second,
-		UnsafeNoLeaseWait: c.ctl.noLeaseWait, Logger: log.Named("owners")})
+		UnsafeNoLeaseWait: c.ctl.noLeaseWait, StoreLease: true, Logger: log.Named("owners")})
 	if err != nil {
 		p.close(false) // what started so far, as a crash would leave it
 		return fmt.Errorf("zkown: %w", err)

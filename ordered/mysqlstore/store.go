@@ -140,10 +140,10 @@ func (s *Store) claim(ctx context.Context, shard int, epoch int64, owner string,
 	return s.ownedErr(ctx, op, err)
 }
 
-// NewLeaseNonce returns a fresh lease nonce: 16 random bytes as 32 hex
+// newLeaseNonce returns a fresh lease nonce: 16 random bytes as 32 hex
 // characters (the width of ordered_shard.lease_nonce). Random, never a
 // counter (see the package doc).
-func NewLeaseNonce() string {
+func newLeaseNonce() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	return hex.EncodeToString(b[:])
@@ -167,7 +167,7 @@ func (s *Store) claimOnce(ctx context.Context, shard int, epoch int64, owner str
 	// locking read of a missing row (a gap lock each) and deadlocking on
 	// the insert. shard = shard changes nothing, so 0 rows affected means
 	// the row was there (ClientFoundRows is off); it is locked either way.
-	nonce := NewLeaseNonce()
+	nonce := newLeaseNonce()
 	res, err := tx.ExecContext(ctx,
 		`INSERT INTO ordered_shard (shard, epoch, owner, persists, lease_nonce, updated_at) VALUES (?, ?, ?, 0, ?, ?)`+
 			` ON DUPLICATE KEY UPDATE shard = shard`, shard, epoch, owner, nonce, at)
@@ -180,7 +180,8 @@ func (s *Store) claimOnce(ctx context.Context, shard int, epoch int64, owner str
 		// No row was there: its nonce was "". The deferred rollback
 		// takes the insert back when the claim is refused.
 		if observed != nil && *observed != "" {
-			return leaseRenewed(shard, "", *observed)
+			return fmt.Errorf("%w: shard %d has no row (its nonce is empty), not the nonce %q observed (a lossy failover lost the row?); nothing changed: give the shard up and look again",
+				ordered.ErrLeaseRenewed, shard, *observed)
 		}
 		return tx.Commit()
 	}
@@ -265,25 +266,12 @@ func (s *Store) RenewLease(ctx context.Context, owner string, shards []ordered.S
 }
 
 func (s *Store) renewOnce(ctx context.Context, owner string, shards []ordered.ShardEpoch) ([]int, error) {
-	nonce := NewLeaseNonce()
+	nonce := newLeaseNonce()
 	var b strings.Builder
-	args := make([]any, 0, 3*len(shards)+2)
-	args = append(args, nonce)
-	b.WriteString(`UPDATE ordered_shard SET lease_nonce = ? WHERE shard IN (`)
-	for i, se := range shards {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("?")
-		args = append(args, se.Shard)
-	}
-	b.WriteString(`) AND owner = ? AND lease_nonce <> '' AND epoch = CASE shard`)
-	args = append(args, owner)
-	for _, se := range shards {
-		b.WriteString(" WHEN ? THEN ?")
-		args = append(args, se.Shard, se.Epoch)
-	}
-	b.WriteString(" END")
+	b.WriteString(`UPDATE ordered_shard SET lease_nonce = ? WHERE `)
+	args := shardsIn(&b, []any{nonce}, shards)
+	b.WriteString(` AND owner = ? AND lease_nonce <> '' AND `)
+	args = epochCase(&b, append(args, owner), shards)
 	res, err := s.conn.DB.ExecContext(ctx, b.String(), args...)
 	if err != nil {
 		return nil, err
@@ -292,28 +280,20 @@ func (s *Store) renewOnce(ctx context.Context, owner string, shards []ordered.Sh
 	if err != nil {
 		return nil, err
 	}
-	all := make([]int, len(shards))
-	for i, se := range shards {
-		all[i] = se.Shard
-	}
 	switch {
 	case n == int64(len(shards)):
+		all := make([]int, len(shards))
+		for i, se := range shards {
+			all[i] = se.Shard
+		}
 		return all, nil
 	case n == 0:
 		return nil, nil
 	}
 	var q strings.Builder
-	qargs := make([]any, 0, len(shards)+1)
-	q.WriteString(`SELECT shard FROM ordered_shard WHERE lease_nonce = ? AND shard IN (`)
-	qargs = append(qargs, nonce)
-	for i, sh := range all {
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString("?")
-		qargs = append(qargs, sh)
-	}
-	q.WriteString(") ORDER BY shard")
+	q.WriteString(`SELECT shard FROM ordered_shard WHERE lease_nonce = ? AND `)
+	qargs := shardsIn(&q, []any{nonce}, shards)
+	q.WriteString(" ORDER BY shard")
 	rows, err := s.conn.DB.QueryContext(ctx, q.String(), qargs...)
 	if err != nil {
 		return nil, err
@@ -408,7 +388,7 @@ func (s *Store) loadOnce(ctx context.Context, shard int, epoch int64, keys []ord
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if fenced, err := s.fence(ctx, tx, []shardEpoch{{shard, epoch}}, false); err != nil {
+	if fenced, err := s.fence(ctx, tx, []ordered.ShardEpoch{{Shard: shard, Epoch: epoch}}, false); err != nil {
 		return err
 	} else if fenced != nil {
 		return fenced[shard]
@@ -622,10 +602,10 @@ func (s *Store) writeShardsOnce(ctx context.Context, live []shardWrite, errs []e
 		return nil, false, err
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	fences := make([]shardEpoch, len(live))
+	fences := make([]ordered.ShardEpoch, len(live))
 	var reqs []ordered.Request
 	for i, w := range live {
-		fences[i] = shardEpoch{w.shard, w.epoch}
+		fences[i] = ordered.ShardEpoch{Shard: w.shard, Epoch: w.epoch}
 		reqs = append(reqs, w.reqs...)
 	}
 	anyEpoch := s.ignoreEpoch.Load()
@@ -757,15 +737,9 @@ func rowUpserts(shard int, rows []ordered.Row, exact bool) []mysqldb.Stmt {
 	return out
 }
 
-// shardEpoch is a shard and the epoch a write of it is conditional on.
-type shardEpoch struct {
-	shard int
-	epoch int64
-}
-
 // fence runs the fencing UPDATE (fenceStmt) alone and reads its count
 // (fenceCount): Load's first statement.
-func (s *Store) fence(ctx context.Context, tx *sql.Tx, shards []shardEpoch, unsafeAnyEpoch bool) (fenced map[int]error, err error) {
+func (s *Store) fence(ctx context.Context, tx *sql.Tx, shards []ordered.ShardEpoch, unsafeAnyEpoch bool) (fenced map[int]error, err error) {
 	st := fenceStmt(shards, unsafeAnyEpoch, "persists = persists + 1")
 	res, err := tx.ExecContext(ctx, st.SQL, st.Args...)
 	if err != nil {
@@ -776,37 +750,55 @@ func (s *Store) fence(ctx context.Context, tx *sql.Tx, shards []shardEpoch, unsa
 
 // fenceStmt is the first statement of every owner transaction: one UPDATE
 // of every shard whose stored epoch is the caller's (set: how it counts
-// the write in ordered_shard.persists), which both checks the epochs and
+// the write in ordered_shard.persists, and for a write-back the cleared
+// lease nonce), which both checks the epochs and
 // holds the shard rows' locks until the transaction ends (the rows are
 // found by primary key, in key order, so two fences never deadlock each
 // other). unsafeAnyEpoch drops the condition (UnsafeIgnoreEpoch, fault
 // injection's negative control only).
-func fenceStmt(shards []shardEpoch, unsafeAnyEpoch bool, set string) mysqldb.Stmt {
+func fenceStmt(shards []ordered.ShardEpoch, unsafeAnyEpoch bool, set string) mysqldb.Stmt {
 	var b strings.Builder
-	args := make([]any, 0, 3*len(shards)+1)
-	b.WriteString(`UPDATE ordered_shard SET ` + set + ` WHERE shard IN (`)
+	b.WriteString(`UPDATE ordered_shard SET ` + set + ` WHERE `)
+	args := shardsIn(&b, make([]any, 0, 3*len(shards)+1), shards)
+	b.WriteString(` AND (? OR `)
+	args = epochCase(&b, append(args, unsafeAnyEpoch), shards)
+	b.WriteString(")")
+	return mysqldb.Stmt{SQL: b.String(), Args: args}
+}
+
+// shardsIn writes the condition "shard IN (?, ...)" of shards to b and
+// returns args with their numbers appended.
+func shardsIn(b *strings.Builder, args []any, shards []ordered.ShardEpoch) []any {
+	b.WriteString("shard IN (")
 	for i, se := range shards {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		b.WriteString("?")
-		args = append(args, se.shard)
+		args = append(args, se.Shard)
 	}
-	b.WriteString(`) AND (? OR epoch = CASE shard`)
-	args = append(args, unsafeAnyEpoch)
+	b.WriteString(")")
+	return args
+}
+
+// epochCase writes the condition that each shard's stored epoch is its
+// Epoch, "epoch = CASE shard WHEN ? THEN ? ... END", to b and returns
+// args with its arguments appended.
+func epochCase(b *strings.Builder, args []any, shards []ordered.ShardEpoch) []any {
+	b.WriteString("epoch = CASE shard")
 	for _, se := range shards {
 		b.WriteString(" WHEN ? THEN ?")
-		args = append(args, se.shard, se.epoch)
+		args = append(args, se.Shard, se.Epoch)
 	}
-	b.WriteString(" END)")
-	return mysqldb.Stmt{SQL: b.String(), Args: args}
+	b.WriteString(" END")
+	return args
 }
 
 // fenceCount reads the count of a fenceStmt (res: its own, or that of an
 // Exec a fenceStmt ended: RowsAffected is the last statement's): fenced
 // names the shards whose epoch is not the caller's, read only when the
 // count falls short (the rare path).
-func (s *Store) fenceCount(ctx context.Context, tx *sql.Tx, res sql.Result, shards []shardEpoch) (fenced map[int]error, err error) {
+func (s *Store) fenceCount(ctx context.Context, tx *sql.Tx, res sql.Result, shards []ordered.ShardEpoch) (fenced map[int]error, err error) {
 	if n, err := res.RowsAffected(); err != nil {
 		return nil, err
 	} else if n == int64(len(shards)) {
@@ -820,7 +812,7 @@ func (s *Store) fenceCount(ctx context.Context, tx *sql.Tx, res sql.Result, shar
 		// row changed between the two statements, which the locks rule
 		// out. Refuse them all rather than guess which one.
 		for _, se := range shards {
-			fenced[se.shard] = fmt.Errorf("%w: shard %d left epoch %d meanwhile; claim it again", ordered.ErrFenced, se.shard, se.epoch)
+			fenced[se.Shard] = fmt.Errorf("%w: shard %d left epoch %d meanwhile; claim it again", ordered.ErrFenced, se.Shard, se.Epoch)
 		}
 	}
 	return fenced, nil
@@ -830,18 +822,18 @@ func (s *Store) fenceCount(ctx context.Context, tx *sql.Tx, res sql.Result, shar
 // scan locked every row it read, so this sees what the fence saw): the
 // ordered.ErrFenced error of each shard whose epoch is not the caller's,
 // saying whose it is.
-func (s *Store) epochErrs(ctx context.Context, tx *sql.Tx, shards []shardEpoch) (map[int]error, error) {
+func (s *Store) epochErrs(ctx context.Context, tx *sql.Tx, shards []ordered.ShardEpoch) (map[int]error, error) {
 	stored, err := s.readEpochs(ctx, tx, shards)
 	if err != nil {
 		return nil, err
 	}
 	fenced := map[int]error{}
 	for _, se := range shards {
-		st, ok := stored[se.shard]
+		st, ok := stored[se.Shard]
 		if !ok {
-			fenced[se.shard] = fmt.Errorf("%w: shard %d was never claimed: Claim it before loading or persisting", ordered.ErrFenced, se.shard)
-		} else if err := fencedUnless(se.shard, se.epoch, st.epoch, st.owner); err != nil {
-			fenced[se.shard] = err
+			fenced[se.Shard] = fmt.Errorf("%w: shard %d was never claimed: Claim it before loading or persisting", ordered.ErrFenced, se.Shard)
+		} else if err := fencedUnless(se.Shard, se.Epoch, st.epoch, st.owner); err != nil {
+			fenced[se.Shard] = err
 		}
 	}
 	return fenced, nil
@@ -854,18 +846,11 @@ type storedEpoch struct {
 
 // readEpochs reads the stored epoch and owner of shards (absent: never
 // claimed), locking their rows.
-func (s *Store) readEpochs(ctx context.Context, q querier, shards []shardEpoch) (map[int]storedEpoch, error) {
+func (s *Store) readEpochs(ctx context.Context, q querier, shards []ordered.ShardEpoch) (map[int]storedEpoch, error) {
 	var b strings.Builder
-	args := make([]any, 0, len(shards))
-	b.WriteString(`SELECT shard, epoch, owner FROM ordered_shard WHERE shard IN (`)
-	for i, se := range shards {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("?")
-		args = append(args, se.shard)
-	}
-	b.WriteString(") FOR UPDATE")
+	b.WriteString(`SELECT shard, epoch, owner FROM ordered_shard WHERE `)
+	args := shardsIn(&b, make([]any, 0, len(shards)), shards)
+	b.WriteString(" FOR UPDATE")
 	rows, err := q.QueryContext(ctx, b.String(), args...)
 	if err != nil {
 		return nil, err

@@ -143,22 +143,47 @@ func fastTimeout(cfg *Config) { cfg.Timeout = 20 * time.Millisecond }
 func (w *world) leaseNode(self string, store *fakeLeases, mod func(*Config)) (*tnode, *leaser) {
 	w.t.Helper()
 	var l *leaser
-	n := w.nodeWith(self, mod, func(r *recorder) ordered.Handler {
+	n := w.nodeWith(self, func(cfg *Config) {
+		cfg.StoreLease = true
+		if mod != nil {
+			mod(cfg)
+		}
+	}, func(r *recorder) ordered.Handler {
 		l = &leaser{recorder: r, store: store}
 		return l
 	})
 	return n, l
 }
 
-// settleStore is settle, then two more rounds: every node has read the
-// others' records as written once their handler was attached
-// (store_lease).
+// settleStore is settle for nodes with store leases.
 func settleStore(t *testing.T, w *world, nodes ...*tnode) {
 	t.Helper()
 	settle(t, w, 80, nodes...)
-	w.stepAll(testTick, nodes...)
-	w.stepAll(testTick, nodes...)
-	checkAssignment(t, w, nodes...)
+}
+
+// A node configured with StoreLease advertises it from its znode's
+// creation: the other nodes use store leases from their first look. Its
+// Start refuses a handler whose store holds none.
+func TestStoreLeaseAdvertisedFromCreation(t *testing.T) {
+	w := newWorld(t)
+	store := &fakeLeases{}
+	a, _ := w.leaseNode(addrA, store, nil)
+	w.leaseNode(addrB, store, nil)
+	a.c.round(context.Background()) // a's first look, before any renewal of b
+	a.c.mu.Lock()
+	ok := a.c.storePeersOK
+	a.c.mu.Unlock()
+	if !ok {
+		t.Fatal("a does not count on b's store leases at its first look")
+	}
+	c, err := newCoordinator(context.Background(), func() Config { cfg := w.config("10.0.0.3:8888"); cfg.StoreLease = true; return cfg }(), w.fz.connect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer abandon(c)
+	if err := c.attach(newRecorder("10.0.0.3:8888", w.clk, w.j)); err == nil {
+		t.Fatal("Start with StoreLease and a handler without store leases succeeded")
+	}
 }
 
 // A whole ZooKeeper outage: every node keeps its shards and its lease on

@@ -152,6 +152,13 @@ type Config struct {
 	HandlerTimeout time.Duration
 	// MaxHandoffs bounds the planned hand-offs of one round (default 8).
 	MaxHandoffs int
+	// StoreLease: the handler Start gets holds leases in the store
+	// (ordered.LeaseHandler, storelease.go). Advertised in nodes/<id>
+	// from its creation, so the other nodes count on it from their first
+	// look (a node that does not advertise it keeps every node's lease on
+	// ZooKeeper alone); Start refuses a handler without it. False: the
+	// handler's own word, published from its first renewal on.
+	StoreLease bool
 
 	// Tests only: this process's pid (default os.Getpid()), its Host
 	// (default processHost()) and processGone (predecessor.go).
@@ -468,6 +475,7 @@ func newCoordinator(ctx context.Context, cfg Config, conn ZK) (*Coordinator, err
 		roundDone: make(chan struct{}), renewDone: make(chan struct{}),
 		retired: map[string]time.Time{}, held: map[int]int64{}, peers: map[string]*peer{}, warned: map[string]bool{},
 	}
+	c.storeLease.Store(cfg.StoreLease)
 	if cfg.UnsafeNoLeaseWait {
 		c.staleAfter = cfg.Lease / 2
 		c.log.Error("ORDERED lease wait switched OFF (UnsafeNoLeaseWait): a new shard owner serves at once and a node is taken over after one missed renewal; " +
@@ -542,8 +550,12 @@ func (c *Coordinator) attach(h ordered.Handler) error {
 	case c.h != nil:
 		return errors.New("zkown: Start called twice")
 	}
-	c.h = h
-	if c.lh = leaseHandler(h); c.lh != nil {
+	lh := leaseHandler(h)
+	if lh == nil && c.cfg.StoreLease {
+		return errors.New("zkown: Config.StoreLease is set but the handler's store holds no leases (not an ordered.LeaseHandler on a LeaseStore)")
+	}
+	c.h, c.lh = h, lh
+	if c.lh != nil {
 		// Published with the next renewal (woken now): until then the
 		// peers do not count on this node respecting store leases.
 		c.storeLease.Store(true)

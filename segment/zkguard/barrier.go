@@ -121,11 +121,11 @@ func (g *Guard) boundLocked() error {
 }
 
 // unverifiedFor is how long one look at the replication lets the bound
-// pass: two barrier polls, so a node whose renewals keep failing looks
-// again before the last look runs out.
-func (g *Guard) unverifiedFor() time.Duration { return 2 * min(pollOpen, g.cfg.MemberLease/6) }
+// pass: four looks' periods, so a look that takes a moment (a verdict
+// read again) does not leave a gap.
+func (g *Guard) unverifiedFor() time.Duration { return 4 * unverifiedEvery }
 
-// refreshUnverified runs after each barrier round while the gate is open.
+// refreshUnverified runs every unverifiedEvery while the gate is open.
 // When this node's bound is about to pass without a renewal (ZooKeeper
 // out of reach: an outage, or this node cut off), it asks whether the
 // store's replication can lose a reservation (Config.ServeUnverified: a
@@ -252,8 +252,34 @@ func (g *Guard) StartBarrier(store Server, r Repair) {
 	go g.barrierLoop(store, r.Flush)
 }
 
+// unverifiedEvery is how often the bound's replication look runs
+// (refreshUnverified), on its own ticker: a barrier round may take
+// seconds while ZooKeeper does not answer (each call runs to its
+// timeout), longer than one look lasts.
+const unverifiedEvery = 250 * time.Millisecond
+
 func (g *Guard) barrierLoop(store Server, flush func(ctx context.Context) error) {
 	defer close(g.done)
+	looks := make(chan struct{})
+	go func() {
+		defer close(looks)
+		t := time.NewTicker(unverifiedEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-g.stop:
+				return
+			case <-t.C:
+			}
+			g.mu.Lock()
+			open := g.open
+			g.mu.Unlock()
+			if open {
+				g.refreshUnverified()
+			}
+		}
+	}()
+	defer func() { <-looks }()
 	for {
 		g.barrierStep(store, flush)
 		// An open gate only watches for another node's server change (this
@@ -294,7 +320,6 @@ func (g *Guard) barrierStep(store Server, flush func(ctx context.Context) error)
 	open, closedAt, timedOut := g.open, g.closedAt, g.timedOut
 	g.mu.Unlock()
 	if open {
-		g.refreshUnverified()
 		if err != nil && !errors.Is(err, segment.ErrUnavailable) {
 			g.log.Warn("ORDERED barrier round failed", zap.Error(err))
 		}

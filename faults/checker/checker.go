@@ -442,20 +442,26 @@ func (r *Report) gaps(calls []Call, from, to time.Time) {
 		return keys[i] < keys[j]
 	})
 	for _, k := range keys {
-		ts := ends[k]
-		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
-		g := Gap{Key: k}
-		prev := from
-		for _, t := range append(ts, to) {
-			if d := t.Sub(prev); d > g.Len {
-				g.Len, g.From, g.To = d, prev, t
-			}
-			if t.After(prev) {
-				prev = t
-			}
-		}
-		r.Gaps = append(r.Gaps, g)
+		r.Gaps = append(r.Gaps, LongestGap(k, ends[k], from, to))
 	}
+}
+
+// LongestGap returns the longest stretch within [from, to] without one of
+// the times ts (answer times; sorted in place), from and to bounding it:
+// with no time at all the whole window is the gap.
+func LongestGap(key string, ts []time.Time, from, to time.Time) Gap {
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	g := Gap{Key: key}
+	prev := from
+	for _, t := range append(ts, to) {
+		if d := t.Sub(prev); d > g.Len {
+			g.Len, g.From, g.To = d, prev, t
+		}
+		if t.After(prev) {
+			prev = t
+		}
+	}
+	return g
 }
 
 // Summary is the report on one line.

@@ -176,16 +176,5 @@ func KeyOutage(calls []Call, biz string, keys []string, from, to time.Time) Gap 
 			ends = append(ends, c.End)
 		}
 	}
-	sort.Slice(ends, func(i, j int) bool { return ends[i].Before(ends[j]) })
-	g := Gap{Key: "ordered/" + biz}
-	prev := from
-	for _, t := range append(ends, to) {
-		if d := t.Sub(prev); d > g.Len {
-			g.Len, g.From, g.To = d, prev, t
-		}
-		if t.After(prev) {
-			prev = t
-		}
-	}
-	return g
+	return LongestGap("ordered/"+biz, ends, from, to)
 }

@@ -729,17 +729,59 @@ func orderedOwnerPause(r *Run) error {
 	return nil
 }
 
+// zkPartMode is what orderedZKPartition runs.
+type zkPartMode int
+
+const (
+	// zkPartStoreLease: the scenario (ordered-owner-zk-partition). The
+	// partitioned owner renews its lease in the store: it keeps its
+	// shards and keeps answering, and nobody takes them over.
+	zkPartStoreLease zkPartMode = iota
+	// zkPartNoLeaseWait: neg-ordered-lease (IDGEN_FAULT_ORDERED_NO_LEASE_WAIT=1
+	// on every node: no lease wait, the store's included).
+	zkPartNoLeaseWait
+	// zkPartIgnoreStoreLease: neg-ordered-store-lease
+	// (IDGEN_FAULT_ORDERED_IGNORE_STORE_LEASE=1 on every node: owners
+	// still extend their leases through the store, takers ignore it).
+	zkPartIgnoreStoreLease
+)
+
+// zkPartFor is how long ordered-owner-zk-partition keeps the owner cut
+// off: past its barrier membership's bound (zkguard.DefaultMemberLease,
+// 10 s), which it cannot renew without ZooKeeper either (ORDERED must go
+// on past it: the suite's MariaDB has no replica, so a failover cannot
+// lose a reservation), and over four ZooKeeper sessions (the suite's
+// 3 s), so that its session expires and its nodes/ znode is gone for the
+// others (the case where, without the store lease, it would be taken over
+// at once), after a few seconds with the znode present and stale.
+const zkPartFor = 14 * time.Second
+
 // orderedZKPartition: the owner's ZooKeeper traffic through a proxy,
-// silently partitioned for 3 leases while its clients still reach it,
-// then healed. neg: IDGEN_FAULT_ORDERED_NO_LEASE_WAIT=1 on every node.
-func orderedZKPartition(neg bool) func(*Run) error {
+// silently partitioned while its clients and MySQL still reach it, then
+// healed.
+//
+// zkPartStoreLease: for zkPartFor. The owner's lease runs on its store
+// renewals: every shard it owned stays its own as every other node sees
+// it, it keeps answering (the hot keys' longest gap from the partition to
+// the end within ordGapBound) and the checker finds no duplicate and no
+// order violation. A takeover of one of its shards while it was cut off
+// is a violation, and so is a node without store leases (the old
+// mechanism, which stopped the owner one lease into the partition).
+//
+// The controls partition for 3 leases and expect a takeover.
+// zkPartNoLeaseWait: the new owner serves at once. zkPartIgnoreStoreLease:
+// the takers take the shard on ZooKeeper's word (its znode stale) while
+// the owner still extends its lease through the store until the claim
+// raises the epoch: it answers up to one lease beside its successor.
+func orderedZKPartition(mode zkPartMode) func(*Run) error {
 	return func(r *Run) error {
 		p, err := r.Proxy()
 		if err != nil {
 			return err
 		}
 		o := ordOpts{Victim: 1, CachedShards: 3, ClusterOpts: ClusterOpts{ZK: map[int]string{1: p.Addr}}}
-		if neg {
+		switch mode {
+		case zkPartNoLeaseWait:
 			// Without the lease wait the partitioned owner answers from
 			// its cached reservations until its lease runs out (0.35 to
 			// 1.35 s after the takeover with a 3 s lease: stale after
@@ -755,6 +797,26 @@ func orderedZKPartition(neg bool) func(*Run) error {
 			r.negOrder = true
 			o.Lease, o.Window = 3*time.Second, 10*time.Second
 			o.setFault("IDGEN_FAULT_ORDERED_NO_LEASE_WAIT=1", firstNodes(3)...)
+		case zkPartIgnoreStoreLease:
+			// The takers see the owner's znode stale one lease into the
+			// partition and claim; their wait counts from when they last
+			// saw it change (the partition), so they serve at once. The
+			// owner's last store renewal before the claim extends its
+			// lease to that renewal plus a lease (less the margin): with
+			// renewals every lease/3 it answers for 2/3 of a lease to a
+			// lease (2 to 3 s with a 3 s lease) after its successor
+			// started, from its reservations in the cached-only shards
+			// (10 s window: one persist every 5 s at a random phase, so
+			// none fences it in time), above which the successor answers.
+			// The session (10 s) outlasts the partition (9 s): the
+			// owner's znode stays, stale. With the suite's 3 s session it
+			// expired before the takeover, a taker then waits a whole
+			// lease from its claim (the owner's last renewal is unknown),
+			// the owner's extension ends before that, and the control
+			// did not fail (seed 146384).
+			r.negOrder = true
+			o.Lease, o.Window, o.Session = 3*time.Second, 10*time.Second, "10s"
+			o.setFault("IDGEN_FAULT_ORDERED_IGNORE_STORE_LEASE=1", firstNodes(3)...)
 		}
 		s, err := ordCluster(r, o)
 		if err != nil {
@@ -767,6 +829,9 @@ func orderedZKPartition(neg bool) func(*Run) error {
 			return errors.New("n1 has no connection through its ZooKeeper proxy: the scenario cannot happen")
 		}
 		off := s.logOffsets()
+		if mode == zkPartStoreLease {
+			return s.partitionKept(r, p, off)
+		}
 		p.Partition()
 		t := time.Now()
 		r.Note("%s (owner of shard %d) partitioned from ZooKeeper for %v", a.Name, s.shard, 3*s.lease)
@@ -783,6 +848,101 @@ func orderedZKPartition(neg bool) func(*Run) error {
 		s.finish(r, b, 7*time.Second, off)
 		return nil
 	}
+}
+
+// partitionKept is ordered-owner-zk-partition with store leases (see
+// orderedZKPartition): the victim partitioned from ZooKeeper by p for
+// zkPartFor while the others are asked every 100 ms who owns its shards.
+func (s *ordSetup) partitionKept(r *Run, p *harness.Proxy, off map[*harness.Node]int64) error {
+	a := s.victim
+	if len(a.LogLines(0, "ORDERED lease is renewed in the store too")) == 0 {
+		r.Violation("%s does not renew its ORDERED lease in the store (no store-lease line in its log): the old mechanism stops it one lease into the partition", a.Name)
+	}
+	owners, err := ownersOf(s.others()[0])
+	if err != nil {
+		return err
+	}
+	var mine []int
+	for sh, addr := range owners {
+		if addr == a.RPCAddr {
+			mine = append(mine, sh)
+		}
+	}
+	if !slices.Contains(mine, s.shard) {
+		return fmt.Errorf("%s does not own the hot shard %d before the partition: the scenario cannot happen", a.Name, s.shard)
+	}
+	nodes := s.c.Active()
+	before := ownerAnswers(nodes)
+	p.Partition()
+	t := time.Now()
+	r.Note("%s (owner of shard %d and %d more) partitioned from ZooKeeper for %v (session 3 s, lease %v)", a.Name, s.shard,
+		len(mine)-1, zkPartFor, s.lease)
+	type takeover struct {
+		shard       int
+		seen, owner string
+		at          time.Time
+	}
+	var taken []takeover
+	takenShard := map[int]bool{}
+	unknown := 0
+	for time.Now().Before(t.Add(zkPartFor)) {
+		for _, n := range s.others() {
+			o, err := ownersOf(n)
+			if err != nil {
+				unknown++
+				continue
+			}
+			for _, sh := range mine {
+				if o[sh] != a.RPCAddr && o[sh] != "" && !takenShard[sh] {
+					takenShard[sh] = true
+					name := o[sh]
+					if x := s.byAddr(o[sh]); x != nil {
+						name = x.Name
+					}
+					taken = append(taken, takeover{sh, n.Name, name, time.Now()})
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	during := ownerAnswers(nodes)
+	p.Heal()
+	heal := time.Now()
+	r.Note("healed after %v; ORDERED owner answers per node during the partition: %s", heal.Sub(t).Round(100*time.Millisecond),
+		answersText(nodes, before, during))
+	if unknown > 0 {
+		r.Note("owner map unreadable %d times during the partition", unknown)
+	}
+	for i, x := range taken {
+		if i < 5 {
+			r.Violation("shard %d of %s taken over by %s (as %s saw it) %v into the partition, while %s renewed its lease in the store",
+				x.shard, a.Name, x.owner, x.seen, x.at.Sub(t).Round(10*time.Millisecond), a.Name)
+		}
+	}
+	if len(taken) == 0 {
+		r.Note("none of %s's %d shards taken over during the partition", a.Name, len(mine))
+	}
+	if held := logCount(s.others(), off, "its owner renews its lease through the store"); held > 0 {
+		r.Note("takeovers deferred by the store lease (log lines on the others): %d", held)
+	}
+	if n := len(a.LogLines(off[a], "ORDERED lease runs on the store's renewals")); n > 0 {
+		r.Note("%s's lease ran on the store's renewals (%d episodes logged)", a.Name, n)
+	}
+	s.finish(r, s.others()[0], 7*time.Second, off)
+	s.noteGaps(r, t, heal, "during the partition", false)
+	longest := s.noteGaps(r, t, r.to, "from the partition to the end", true)
+	r.Note("ORDERED longest hot-key gap through the owner's partition: %.2f s (bound %v, target 1 s)", longest.Seconds(), ordGapBound)
+	failuresIn(r, t, heal, "during the partition")
+	return nil
+}
+
+// logCount counts the log lines containing substr of nodes since off.
+func logCount(nodes []*harness.Node, off map[*harness.Node]int64, substr string) int {
+	n := 0
+	for _, x := range nodes {
+		n += len(x.LogLines(off[x], substr))
+	}
+	return n
 }
 
 // orderedHandoff: the owner SIGTERMed under load (a planned hand-off of

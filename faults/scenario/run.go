@@ -180,19 +180,7 @@ func snowflakeNodeGaps(calls []checker.Call, to time.Time) []checker.Gap {
 	sort.Strings(nodes)
 	var gaps []checker.Gap
 	for _, n := range nodes {
-		ts := ends[n]
-		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
-		g := checker.Gap{Key: "node/" + n}
-		prev := first[n]
-		for _, t := range append(ts, to) {
-			if d := t.Sub(prev); d > g.Len {
-				g.Len, g.From, g.To = d, prev, t
-			}
-			if t.After(prev) {
-				prev = t
-			}
-		}
-		gaps = append(gaps, g)
+		gaps = append(gaps, checker.LongestGap("node/"+n, ends[n], first[n], to))
 	}
 	return gaps
 }

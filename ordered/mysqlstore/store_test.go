@@ -22,6 +22,14 @@ func TestOwned_Conformance(t *testing.T) {
 	})
 }
 
+func TestOwned_LeaseConformance(t *testing.T) {
+	dsn := newTestDatabase(t)
+	storetest.RunLease(t, func(t *testing.T) ordered.LeaseStore {
+		_, s := open(t, dsn, nil)
+		return s
+	})
+}
+
 // TestOwned_PerRequestPathCompatible: owners and the per-request path
 // (ReserveOrdered) share rows and request ids, so a cluster switching from
 // one to the other continues above the numbers the other handed out and

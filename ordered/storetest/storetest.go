@@ -20,8 +20,8 @@
 // down, so a shard is only fresh once) and on business names unique to the
 // Run. So give each Run a database of its own.
 //
-// A store that holds the owners' leases (ordered.LeaseStore) also runs
-// the Lease cases (RunLease runs them alone).
+// A store that holds the owners' leases (ordered.LeaseStore) runs the
+// Lease cases with RunLease too.
 //
 // Each case fails when the rule it is named after breaks; run with -race.
 // (ordered.Store's methods are each one atomic operation: Persist raises
@@ -89,18 +89,6 @@ func Run(t *testing.T, open func(t *testing.T) ordered.Store) {
 		{"PersistShardsInvalid", s.testShardsInvalid},
 		{"PersistShardsFencedBeforeDuplicate", s.testShardsFencedDuplicate},
 		{"ConcurrentPersistShardsAndClaim", s.testShardsConcurrentFence},
-	}
-	for _, lc := range s.leaseCases() {
-		tests = append(tests, struct {
-			name string
-			fn   func(t *testing.T, st ordered.Store)
-		}{lc.name, func(t *testing.T, st ordered.Store) {
-			ls, ok := st.(ordered.LeaseStore)
-			if !ok {
-				t.Skip("the store holds no leases (not an ordered.LeaseStore)")
-			}
-			lc.fn(t, ls)
-		}})
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -167,23 +167,38 @@ func (g *gapMeter) finish() []time.Duration {
 	return out
 }
 
-// TestMeasure_ZooKeeperOutageGap: three nodes on a private ZooKeeper with
-// default settings; ZooKeeper stops for 12 s (longer than the 10 s session)
-// and comes back. The figure is the longest SNOWFLAKE gap of any node.
-func TestMeasure_ZooKeeperOutageGap(t *testing.T) {
-	measuring(t)
+// measureCluster starts n nodes of a new cluster on a private ZooKeeper
+// (returned, for outages) and a database of its own on IDGEN_TEST_MYSQL,
+// with default settings, each serving SNOWFLAKE; extra arguments are
+// added to each node's. It skips the measurement without MySQL.
+func measureCluster(t *testing.T, name string, n int, extra ...string) (*testnode.ZooKeeper, []*testnode.Node) {
+	t.Helper()
 	base := os.Getenv("IDGEN_TEST_MYSQL")
 	if base == "" {
 		t.Skip("needs IDGEN_TEST_MYSQL")
 	}
 	zk := testnode.StartZooKeeper(t)
 	dsn := testdb.New(t, base)
-	cluster := fmt.Sprintf("gap%d", rand.Uint32())
+	cluster := fmt.Sprintf("%s%d", name, rand.Uint32())
+	var nodes []*testnode.Node
+	for range n {
+		args := append([]string{"--zk", zk.Addr(), "--cluster", cluster, "--mysql", dsn, "--advertise-host", "127.0.0.1",
+			"--properties-dir", t.TempDir()}, extra...)
+		node := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: args})
+		node.WaitSnowflake(t, 90*time.Second)
+		nodes = append(nodes, node)
+	}
+	return zk, nodes
+}
+
+// TestMeasure_ZooKeeperOutageGap: three nodes on a private ZooKeeper with
+// default settings; ZooKeeper stops for 12 s (longer than the 10 s session)
+// and comes back. The figure is the longest SNOWFLAKE gap of any node.
+func TestMeasure_ZooKeeperOutageGap(t *testing.T) {
+	measuring(t)
+	zk, nodes := measureCluster(t, "gap", 3, "--auto-create-biz", "true")
 	var clients []idgensvc.Client
-	for range 3 {
-		n := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{"--zk", zk.Addr(), "--cluster", cluster,
-			"--mysql", dsn, "--advertise-host", "127.0.0.1", "--auto-create-biz", "true", "--properties-dir", t.TempDir()}})
-		n.WaitSnowflake(t, 90*time.Second)
+	for _, n := range nodes {
 		clients = append(clients, n.Client(t))
 	}
 	g := meterGaps(clients)
@@ -204,26 +219,10 @@ func TestMeasure_ZooKeeperOutageGap(t *testing.T) {
 // back. The figures are the longest gap of each (node, key) caller.
 func TestMeasure_ZooKeeperOutageOrderedGap(t *testing.T) {
 	measuring(t)
-	base := os.Getenv("IDGEN_TEST_MYSQL")
-	if base == "" {
-		t.Skip("needs IDGEN_TEST_MYSQL")
-	}
-	zk := testnode.StartZooKeeper(t)
-	dsn := testdb.New(t, base)
-	cluster := fmt.Sprintf("ogap%d", rand.Uint32())
+	zk, nodes := measureCluster(t, "ogap", 3, "--auto-create-biz", "true")
 	const keys = 8
 	var callers []idgensvc.Client
-	var started []*testnode.Node
-	defer func() {
-		if os.Getenv("IDGEN_MEASURE_LOGS") == "1" {
-			t.Log(started[0].Logs())
-		}
-	}()
-	for range 3 {
-		n := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{"--zk", zk.Addr(), "--cluster", cluster,
-			"--mysql", dsn, "--advertise-host", "127.0.0.1", "--auto-create-biz", "true", "--properties-dir", t.TempDir()}})
-		n.WaitSnowflake(t, 90*time.Second)
-		started = append(started, n)
+	for _, n := range nodes {
 		c := n.Client(t)
 		for range keys {
 			callers = append(callers, c) // caller i asks node i/keys for key i%keys

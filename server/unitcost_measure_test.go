@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"strconv"
 	"sync"
@@ -17,8 +16,6 @@ import (
 	"github.com/cloudwego/kitex/pkg/stats"
 
 	"github.com/idgen/idgen/cluster/zksession"
-	"github.com/idgen/idgen/internal/testdb"
-	"github.com/idgen/idgen/internal/testnode"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 )
 
@@ -44,21 +41,13 @@ import (
 // scripts/availability.sh starts its own. Nothing is asserted.
 func TestMeasure_UnitCosts(t *testing.T) {
 	measuring(t)
-	base := os.Getenv("IDGEN_TEST_MYSQL")
-	if base == "" {
-		t.Skip("needs IDGEN_TEST_MYSQL")
-	}
-	zk := testnode.StartZooKeeper(t)
-	dsn := testdb.New(t, base)
-	db, err := sql.Open("mysql", base)
+	zk, nodes := measureCluster(t, "cost", 1)
+	n := nodes[0]
+	db, err := sql.Open("mysql", os.Getenv("IDGEN_TEST_MYSQL"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	cluster := fmt.Sprintf("cost%d", rand.Uint32())
-	n := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{"--zk", zk.Addr(), "--cluster", cluster,
-		"--mysql", dsn, "--advertise-host", "127.0.0.1", "--properties-dir", t.TempDir()}})
-	n.WaitSnowflake(t, 90*time.Second)
 	admin := n.Client(t)
 	ctx := context.Background()
 	for _, b := range []struct {

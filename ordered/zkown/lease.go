@@ -210,24 +210,32 @@ func (c *Coordinator) startRenewer() {
 	c.mu.Lock()
 	c.renewing = true
 	c.mu.Unlock()
-	go func() {
-		defer close(c.renewDone)
-		t := time.NewTicker(c.cfg.Lease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-c.stopRenew:
-				return
-			case <-t.C:
-			case <-c.renewKick:
-			}
-			c.renew(context.Background())
-			c.mu.Lock()
-			due := len(c.held) > 0 && !c.cfg.Clock.Now().Before(c.validUn)
-			c.mu.Unlock()
-			if due {
-				wake(c.kick)
-			}
+	go c.renewLoop(c.renewDone, c.renewKick, func() {
+		c.renew(context.Background())
+		c.mu.Lock()
+		due := len(c.held) > 0 && !c.cfg.Clock.Now().Before(c.validUn)
+		c.mu.Unlock()
+		if due {
+			wake(c.kick)
 		}
-	}()
+	})
+}
+
+// renewLoop runs renew every Lease/3 (and whenever kick fires, when not
+// nil) until Close stops the renewers, then closes done. The ZooKeeper
+// and the store renewals each have their own: a renewal waiting out its
+// timeout on one never delays the other.
+func (c *Coordinator) renewLoop(done chan struct{}, kick <-chan struct{}, renew func()) {
+	defer close(done)
+	t := time.NewTicker(c.cfg.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stopRenew:
+			return
+		case <-t.C:
+		case <-kick:
+		}
+		renew()
+	}
 }

@@ -126,19 +126,7 @@ func (c *Coordinator) noteStoreHeld(s int, owner string) {
 
 // startStoreRenewer renews in the store every Lease/3 until Close.
 func (c *Coordinator) startStoreRenewer() {
-	go func() {
-		defer close(c.storeDone)
-		t := time.NewTicker(c.cfg.Lease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-c.stopRenew:
-				return
-			case <-t.C:
-			}
-			c.storeRenew(context.Background())
-		}
-	}()
+	go c.renewLoop(c.storeDone, nil, func() { c.storeRenew(context.Background()) })
 }
 
 // storeRenew renews once in the store and extends the lease when the

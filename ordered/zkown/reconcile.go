@@ -488,7 +488,7 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler, noncesOK bo
 			if !noncesOK {
 				return
 			}
-			ready, nb, observed := c.storeWait(s, now, time.Time{})
+			ready, nb, observed := c.storeWait(s, now)
 			if !ready {
 				c.noteStoreHeld(s, owner)
 				return

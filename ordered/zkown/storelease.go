@@ -93,33 +93,38 @@ func (c *Coordinator) pollNonces(ctx context.Context) bool {
 	return true
 }
 
-// storeWait applies the store's lease to a takeover of shard s that would
-// serve from nb: ok false while the shard's nonce has changed within the
-// last Lease (its owner renews through the store: it is alive), else the
-// NotBefore (nb, or one lease and a margin after the nonce was first seen
-// when that is later) and the nonce the claim must still find.
-func (c *Coordinator) storeWait(s int, now, nb time.Time) (ready bool, notBefore time.Time, observed string) {
+// storeWait applies the store's lease to a takeover of shard s: ready
+// false while the shard's nonce has changed within the last Lease (its
+// owner renews through the store: it is alive), else the earliest
+// NotBefore it allows (zero for a cleared nonce; one lease and a margin
+// after the nonce was first seen otherwise) and the nonce the claim must
+// still find. A deferral is logged once per episode (noteStoreHeld) and
+// the episode ends when the shard becomes ready.
+func (c *Coordinator) storeWait(s int, now time.Time) (ready bool, notBefore time.Time, observed string) {
 	o := c.nonces[s]
-	if !o.ok {
-		return false, nb, ""
+	switch {
+	case !o.ok:
+		return false, time.Time{}, ""
+	case o.nonce == "":
+		c.heldNoted[s] = false
+		return true, time.Time{}, ""
+	case now.Sub(o.since) < c.cfg.Lease:
+		return false, time.Time{}, o.nonce
 	}
-	if o.nonce == "" {
-		return true, nb, ""
-	}
-	if now.Sub(o.since) < c.cfg.Lease {
-		return false, nb, o.nonce
-	}
-	return true, laterOf(nb, o.since.Add(c.cfg.Lease+c.cfg.LeaseMargin)), o.nonce
+	c.heldNoted[s] = false
+	return true, o.since.Add(c.cfg.Lease + c.cfg.LeaseMargin), o.nonce
 }
 
-// noteStoreHeld logs, once per shard and owner nonce, that a takeover
-// waits because the owner renews through the store.
+// noteStoreHeld counts a takeover decision deferred because the owner
+// renews through the store, and logs the first of an episode (the nonce
+// moves at every renewal: a line per nonce was a line every third of a
+// lease per shard).
 func (c *Coordinator) noteStoreHeld(s int, owner string) {
 	c.storeHeld.Add(1)
-	if c.heldNoted[s] == c.nonces[s].nonce {
+	if c.heldNoted[s] {
 		return
 	}
-	c.heldNoted[s] = c.nonces[s].nonce
+	c.heldNoted[s] = true
 	c.log.Info("ORDERED shard: its owner renews its lease through the store; not taken over until that stops for a lease",
 		zap.Int("shard", s), zap.String("owner", owner))
 }

@@ -277,6 +277,9 @@ func partitioned(t *testing.T, ignore bool) []event {
 	if len(overlaps) > 0 {
 		t.Fatalf("two owners answer: %v", overlaps[0])
 	}
+	if st := b.c.Stats(); st.TakeoversDeferred == 0 {
+		t.Fatalf("B's stats %+v: no takeover counted as deferred by the store lease", st)
+	}
 	return filter(w.j.since(mark), addrB, "acquire")
 }
 

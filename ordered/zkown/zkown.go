@@ -410,10 +410,10 @@ type Coordinator struct {
 	lastFull   time.Time
 	published  []ordered.Owner
 	// nonces: every shard's store lease nonce as last read (pollNonces);
-	// heldNoted: the nonce a deferred takeover of the shard was last
-	// logged for.
+	// heldNoted: a deferred takeover of the shard was logged and it has
+	// not been ready since.
 	nonces    [Shards]nonceObs
-	heldNoted [Shards]string
+	heldNoted [Shards]bool
 	storeDone chan struct{} // closed by the store renewer on exit (nil: none)
 }
 

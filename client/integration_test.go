@@ -18,6 +18,7 @@ import (
 	"github.com/idgen/idgen/internal/testdb"
 	"github.com/idgen/idgen/internal/testnode"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
+	"github.com/idgen/idgen/ordered/zkown"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -181,10 +182,13 @@ func TestIntegration_OrderedToOwnerDirect(t *testing.T) {
 	if _, err := nodes[0].Client(t).CreateBiz(ctx, &idl.CreateBizRequest{Name: "direct", Channel: &ordered, OrderedMode: &cached}); err != nil {
 		t.Fatal(err)
 	}
-	// Settled: both nodes answer the same owner map, each owns shards, and
-	// each owns exactly the shards the map gives it (no hand-off under way,
-	// which would make a call fall back for a reason other than routing).
+	// Settled: both nodes answer the same owner map, every shard is with
+	// its desired owner (a map that merely agrees can be mid-rebalance: the
+	// first node hands shards to the second a lease after it joined, and a
+	// call racing a hand-off goes elsewhere for a reason other than
+	// routing), and each owns exactly the shards the map gives it.
 	addrs := map[string]*testnode.Node{nodes[0].RPCAddr: nodes[0], nodes[1].RPCAddr: nodes[1]}
+	list := []string{nodes[0].RPCAddr, nodes[1].RPCAddr}
 	testnode.WaitFor(t, 60*time.Second, "the two nodes to share the 64 shards", func() bool {
 		var maps [2]map[int32]string
 		for i, n := range nodes {
@@ -199,7 +203,7 @@ func TestIntegration_OrderedToOwnerDirect(t *testing.T) {
 		}
 		per := map[string]int{}
 		for s, a := range maps[0] {
-			if maps[1][s] != a || addrs[a] == nil {
+			if maps[1][s] != a || addrs[a] == nil || a != zkown.DesiredOwner(list, int(s)) {
 				return false
 			}
 			per[a]++

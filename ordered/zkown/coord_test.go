@@ -526,7 +526,7 @@ func TestRendezvousSpread(t *testing.T) {
 		count := map[string]int{}
 		owner := map[int]string{}
 		for s := range Shards {
-			owner[s] = desired(addrs, s)
+			owner[s] = DesiredOwner(addrs, s)
 			count[owner[s]]++
 		}
 		for _, a := range addrs {
@@ -537,7 +537,7 @@ func TestRendezvousSpread(t *testing.T) {
 		for i, gone := range addrs {
 			rest := append(append([]string{}, addrs[:i]...), addrs[i+1:]...)
 			for s := range Shards {
-				if got := desired(rest, s); owner[s] != gone && got != owner[s] {
+				if got := DesiredOwner(rest, s); owner[s] != gone && got != owner[s] {
 					t.Fatalf("removing %s moved shard %d from %s to %s", gone, s, owner[s], got)
 				}
 			}
@@ -551,7 +551,7 @@ func TestRendezvousSpread(t *testing.T) {
 		addrs := []string{fmt.Sprintf("10.1.%d.1:8888", p), fmt.Sprintf("10.1.%d.2:8888", p), fmt.Sprintf("10.1.%d.3:8888", p)}
 		count := map[string]int{}
 		for s := range Shards {
-			count[desired(addrs, s)]++
+			count[DesiredOwner(addrs, s)]++
 		}
 		for _, a := range addrs {
 			x := float64(count[a])
@@ -861,7 +861,7 @@ func TestLeaseWaitSurvivesAcquireFailure(t *testing.T) {
 	w := newWorld(t)
 	sB, sC := -1, -1
 	for s := range Shards {
-		switch desired([]string{addrB, addrC}, s) {
+		switch DesiredOwner([]string{addrB, addrC}, s) {
 		case addrB:
 			if sB < 0 {
 				sB = s

@@ -21,10 +21,11 @@ func score(addr string, s int) uint64 {
 	return x
 }
 
-// desired returns the address among addrs that should own shard s
-// (rendezvous hashing: the highest score; ties go to the smaller
-// address), "" when addrs is empty.
-func desired(addrs []string, s int) string {
+// DesiredOwner returns the address among addrs that should own shard s
+// once hand-offs have settled (rendezvous hashing: the highest score;
+// ties go to the smaller address), "" when addrs is empty. Tests and
+// tools use it to tell a settled owner map from one mid-rebalance.
+func DesiredOwner(addrs []string, s int) string {
 	best, bestScore := "", uint64(0)
 	for _, a := range addrs {
 		sc := score(a, s)

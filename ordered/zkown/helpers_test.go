@@ -304,7 +304,7 @@ func settle(t *testing.T, w *world, maxRounds int, nodes ...*tnode) map[int]*tno
 				held[s] = true
 			}
 			for s := range Shards {
-				if (desired(addrs, s) == n.self) != held[s] {
+				if (DesiredOwner(addrs, s) == n.self) != held[s] {
 					ok = false
 				}
 			}

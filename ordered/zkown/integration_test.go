@@ -150,7 +150,7 @@ func converged(nodes ...*itNode) error {
 		if !ok {
 			return fmt.Errorf("shard %d not held", s)
 		}
-		if want := desired(addrs, s); h.self != want {
+		if want := DesiredOwner(addrs, s); h.self != want {
 			return fmt.Errorf("shard %d held by %s, desired %s", s, h.self, want)
 		}
 		for _, n := range nodes {

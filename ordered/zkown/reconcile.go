@@ -505,7 +505,7 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler, noncesOK bo
 		if !v.ok {
 			continue
 		}
-		want := desired(addrs, s)
+		want := DesiredOwner(addrs, s)
 		mine := want == c.cfg.Self
 		r := v.rec
 		switch {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idgen/idgen/internal/testnode"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
+	"github.com/idgen/idgen/ordered/zkown"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -169,10 +170,11 @@ func TestE2E_ForwardedOrderedOnePolicy(t *testing.T) {
 	}
 	// Both nodes own shards; pick a sub key that node 1 owns, as both
 	// nodes see it. While both nodes live, a node takes only shards whose
-	// rendezvous-hash owner it is (zkown), so the shards node 1 holds stay
-	// with it and the test's key does not move under it.
+	// rendezvous-hash owner it is (zkown), so once every shard is with its
+	// desired owner nothing moves and the test's key stays where it is.
 	var owner map[int32]string
-	testnode.WaitFor(t, 30*time.Second, "64 shards owned by 2 nodes, the same map on both", func() bool {
+	list := []string{nodes[0].RPCAddr, nodes[1].RPCAddr}
+	testnode.WaitFor(t, 30*time.Second, "64 shards owned by their desired owners among 2 nodes, the same map on both", func() bool {
 		var maps [2]map[int32]string
 		for i, c := range clients {
 			resp, err := c.OrderedOwners(ctx, &idl.OrderedOwnersRequest{})
@@ -181,7 +183,7 @@ func TestE2E_ForwardedOrderedOnePolicy(t *testing.T) {
 			}
 			maps[i] = map[int32]string{}
 			for _, o := range resp.Owners {
-				if o.Addr == "" {
+				if o.Addr == "" || o.Addr != zkown.DesiredOwner(list, int(o.Shard)) {
 					return false
 				}
 				maps[i][o.Shard] = o.Addr

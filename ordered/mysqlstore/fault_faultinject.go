@@ -23,24 +23,38 @@ import (
 var persistStall sync.Once
 
 func faultAfterFence(s *Store, shard int) {
-	path := os.Getenv("IDGEN_FAULT_ORDERED_PERSIST_STALL")
-	if path == "" {
-		return
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 || f[0] != strconv.Itoa(shard) {
-		return
-	}
-	d, err := time.ParseDuration(f[1])
-	if err != nil || d <= 0 {
+	d := stallFor(shard)
+	if d <= 0 {
 		return
 	}
 	persistStall.Do(func() {
 		s.conn.Log.Warn("faultinject: persist stalled after the fence", zap.Int("shard", shard), zap.Duration("stall", d))
 		time.Sleep(d)
 	})
+}
+
+// faultStalls: a persist of shard would stall (so its transaction keeps
+// its COMMIT out of the joined statements, for the stall to run before it).
+func faultStalls(shard int) bool { return stallFor(shard) > 0 }
+
+// stallFor is the stall IDGEN_FAULT_ORDERED_PERSIST_STALL asks of shard,
+// or 0.
+func stallFor(shard int) time.Duration {
+	path := os.Getenv("IDGEN_FAULT_ORDERED_PERSIST_STALL")
+	if path == "" {
+		return 0
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 || f[0] != strconv.Itoa(shard) {
+		return 0
+	}
+	d, err := time.ParseDuration(f[1])
+	if err != nil || d <= 0 {
+		return 0
+	}
+	return d
 }

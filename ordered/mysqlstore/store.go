@@ -53,6 +53,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"slices"
@@ -580,54 +581,65 @@ func (s *Store) writeShards(ctx context.Context, op string, ws []shardWrite, err
 // fenced or hold stored request ids: those parts have their errors, and
 // the rest is returned to run again.
 //
-// Three round trips where the pool allows (mysqldb.Conn.ExecJoined):
-// BEGIN; one Exec of the fence, the request ids, the rows and the fence's
-// recount; COMMIT. The fence comes first, so the transaction holds every
-// shard row whose epoch is the caller's from its first statement to its
-// end (a Claim waits for it). The recount is the same UPDATE again, as
-// the Exec's last statement, whose count the Exec's RowsAffected is: it
-// counts the shards the fence found at their epoch (the fence holds their
-// rows, so nothing changed in between). The fence adds 2 to persists and
-// the recount takes 1 off, so each counts a changed row and a persist
-// still adds 1. When the recount falls short, the parts of the fenced
-// shards (named by one SELECT) are left out and the transaction is rolled
-// back and run again without them. The request ids come before the rows:
-// the server stops at a duplicate id before any row is written; the
-// fenced parts are named first (as a fenced part is refused as fenced,
-// whatever else), then the rollback, and the parts holding stored ids
-// fail with *ordered.DuplicateRequestsError.
+// One round trip where the pool allows (mysqldb.Conn.ExecJoined, on a
+// session of its own: the transaction is opened and committed by the
+// statements, not by database/sql): START TRANSACTION; the fence; the
+// request ids; the rows; the fence's recount; the check; COMMIT. The
+// fence comes first, so the transaction holds every shard row whose
+// epoch is the caller's from its first statement to its end (a Claim
+// waits for it). The recount is the same UPDATE again: it counts the
+// shards the fence found at their epoch (the fence holds their rows, so
+// nothing changed in between). The fence adds 2 to persists and the
+// recount takes 1 off, so each counts a changed row and a persist still
+// adds 1. The check (checkStmt) fails with ER_SUBQUERY_NO_1_ROW when the
+// recount fell short, and the server stops there, before the COMMIT: the
+// transaction is still open, one SELECT names the fenced shards, it is
+// rolled back and run again without their parts. The request ids come
+// before the rows: the server stops at a duplicate id, before any row is
+// written and before the COMMIT; the fenced parts are named first (as a
+// fenced part is refused as fenced, whatever else), then the rollback,
+// and the parts holding stored ids fail with
+// *ordered.DuplicateRequestsError. So the happy path costs one round
+// trip and each refusal a few more.
 func (s *Store) writeShardsOnce(ctx context.Context, live []shardWrite, errs []error, clearLease bool) (rest []shardWrite, done bool, err error) {
-	tx, err := s.conn.DB.BeginTx(ctx, nil)
+	tx, err := s.begin(ctx)
 	if err != nil {
 		return nil, false, err
 	}
-	defer tx.Rollback() //nolint:errcheck // no-op after Commit
+	defer tx.end(ctx)
 	fences := make([]ordered.ShardEpoch, len(live))
 	var reqs []ordered.Request
+	stall := false
 	for i, w := range live {
 		fences[i] = ordered.ShardEpoch{Shard: w.shard, Epoch: w.epoch}
 		reqs = append(reqs, w.reqs...)
+		stall = stall || faultStalls(w.shard)
 	}
 	anyEpoch := s.ignoreEpoch.Load()
 	set := "persists = persists + 2"
 	if clearLease {
 		set += ", lease_nonce = ''"
 	}
-	stmts := []mysqldb.Stmt{fenceStmt(fences, anyEpoch, set)}
+	stmts := []mysqldb.Stmt{{SQL: "START TRANSACTION"}, fenceStmt(fences, anyEpoch, set)}
 	stmts = append(stmts, mysqldb.RequestInserts(reqs, mysqldb.Now(), "")...)
 	for _, w := range live {
 		stmts = append(stmts, w.rowStmts...)
 	}
 	stmts = append(stmts, fenceStmt(fences, anyEpoch, "persists = persists - 1"))
-	res, err := s.conn.ExecJoined(ctx, tx, stmts)
-	if mysqldb.IsDupEntry(err) {
+	stmts = append(stmts, checkStmts(len(fences))...)
+	if !stall {
+		stmts = append(stmts, mysqldb.Stmt{SQL: "COMMIT"})
+	}
+	_, err = s.conn.ExecJoined(ctx, tx.conn, stmts)
+	switch {
+	case mysqldb.IsDupEntry(err):
 		var fenced map[int]error
 		if !anyEpoch {
-			if fenced, err = s.epochErrs(ctx, tx, fences); err != nil {
+			if fenced, err = s.epochErrs(ctx, tx.conn, fences); err != nil {
 				return nil, false, err
 			}
 		}
-		if err := tx.Rollback(); err != nil {
+		if err := tx.rollback(ctx); err != nil {
 			return nil, false, err
 		}
 		if len(fenced) > 0 {
@@ -637,25 +649,90 @@ func (s *Store) writeShardsOnce(ctx context.Context, live []shardWrite, errs []e
 			return live, len(live) == 0, nil
 		}
 		return s.dropDuplicates(ctx, live, reqs, errs)
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	fenced, err := s.fenceCount(ctx, tx, res, fences)
-	if err != nil {
-		return nil, false, err
-	}
-	if len(fenced) > 0 {
-		if err := tx.Rollback(); err != nil {
+	case mysqlerr.Number(err) == subqueryRows:
+		fenced, err := s.fencedAfterShortCount(ctx, tx.conn, fences)
+		if err != nil {
+			return nil, false, err
+		}
+		if err := tx.rollback(ctx); err != nil {
 			return nil, false, err
 		}
 		live = dropFenced(live, fenced, errs)
 		return live, len(live) == 0, nil
+	case err != nil:
+		return nil, false, err
 	}
-	for _, w := range live {
-		faultAfterFence(s, w.shard)
+	if stall {
+		// Fault injection only: the stall runs inside the open
+		// transaction, after the fence, so the commit is a round trip
+		// of its own here.
+		for _, w := range live {
+			faultAfterFence(s, w.shard)
+		}
+		if _, err := tx.conn.ExecContext(ctx, "COMMIT"); err != nil {
+			return nil, false, err
+		}
 	}
-	return nil, true, tx.Commit()
+	tx.open = false
+	return nil, true, nil
+}
+
+// subqueryRows is ER_SUBQUERY_NO_1_ROW, the error checkStmts raises on
+// purpose (no statement of the store raises it otherwise).
+const subqueryRows = 1242
+
+// checkStmts fail with ER_SUBQUERY_NO_1_ROW when the statement before
+// them (the fence's recount) changed fewer than n rows, and do nothing
+// otherwise: a multi-statement Exec stops at the first failing statement,
+// so a COMMIT after them runs only when every part's shard is at its
+// epoch. A scalar subquery of two rows is the one failure plain SQL can
+// raise on a condition in both MariaDB and MySQL 8 without a stored
+// program (SIGNAL needs one); SELECT ... INTO sends no result set.
+func checkStmts(n int) []mysqldb.Stmt {
+	return []mysqldb.Stmt{
+		{SQL: "SET @idgen_fenced_rows = ROW_COUNT()"},
+		{SQL: "SELECT (SELECT v FROM (SELECT 1 AS v UNION ALL SELECT 2) AS two WHERE @idgen_fenced_rows <> ?) INTO @idgen_fence_check", Args: []any{n}},
+	}
+}
+
+// sessionTx is a transaction opened by a statement (START TRANSACTION)
+// on a session of its own, so that it can be opened, written and
+// committed in one round trip, which database/sql's Tx cannot (its
+// BeginTx is a round trip of its own).
+type sessionTx struct {
+	conn *sql.Conn
+	open bool // may hold an open transaction: end rolls it back
+}
+
+func (s *Store) begin(ctx context.Context) (*sessionTx, error) {
+	c, err := s.conn.DB.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &sessionTx{conn: c, open: true}, nil
+}
+
+// rollback ends the transaction. A session whose ROLLBACK failed is
+// discarded, never returned to the pool: it may still hold the
+// transaction and its locks.
+func (t *sessionTx) rollback(ctx context.Context) error {
+	if !t.open {
+		return nil
+	}
+	_, err := t.conn.ExecContext(ctx, "ROLLBACK")
+	if err != nil {
+		t.conn.Raw(func(any) error { return driver.ErrBadConn }) //nolint:errcheck // discards the session
+		t.open = false
+		return err
+	}
+	t.open = false
+	return nil
+}
+
+// end rolls back what is still open and gives the session back.
+func (t *sessionTx) end(ctx context.Context) {
+	t.rollback(ctx) //nolint:errcheck // a failed rollback discarded the session
+	t.conn.Close()  //nolint:errcheck // back to the pool (or closed, if discarded)
 }
 
 // dropFenced sets the errors of the parts of live whose shard is in fenced
@@ -794,17 +871,23 @@ func epochCase(b *strings.Builder, args []any, shards []ordered.ShardEpoch) []an
 	return args
 }
 
-// fenceCount reads the count of a fenceStmt (res: its own, or that of an
-// Exec a fenceStmt ended: RowsAffected is the last statement's): fenced
+// fenceCount reads the count of a fenceStmt (res: its own): fenced
 // names the shards whose epoch is not the caller's, read only when the
 // count falls short (the rare path).
-func (s *Store) fenceCount(ctx context.Context, tx *sql.Tx, res sql.Result, shards []ordered.ShardEpoch) (fenced map[int]error, err error) {
+func (s *Store) fenceCount(ctx context.Context, q querier, res sql.Result, shards []ordered.ShardEpoch) (fenced map[int]error, err error) {
 	if n, err := res.RowsAffected(); err != nil {
 		return nil, err
 	} else if n == int64(len(shards)) {
 		return nil, nil
 	}
-	if fenced, err = s.epochErrs(ctx, tx, shards); err != nil {
+	return s.fencedAfterShortCount(ctx, q, shards)
+}
+
+// fencedAfterShortCount names the fenced shards after a fence (in the
+// transaction of q) counted fewer rows than shards.
+func (s *Store) fencedAfterShortCount(ctx context.Context, q querier, shards []ordered.ShardEpoch) (map[int]error, error) {
+	fenced, err := s.epochErrs(ctx, q, shards)
+	if err != nil {
 		return nil, err
 	}
 	if len(fenced) == 0 {
@@ -822,8 +905,8 @@ func (s *Store) fenceCount(ctx context.Context, tx *sql.Tx, res sql.Result, shar
 // scan locked every row it read, so this sees what the fence saw): the
 // ordered.ErrFenced error of each shard whose epoch is not the caller's,
 // saying whose it is.
-func (s *Store) epochErrs(ctx context.Context, tx *sql.Tx, shards []ordered.ShardEpoch) (map[int]error, error) {
-	stored, err := s.readEpochs(ctx, tx, shards)
+func (s *Store) epochErrs(ctx context.Context, q querier, shards []ordered.ShardEpoch) (map[int]error, error) {
+	stored, err := s.readEpochs(ctx, q, shards)
 	if err != nil {
 		return nil, err
 	}

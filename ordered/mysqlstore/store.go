@@ -52,8 +52,8 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"database/sql/driver"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -606,7 +606,7 @@ func (s *Store) writeShardsOnce(ctx context.Context, live []shardWrite, errs []e
 	if err != nil {
 		return nil, false, err
 	}
-	defer tx.end(ctx)
+	defer tx.end(ctx) //nolint:errcheck // a failed rollback discarded the session
 	fences := make([]ordered.ShardEpoch, len(live))
 	var reqs []ordered.Request
 	stall := false
@@ -639,7 +639,7 @@ func (s *Store) writeShardsOnce(ctx context.Context, live []shardWrite, errs []e
 				return nil, false, err
 			}
 		}
-		if err := tx.rollback(ctx); err != nil {
+		if err := tx.end(ctx); err != nil {
 			return nil, false, err
 		}
 		if len(fenced) > 0 {
@@ -654,7 +654,7 @@ func (s *Store) writeShardsOnce(ctx context.Context, live []shardWrite, errs []e
 		if err != nil {
 			return nil, false, err
 		}
-		if err := tx.rollback(ctx); err != nil {
+		if err := tx.end(ctx); err != nil {
 			return nil, false, err
 		}
 		live = dropFenced(live, fenced, errs)
@@ -700,8 +700,8 @@ func checkStmts(n int) []mysqldb.Stmt {
 // committed in one round trip, which database/sql's Tx cannot (its
 // BeginTx is a round trip of its own).
 type sessionTx struct {
-	conn *sql.Conn
-	open bool // may hold an open transaction: end rolls it back
+	conn *sql.Conn // nil once given back
+	open bool      // may hold an open transaction: end rolls it back
 }
 
 func (s *Store) begin(ctx context.Context) (*sessionTx, error) {
@@ -712,27 +712,25 @@ func (s *Store) begin(ctx context.Context) (*sessionTx, error) {
 	return &sessionTx{conn: c, open: true}, nil
 }
 
-// rollback ends the transaction. A session whose ROLLBACK failed is
-// discarded, never returned to the pool: it may still hold the
-// transaction and its locks.
-func (t *sessionTx) rollback(ctx context.Context) error {
-	if !t.open {
+// end rolls back what may still be open and gives the session back to
+// the pool at once (the refusals' reads that follow may need it: the pool
+// may have one session only). A session whose ROLLBACK failed is
+// discarded, never given back: it may still hold the transaction and its
+// locks. Ending twice does nothing.
+func (t *sessionTx) end(ctx context.Context) error {
+	if t.conn == nil {
 		return nil
 	}
-	_, err := t.conn.ExecContext(ctx, "ROLLBACK")
-	if err != nil {
-		t.conn.Raw(func(any) error { return driver.ErrBadConn }) //nolint:errcheck // discards the session
+	var err error
+	if t.open {
+		if _, err = t.conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+			t.conn.Raw(func(any) error { return driver.ErrBadConn }) //nolint:errcheck // discards the session
+		}
 		t.open = false
-		return err
 	}
-	t.open = false
-	return nil
-}
-
-// end rolls back what is still open and gives the session back.
-func (t *sessionTx) end(ctx context.Context) {
-	t.rollback(ctx) //nolint:errcheck // a failed rollback discarded the session
-	t.conn.Close()  //nolint:errcheck // back to the pool (or closed, if discarded)
+	t.conn.Close() //nolint:errcheck // back to the pool (or closed, if discarded)
+	t.conn = nil
+	return err
 }
 
 // dropFenced sets the errors of the parts of live whose shard is in fenced

@@ -398,3 +398,59 @@ func TestOwned_RenewLease(t *testing.T) {
 		t.Fatalf("refused renewals changed the nonce %q -> %q", n1, n)
 	}
 }
+
+// TestOwned_RefusedCommitLeavesNoTransaction: a group commit opens its
+// transaction with a statement on a session of its own (writeShardsOnce),
+// so database/sql does not know about it; every way out of the one-round-
+// trip commit (committed, a fenced part, a stored request id, a fenced
+// part and a stored id together) gives the session back to the pool with
+// no transaction open. The pool has one session, so the next call runs
+// on the same one and reads its @@in_transaction (MariaDB).
+func TestOwned_RefusedCommitLeavesNoTransaction(t *testing.T) {
+	seg, s := open(t, newTestDatabase(t), func(c *segmentmysql.Config) { c.MaxOpenConns = 1 })
+	ctx := testCtx(t)
+	inTx := func(what string) {
+		t.Helper()
+		var n int
+		if err := seg.DB().QueryRowContext(ctx, "SELECT @@in_transaction").Scan(&n); err != nil {
+			t.Skipf("no @@in_transaction (not MariaDB?): %v", err)
+		}
+		if n != 0 {
+			t.Fatalf("after %s: the pooled session is still in a transaction", what)
+		}
+	}
+	for _, sh := range []int{1, 2} {
+		if err := s.Claim(ctx, sh, 1, "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Claim(ctx, 2, 2, "b"); err != nil {
+		t.Fatal(err)
+	}
+	k1 := ordered.Key{Biz: "b1", SubKey: storetest.SubKeys(1, "k", 1)[0]}
+	k2 := ordered.Key{Biz: "b1", SubKey: storetest.SubKeys(2, "k", 1)[0]}
+	part := func(sh int, k ordered.Key, id string) ordered.ShardWrite {
+		return ordered.ShardWrite{Shard: sh, Epoch: 1, Rows: []ordered.Row{{Key: k, Num: 5}},
+			Reqs: []ordered.Request{storetest.Req("b1", id, k.SubKey, 5, 1)}}
+	}
+	if errs, err := s.PersistShards(ctx, []ordered.ShardWrite{part(1, k1, "x")}); err != nil || errs[0] != nil {
+		t.Fatalf("committed persist: %v %v", err, errs)
+	}
+	inTx("a committed persist")
+	errs, err := s.PersistShards(ctx, []ordered.ShardWrite{part(1, k1, "y"), part(2, k2, "z")})
+	if err != nil || errs[0] != nil || !errors.Is(errs[1], ordered.ErrFenced) {
+		t.Fatalf("persist beside a fenced part: %v %v", err, errs)
+	}
+	inTx("a fenced part")
+	errs, err = s.PersistShards(ctx, []ordered.ShardWrite{part(1, k1, "x")})
+	var dup *ordered.DuplicateRequestsError
+	if err != nil || !errors.As(errs[0], &dup) {
+		t.Fatalf("persist of a stored id: %v %v", err, errs)
+	}
+	inTx("a stored request id")
+	errs, err = s.PersistShards(ctx, []ordered.ShardWrite{part(1, k1, "x"), part(2, k2, "y")})
+	if err != nil || !errors.As(errs[0], &dup) || !errors.Is(errs[1], ordered.ErrFenced) {
+		t.Fatalf("persist of a stored id beside a fenced part: %v %v", err, errs)
+	}
+	inTx("a stored request id beside a fenced part")
+}

@@ -2,13 +2,19 @@ package mysqlstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	gonet "net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/idgen/idgen/ordered"
+	"github.com/idgen/idgen/ordered/storetest"
 	"github.com/idgen/idgen/segment"
 )
 
@@ -138,4 +144,77 @@ func BenchmarkLeaseRenewal(b *testing.B) {
 	b.ReportMetric(read.Seconds()*1e6/n, "us/nonces")
 	b.ReportMetric(commit.Seconds()*1e6/n, "us/commit22")
 	b.ReportMetric(float64(renew22)/float64(commit), "renew22/commit22")
+}
+
+// BenchmarkPersistSequential is one caller's group commits back to back
+// (parts shards of one row each, no request ids): the latency of one
+// commit, i.e. its round trips and the flush, with nothing queued:
+//
+//	go test -run '^$' -bench BenchmarkPersistSequential -benchtime 2000x ./ordered/mysqlstore
+func BenchmarkPersistSequential(b *testing.B) {
+	dsn := newTestDatabase(b)
+	net := fmt.Sprintf("rtcount%d", dialNets.Add(1))
+	counter := &turnCounter{}
+	mysql.RegisterDialContext(net, func(ctx context.Context, addr string) (gonet.Conn, error) {
+		c, err := (&gonet.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return &countedConn{Conn: c, n: counter}, nil
+	})
+	dsn = strings.Replace(dsn, "@tcp(", "@"+net+"(", 1)
+	_, st := open(b, dsn, nil)
+	ctx := testCtx(b)
+	for _, parts := range []int{1, 8} {
+		b.Run(fmt.Sprintf("shards=%d", parts), func(b *testing.B) {
+			ws := make([]ordered.ShardWrite, parts)
+			for i := range ws {
+				sh := 10 + i
+				if err := st.Claim(ctx, sh, 1, "bench"); err != nil {
+					b.Fatal(err)
+				}
+				ws[i] = ordered.ShardWrite{Shard: sh, Epoch: 1, Rows: []ordered.Row{{Key: ordered.Key{Biz: "bseq", SubKey: storetest.SubKeys(sh, "k", 1)[0]}}}}
+			}
+			b.ResetTimer()
+			counter.turns.Store(0)
+			for i := range b.N {
+				for j := range ws {
+					ws[j].Rows[0].Num = int64(i + 1)
+				}
+				errs, err := st.PersistShards(ctx, ws)
+				if err == nil {
+					err = errors.Join(errs...)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(counter.turns.Load())/float64(b.N), "roundtrips/commit")
+		})
+	}
+}
+
+var dialNets atomic.Int64
+
+// turnCounter counts round trips: a write to the server after a read
+// from it (or the first write of a connection) starts one.
+type turnCounter struct{ turns atomic.Int64 }
+
+type countedConn struct {
+	gonet.Conn
+	n       *turnCounter
+	writing bool
+}
+
+func (c *countedConn) Write(p []byte) (int, error) {
+	if !c.writing {
+		c.writing = true
+		c.n.turns.Add(1)
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *countedConn) Read(p []byte) (int, error) {
+	c.writing = false
+	return c.Conn.Read(p)
 }

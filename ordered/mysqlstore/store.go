@@ -461,13 +461,14 @@ func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []orde
 
 // PersistShards raises the rows of several shards and inserts their
 // request ids in one transaction, each part conditional on its shard's
-// epoch (ordered.Store): the node's group commit across shards. Three
-// round trips, however many shards: BEGIN; one Exec of the fencing UPDATE
-// of every part's ordered_shard row, the multi-row INSERT of every part's
-// request ids (per ownedBatch), one multi-row upsert per shard table (the
-// rows of a shard live in its own table) and the fence's recount
-// (mysqldb.Conn.ExecJoined; writeShardsOnce); COMMIT. Nothing else is
-// read or written on the way.
+// epoch (ordered.Store): the node's group commit across shards. One
+// round trip, however many shards: one Exec of START TRANSACTION, the
+// fencing UPDATE of every part's ordered_shard row, the multi-row INSERT
+// of every part's request ids (per ownedBatch), one multi-row upsert per
+// shard table (the rows of a shard live in its own table), the fence's
+// recount, a check that stops the Exec when a part is fenced, and COMMIT
+// (mysqldb.Conn.ExecJoined; writeShardsOnce). Nothing else is read or
+// written on the way.
 //
 // The fencing UPDATE comes first: it holds every part's shard row until
 // the commit, so the rest can neither race a Claim nor a deposed owner.
@@ -591,7 +592,7 @@ func (s *Store) writeShards(ctx context.Context, op string, ws []shardWrite, err
 // shards the fence found at their epoch (the fence holds their rows, so
 // nothing changed in between). The fence adds 2 to persists and the
 // recount takes 1 off, so each counts a changed row and a persist still
-// adds 1. The check (checkStmt) fails with ER_SUBQUERY_NO_1_ROW when the
+// adds 1. The check (checkStmts) fails with ER_SUBQUERY_NO_1_ROW when the
 // recount fell short, and the server stops there, before the COMMIT: the
 // transaction is still open, one SELECT names the fenced shards, it is
 // rolled back and run again without their parts. The request ids come

@@ -472,9 +472,10 @@ func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []orde
 //
 // The fencing UPDATE comes first: it holds every part's shard row until
 // the commit, so the rest can neither race a Claim nor a deposed owner.
-// When it counts fewer rows than parts, one SELECT names the parts whose
-// epoch is not theirs: they fail with ordered.ErrFenced and the others
-// go on in the same transaction (their rows are locked already). Request
+// When it counts fewer rows than parts, the check stops the Exec before
+// its COMMIT, one SELECT names the parts whose epoch is not theirs: they
+// fail with ordered.ErrFenced, the transaction is rolled back and runs
+// again without them. Request
 // ids come before the rows: a duplicate rolls the transaction back before
 // any row was written, one SELECT per business names the stored ids, the
 // parts holding them fail with *ordered.DuplicateRequestsError, and the

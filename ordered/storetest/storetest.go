@@ -88,6 +88,7 @@ func Run(t *testing.T, open func(t *testing.T) ordered.Store) {
 		{"PersistShardsDuplicatesAlone", s.testShardsDuplicates},
 		{"PersistShardsInvalid", s.testShardsInvalid},
 		{"PersistShardsFencedBeforeDuplicate", s.testShardsFencedDuplicate},
+		{"PersistShardsFencedAndDuplicateApart", s.testShardsFencedAndDuplicateApart},
 		{"ConcurrentPersistShardsAndClaim", s.testShardsConcurrentFence},
 	}
 	for _, tc := range tests {
@@ -1107,4 +1108,37 @@ func (s *suite) testShardsFencedDuplicate(t *testing.T, st ordered.Store) {
 	}
 	wantRows(t, "shard a", st, a, 2, []ordered.Key{ka}, map[ordered.Key]int64{ka: 1})
 	wantRows(t, "shard b", st, b, 1, []ordered.Key{kb}, map[ordered.Key]int64{kb: 4})
+}
+
+// testShardsFencedAndDuplicateApart: in one group commit, a part holding
+// a stored request id, a fenced part and a part that is fine: each
+// refusal fails only its own part (the store may have to leave both out
+// one after the other), and the fine part commits with its rows and ids.
+func (s *suite) testShardsFencedAndDuplicateApart(t *testing.T, st ordered.Store) {
+	a, b, biz, ka, kb := s.twoShards(t, st, "grpapart")
+	c := s.shard(t)
+	kc := ordered.Key{Biz: biz, SubKey: SubKeys(c, "k", 1)[0]}
+	claim(t, st, c, 1)
+	persist(t, st, a, 1, []ordered.Row{{Key: ka, Num: 1}}, []ordered.Request{Req(biz, "old", ka.SubKey, 1, 1)})
+	claim(t, st, b, 2) // b's new owner
+	errs := persistShards(t, st, []ordered.ShardWrite{
+		{Shard: a, Epoch: 1, Rows: []ordered.Row{{Key: ka, Num: 3}}, Reqs: []ordered.Request{Req(biz, "old", ka.SubKey, 2, 1)}},
+		{Shard: b, Epoch: 1, Rows: []ordered.Row{{Key: kb, Num: 4}}, Reqs: []ordered.Request{Req(biz, "new-b", kb.SubKey, 4, 1)}},
+		{Shard: c, Epoch: 1, Rows: []ordered.Row{{Key: kc, Num: 5}}, Reqs: []ordered.Request{Req(biz, "new-c", kc.SubKey, 5, 1)}},
+	})
+	var dup *ordered.DuplicateRequestsError
+	if !errors.As(errs[0], &dup) {
+		t.Fatalf("part with a stored id: %v, want *ordered.DuplicateRequestsError", errs[0])
+	}
+	wantFenced(t, "fenced part", errs[1])
+	if errs[2] != nil {
+		t.Fatalf("part beside both: %v, want committed", errs[2])
+	}
+	wantRows(t, "shard a", st, a, 1, []ordered.Key{ka}, map[ordered.Key]int64{ka: 1})
+	wantRows(t, "shard b (its new owner's load)", st, b, 2, []ordered.Key{kb}, map[ordered.Key]int64{})
+	wantRows(t, "shard c", st, c, 1, []ordered.Key{kc}, map[ordered.Key]int64{kc: 5})
+	got := lookup(t, st, biz, []string{"old", "new-b", "new-c"})
+	if _, ok := got["new-b"]; ok || got["old"].Range != (segment.Range{First: 1, Last: 1}) || got["new-c"].SubKey != kc.SubKey {
+		t.Fatalf("stored request ids %v, want old unchanged, new-c, and no new-b", got)
+	}
 }

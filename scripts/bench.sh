@@ -442,6 +442,17 @@ fi
 
 rss_kib() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 
+# CPU accounting, to tell a run bound by round trips from one bound by the
+# machine (idctl bench, idgen and MariaDB share its cores): proc_ticks is a
+# process's user+system clock ticks, machine_ticks the busy and total
+# ticks of every core (/proc/stat's first line; idle and iowait are idle).
+proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+machine_ticks() { awk '$1 == "cpu" {t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit}' /proc/stat; }
+MYSQLD_PID=
+if [ -n "${IDGEN_TEST_DIR:-}" ] && [ -f "$IDGEN_TEST_DIR/mysql/pid" ]; then
+  MYSQLD_PID=$(cat "$IDGEN_TEST_DIR/mysql/pid")
+fi
+
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 RESULTS=$OUT_DIR/$STAMP.jsonl
 {
@@ -524,10 +535,22 @@ PY
       done
     ) &
     sampler=$!
+    read -r busy0 total0 < <(machine_ticks)
+    srv0=$(proc_ticks "$pid") db0=0
+    [ -z "$MYSQLD_PID" ] || db0=$(proc_ticks "$MYSQLD_PID")
+    t0=$(date +%s.%N)
     set +e
     out=$("$IDCTL" bench --addr "${ADDR[$server]}" --duration "$DURATION" --warmup "$WARMUP" --json --quiet "${args[@]}" 2>"$WORK/bench.err")
     rc=$?
     set -e
+    read -r busy1 total1 < <(machine_ticks)
+    srv1=$(proc_ticks "$pid") db1=0
+    [ -z "$MYSQLD_PID" ] || db1=$(proc_ticks "$MYSQLD_PID")
+    # Over the whole call (warmup included): the machine's busy fraction of
+    # all cores, and the server's and MariaDB's CPU seconds.
+    cpu=$(awk -v b="$((busy1 - busy0))" -v t="$((total1 - total0))" -v s="$((srv1 - srv0))" -v d="$((db1 - db0))" \
+      -v hz="$(getconf CLK_TCK)" -v w0="$t0" -v w1="$(date +%s.%N)" \
+      'BEGIN {printf "{\"machine_busy\":%.3f,\"server_s\":%.2f,\"mysqld_s\":%.2f,\"wall_s\":%.2f}", (t > 0 ? b / t : 0), s / hz, d / hz, w1 - w0}')
     kill "$sampler" 2>/dev/null || true
     wait "$sampler" 2>/dev/null || true
     if [ -z "$out" ]; then
@@ -538,8 +561,8 @@ PY
       log "idctl bench exited $rc for $name: $(cat "$WORK/bench.err")"
       FAILED=1
     fi
-    printf '{"scenario":"%s","server":"%s","rep":%d,"exit":%d,"rss_max_kib":%s,"hwm_kib":%s,"result":%s}\n' \
-      "$name" "$server" "$rep" "$rc" "$(cat "$WORK/rss")" "$(rss_kib "$pid" VmHWM)" "$out" >>"$RESULTS"
+    printf '{"scenario":"%s","server":"%s","rep":%d,"exit":%d,"rss_max_kib":%s,"hwm_kib":%s,"cpu":%s,"result":%s}\n' \
+      "$name" "$server" "$rep" "$rc" "$(cat "$WORK/rss")" "$(rss_kib "$pid" VmHWM)" "$cpu" "$out" >>"$RESULTS"
   done
 done
 [ -n "${ONLY:-}" ] || cp "$RESULTS" "$OUT_DIR/latest.jsonl"
@@ -606,16 +629,19 @@ for line in open(sys.argv[1]):
     if line.startswith("#") or not line.strip():
         continue
     r = json.loads(line)
-    runs.setdefault(r["scenario"], {})[r["rep"]] = r["result"]
-print("| scenario | req/s | p50 | p99 | x floor | x bound | bound req/s | t_commit |")
-print("|---|---|---|---|---|---|---|---|")
+    runs.setdefault(r["scenario"], {})[r["rep"]] = dict(r["result"], cpu=r.get("cpu") or {})
+# machine busy: the fraction of every core busy during the run (idctl
+# bench, idgen and MariaDB share them); idgen and MariaDB CPU: their CPU
+# time per request (warmup included in both the time and the requests).
+print("| scenario | req/s | p50 | p99 | x floor | x bound | bound req/s | t_commit | machine busy | idgen CPU/req | MariaDB CPU/req |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for name in sorted(runs):
     m = re.match(r"own-gapless-(hot|64)-c(\d+)(-base)?$", name)
     if not m:
         continue
     c = int(m.group(2))
     floor = runs.get("noop-c%d" % c, {})
-    xf, xb, bounds, rps, p50, p99, tcs = [], [], [], [], [], [], []
+    xf, xb, bounds, rps, p50, p99, tcs, busy, srv, db = [], [], [], [], [], [], [], [], [], []
     for rep, res in runs[name].items():
         if rep not in floor or rep not in tcommit:
             continue
@@ -624,11 +650,16 @@ for name in sorted(runs):
         bound = fl * t_rpc / (t_rpc + tcommit[rep])
         rps.append(res["requests_per_s"]); p50.append(res["latency_us"]["p50"]); p99.append(res["latency_us"]["p99"])
         xf.append(res["requests_per_s"] / fl); xb.append(res["requests_per_s"] / bound); bounds.append(bound); tcs.append(tcommit[rep])
+        cpu = res["cpu"]
+        if cpu.get("wall_s"):
+            reqs = res["requests_per_s"] * cpu["wall_s"]
+            busy.append(cpu["machine_busy"]); srv.append(cpu["server_s"] / reqs * 1e6); db.append(cpu["mysqld_s"] / reqs * 1e6)
     if not rps:
         continue
     med = statistics.median
-    print("| %s | %.0f | %.0f us | %.0f us | %.2f | %.2f | %.0f | %.3f ms |" % (
-        name, med(rps), med(p50), med(p99), med(xf), med(xb), med(bounds), med(tcs) * 1000))
+    cpus = "| %.2f | %.0f us | %.0f us |" % (med(busy), med(srv), med(db)) if busy else "| | | |"
+    print("| %s | %.0f | %.0f us | %.0f us | %.2f | %.2f | %.0f | %.3f ms %s" % (
+        name, med(rps), med(p50), med(p99), med(xf), med(xb), med(bounds), med(tcs) * 1000, cpus))
 PY
 fi
 if [ -f "$GORESULTS" ]; then

@@ -465,10 +465,10 @@ func (s *Store) Persist(ctx context.Context, shard int, epoch int64, rows []orde
 // round trip, however many shards: one Exec of START TRANSACTION, the
 // fencing UPDATE of every part's ordered_shard row, the multi-row INSERT
 // of every part's request ids (per ownedBatch), one multi-row upsert per
-// shard table (the rows of a shard live in its own table), the fence's
-// recount, a check that stops the Exec when a part is fenced, and COMMIT
-// (mysqldb.Conn.ExecJoined; writeShardsOnce). Nothing else is read or
-// written on the way.
+// shard table (the rows of a shard live in its own table), with a check
+// right after the fence that stops the Exec when a part is fenced, and
+// COMMIT (mysqldb.Conn.ExecJoined; writeShardsOnce). Nothing else is read
+// or written on the way.
 //
 // The fencing UPDATE comes first: it holds every part's shard row until
 // the commit, so the rest can neither race a Claim nor a deposed owner.
@@ -586,17 +586,16 @@ func (s *Store) writeShards(ctx context.Context, op string, ws []shardWrite, err
 // One round trip where the pool allows (mysqldb.Conn.ExecJoined, on a
 // session of its own: the transaction is opened and committed by the
 // statements, not by database/sql): START TRANSACTION; the fence; the
-// request ids; the rows; the fence's recount; the check; COMMIT. The
-// fence comes first, so the transaction holds every shard row whose
-// epoch is the caller's from its first statement to its end (a Claim
-// waits for it). The recount is the same UPDATE again: it counts the
-// shards the fence found at their epoch (the fence holds their rows, so
-// nothing changed in between). The fence adds 2 to persists and the
-// recount takes 1 off, so each counts a changed row and a persist still
-// adds 1. The check (checkStmts) fails with ER_SUBQUERY_NO_1_ROW when the
-// recount fell short, and the server stops there, before the COMMIT: the
-// transaction is still open, one SELECT names the fenced shards, it is
-// rolled back and run again without their parts. The request ids come
+// check; the request ids; the rows; COMMIT: six statements. The fence
+// comes first, so the transaction holds every shard row whose epoch is
+// the caller's from its first statement to its end (a Claim waits for
+// it); it adds 1 to persists, so it changes every row it finds and its
+// count is the number of parts at their epoch. The check (checkStmts)
+// fails with ER_SUBQUERY_NO_1_ROW when that count falls short, and the
+// server stops there, before any request id or row is written and before
+// the COMMIT: the transaction is still open, one SELECT names the fenced
+// shards, it is rolled back and run again without their parts. The
+// request ids come
 // before the rows: the server stops at a duplicate id, before any row is
 // written and before the COMMIT; the fenced parts are named first (as a
 // fenced part is refused as fenced, whatever else), then the rollback,
@@ -618,17 +617,16 @@ func (s *Store) writeShardsOnce(ctx context.Context, live []shardWrite, errs []e
 		stall = stall || faultStalls(w.shard)
 	}
 	anyEpoch := s.ignoreEpoch.Load()
-	set := "persists = persists + 2"
+	set := "persists = persists + 1"
 	if clearLease {
 		set += ", lease_nonce = ''"
 	}
 	stmts := []mysqldb.Stmt{{SQL: "START TRANSACTION"}, fenceStmt(fences, anyEpoch, set)}
+	stmts = append(stmts, checkStmts(len(fences))...)
 	stmts = append(stmts, mysqldb.RequestInserts(reqs, mysqldb.Now(), "")...)
 	for _, w := range live {
 		stmts = append(stmts, w.rowStmts...)
 	}
-	stmts = append(stmts, fenceStmt(fences, anyEpoch, "persists = persists - 1"))
-	stmts = append(stmts, checkStmts(len(fences))...)
 	if !stall {
 		stmts = append(stmts, mysqldb.Stmt{SQL: "COMMIT"})
 	}
@@ -684,13 +682,13 @@ func (s *Store) writeShardsOnce(ctx context.Context, live []shardWrite, errs []e
 const subqueryRows = 1242
 
 // checkStmts fail with ER_SUBQUERY_NO_1_ROW when the statement before
-// them (the fence's recount) changed fewer than n rows, and do nothing
+// them (the fence) changed fewer than n rows, and do nothing
 // otherwise: a multi-statement Exec stops at the first failing statement,
 // so a COMMIT after them runs only when every part's shard is at its
 // epoch. A scalar subquery of two rows is the one failure plain SQL can
 // raise on a condition in both MariaDB and MySQL 8 without a stored
 // program (SIGNAL needs one); SELECT ... INTO sends no result set.
-// ROW_COUNT() in it is the recount's (the statement before), so the
+// ROW_COUNT() in it is the fence's (the statement before), so the
 // check is one statement: every statement is server CPU in each commit,
 // which shares the cores with the RPC path (BENCHMARKS.md).
 func checkStmts(n int) []mysqldb.Stmt {

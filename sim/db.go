@@ -380,6 +380,9 @@ func (s *nodeDB) LeaseNonces(ctx context.Context) ([]string, error) {
 	if err := s.boundary(ctx); err != nil {
 		return nil, err
 	}
+	if err := s.d.mem.Enter(ctx); err != nil {
+		return nil, err
+	}
 	d := s.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -394,7 +397,7 @@ func (s *nodeDB) LeaseNonces(ctx context.Context) ([]string, error) {
 // pause is waited out first (and, with pausedInside, again while holding
 // the row: a client paused inside its transaction holds it, issue 29
 // hole j), then the commit may be refused (db-cert), then fn runs under
-// the database's lock.
+// the database's lock, then a db-stall or db-fail hits its reply.
 func (s *nodeDB) shardTx(ctx context.Context, shard int, pausedInside bool, fn func(d *db) error) error {
 	return s.shardsTx(ctx, []int{shard}, pausedInside, fn)
 }
@@ -406,13 +409,10 @@ func (s *nodeDB) shardsTx(ctx context.Context, shards []int, pausedInside bool, 
 		return err
 	}
 	shards = slices.Sorted(slices.Values(shards))
-	for i, shard := range shards {
+	for _, shard := range shards {
 		unlock, err := s.lockShard(ctx, shard)
 		if err != nil {
-			for _, held := range shards[:i] {
-				s.d.shardMus[held].Unlock()
-			}
-			return err
+			return err // the rows taken so far are let go by their defers
 		}
 		defer unlock()
 	}
@@ -425,13 +425,24 @@ func (s *nodeDB) shardsTx(ctx context.Context, shards []int, pausedInside bool, 
 		return err
 	}
 	s.d.mu.Lock()
-	defer s.d.mu.Unlock()
-	return fn(s.d)
+	err := fn(s.d)
+	s.d.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	// db-stall and db-fail reach the transaction after its commit, the
+	// harder of their two cases: a hung commit that holds the fence rows,
+	// and a commit whose reply is lost (the caller sees an error for what
+	// is written). Before the commit, a failure is only a refusal.
+	return s.d.mem.Enter(ctx)
 }
 
 // Load implements ordered.Store.
 func (s *nodeDB) Load(ctx context.Context, shard int, epoch int64, keys []ordered.Key) (map[ordered.Key]int64, error) {
 	if err := s.boundary(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.d.mem.Enter(ctx); err != nil {
 		return nil, err
 	}
 	d := s.d
@@ -531,6 +542,9 @@ func (s *nodeDB) WriteBack(ctx context.Context, shard int, epoch int64, rows []o
 // LookupRequests implements ordered.Store.
 func (s *nodeDB) LookupRequests(ctx context.Context, biz, scope string, ids []string) (map[string]ordered.Request, error) {
 	if err := s.boundary(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.d.mem.Enter(ctx); err != nil {
 		return nil, err
 	}
 	d := s.d

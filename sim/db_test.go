@@ -3,7 +3,9 @@ package sim
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/ordered/storetest"
@@ -94,5 +96,52 @@ func TestDBLeaseNoncesPerSeed(t *testing.T) {
 	}
 	if a, b, c := draw(7), draw(7), draw(8); a != b || a == c || len(a) != 32 {
 		t.Fatalf("nonces of seeds 7, 7, 8: %q, %q, %q; want the same for one seed, 32 characters", a, b, c)
+	}
+}
+
+// db-fail and db-stall reach the ORDERED shard rows too: a failed write
+// has committed (its reply is lost), a read fails before it reads, and a
+// stalled write holds its fence row until the stall ends (a Claim waits
+// for it). Without this the simulator never drew a persist of unknown
+// outcome.
+func TestDBFaultsReachOrderedRows(t *testing.T) {
+	d, s := testDB(1)
+	ctx := context.Background()
+	if err := s.Claim(ctx, 5, 1, "a"); err != nil {
+		t.Fatal(err)
+	}
+	k := ordered.Key{Biz: "b", SubKey: storetest.SubKeys(5, "k", 1)[0]}
+	d.mem.FailNext(1, errStoreDown)
+	errs, err := s.PersistShards(ctx, []ordered.ShardWrite{{Shard: 5, Epoch: 1, Rows: []ordered.Row{{Key: k, Num: 7}}}})
+	if !errors.Is(err, errStoreDown) {
+		t.Fatalf("PersistShards under db-fail = %v, %v; want the injected error", errs, err)
+	}
+	if got, err := s.Load(ctx, 5, 1, []ordered.Key{k}); err != nil || got[k] != 7 {
+		t.Fatalf("after a failed persist: Load = %v, %v; want the row written (the reply was lost, not the commit)", got, err)
+	}
+	d.mem.FailNext(1, errStoreDown)
+	if _, err := s.Load(ctx, 5, 1, []ordered.Key{k}); !errors.Is(err, errStoreDown) {
+		t.Fatalf("Load under db-fail = %v; want the injected error", err)
+	}
+	release := d.mem.Block()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.PersistShards(ctx, []ordered.ShardWrite{{Shard: 5, Epoch: 1, Rows: []ordered.Row{{Key: k, Num: 9}}}})
+		done <- err
+	}()
+	for d.mem.Blocked() == 0 {
+		runtime.Gosched()
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := s.Claim(short, 5, 2, "b"); !errors.Is(err, ordered.ErrShardBusy) {
+		t.Fatalf("Claim while a stalled persist holds the fence row = %v; want ordered.ErrShardBusy", err)
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatalf("stalled persist after the stall: %v", err)
+	}
+	if err := s.Claim(ctx, 5, 2, "b"); err != nil {
+		t.Fatalf("Claim after the stall: %v", err)
 	}
 }

@@ -65,6 +65,12 @@ func (f *faults) releaseAll() {
 	}
 }
 
+// Enter applies the injected faults (Block, FailNext) to one call that a
+// simulator embedding the Store makes on tables of its own (the simulated
+// MySQL primary's ORDERED shard rows), so that a hanging or failing
+// database hits those calls as it hits the Store's own.
+func (s *Store) Enter(ctx context.Context) error { return s.faults.enter(ctx) }
+
 // enter applies the injected faults to one call: wait at the gate, then
 // consume one injected failure.
 func (f *faults) enter(ctx context.Context) error {

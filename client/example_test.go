@@ -28,9 +28,16 @@ func Example() {
 	fmt.Println(id)
 }
 
-// Nodes from ZooKeeper, watched: joins and leaves take effect at once.
+// Nodes from ZooKeeper, watched: joins and leaves take effect at once. The
+// secrets come from files (0600, as the nodes' own): the cluster's
+// ZooKeeper credential and the client token.
 func ExampleNew_zooKeeper() {
-	c, err := client.New(client.Config{ZK: []string{"zk1:2181", "zk2:2181", "zk3:2181"}, Cluster: "prod"})
+	c, err := client.New(client.Config{
+		ZK:         []string{"zk1:2181", "zk2:2181", "zk3:2181"},
+		Cluster:    "prod",
+		ZKAuthFile: "/etc/idgen/zk-auth",
+		TokenFile:  "/etc/idgen/client-token",
+	})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 )
 
 // MaxBytes is the most of a secret file that is read: secrets are short,
@@ -49,6 +50,22 @@ func Read(path string) ([]byte, error) {
 		return nil, err
 	}
 	return io.ReadAll(io.LimitReader(f, MaxBytes))
+}
+
+// ReadString is Read for a secret that is one line of text (a token, a
+// DSN, ZooKeeper's user:password): the content with its surrounding
+// whitespace trimmed (the newline an editor or echo leaves), refused when
+// nothing is left.
+func ReadString(path string) (string, error) {
+	raw, err := Read(path)
+	if err != nil {
+		return "", err
+	}
+	v := strings.TrimSpace(string(raw))
+	if v == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return v, nil
 }
 
 // Check refuses a file whose mode or ownership lets users other than this

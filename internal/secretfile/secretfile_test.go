@@ -95,3 +95,34 @@ func TestRead(t *testing.T) {
 		t.Errorf("a directory: %v", err)
 	}
 }
+
+// TestReadString: a one-line secret is trimmed; an empty or blank file is
+// refused naming it; Read's rule still applies.
+func TestReadString(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string, mode fs.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if v, err := ReadString(write("tok", " user:pw \n", 0o600)); err != nil || v != "user:pw" {
+		t.Fatalf("got %q, %v; want user:pw", v, err)
+	}
+	for _, content := range []string{"", " \n\t\n"} {
+		p := write("blank", content, 0o600)
+		if _, err := ReadString(p); err == nil || !strings.Contains(err.Error(), p+" is empty") {
+			t.Errorf("content %q: %v, want a refusal naming the file", content, err)
+		}
+	}
+	if runtime.GOOS != "windows" {
+		p := write("open", "tok\n", 0o644)
+		if _, err := ReadString(p); err == nil || !strings.Contains(err.Error(), "chmod 600 "+p) {
+			t.Errorf("mode 0644: %v, want a refusal naming chmod 600", err)
+		}
+	}
+}

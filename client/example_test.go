@@ -35,8 +35,8 @@ func ExampleNew_zooKeeper() {
 	c, err := client.New(client.Config{
 		ZK:         []string{"zk1:2181", "zk2:2181", "zk3:2181"},
 		Cluster:    "prod",
-		ZKAuthFile: "/etc/idgen/zk-auth",
-		TokenFile:  "/etc/idgen/client-token",
+		ZKAuthFile: "/etc/idgen/zk.auth",
+		TokenFile:  "/etc/idgen/client.token",
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -189,27 +189,13 @@ func (cfg *Config) fill() error {
 }
 
 // readSecretFiles fills Token and ZKAuth from their *File twins, read as
-// the server reads its secret files (secretfile.ReadString). Both forms of
-// one secret are refused: which one wins would be a guess.
+// the server reads its secret files (secretfile.Fill).
 func (cfg *Config) readSecretFiles() error {
-	for _, s := range []struct {
-		name, file string
-		val        *string
-	}{
-		{"Token", cfg.TokenFile, &cfg.Token},
-		{"ZKAuth", cfg.ZKAuthFile, &cfg.ZKAuth},
-	} {
-		if s.file == "" {
-			continue
-		}
-		if *s.val != "" {
-			return fmt.Errorf("%w: Config.%s and Config.%sFile are both set: keep one (the file keeps the secret out of the program's configuration)", ErrInvalid, s.name, s.name)
-		}
-		v, err := secretfile.ReadString(s.file)
-		if err != nil {
-			return fmt.Errorf("%w: Config.%sFile: %w", ErrInvalid, s.name, err)
-		}
-		*s.val = v
+	if err := secretfile.Fill(&cfg.Token, cfg.TokenFile, "Config.Token", "Config.TokenFile"); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := secretfile.Fill(&cfg.ZKAuth, cfg.ZKAuthFile, "Config.ZKAuth", "Config.ZKAuthFile"); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }

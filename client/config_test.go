@@ -10,12 +10,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/idgen/idgen/cluster"
-	"github.com/idgen/idgen/worker"
+	"github.com/idgen/idgen/internal/testnode"
 )
 
 // secretFile writes content to a file of mode perm in a fresh directory.
@@ -113,29 +111,10 @@ func TestIntegration_ZKAuthFile(t *testing.T) {
 	}
 	servers := strings.Split(zkAddr, ",")
 	auth := fmt.Sprintf("client%d:pw%d", rand.Uint32(), rand.Uint64())
-	root, name := fmt.Sprintf("/idgen-clienttest-%d", rand.Uint32()), "acl"
-	acl, err := cluster.ACL(auth)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	admin, err := worker.DialZK(ctx, servers, 10*time.Second, auth, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	base := cluster.Path(root, name)
-	if err := cluster.EnsurePath(admin, base, acl); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for p := base; p != "/"; p = filepath.Dir(p) {
-			_ = admin.Delete(p, -1)
-		}
-	})
+	root, name := "/idgen-test-client", fmt.Sprintf("acl-%d", rand.Uint64())
+	testnode.ACLCluster(t, servers, root, name, auth)
 
-	_, err = New(Config{ZK: servers, ZKRoot: root, Cluster: name})
+	_, err := New(Config{ZK: servers, ZKRoot: root, Cluster: name})
 	if !errors.Is(err, zk.ErrNoAuth) || !strings.Contains(err.Error(), "set Config.ZKAuthFile") {
 		t.Fatalf("New without the credential: %v, want ZooKeeper's no-auth refusal naming Config.ZKAuthFile", err)
 	}

@@ -68,6 +68,26 @@ func ReadString(path string) (string, error) {
 	return v, nil
 }
 
+// Fill sets *val to the secret in the file at path (ReadString) when path
+// is set: the *File twin of a secret setting. valName and fileName name
+// the two settings in errors. Both forms given is refused: which one wins
+// would be a guess.
+func Fill(val *string, path, valName, fileName string) error {
+	if path == "" {
+		return nil
+	}
+	if *val != "" {
+		return fmt.Errorf("%s and %s are both set: keep only %s (a secret in a file stays out of command lines, environments and configuration)",
+			valName, fileName, fileName)
+	}
+	v, err := ReadString(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", fileName, err)
+	}
+	*val = v
+	return nil
+}
+
 // Check refuses a file whose mode or ownership lets users other than this
 // process's read or change it (the package's rule), and anything but a
 // regular file. The error names the chmod that fixes it.

@@ -1,6 +1,7 @@
 package secretfile
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -124,5 +125,30 @@ func TestReadString(t *testing.T) {
 		if _, err := ReadString(p); err == nil || !strings.Contains(err.Error(), "chmod 600 "+p) {
 			t.Errorf("mode 0644: %v, want a refusal naming chmod 600", err)
 		}
+	}
+}
+
+// TestFill: the file fills an empty value; no file leaves the value as it
+// is; both forms are refused naming both settings; a file that cannot be
+// read is an error naming the file setting.
+func TestFill(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "tok")
+	if err := os.WriteFile(p, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v := ""
+	if err := Fill(&v, p, "Token", "TokenFile"); err != nil || v != "tok" {
+		t.Fatalf("Fill: %q, %v", v, err)
+	}
+	v = "given"
+	if err := Fill(&v, "", "Token", "TokenFile"); err != nil || v != "given" {
+		t.Fatalf("no file: %q, %v", v, err)
+	}
+	if err := Fill(&v, p, "Token", "TokenFile"); err == nil || !strings.Contains(err.Error(), "Token and TokenFile are both set: keep only TokenFile") {
+		t.Errorf("both forms: %v", err)
+	}
+	v = ""
+	if err := Fill(&v, p+".missing", "Token", "TokenFile"); !errors.Is(err, fs.ErrNotExist) || !strings.HasPrefix(err.Error(), "TokenFile: ") || v != "" {
+		t.Errorf("missing file: %q, %v", v, err)
 	}
 }

@@ -16,25 +16,12 @@ import (
 	"github.com/idgen/idgen/internal/testnode"
 )
 
-// secretFile writes content to a file of mode perm in a fresh directory.
-func secretFile(t *testing.T, content string, perm fs.FileMode) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "secret")
-	if err := os.WriteFile(p, []byte(content), perm); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(p, perm); err != nil { // WriteFile's mode is masked by the umask
-		t.Fatal(err)
-	}
-	return p
-}
-
 // TestTokenFile: the token read from Config.TokenFile (trimmed) is the one
 // every request carries.
 func TestTokenFile(t *testing.T) {
 	var s seq
 	n := &fakeNode{addr: "a:1", answer: s.serve}
-	c := newFakeClient(t, newFakeClock(), Config{TokenFile: secretFile(t, "  client-token-0123456789\n", 0o600)}, n)
+	c := newFakeClient(t, newFakeClock(), Config{TokenFile: testnode.WriteSecretFile(t, "  client-token-0123456789\n", 0o600)}, n)
 	if _, err := c.Next(context.Background(), "x"); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +38,7 @@ func TestTokenFile(t *testing.T) {
 // TestZKAuthFile: Config.ZKAuthFile fills the credential New dials
 // ZooKeeper with.
 func TestZKAuthFile(t *testing.T) {
-	cfg := Config{ZK: []string{"z:2181"}, ZKAuthFile: secretFile(t, "idgen:s3cret\n", 0o400)}
+	cfg := Config{ZK: []string{"z:2181"}, ZKAuthFile: testnode.WriteSecretFile(t, "idgen:s3cret\n", 0o400)}
 	if err := cfg.fill(); err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +51,7 @@ func TestZKAuthFile(t *testing.T) {
 // blank file, and a file other users may read (the server's rule) are
 // refused by New with ErrInvalid and a message naming the setting.
 func TestSecretFileErrors(t *testing.T) {
-	ok := secretFile(t, "tok\n", 0o600)
+	ok := testnode.WriteSecretFile(t, "tok\n", 0o600)
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -74,10 +61,10 @@ func TestSecretFileErrors(t *testing.T) {
 		{"Token and TokenFile", Config{Token: "t", TokenFile: ok}, []string{"Config.Token and Config.TokenFile are both set"}, nil},
 		{"ZKAuth and ZKAuthFile", Config{ZKAuth: "u:p", ZKAuthFile: ok}, []string{"Config.ZKAuth and Config.ZKAuthFile are both set"}, nil},
 		{"missing", Config{TokenFile: filepath.Join(t.TempDir(), "none")}, []string{"Config.TokenFile: "}, fs.ErrNotExist},
-		{"empty", Config{TokenFile: secretFile(t, "", 0o600)}, []string{"Config.TokenFile: ", "is empty"}, nil},
-		{"blank", Config{ZKAuthFile: secretFile(t, " \n", 0o600)}, []string{"Config.ZKAuthFile: ", "is empty"}, nil},
-		{"readable by others", Config{TokenFile: secretFile(t, "tok\n", 0o644)}, []string{"Config.TokenFile: ", "chmod 600"}, nil},
-		{"group-readable own file", Config{ZKAuthFile: secretFile(t, "u:p\n", 0o640)}, []string{"Config.ZKAuthFile: ", "chmod 600"}, nil},
+		{"empty", Config{TokenFile: testnode.WriteSecretFile(t, "", 0o600)}, []string{"Config.TokenFile: ", "is empty"}, nil},
+		{"blank", Config{ZKAuthFile: testnode.WriteSecretFile(t, " \n", 0o600)}, []string{"Config.ZKAuthFile: ", "is empty"}, nil},
+		{"readable by others", Config{TokenFile: testnode.WriteSecretFile(t, "tok\n", 0o644)}, []string{"Config.TokenFile: ", "chmod 600"}, nil},
+		{"group-readable own file", Config{ZKAuthFile: testnode.WriteSecretFile(t, "u:p\n", 0o640)}, []string{"Config.ZKAuthFile: ", "chmod 600"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.Addrs = []string{"a:1"}
@@ -118,7 +105,7 @@ func TestIntegration_ZKAuthFile(t *testing.T) {
 	if !errors.Is(err, zk.ErrNoAuth) || !strings.Contains(err.Error(), "set Config.ZKAuthFile") {
 		t.Fatalf("New without the credential: %v, want ZooKeeper's no-auth refusal naming Config.ZKAuthFile", err)
 	}
-	c, err := New(Config{ZK: servers, ZKRoot: root, Cluster: name, ZKAuthFile: secretFile(t, auth+"\n", 0o600)})
+	c, err := New(Config{ZK: servers, ZKRoot: root, Cluster: name, ZKAuthFile: testnode.WriteSecretFile(t, auth+"\n", 0o600)})
 	if err != nil {
 		t.Fatalf("New with ZKAuthFile: %v", err)
 	}

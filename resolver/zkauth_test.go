@@ -3,10 +3,7 @@ package resolver_test
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,19 +13,6 @@ import (
 	"github.com/idgen/idgen/resolver"
 )
 
-// secretFile writes content to a file of mode perm in a fresh directory.
-func secretFile(t *testing.T, content string, perm fs.FileMode) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "zk.auth")
-	if err := os.WriteFile(p, []byte(content), perm); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(p, perm); err != nil { // WriteFile's mode is masked by the umask
-		t.Fatal(err)
-	}
-	return p
-}
-
 // TestZKAuthFileRefused: both forms of the credential, and a file other
 // users may read, are refused by New before it dials.
 func TestZKAuthFileRefused(t *testing.T) {
@@ -36,9 +20,9 @@ func TestZKAuthFileRefused(t *testing.T) {
 		cfg  resolver.Config
 		want string
 	}{
-		{resolver.Config{ZKAuth: "u:p", ZKAuthFile: secretFile(t, "u:p\n", 0o600)}, "Config.ZKAuth and Config.ZKAuthFile are both set"},
-		{resolver.Config{ZKAuthFile: secretFile(t, "u:p\n", 0o644)}, "chmod 600"},
-		{resolver.Config{ZKAuthFile: secretFile(t, "\n", 0o600)}, "is empty"},
+		{resolver.Config{ZKAuth: "u:p", ZKAuthFile: testnode.WriteSecretFile(t, "u:p\n", 0o600)}, "Config.ZKAuth and Config.ZKAuthFile are both set"},
+		{resolver.Config{ZKAuthFile: testnode.WriteSecretFile(t, "u:p\n", 0o644)}, "chmod 600"},
+		{resolver.Config{ZKAuthFile: testnode.WriteSecretFile(t, "\n", 0o600)}, "is empty"},
 	} {
 		tc.cfg.ZK = []string{"127.0.0.1:1"} // never dialled
 		if r, err := resolver.New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -64,5 +48,5 @@ func TestZKAuthFile(t *testing.T) {
 		}
 		t.Fatalf("New without the credential: %v, want ZooKeeper's no-auth refusal naming Config.ZKAuthFile", err)
 	}
-	newResolver(t, resolver.Config{ZK: []string{zkAddr}, ZKRoot: testRoot, Cluster: name, ZKAuthFile: secretFile(t, auth+"\n", 0o600)})
+	newResolver(t, resolver.Config{ZK: []string{zkAddr}, ZKRoot: testRoot, Cluster: name, ZKAuthFile: testnode.WriteSecretFile(t, auth+"\n", 0o600)})
 }

@@ -193,6 +193,9 @@ func TestNonRetryableReturnsAtOnce(t *testing.T) {
 	if !errors.As(err, &ie) || ie.Code != idl.ErrorCode_UNKNOWN_BIZ {
 		t.Fatalf("err = %v, want UNKNOWN_BIZ", err)
 	}
+	if !errors.Is(err, ErrUnknownBiz) || Code(err) != ErrUnknownBiz {
+		t.Fatalf("err = %v: errors.Is(err, ErrUnknownBiz) false, Code %v", err, Code(err))
+	}
 	if bad.calls()+other.calls() != 1 {
 		t.Fatalf("%d calls, want 1", bad.calls()+other.calls())
 	}
@@ -333,9 +336,14 @@ type kitexNode struct {
 }
 
 func (k *kitexNode) NextIDs(_ context.Context, req *idl.NextIDsRequest) (*idl.NextIDsResponse, error) {
+	if k.s == nil {
+		return nil, &idl.IdgenError{Code: idl.ErrorCode_RATE_LIMITED, Message: "over the rate", Retryable: true, RetryAfterMs: 1}
+	}
 	return k.s.serve(0, req)
 }
 
+// startKitexNode starts a node serving from s; with s nil it refuses every
+// call with a retryable RATE_LIMITED.
 func startKitexNode(t testing.TB, s *seq) (addr string, stop func()) {
 	t.Helper()
 	quietKitex()
@@ -383,5 +391,27 @@ func TestFailoverKitex(t *testing.T) {
 			t.Fatalf("duplicate %d", id)
 		}
 		seen[id] = true
+	}
+}
+
+// TestRefusalCodeKitex: a refusal that crossed the real transport (the
+// IDL exception decoded by Kitex) is the sentinel of its code, also when
+// the retry budget ran out on it, and Retryable still reads its hint.
+func TestRefusalCodeKitex(t *testing.T) {
+	a, _ := startKitexNode(t, nil)
+	c, err := New(Config{Addrs: []string{a}, MaxAttempts: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.Next(context.Background(), "x")
+	if !errors.Is(err, ErrRateLimited) || Code(err) != ErrRateLimited {
+		t.Fatalf("err = %v: Code %v, want RATE_LIMITED", err, Code(err))
+	}
+	if !errors.Is(err, ErrRetryBudget) || errors.Is(err, ErrWorkerUnavailable) {
+		t.Fatalf("err = %v: want ErrRetryBudget and no other code", err)
+	}
+	if again, after := Retryable(err); !again || after != time.Millisecond {
+		t.Fatalf("Retryable(%v) = %v %v, want true 1ms", err, again, after)
 	}
 }

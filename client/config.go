@@ -10,6 +10,7 @@ import (
 
 	"github.com/cloudwego/kitex/pkg/klog"
 
+	"github.com/idgen/idgen/internal/secretfile"
 	"github.com/idgen/idgen/worker"
 )
 
@@ -28,11 +29,24 @@ type Config struct {
 	// ZKAuth is a digest credential user:password for an ACL-protected
 	// cluster. Default none.
 	ZKAuth string
+	// ZKAuthFile names a file holding ZKAuth instead (the server's
+	// --zk-auth-file), so the credential stays out of the program's
+	// configuration. See TokenFile for how it is read.
+	ZKAuthFile string
 	// ZKSessionTimeout is the ZooKeeper session timeout. Default 10s.
 	ZKSessionTimeout time.Duration
 
 	// Token is the client token, when the servers require one.
 	Token string
+	// TokenFile names a file holding the client token instead (the
+	// server's --client-token-file, env IDGEN_CLIENT_TOKEN_FILE), read
+	// once, by New: a rotated token takes a new Client. Its surrounding
+	// whitespace is trimmed; the file is refused as the server refuses
+	// its secret files: empty, or readable or writable by other users
+	// (chmod 600; a Kubernetes Secret or systemd credential provisioned
+	// by root with the group read bit passes, see internal/secretfile).
+	// Setting both Token and TokenFile is refused.
+	TokenFile string
 
 	// TLS, when set, speaks TLS to the nodes (servers started with
 	// --tls-cert): RootCAs to verify them (nil: the system pool),
@@ -111,6 +125,9 @@ func (cfg *Config) fill() error {
 			return fmt.Errorf("%w: Config.Addrs: %q is not host:port", ErrInvalid, a)
 		}
 	}
+	if err := cfg.readSecretFiles(); err != nil {
+		return err
+	}
 	if cfg.Cluster == "" {
 		cfg.Cluster = worker.DefaultCluster
 	}
@@ -167,6 +184,18 @@ func (cfg *Config) fill() error {
 	}
 	if cfg.Sleep == nil {
 		cfg.Sleep = sleep
+	}
+	return nil
+}
+
+// readSecretFiles fills Token and ZKAuth from their *File twins, read as
+// the server reads its secret files (secretfile.Fill).
+func (cfg *Config) readSecretFiles() error {
+	if err := secretfile.Fill(&cfg.Token, cfg.TokenFile, "Config.Token", "Config.TokenFile"); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := secretfile.Fill(&cfg.ZKAuth, cfg.ZKAuthFile, "Config.ZKAuth", "Config.ZKAuthFile"); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }

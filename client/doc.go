@@ -39,6 +39,15 @@
 // Retryable tells a caller whether an error this package returned is worth
 // trying again later, and after how long.
 //
+// # Errors
+//
+// A refusal's code is an ErrorCode: errors.Is(err, client.ErrUnknownBiz)
+// (one sentinel per code of the IDL, each documented with whether it is
+// retryable) or a switch on client.Code(err), without importing the
+// generated kitex_gen package. The client's own failures are ErrClosed,
+// ErrNoNodes, ErrRetryBudget, ErrInvalid and ErrNotPrefetchable; an *Error
+// says which node was asked last and how many attempts were made.
+//
 // # Prefetch
 //
 // Config.Prefetch turns on a local buffer of IDs per business and channel

@@ -15,9 +15,10 @@ import (
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 )
 
-// Errors of the client itself. Server refusals come back as
-// *idl.IdgenError (errors.As finds it in any error the client returns);
-// Retryable answers for both.
+// Errors of the client itself. Server refusals come back inside an *Error
+// holding the server's IdgenError: errors.Is matches them against the
+// ErrorCode sentinels (ErrUnknownBiz, ErrRateLimited, ...; codes.go), Code
+// returns their code. Retryable answers for both kinds.
 var (
 	// ErrClosed: the client was closed.
 	ErrClosed = errors.New("idgen client: closed")

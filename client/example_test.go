@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -27,9 +28,16 @@ func Example() {
 	fmt.Println(id)
 }
 
-// Nodes from ZooKeeper, watched: joins and leaves take effect at once.
+// Nodes from ZooKeeper, watched: joins and leaves take effect at once. The
+// secrets come from files (0600, as the nodes' own): the cluster's
+// ZooKeeper credential and the client token.
 func ExampleNew_zooKeeper() {
-	c, err := client.New(client.Config{ZK: []string{"zk1:2181", "zk2:2181", "zk3:2181"}, Cluster: "prod"})
+	c, err := client.New(client.Config{
+		ZK:         []string{"zk1:2181", "zk2:2181", "zk3:2181"},
+		Cluster:    "prod",
+		ZKAuthFile: "/etc/idgen/zk.auth",
+		TokenFile:  "/etc/idgen/client.token",
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -73,4 +81,26 @@ func ExampleClient_Ordered() {
 		log.Fatal(err)
 	}
 	fmt.Println(r.First, r.Last)
+}
+
+// Branching on a refusal: errors.Is with the sentinel of its code, or a
+// switch on Code, without importing the generated kitex_gen package.
+func ExampleCode() {
+	c, err := client.New(client.Config{Addrs: []string{"127.0.0.1:8888"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.Next(context.Background(), "order")
+	switch {
+	case err == nil:
+	case errors.Is(err, client.ErrUnknownBiz):
+		log.Print("create the business first: idctl biz create --biz order")
+	case errors.Is(err, client.ErrUnauthenticated):
+		log.Print("set Config.TokenFile to the file holding the client token")
+	case client.Code(err) != 0:
+		log.Printf("refused with %v: %v", client.Code(err), err)
+	default:
+		log.Printf("no answer: %v", err)
+	}
 }

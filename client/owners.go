@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -193,11 +192,10 @@ func (c *Client) routeOrdered(ctx context.Context, req *idl.NextIDsRequest) *nod
 // That, and a SEGMENT_UNAVAILABLE refusal from any node, asks for a
 // refresh soon: ownership may have moved.
 func (c *Client) ownerFailed(atOwner, again bool, err error) {
-	var ie *idl.IdgenError
 	switch {
 	case atOwner && again:
 		c.ords.fallbacks.Add(1)
-	case errors.As(err, &ie) && ie.Code == idl.ErrorCode_SEGMENT_UNAVAILABLE:
+	case Code(err) == ErrSegmentUnavailable:
 	default:
 		return
 	}

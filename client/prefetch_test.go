@@ -188,6 +188,9 @@ func TestPrefetchRefillError(t *testing.T) {
 	if !errors.As(err, &ie) || ie.Code != idl.ErrorCode_UNKNOWN_BIZ {
 		t.Fatalf("err = %v", err)
 	}
+	if !errors.Is(err, ErrUnknownBiz) || Code(err) != ErrUnknownBiz {
+		t.Fatalf("err = %v: not ErrUnknownBiz (Code %v)", err, Code(err))
+	}
 }
 
 // TestPrefetchNotForOrdered: an ORDERED call never uses the buffer.

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -41,6 +42,9 @@ func (c *Client) startZK() error {
 	ms, watches, err := worker.ListMembers(conn, c.cfg.ZKRoot, c.cfg.Cluster)
 	if err != nil {
 		conn.Close()
+		if errors.Is(err, zk.ErrNoAuth) {
+			return fmt.Errorf("idgen client: %w (the cluster's znodes are ACL-protected: set Config.ZKAuthFile, or ZKAuth, to the digest credential user:password the nodes use)", err)
+		}
 		return fmt.Errorf("idgen client: %w", err)
 	}
 	if err := c.setAddrs(memberAddrs(ms)); err != nil {

@@ -4,13 +4,18 @@
 // client of the idgen service finds the nodes without the idgen client
 // package:
 //
-//	r, err := resolver.New(resolver.Config{ZK: []string{"zk1:2181", "zk2:2181", "zk3:2181"}, Cluster: "prod"})
+//	r, err := resolver.New(resolver.Config{ZK: []string{"zk1:2181", "zk2:2181", "zk3:2181"}, Cluster: "prod",
+//		ZKAuthFile: "/etc/idgen/zk.auth"}) // an ACL-protected cluster's user:password
 //	if err != nil { ... }
 //	defer r.Close()
 //	cli, err := idgenservice.NewClient("idgen",
 //		client.WithResolver(r),
 //		client.WithLoadBalancer(loadbalance.NewWeightedBalancer(), r.CacheOptions()),
 //		client.WithTransportProtocol(transport.TTHeaderFramed))
+//	resp, err := cli.NextIDs(ctx, &idl.NextIDsRequest{Biz: "order", Count: 10,
+//		Token: &token}) // the nodes' client token, when they require one
+//
+// The package's Example is this, compiled.
 //
 // The resolver reads the members through worker.ListMembers and watches
 // them (worker.WatchMembers), the same code and rules as the idgen Go

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/cloudwego/kitex/client"
@@ -22,7 +24,9 @@ func Example() {
 	r, err := resolver.New(resolver.Config{
 		ZK:      []string{"zk1:2181", "zk2:2181", "zk3:2181"},
 		Cluster: "prod",
-		// ZKAuth: "user:password", for an ACL-protected cluster.
+		// An ACL-protected cluster (cluster init with ZooKeeper auth):
+		// the file holding user:password, the nodes' --zk-auth-file.
+		ZKAuthFile: "/etc/idgen/zk.auth",
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -46,7 +50,14 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	token := "the client token, when the nodes require one"
+	// The client token, when the nodes require one (their
+	// --client-token-file): every NextIDs carries it, or is refused with
+	// UNAUTHENTICATED.
+	raw, err := os.ReadFile("/etc/idgen/client.token")
+	if err != nil {
+		log.Fatal(err)
+	}
+	token := strings.TrimSpace(string(raw))
 	resp, err := cli.NextIDs(context.Background(), &idl.NextIDsRequest{Biz: "order", Count: 10, Token: &token})
 	if err != nil {
 		log.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idgen/idgen/cluster"
+	"github.com/idgen/idgen/internal/secretfile"
 	"github.com/idgen/idgen/worker"
 )
 
@@ -51,6 +52,12 @@ type Config struct {
 	// ZKAuth is a digest credential user:password for an ACL-protected
 	// cluster. Default none.
 	ZKAuth string
+	// ZKAuthFile names a file holding ZKAuth instead (the server's
+	// --zk-auth-file; the idgen client's Config.ZKAuthFile), read once by
+	// New, trimmed, and refused as the server refuses its secret files:
+	// empty, or readable or writable by other users (chmod 600). Setting
+	// both ZKAuth and ZKAuthFile is refused.
+	ZKAuthFile string
 	// ZKSessionTimeout is the resolver's own ZooKeeper session timeout;
 	// New also waits at most this long for a session. After this long
 	// without a session the members it answers with are reported stale
@@ -138,6 +145,9 @@ func New(cfg Config) (*Resolver, error) {
 	if err != nil {
 		r.cancel()
 		conn.Close()
+		if errors.Is(err, zk.ErrNoAuth) {
+			return nil, fmt.Errorf("idgen resolver: %w (the cluster's znodes are ACL-protected: set Config.ZKAuthFile, or ZKAuth, to the digest credential user:password the nodes use)", err)
+		}
 		return nil, fmt.Errorf("idgen resolver: %w", err)
 	}
 	r.update(ms, nil)
@@ -159,6 +169,9 @@ func New(cfg Config) (*Resolver, error) {
 func (cfg *Config) fill() error {
 	if len(cfg.ZK) == 0 {
 		return errors.New("idgen resolver: Config.ZK is required (the ZooKeeper ensemble, host:port each)")
+	}
+	if err := secretfile.Fill(&cfg.ZKAuth, cfg.ZKAuthFile, "Config.ZKAuth", "Config.ZKAuthFile"); err != nil {
+		return fmt.Errorf("idgen resolver: %w", err)
 	}
 	if cfg.Cluster == "" {
 		cfg.Cluster = DefaultCluster

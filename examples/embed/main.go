@@ -13,11 +13,17 @@
 // KitexOptions must leave idgen's listener, transport, codec and exit
 // signal alone: server.Run refuses options that set them (see
 // server.Options.KitexOptions).
+//
+// The example's own lines go through zap, as JSON lines on stderr in the
+// node's format (the logger "embed"), so that they read like the node's
+// and a log shipper parses every line: never the standard log package,
+// whose plain text lines would break the JSON stream.
 package main
 
 import (
 	"context"
-	"log"
+	"io"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,19 +34,22 @@ import (
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"github.com/cloudwego/kitex/pkg/stats"
 	kserver "github.com/cloudwego/kitex/server"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/idgen/idgen/server"
 )
 
 // SlowCalls is a Kitex middleware that logs every call that takes longer
-// than threshold, with its method and duration.
-func SlowCalls(logf func(format string, args ...any), threshold time.Duration) endpoint.Middleware {
+// than threshold, at warn (a slow call is worth a look), with its method,
+// duration and error.
+func SlowCalls(log *zap.Logger, threshold time.Duration) endpoint.Middleware {
 	return func(next endpoint.Endpoint) endpoint.Endpoint {
 		return func(ctx context.Context, req, resp any) error {
 			start := time.Now()
 			err := next(ctx, req, resp)
 			if d := time.Since(start); d > threshold {
-				logf("slow RPC: %s took %v (err: %v)", method(ctx), d, err)
+				log.Warn("slow RPC", zap.String("method", method(ctx)), zap.Duration("took", d), zap.Error(err))
 			}
 			return err
 		}
@@ -51,7 +60,7 @@ func SlowCalls(logf func(format string, args ...any), threshold time.Duration) e
 // method, and logs those that failed in Kitex (transport, codec, a
 // panic) with how long they took.
 type RPCCounter struct {
-	logf func(format string, args ...any)
+	log *zap.Logger
 
 	mu    sync.Mutex
 	calls map[string]int64
@@ -59,9 +68,9 @@ type RPCCounter struct {
 
 var _ stats.Tracer = (*RPCCounter)(nil)
 
-// NewRPCCounter returns an RPCCounter that logs through logf.
-func NewRPCCounter(logf func(format string, args ...any)) *RPCCounter {
-	return &RPCCounter{logf: logf, calls: map[string]int64{}}
+// NewRPCCounter returns an RPCCounter that logs through log.
+func NewRPCCounter(log *zap.Logger) *RPCCounter {
+	return &RPCCounter{log: log, calls: map[string]int64{}}
 }
 
 // Start implements stats.Tracer: Kitex calls it when an RPC begins.
@@ -85,7 +94,7 @@ func (c *RPCCounter) Finish(ctx context.Context) {
 	if s, f := st.GetEvent(stats.RPCStart), st.GetEvent(stats.RPCFinish); s != nil && f != nil {
 		took = f.Time().Sub(s.Time())
 	}
-	c.logf("RPC %s failed after %v: %v", m, took, st.Error())
+	c.log.Warn("RPC failed in Kitex", zap.String("method", m), zap.Duration("took", took), zap.Error(st.Error()))
 }
 
 // Calls returns the number of finished RPCs of method.
@@ -116,19 +125,31 @@ func method(ctx context.Context) string {
 
 // KitexOptions are the extra options this example adds to idgen's: the
 // SlowCalls middleware with threshold slow, and counter as a tracer.
-func KitexOptions(counter *RPCCounter, logf func(format string, args ...any), slow time.Duration) []kserver.Option {
+func KitexOptions(counter *RPCCounter, log *zap.Logger, slow time.Duration) []kserver.Option {
 	return []kserver.Option{
-		kserver.WithMiddleware(SlowCalls(logf, slow)),
+		kserver.WithMiddleware(SlowCalls(log, slow)),
 		kserver.WithTracer(counter),
 	}
 }
 
+// newLogger returns the example's logger: JSON lines on w in the encoding
+// of the node's own (zap's production encoder, ISO 8601 times), at info,
+// named "embed". The node builds its logger inside server.Run from its
+// flags and does not hand it out, so with --log-format console the
+// node's lines are text and these stay JSON.
+func newLogger(w io.Writer) *zap.Logger {
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	return zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(w), zapcore.InfoLevel)).Named("embed")
+}
+
 func main() {
-	counter := NewRPCCounter(log.Printf)
+	log := newLogger(os.Stderr)
+	counter := NewRPCCounter(log)
 	go func() {
 		for range time.Tick(time.Minute) {
-			log.Printf("RPCs so far: %s", counter)
+			log.Info("RPCs so far", zap.Stringer("calls", counter))
 		}
 	}()
-	server.Main(server.Options{KitexOptions: KitexOptions(counter, log.Printf, 100*time.Millisecond)})
+	server.Main(server.Options{KitexOptions: KitexOptions(counter, log, 100*time.Millisecond)})
 }

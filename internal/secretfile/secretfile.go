@@ -26,6 +26,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 )
 
 // MaxBytes is the most of a secret file that is read: secrets are short,
@@ -49,6 +50,42 @@ func Read(path string) ([]byte, error) {
 		return nil, err
 	}
 	return io.ReadAll(io.LimitReader(f, MaxBytes))
+}
+
+// ReadString is Read for a secret that is one line of text (a token, a
+// DSN, ZooKeeper's user:password): the content with its surrounding
+// whitespace trimmed (the newline an editor or echo leaves), refused when
+// nothing is left.
+func ReadString(path string) (string, error) {
+	raw, err := Read(path)
+	if err != nil {
+		return "", err
+	}
+	v := strings.TrimSpace(string(raw))
+	if v == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return v, nil
+}
+
+// Fill sets *val to the secret in the file at path (ReadString) when path
+// is set: the *File twin of a secret setting. valName and fileName name
+// the two settings in errors. Both forms given is refused: which one wins
+// would be a guess.
+func Fill(val *string, path, valName, fileName string) error {
+	if path == "" {
+		return nil
+	}
+	if *val != "" {
+		return fmt.Errorf("%s and %s are both set: keep only %s (a secret in a file stays out of command lines, environments and configuration)",
+			valName, fileName, fileName)
+	}
+	v, err := ReadString(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", fileName, err)
+	}
+	*val = v
+	return nil
 }
 
 // Check refuses a file whose mode or ownership lets users other than this

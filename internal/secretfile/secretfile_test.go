@@ -1,6 +1,7 @@
 package secretfile
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -93,5 +94,61 @@ func TestRead(t *testing.T) {
 	}
 	if _, err := Read(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Errorf("a directory: %v", err)
+	}
+}
+
+// TestReadString: a one-line secret is trimmed; an empty or blank file is
+// refused naming it; Read's rule still applies.
+func TestReadString(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string, mode fs.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if v, err := ReadString(write("tok", " user:pw \n", 0o600)); err != nil || v != "user:pw" {
+		t.Fatalf("got %q, %v; want user:pw", v, err)
+	}
+	for _, content := range []string{"", " \n\t\n"} {
+		p := write("blank", content, 0o600)
+		if _, err := ReadString(p); err == nil || !strings.Contains(err.Error(), p+" is empty") {
+			t.Errorf("content %q: %v, want a refusal naming the file", content, err)
+		}
+	}
+	if runtime.GOOS != "windows" {
+		p := write("open", "tok\n", 0o644)
+		if _, err := ReadString(p); err == nil || !strings.Contains(err.Error(), "chmod 600 "+p) {
+			t.Errorf("mode 0644: %v, want a refusal naming chmod 600", err)
+		}
+	}
+}
+
+// TestFill: the file fills an empty value; no file leaves the value as it
+// is; both forms are refused naming both settings; a file that cannot be
+// read is an error naming the file setting.
+func TestFill(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "tok")
+	if err := os.WriteFile(p, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v := ""
+	if err := Fill(&v, p, "Token", "TokenFile"); err != nil || v != "tok" {
+		t.Fatalf("Fill: %q, %v", v, err)
+	}
+	v = "given"
+	if err := Fill(&v, "", "Token", "TokenFile"); err != nil || v != "given" {
+		t.Fatalf("no file: %q, %v", v, err)
+	}
+	if err := Fill(&v, p, "Token", "TokenFile"); err == nil || !strings.Contains(err.Error(), "Token and TokenFile are both set: keep only TokenFile") {
+		t.Errorf("both forms: %v", err)
+	}
+	v = ""
+	if err := Fill(&v, p+".missing", "Token", "TokenFile"); !errors.Is(err, fs.ErrNotExist) || !strings.HasPrefix(err.Error(), "TokenFile: ") || v != "" {
+		t.Errorf("missing file: %q, %v", v, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,6 +29,21 @@ func WriteTokenFile(t testing.TB, dir, name, token string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
 	if err := os.WriteFile(p, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// WriteSecretFile writes content to a new file of mode perm (set after the
+// write, past the umask) in a fresh temp dir and returns its path: secret
+// files that pass or fail internal/secretfile's mode rule.
+func WriteSecretFile(t testing.TB, content string, perm fs.FileMode) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(p, []byte(content), perm); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, perm); err != nil {
 		t.Fatal(err)
 	}
 	return p

@@ -53,6 +53,18 @@ func waitInFlight(t *testing.T, a *Allocator, sub string) *shard {
 	}
 }
 
+// lostInFlight starts a Take of n numbers of "k" on old, holds its persist
+// in flight and ends old's term (Lost) meanwhile; closing store.hold lets
+// the persist run.
+func lostInFlight(t *testing.T, store *fakeStore, old *node, biz segment.Biz, n int64, rid segment.RequestID) <-chan takeOutcome {
+	t.Helper()
+	store.hold = make(chan struct{})
+	got := takeAsync(old.a, biz, "k", n, rid)
+	waitInFlight(t, old.a, "k")
+	old.a.Lost(segment.Shard("k"))
+	return got
+}
+
 // TestPersistedAnswerSurvivesLostShard: the term ends (Lost, or the lease
 // runs out unrenewed) while a gapless request's persist is in flight; the
 // persist commits under the term's epoch. The request is answered its
@@ -113,10 +125,7 @@ func TestFencedInFlightPersistAfterLostShard(t *testing.T) {
 	old := newNode(t, store, clk, "a:1")
 	old.acquireAll(t, 1, time.Time{})
 	biz := bizMode("chat", segment.OrderedGapless)
-	store.hold = make(chan struct{})
-	got := takeAsync(old.a, biz, "k", 2, segment.RequestID{})
-	waitInFlight(t, old.a, "k")
-	old.a.Lost(segment.Shard("k"))
+	got := lostInFlight(t, store, old, biz, 2, segment.RequestID{})
 	nw := newNode(t, store, clk, "b:1")
 	if err := nw.a.Acquire(context.Background(), Grant{Shard: segment.Shard("k"), Epoch: 2}); err != nil {
 		t.Fatal(err)
@@ -142,10 +151,7 @@ func TestLateAnswerNeedsTheGate(t *testing.T) {
 	old := gatedNode(t, store, clk, "a:1", gate)
 	old.acquireAll(t, 1, time.Time{})
 	biz := bizMode("chat", segment.OrderedGapless)
-	store.hold = make(chan struct{})
-	got := takeAsync(old.a, biz, "k", 2, segment.RequestID{})
-	waitInFlight(t, old.a, "k")
-	old.a.Lost(segment.Shard("k"))
+	got := lostInFlight(t, store, old, biz, 2, segment.RequestID{})
 	gate.mu.Lock()
 	gate.onCheck = gate.closeLocked
 	gate.mu.Unlock()
@@ -168,10 +174,7 @@ func TestRetriedRequestIDAfterLostShard(t *testing.T) {
 	old.acquireAll(t, 1, time.Time{})
 	biz := bizMode("chat", segment.OrderedGapless)
 	rid := segment.RequestID{ID: "r-1"}
-	store.hold = make(chan struct{})
-	got := takeAsync(old.a, biz, "k", 3, rid)
-	waitInFlight(t, old.a, "k")
-	old.a.Lost(segment.Shard("k"))
+	got := lostInFlight(t, store, old, biz, 3, rid)
 	close(store.hold)
 	res := <-got
 	if res.err != nil || res.r != (segment.Range{First: 1, Last: 3}) {

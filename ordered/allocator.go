@@ -173,7 +173,7 @@ type stats struct {
 	takes, answered, fromMemory, persists, persistedRows, persistFailures atomic.Uint64
 	loads, fenced, leaseRefusals, notOwner, replays, regressions          atomic.Uint64
 	acquired, released, lost, writeBacks                                  atomic.Uint64
-	reverified, uncleanHandOffs                                           atomic.Uint64
+	reverified, uncleanHandOffs, answeredAfterLoss                        atomic.Uint64
 	persistNanos                                                          atomic.Uint64
 	persistDurations                                                      durations // the same, by bucket
 }
@@ -193,6 +193,10 @@ type Stats struct {
 	// UncleanHandOffs counts planned hand-offs whose exact write-back
 	// never succeeded (ErrUncleanHandOff).
 	UncleanHandOffs uint64
+	// AnsweredAfterLoss counts answers of numbers persisted under a term
+	// that ended before the answer (lost, handed off, lease run out):
+	// refused, each would have been a gapless hole (Allocator.answerable).
+	AnsweredAfterLoss uint64
 	// RequestsDropped and StoredRequestsDropped count request ids
 	// dropped from memory by MaxRequests or MaxRequestBytes before
 	// RequestTTL: answers (a cached-mode retry of one is a new request)
@@ -293,9 +297,10 @@ func (a *Allocator) Take(ctx context.Context, biz segment.Biz, subKey string, n 
 			return r, nil
 		}
 	}
-	r, replayed, err := sh.take(ctx, a, key, req, biz.OrderedMode, now)
+	t, err := sh.take(ctx, a, key, req, biz.OrderedMode, now)
+	r, replayed := t.r, t.replayed
 	if err == nil && !replayed {
-		_, err = a.mayAnswer(sh)
+		err = a.answerable(sh, t)
 		if err == nil {
 			a.seen[idx].raise(key, r.Last)
 		}
@@ -352,6 +357,54 @@ func (a *Allocator) mayAnswer(sh *shard) (time.Time, error) {
 			RetryAfter: 500 * time.Millisecond}
 	}
 	return now, nil
+}
+
+// answerable is the check between an allocation and its answer: mayAnswer,
+// except that numbers this term made durable under its epoch (t.durable)
+// are answered after the term ended (lost, handed off, its lease run out)
+// as long as the barrier's gate has not closed since they were written.
+//
+// Why (issue 31): refused, such numbers are a hole that no failed call
+// explains. The term persisted them and then lost the shard before it
+// answered (a ZooKeeper session lost with requests in flight: the fault
+// scenario ordered-owner-zk-partition); the caller's retry, the server's
+// ride-out or a forward, got the next owner's numbers above them.
+//
+// Why answering them is safe:
+//   - Unique: the persist committed under the term's epoch, so before the
+//     next owner's claim raised the epoch (a claim waits for the persists
+//     in flight, and a later persist is fenced: Store.Claim), and the next
+//     owner loads at least these numbers and answers above them.
+//   - In real time: the request was sent before its numbers were
+//     allocated, under a lease checked before the allocation (Take), so
+//     before any later owner answered; every answer that ended before it
+//     was sent is below them, and every answer of a later owner is above.
+//   - Across a lossy MySQL failover: the rows and request ids were
+//     published (reserved, stored) before the persist's gate check, and
+//     the gate's token unchanged since then (Check, which also fails once
+//     this node's barrier membership ran out) means no barrier has run
+//     without them: either the numbers are on the server the cluster
+//     uses, or a barrier this node is counted in raises them. A gate that
+//     closed since refuses them, with the gate's error: a failed call, not
+//     a passing NotOwner the server would ride out and retry.
+//   - Request ids: the range answered is the one stored with the id, which
+//     a retry at any owner gets back (a duplicate replayed).
+//
+// Numbers answered from a cached reservation are not t.durable: they keep
+// mayAnswer as it is (a cached gap is allowed; an answer is not).
+func (a *Allocator) answerable(sh *shard, t taken) error {
+	_, err := a.mayAnswer(sh)
+	if err == nil || !t.durable || faultRefuseAfterLoss() {
+		return err
+	}
+	if a.cfg.Gate != nil {
+		if gerr := a.cfg.Gate.Check(t.gen); gerr != nil {
+			return &UnavailableError{Shard: sh.idx, Reason: "the shard's term ended before the answer, and the ORDERED gate closed since its numbers were persisted (a MySQL server change): not answered",
+				RetryAfter: 500 * time.Millisecond, Err: gerr}
+		}
+	}
+	a.st.answeredAfterLoss.Add(1)
+	return nil
 }
 
 // leaseWaitReason says, for a refusal in g's lease wait, whose lease runs
@@ -594,7 +647,7 @@ func (a *Allocator) Stats() Stats {
 		Loads:          a.st.loads.Load(), Fenced: a.st.fenced.Load(), LeaseRefusals: a.st.leaseRefusals.Load(),
 		NotOwner: a.st.notOwner.Load(), Replays: a.st.replays.Load(), Regressions: a.st.regressions.Load(),
 		Acquired: a.st.acquired.Load(), Released: a.st.released.Load(), Lost: a.st.lost.Load(), WriteBacks: a.st.writeBacks.Load(),
-		Reverified: a.st.reverified.Load(), UncleanHandOffs: a.st.uncleanHandOffs.Load(),
+		Reverified: a.st.reverified.Load(), UncleanHandOffs: a.st.uncleanHandOffs.Load(), AnsweredAfterLoss: a.st.answeredAfterLoss.Load(),
 		RequestsDropped: a.requests.dropped.Load(), StoredRequestsDropped: a.stored.dropped.Load(),
 		PersistDurations: a.st.persistDurations.snapshot(),
 	}

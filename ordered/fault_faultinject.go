@@ -41,3 +41,10 @@ func faultLeaseMonotonicOnly() bool { return os.Getenv("IDGEN_FAULT_LEASE_MONOTO
 // row's number out of Remembered, as before: a key this node loaded but
 // never answered is not raised by its barrier flush.
 func faultForgetLoaded() bool { return os.Getenv("IDGEN_FAULT_ORDERED_FORGET_LOADED") == "1" }
+
+// faultRefuseAfterLoss (IDGEN_FAULT_ORDERED_REFUSE_AFTER_LOSS=1) refuses,
+// as before issue 31's fix, numbers persisted under a term that ended
+// before their answer: an aborted term fails the waiters of its persists
+// in flight, and the answer check ignores that they are durable. The
+// gapless business shows holes that no failed call explains.
+func faultRefuseAfterLoss() bool { return os.Getenv("IDGEN_FAULT_ORDERED_REFUSE_AFTER_LOSS") == "1" }

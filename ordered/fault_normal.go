@@ -13,3 +13,4 @@ func faultUncleanHandOff() bool     { return false }
 func faultForgetRequests() bool     { return false }
 func faultLeaseMonotonicOnly() bool { return false }
 func faultForgetLoaded() bool       { return false }
+func faultRefuseAfterLoss() bool    { return false }

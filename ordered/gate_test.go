@@ -21,6 +21,10 @@ type fakeGate struct {
 	// onEnter, when set, runs once inside the next Enter, after its answer
 	// was decided: the gate closing right after admitting a request.
 	onEnter func()
+	// onCheck, when set, runs once inside the next Check (with mu held),
+	// after its answer was decided: the gate closing right after a persist
+	// passed its check.
+	onCheck func()
 }
 
 func newFakeGate() *fakeGate { return &fakeGate{open: true, token: 1} }
@@ -44,7 +48,12 @@ func (g *fakeGate) Enter() (uint64, error) {
 func (g *fakeGate) Check(tok uint64) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.open || g.token != tok {
+	ok := g.open && g.token == tok
+	if hook := g.onCheck; hook != nil {
+		g.onCheck = nil
+		hook()
+	}
+	if !ok {
 		return fmt.Errorf("%w: %w", segment.ErrUnavailable, errGateClosed)
 	}
 	return nil
@@ -52,11 +61,15 @@ func (g *fakeGate) Check(tok uint64) error {
 
 func (g *fakeGate) close() {
 	g.mu.Lock()
+	g.closeLocked()
+	g.mu.Unlock()
+}
+
+func (g *fakeGate) closeLocked() {
 	if g.open {
 		g.open = false
 		g.token++
 	}
-	g.mu.Unlock()
 }
 
 func (g *fakeGate) reopen() {

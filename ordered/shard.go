@@ -89,6 +89,21 @@ type waitResult struct {
 	r        segment.Range
 	replayed bool
 	err      error
+	// gen is, for an answer (not replayed), the gate token under which
+	// the waiter's numbers were made durable (keyState.gen).
+	gen uint64
+}
+
+// taken is what shard.take allocated.
+type taken struct {
+	r        segment.Range
+	replayed bool // a stored request id's first answer: nothing allocated
+	// durable: r is at or below a number this term persisted under its
+	// epoch, through gate token gen (the persist the request waited for,
+	// or a gapless reservation already durable). Such numbers may be
+	// answered after the term ended (Allocator.answerable).
+	durable bool
+	gen     uint64
 }
 
 func newShard(g Grant) *shard {
@@ -121,20 +136,21 @@ func (sh *shard) closedErr(a *Allocator) error {
 // (loaded, and durable as the mode requires). now is a recent reading of
 // Config.Clock (the caller's lease check's), for the key's bookkeeping;
 // take reads the clock again after it waited for the key's load. On
-// success the caller holds sh.inflight and must call Done after its
-// answer check.
-func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.OrderedRequest, mode segment.OrderedMode, now time.Time) (segment.Range, bool, error) {
+// success (not replayed) the caller holds sh.inflight and must call Done
+// after its answer check.
+func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.OrderedRequest, mode segment.OrderedMode, now time.Time) (taken, error) {
 	n := req.Count
 	for {
 		sh.mu.Lock()
 		if sh.closed {
 			err := sh.closedErr(a)
 			sh.mu.Unlock()
-			return segment.Range{}, false, err
+			return taken{}, err
 		}
 		if req.RequestID != "" {
 			if first := sh.reqs[requestKeyOf(req)]; first != nil {
-				return sh.join(ctx, first, key, n)
+				r, replayed, err := sh.join(ctx, first, key, n)
+				return taken{r: r, replayed: replayed}, err
 			}
 		}
 		ks := sh.keyLocked(a, key, req.StartNum, now)
@@ -146,20 +162,20 @@ func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.Or
 			select {
 			case <-ch:
 			case <-ctx.Done():
-				return segment.Range{}, false, &UnavailableError{Shard: sh.idx, Reason: "loading the key from the store", Err: ctx.Err()}
+				return taken{}, &UnavailableError{Shard: sh.idx, Reason: "loading the key from the store", Err: ctx.Err()}
 			}
 			sh.mu.Lock()
 			err := ks.loadErr
 			sh.mu.Unlock()
 			if err != nil {
-				return segment.Range{}, false, err
+				return taken{}, err
 			}
 			now = a.cfg.Clock.Now() // after the wait
 			continue
 		}
 		if ks.served > math.MaxInt64-n {
 			sh.mu.Unlock()
-			return segment.Range{}, false, fmt.Errorf("%w: biz %q sub key %q is at %d: no room for %d more", segment.ErrExhausted,
+			return taken{}, fmt.Errorf("%w: biz %q sub key %q is at %d: no room for %d more", segment.ErrExhausted,
 				key.Biz, key.SubKey, ks.served, n)
 		}
 		r := segment.Range{First: ks.served + 1, Last: ks.served + n}
@@ -187,7 +203,7 @@ func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.Or
 				sh.inflight.Add(1)
 				sh.mu.Unlock()
 				a.st.fromMemory.Add(1)
-				return r, false, nil
+				return taken{r: r}, nil
 			}
 			ks.want = max(ks.want, addClamp(ks.served, size))
 			w = &waiter{need: r.Last}
@@ -196,11 +212,15 @@ func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.Or
 				a.st.reverified.Add(1)
 			}
 			if r.Last <= ks.durable && req.RequestID == "" {
-				// Already durable (a reservation left from cached mode).
+				// Already durable (a reservation left from cached mode),
+				// written by this term (a loaded number is below every
+				// allocation) through ks.gen, which verifiedLocked found
+				// valid.
+				t := taken{r: r, durable: true, gen: ks.gen}
 				sh.inflight.Add(1)
 				sh.mu.Unlock()
 				a.st.fromMemory.Add(1)
-				return r, false, nil
+				return t, nil
 			}
 			ks.want = max(ks.want, ks.served)
 			w = &waiter{need: r.Last}
@@ -219,18 +239,18 @@ func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.Or
 		case res := <-w.ch:
 			if res.err != nil {
 				sh.inflight.Done()
-				return segment.Range{}, false, res.err
+				return taken{}, res.err
 			}
 			if res.replayed {
 				sh.inflight.Done()
-				return res.r, true, nil
+				return taken{r: res.r, replayed: true}, nil
 			}
-			return r, false, nil
+			return taken{r: r, durable: true, gen: res.gen}, nil
 		case <-ctx.Done():
 			// The numbers become a gap (a gapless request id may still
 			// be stored: a retry then gets this range back).
 			sh.inflight.Done()
-			return segment.Range{}, false, &UnavailableError{Shard: sh.idx, Reason: "waiting for the store", Err: ctx.Err()}
+			return taken{}, &UnavailableError{Shard: sh.idx, Reason: "waiting for the store", Err: ctx.Err()}
 		}
 	}
 }
@@ -408,8 +428,20 @@ func (sh *shard) evictOne(a *Allocator) {
 	}
 }
 
-// round is one persist in flight.
-type round struct{}
+// round is one persist: in flight until done (set under sh.mu when its
+// outcome is applied).
+//
+// Not a zero-size struct: Go may give every new zero-size value the same
+// address, and it did, so w.round == r held for any two rounds: a failed
+// persist failed the waiters of every other persist in flight with it
+// (MaxInFlight > 1), whose numbers could still commit (holes), and a
+// waiter's stale round looked in flight.
+type round struct {
+	done bool
+}
+
+// inFlight reports whether a persist in flight covers w.
+func (w *waiter) inFlight() bool { return w.round != nil && !w.round.done }
 
 // run is the shard's persist loop. It loads keys first used, and launches
 // persists of every pending change (group commits), up to
@@ -499,7 +531,7 @@ func (sh *shard) launch(a *Allocator) bool {
 		}
 		hasReq := false
 		for _, w := range ks.waiters {
-			if w.req != nil && !w.stored && w.round == nil {
+			if w.req != nil && !w.stored && !w.inFlight() {
 				rk := w.req.key()
 				if _, twice := inRound[rk]; twice {
 					deferred = append(deferred, ks)
@@ -519,7 +551,7 @@ func (sh *shard) launch(a *Allocator) bool {
 			ks.pending = ks.want
 			for _, w := range ks.waiters {
 				// (Not a deferred request id: this round does not store it.)
-				if w.round == nil && w.need <= ks.want && (w.req == nil || w.stored) {
+				if !w.inFlight() && w.need <= ks.want && (w.req == nil || w.stored) {
 					w.round = r
 				}
 			}
@@ -562,8 +594,14 @@ func (sh *shard) persistRound(a *Allocator, r *round, rows []Row, reqs []Request
 			zap.Int("shard", sh.idx), zap.Int64("epoch", sh.grant.Epoch), zap.Error(err))
 		a.fenced(sh, "fenced by a newer owner's epoch")
 		sh.mu.Lock()
+		defer sh.mu.Unlock()
 		sh.rounds--
-		sh.mu.Unlock()
+		r.done = true
+		// abort left this round's waiters to its outcome: nothing of it
+		// was written.
+		for _, ks := range sh.keys {
+			sh.failUncoveredLocked(ks)
+		}
 		return
 	}
 	if errors.Is(err, segment.ErrInvalid) {
@@ -581,6 +619,7 @@ func (sh *shard) persistRound(a *Allocator, r *round, rows []Row, reqs []Request
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.rounds--
+	r.done = true
 	byKey := make(map[Key]int64, len(rows))
 	for _, row := range rows {
 		byKey[row.Key] = row.Num
@@ -589,6 +628,7 @@ func (sh *shard) persistRound(a *Allocator, r *round, rows []Row, reqs []Request
 		num, hasRow := byKey[ks.key]
 		if err != nil {
 			sh.failLocked(ks, r, num, hasRow, &UnavailableError{Shard: sh.idx, Reason: "persisting to the store failed", Err: err})
+			sh.failUncoveredLocked(ks)
 			continue
 		}
 		if hasRow && num > ks.durable {
@@ -604,6 +644,7 @@ func (sh *shard) persistRound(a *Allocator, r *round, rows []Row, reqs []Request
 		}
 		sh.answerLocked(ks)
 		sh.redirtyLocked(ks)
+		sh.failUncoveredLocked(ks)
 	}
 }
 
@@ -616,7 +657,7 @@ func (sh *shard) redirtyLocked(ks *keyState) {
 		return
 	}
 	for _, w := range ks.waiters {
-		if (w.req != nil && !w.stored && w.round == nil) || w.need > covered {
+		if (w.req != nil && !w.stored && !w.inFlight()) || w.need > covered {
 			sh.dirty[ks] = struct{}{}
 			return
 		}
@@ -628,7 +669,7 @@ func (sh *shard) answerLocked(ks *keyState) {
 	keep := ks.waiters[:0]
 	for _, w := range ks.waiters {
 		if w.need <= ks.durable && (w.req == nil || w.stored) {
-			sh.settleLocked(w, waitResult{})
+			sh.settleLocked(w, waitResult{gen: ks.gen})
 			continue
 		}
 		keep = append(keep, w)
@@ -690,6 +731,7 @@ func (sh *shard) replayDuplicates(a *Allocator, r *round, batch []*keyState, row
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.rounds--
+	r.done = true
 	dupSet := map[RequestKey]bool{}
 	for _, rk := range dup.Requests {
 		dupSet[rk] = true
@@ -731,6 +773,7 @@ func (sh *shard) replayDuplicates(a *Allocator, r *round, batch []*keyState, row
 		clear(ks.waiters[len(keep):])
 		ks.waiters = keep
 		sh.dirty[ks] = struct{}{}
+		sh.failUncoveredLocked(ks)
 	}
 }
 
@@ -813,7 +856,9 @@ func (sh *shard) writeBack() []Row {
 	return rows
 }
 
-// abort ends the term without a hand-off: every waiter fails with err.
+// abort ends the term without a hand-off: every waiter fails with err,
+// except those of a persist in flight, which get its outcome (see
+// failUncoveredLocked).
 func (sh *shard) abort(err error) {
 	sh.mu.Lock()
 	sh.closed = true
@@ -821,10 +866,7 @@ func (sh *shard) abort(err error) {
 		sh.abortErr = err
 	}
 	for _, ks := range sh.keys {
-		for _, w := range ks.waiters {
-			sh.settleLocked(w, waitResult{err: err})
-		}
-		ks.waiters = nil
+		sh.failUncoveredLocked(ks)
 		if !ks.loaded {
 			ks.loadErr = err
 			for _, ch := range ks.loadWait {
@@ -835,6 +877,31 @@ func (sh *shard) abort(err error) {
 	}
 	sh.mu.Unlock()
 	sh.stopLoop()
+}
+
+// failUncoveredLocked fails, once the term was aborted, the waiters of ks
+// that no persist in flight covers: nothing launches a persist for them
+// any more. A waiter of a persist in flight waits for its outcome: a
+// commit under the term's epoch made its numbers durable, and they are
+// answered although the term ended (Allocator.answerable); refused, they
+// would be a hole no failed call explains, since the caller's retry
+// (the server's ride-out, a forward) gets the next owner's numbers. A
+// persist that fails, fenced by the next owner's claim among others,
+// fails its waiters. Called with sh.mu held; nothing before the abort.
+func (sh *shard) failUncoveredLocked(ks *keyState) {
+	if sh.abortErr == nil {
+		return
+	}
+	keep := ks.waiters[:0]
+	for _, w := range ks.waiters {
+		if w.inFlight() && !faultRefuseAfterLoss() {
+			keep = append(keep, w)
+			continue
+		}
+		sh.settleLocked(w, waitResult{err: sh.abortErr})
+	}
+	clear(ks.waiters[len(keep):])
+	ks.waiters = keep
 }
 
 // stopLoop makes the persist loop exit once nothing is queued.

@@ -262,6 +262,7 @@ func newOwnersCollector(o *owners) *ownersCollector {
 		"unserved":    d("idgen_ordered_shards_unserved", "ORDERED shards without a serving owner as this node sees them, for longer than about three leases: no owner, or owned here and not serving (fenced, claim failing); their keys are refused"),
 		"reverify":    d("idgen_ordered_owner_reverified_total", "answers from a cached reservation held back for a persist on the MySQL server the cluster uses now (the barrier's gate closed since the reservation was written: a server change)"),
 		"unclean":     d("idgen_ordered_unclean_handoffs_total", "planned hand-offs whose exact write-back never succeeded (the gate or the store refused it); the shard was released with a lease wait"),
+		"late":        d("idgen_ordered_owner_answers_after_loss_total", "ORDERED answers of numbers persisted under a shard term that ended before the answer (lost, handed off, lease run out); refused, each would have been a hole (in gapless mode, one no failed call explains)"),
 		"reqdrop":     d("idgen_ordered_request_ids_dropped_total", "answered ORDERED request ids forgotten by the memory's count or byte bound before their TTL (a cached-mode retry of one reaching this owner is a new request: a gap, never a duplicate; gapless ones are read back from the store)"),
 		"storedrop":   d("idgen_ordered_stored_request_ids_dropped_total", "stored gapless request ids forgotten by the memory's count or byte bound before their TTL (a barrier after a lossy MySQL failover cannot store them again)"),
 		"srenew":      d("idgen_ordered_lease_store_renewals_total", "ownership lease renewals in the MySQL store (every lease/3, beside ZooKeeper's), successful (ZooKeeper clusters)"),
@@ -303,6 +304,7 @@ func (c *ownersCollector) Collect(ch chan<- prometheus.Metric) {
 	counter("lost", s.Lost)
 	counter("reverify", s.Reverified)
 	counter("unclean", s.UncleanHandOffs)
+	counter("late", s.AnsweredAfterLoss)
 	counter("reqdrop", s.RequestsDropped)
 	counter("storedrop", s.StoredRequestsDropped)
 	gauge("owned", float64(s.ShardsOwned))

@@ -17,7 +17,7 @@ import (
 	"github.com/idgen/idgen/segment"
 )
 
-const bizUsage = `usage: idctl biz SUBCOMMAND --addr HOST:PORT [flags]
+const bizUsage = `usage: idctl biz SUBCOMMAND [--addr HOST:PORT] [flags]
 
 subcommands:
   create --biz NAME [--channel C] [--channels C,...] [--step N] [--start N] [--low-water PCT]
@@ -32,17 +32,18 @@ subcommands:
   token  revoke --biz NAME --id ID          remove one
   token  list --biz NAME                    list them (never the secrets)
 
-Every subcommand also takes --token or --token-file, --timeout and --json.
+Every subcommand also takes --admin-token-file or --admin-token, --timeout
+and --json.
 Run 'idctl biz SUBCOMMAND --help' for the flags of one.
 
 ` + adminTokenHelp
 
 // bizSynopsis is the usage line of each biz subcommand.
 var bizSynopsis = map[string]string{
-	"create": "idctl biz create --addr HOST:PORT --biz NAME [--channel C] [--channels C,...] [--step N] [--start N] [--low-water PCT] [--fallback] [--rate-limit N] [--id-quota N] [--id-burst N] [--ordered-mode gapless|cached] [--description TEXT]",
-	"update": "idctl biz update --addr HOST:PORT --biz NAME [--channel C] [--channels C,...] [--step N] [--low-water PCT] [--fallback | --no-fallback] [--rate-limit N] [--id-quota N] [--id-burst N] [--ordered-mode gapless|cached] [--description TEXT]",
-	"get":    "idctl biz get --addr HOST:PORT --biz NAME [--json]",
-	"list":   "idctl biz list --addr HOST:PORT [--json]",
+	"create": "idctl biz create [--addr HOST:PORT] --biz NAME [--channel C] [--channels C,...] [--step N] [--start N] [--low-water PCT] [--fallback] [--rate-limit N] [--id-quota N] [--id-burst N] [--ordered-mode gapless|cached] [--description TEXT]",
+	"update": "idctl biz update [--addr HOST:PORT] --biz NAME [--channel C] [--channels C,...] [--step N] [--low-water PCT] [--fallback | --no-fallback] [--rate-limit N] [--id-quota N] [--id-burst N] [--ordered-mode gapless|cached] [--description TEXT]",
+	"get":    "idctl biz get [--addr HOST:PORT] --biz NAME [--json]",
+	"list":   "idctl biz list [--addr HOST:PORT] [--json]",
 }
 
 var bizAbout = map[string]string{
@@ -62,13 +63,13 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return &helpRequest{func(w io.Writer) { fmt.Fprint(w, bizUsage) }}
 	}
 	if sub == "token" {
-		return cmdBizToken(ctx, args, stdout)
+		return cmdBizToken(ctx, args, stdout, stderr)
 	}
 	if _, ok := bizSynopsis[sub]; !ok {
 		return &usageHint{usageError{fmt.Errorf("biz: unknown subcommand %q: want create, update, get, list or token", sub)}, "\n" + bizUsage}
 	}
-	fs := newCmdFlags("biz "+sub, bizSynopsis[sub], bizAbout[sub])
-	addr := fs.String("addr", envOr("IDGEN_ADDR", "127.0.0.1:8888"), "idgen RPC address (env IDGEN_ADDR)")
+	fs := newCmdFlags("biz "+sub, bizSynopsis[sub], bizAbout[sub], stderr)
+	addr := addAddrFlag(fs)
 	tokens := addAdminTokenFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "RPC timeout")
@@ -95,7 +96,7 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if sub == "create" {
 			unset = "not given: snowflake"
 		}
-		channel = fs.String("channel", "", "default `channel`: snowflake, unordered or ordered ("+unset+")")
+		channel = fs.String("channel", "", "default "+channelHelp+" ("+unset+")")
 		if sub == "create" {
 			unset = "not given: --channel alone; with --channel not given, the first listed is the default"
 		}
@@ -275,7 +276,7 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if update != nil {
 		update.Token = tok
 	}
-	c, err := newClient(*addr, *timeout)
+	c, err := newClient(ctx, *addr, *timeout)
 	if err != nil {
 		return fs.withUsage(err)
 	}

@@ -69,14 +69,14 @@ func TestHelpExitsZero(t *testing.T) {
 		{[]string{"biz", "token", "create", "--help"}, "the only time it is\nshown"},
 		{[]string{"help", "biz", "token", "revoke"}, "usage: idctl biz token revoke"},
 		{[]string{"decode", "--help"}, "IDGEN_DATA_DIR"},
-		{[]string{"db", "--help"}, "idctl db migrate --mysql DSN"},
-		{[]string{"db", "-h"}, "idctl db migrate --mysql DSN"},
+		{[]string{"db", "--help"}, "idctl db migrate --mysql-file F"},
+		{[]string{"db", "-h"}, "idctl db migrate --mysql-file F"},
 		{[]string{"db", "migrate", "--help"}, "usage: idctl db migrate"},
 		{[]string{"db", "version", "-h"}, "usage: idctl db version"},
 		{[]string{"db", "check", "--help"}, "-mysql"},
 		{[]string{"help", "get"}, "usage: idctl get"},
 		{[]string{"help", "biz", "create"}, "usage: idctl biz create"},
-		{[]string{"help", "db"}, "idctl db migrate --mysql DSN"},
+		{[]string{"help", "db"}, "idctl db migrate --mysql-file F"},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			code, out, errOut := runCLI(t, c.args...)
@@ -153,10 +153,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"workers", "--zk", "h:1", "extra"}, []string{`unexpected argument "extra"`}},
 		{[]string{"bench"}, []string{"--biz is required", "usage: idctl bench"}},
 		{[]string{"bench", "--biz", "b", "--requests", "0"}, []string{"unbounded"}},
-		{[]string{"db"}, []string{"missing subcommand", "idctl db --help"}},
+		{[]string{"db"}, []string{"missing subcommand", "usage:", "idctl db SUBCOMMAND --help"}},
 		{[]string{"db", "frob"}, []string{`unknown subcommand "frob"`}},
 		{[]string{"db", "migrate", "--x"}, []string{"flag provided but not defined: -x", "idctl db migrate --help"}},
-		{[]string{"db", "migrate"}, []string{"--mysql DSN (or IDGEN_MYSQL, or IDGEN_MYSQL_FILE) is required"}},
+		{[]string{"db", "migrate"}, []string{"--mysql-file F or --mysql (env IDGEN_MYSQL_FILE or IDGEN_MYSQL) is required"}},
 		{[]string{"help", "bogus"}, []string{`unknown command "bogus"`}},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
@@ -210,7 +210,7 @@ func helpFlags(t *testing.T, args ...string) ([]string, string) {
 
 func TestBizFlagsPerSubcommand(t *testing.T) {
 	cleanEnv(t)
-	common := []string{"addr", "json", "timeout", "token", "token-file"}
+	common := []string{"addr", "admin-token", "admin-token-file", "json", "timeout"}
 	settings := []string{"channel", "channels", "code-min-length", "description", "fallback", "format", "id-burst", "id-quota", "low-water",
 		"obfuscate", "ordered-mode", "plugins", "rate-limit", "step"}
 	for _, c := range []struct {

@@ -41,7 +41,7 @@ type benchConfig struct {
 	timeout     time.Duration
 	token       string
 	zkAuth      string // with zk: the digest credential
-	prefetch    bool // through the client's local prefetch buffer
+	prefetch    bool   // through the client's local prefetch buffer
 	// routing reads the client's ORDERED routing counters (cmdBench sets
 	// it; nil in tests with a fake call): the report gives their change
 	// over the measured phase.

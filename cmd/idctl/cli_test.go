@@ -17,6 +17,7 @@ import (
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"github.com/cloudwego/kitex/server"
 
+	"github.com/idgen/idgen/internal/idctlenv"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 	"github.com/idgen/idgen/snowflake"
@@ -33,8 +34,7 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 
 // cleanEnv unsets the IDGEN_* variables the commands read defaults from.
 func cleanEnv(t *testing.T) {
-	for _, k := range []string{"IDGEN_ADDR", "IDGEN_TOKEN", "IDGEN_ADMIN_TOKEN", "IDGEN_ADMIN_TOKEN_FILE", "IDGEN_DATA_DIR",
-		"IDGEN_CLIENT_TOKEN", "IDGEN_CLIENT_TOKEN_FILE", "IDGEN_ZK", "IDGEN_MYSQL", "IDGEN_EPOCH"} {
+	for _, k := range idctlenv.Names {
 		t.Setenv(k, "")
 	}
 }

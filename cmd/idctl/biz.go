@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -307,16 +308,47 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		if sub == "list" {
+			return enc.Encode(out)
+		}
+		return enc.Encode(out[0]) // one business asked for, one object
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tCHANNEL\tCHANNELS\tORDERED-MODE\tSTEP\tLOW-WATER\tSTART\tFALLBACK\tRATE-LIMIT\tID-QUOTA\tTOKENS\tOUTPUT\tPLUGINS\tUPDATED\tDESCRIPTION")
-	for _, b := range out {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d%%\t%d\t%v\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n", b.Name, b.Channel, channelsLabel(b), orderedModeLabel(b), b.Step, b.LowWaterPct, b.StartNum,
-			b.Fallback, b.RateLimit, quotaLabel(b), len(b.Tokens), outputLabel(b), strings.Join(b.Plugins, ","),
-			time.UnixMilli(b.UpdatedAtMs).UTC().Format(time.RFC3339), b.Description)
+	return printBizTable(stdout, out)
+}
+
+// printBizTable prints businesses as a table. The ORDERED-MODE column is
+// there only when one of them serves ORDERED, and says "-" for the others:
+// the setting means nothing to a business that does not.
+func printBizTable(w io.Writer, bs []*idl.Biz) error {
+	ordered := slices.ContainsFunc(bs, servesOrdered)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	cols := []string{"NAME", "CHANNEL", "CHANNELS", "ORDERED-MODE", "STEP", "LOW-WATER", "START", "FALLBACK", "RATE-LIMIT", "ID-QUOTA", "TOKENS", "OUTPUT", "PLUGINS", "UPDATED", "DESCRIPTION"}
+	row := func(vals []string) {
+		if !ordered {
+			vals = slices.Delete(slices.Clone(vals), 3, 4)
+		}
+		fmt.Fprintln(tw, strings.Join(vals, "\t"))
+	}
+	row(cols)
+	for _, b := range bs {
+		mode := "-"
+		if servesOrdered(b) {
+			mode = orderedModeLabel(b)
+		}
+		row([]string{b.Name, b.Channel.String(), channelsLabel(b), mode, fmt.Sprint(b.Step), fmt.Sprintf("%d%%", b.LowWaterPct), fmt.Sprint(b.StartNum),
+			fmt.Sprint(b.Fallback), fmt.Sprint(b.RateLimit), quotaLabel(b), fmt.Sprint(len(b.Tokens)), outputLabel(b), strings.Join(b.Plugins, ","),
+			time.UnixMilli(b.UpdatedAtMs).UTC().Format(time.RFC3339), b.Description})
 	}
 	return tw.Flush()
+}
+
+// servesOrdered reports whether b serves the ORDERED channel (its default
+// or one of its channels; SLOW_ORDERED is served as ORDERED).
+func servesOrdered(b *idl.Biz) bool {
+	isOrdered := func(c idl.Channel) bool {
+		return segment.CanonicalChannel(segment.Channel(c)) == segment.ChannelOrdered
+	}
+	return isOrdered(b.Channel) || slices.ContainsFunc(b.Channels, isOrdered)
 }
 
 // listAllBiz asks for every page of ListBiz: one answer for thousands of

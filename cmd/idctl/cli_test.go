@@ -392,6 +392,8 @@ type fakeNode struct {
 	creates []*idl.CreateBizRequest
 	tokens  map[string][]string // method: the token each call carried ("<none>" when unset)
 	afters  []string            // ListBiz: the after of each call
+	// channels: NextIDs, the channel of each call.
+	channels []idl.Channel
 	// refuse: CreateBiz of "starting" is refused this many more times
 	// (retryable, as a starting node refuses), then served.
 	refuse int

@@ -460,11 +460,16 @@ func (f *fakeNode) CreateBiz(_ context.Context, req *idl.CreateBizRequest) (*idl
 // startFakeNode serves f on a loopback port and returns its address.
 func startFakeNode(t *testing.T, f *fakeNode) string {
 	t.Helper()
-	quietKitex() // before the server's goroutine reads the log level
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startFakeNodeOn(t, f, ln)
+}
+
+// startFakeNodeOn serves f on ln and returns its address.
+func startFakeNodeOn(t *testing.T, f *fakeNode, ln net.Listener) string {
+	quietKitex() // before the server's goroutine reads the log level
 	svr := idgensvc.NewServer(f, server.WithListener(ln),
 		server.WithServerBasicInfo(&rpcinfo.EndpointBasicInfo{ServiceName: "idgen"}), server.WithExitWaitTime(0))
 	done := make(chan error, 1)

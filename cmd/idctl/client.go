@@ -60,12 +60,12 @@ func addAddrFlag(fs *cmdFlags) *string {
 }
 
 // dialCheck dials addr once and reports a refused connection as one line
-// an operator can act on. Without it the call would be retried to its
-// deadline (a refused dial is a transport failure like any other) and end
-// in whatever the last try said ("connection has been closed by peer" after
-// dozens of tries, issue 32), while a refused connection means nothing
-// listens there. A node that is slow to answer or being restarted is left
-// to the call's own retries: only ECONNREFUSED is decided here.
+// an operator can act on. Without it a refused dial is a transport failure
+// like any other, reported in Kitex's words or, by get, retried to its
+// deadline and ended with whatever the last try said ("connection has been
+// closed by peer" after dozens of tries, issue 32), while a refused
+// connection means nothing listens there. A node that is slow to answer is
+// left to the call itself: only ECONNREFUSED is decided here.
 func dialCheck(ctx context.Context, addr string) error {
 	conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", addr)
 	if errors.Is(err, syscall.ECONNREFUSED) {
@@ -76,6 +76,31 @@ func dialCheck(ctx context.Context, addr string) error {
 	}
 	return nil
 }
+
+// dialWait is dialCheck tried until timeout: get's contract is that a node
+// restarted a moment ago (not listening yet) is waited for within --timeout
+// (issue 10), so a refused dial is tried again every dialRetryPause, by
+// this one dial and not by calls, and ends in the same one line.
+func dialWait(ctx context.Context, addr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := dialCheck(ctx, addr)
+		if err == nil || time.Now().Add(dialRetryPause).After(deadline) {
+			if err != nil {
+				err = fmt.Errorf("%w (refused for %v, --timeout)", err, timeout)
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(dialRetryPause):
+		}
+	}
+}
+
+// dialRetryPause is the pause between two dials of a refusing address.
+const dialRetryPause = 100 * time.Millisecond
 
 // dialCheckAll is dialCheck for a list of nodes: refused when every one
 // refuses (a client of several nodes serves while one is down).

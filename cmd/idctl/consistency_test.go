@@ -6,7 +6,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/idgen/idgen/client"
 	"github.com/idgen/idgen/internal/testnode"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 )
@@ -119,8 +121,9 @@ func TestSubcommandHelpIsItsOwn(t *testing.T) {
 }
 
 // TestRefusedDial: a refused connection is one line naming the address,
-// after one attempt, for every command that calls a node (issue 32: "connection
-// has been closed by peer" after 57 tries).
+// for every command that calls a node (issue 32: "connection has been
+// closed by peer" after 57 tries): after one dial, or for get after its
+// --timeout of dials (see TestGetWaitsForARestartingNode).
 func TestRefusedDial(t *testing.T) {
 	cleanEnv(t)
 	t.Setenv("IDGEN_ADMIN_TOKEN", fakeAdmin)
@@ -132,7 +135,7 @@ func TestRefusedDial(t *testing.T) {
 	ln.Close()
 	want := "idctl: connection refused: is idgen running on " + closed + "?"
 	for _, args := range [][]string{
-		{"get", "--biz", "b", "--timeout", "1m"},
+		{"get", "--biz", "b", "--timeout", "300ms"},
 		{"biz", "get", "--biz", "b", "--timeout", "1m"},
 		{"biz", "token", "list", "--biz", "b"},
 		{"decode", "--biz", "b", "V"},
@@ -143,6 +146,42 @@ func TestRefusedDial(t *testing.T) {
 		if code != 1 || out != "" || !strings.HasPrefix(errOut, want) || strings.Count(errOut, "\n") != 1 {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want one line %q", args, code, out, errOut, want)
 		}
+	}
+}
+
+// TestGetWaitsForARestartingNode: get waits within --timeout for a node
+// that starts listening late, as one restarted a moment ago (issue 10's
+// contract, which the one-line refusal keeps).
+func TestGetWaitsForARestartingNode(t *testing.T) {
+	cleanEnv(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	// The client package sets Kitex's log level once, at its first New:
+	// let that happen before the server started below reads the level.
+	if c, err := client.New(client.Config{Addrs: []string{addr}}); err == nil {
+		c.Close()
+	}
+	quietKitex()
+	listening := make(chan struct{})
+	go func() {
+		// Listen once get has been refused at least once.
+		time.Sleep(3 * dialRetryPause)
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			close(listening)
+			return
+		}
+		startFakeNodeOn(t, &fakeNode{}, ln)
+		close(listening)
+	}()
+	code, out, errOut := runCLI(t, "get", "--addr", addr, "--biz", "b", "--timeout", "1m")
+	<-listening
+	if code != 0 || out != "42\n" {
+		t.Fatalf("get of a node listening late: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
 

@@ -69,7 +69,7 @@ func cmdGet(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fs.withUsage(err)
 	}
-	if err := dialCheck(ctx, *addr); err != nil {
+	if err := dialWait(ctx, *addr, *timeout); err != nil {
 		return err
 	}
 	c, err := client.New(client.Config{Addrs: []string{*addr}, Token: token, CallTimeout: *timeout,

@@ -182,4 +182,15 @@ func TestZKAuthFileFlag(t *testing.T) {
 	out, _ = mustRun(t, 0, "cluster", "show", "--zk", zkAddr, "--cluster", name, "--zk-auth-file", auth)
 	wantIn(t, "cluster show", out, "cluster "+name)
 	mustRun(t, 0, "workers", "--zk", zkAddr, "--cluster", name, "--zk-auth-file", auth)
+	// --zk-root, as cluster and bench name it (issue 32: workers took
+	// --root); --root still works, with a deprecation line.
+	out, errOut = mustRun(t, 0, "workers", "--zk", zkAddr, "--cluster", name, "--zk-root", worker.DefaultRoot, "--zk-auth-file", auth)
+	if errOut != "" || !strings.Contains(out, "no running members") {
+		t.Errorf("workers --zk-root: stdout %q, stderr %q", out, errOut)
+	}
+	out, errOut = mustRun(t, 0, "workers", "--zk", zkAddr, "--cluster", name, "--root", worker.DefaultRoot, "--zk-auth-file", auth)
+	checkDeprecation(t, errOut, "--root", "--zk-root")
+	if out, _ := mustRun(t, 1, "workers", "--zk", zkAddr, "--cluster", name, "--zk-root", "/elsewhere", "--zk-auth-file", auth); out != "" {
+		t.Errorf("workers under another --zk-root printed %q", out)
+	}
 }

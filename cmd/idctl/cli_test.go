@@ -17,6 +17,7 @@ import (
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"github.com/cloudwego/kitex/server"
 
+	"github.com/idgen/idgen/client"
 	"github.com/idgen/idgen/internal/idctlenv"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
@@ -467,9 +468,19 @@ func startFakeNode(t *testing.T, f *fakeNode) string {
 	return startFakeNodeOn(t, f, ln)
 }
 
+// quietKitexBoth sets Kitex's log level as idctl and the client package
+// each do once (get goes through the client package): before a fake
+// node's server goroutine reads the level, which is a global.
+func quietKitexBoth(addr string) {
+	quietKitex()
+	if c, err := client.New(client.Config{Addrs: []string{addr}}); err == nil {
+		c.Close()
+	}
+}
+
 // startFakeNodeOn serves f on ln and returns its address.
 func startFakeNodeOn(t *testing.T, f *fakeNode, ln net.Listener) string {
-	quietKitex() // before the server's goroutine reads the log level
+	quietKitexBoth(ln.Addr().String()) // before the server's goroutine reads the log level
 	svr := idgensvc.NewServer(f, server.WithListener(ln),
 		server.WithServerBasicInfo(&rpcinfo.EndpointBasicInfo{ServiceName: "idgen"}), server.WithExitWaitTime(0))
 	done := make(chan error, 1)

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idgen/idgen/client"
 	"github.com/idgen/idgen/internal/testnode"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 )
@@ -160,12 +159,7 @@ func TestGetWaitsForARestartingNode(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	// The client package sets Kitex's log level once, at its first New:
-	// let that happen before the server started below reads the level.
-	if c, err := client.New(client.Config{Addrs: []string{addr}}); err == nil {
-		c.Close()
-	}
-	quietKitex()
+	quietKitexBoth(addr)
 	listening := make(chan struct{})
 	go func() {
 		// Listen once get has been refused at least once.

@@ -86,7 +86,7 @@ func cmdCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if _, known := clusterSynopsis[sub]; !known {
 		return &usageHint{usageError{fmt.Errorf("cluster: unknown subcommand %q: want init, show, restore or migrate", sub)}, "\n" + clusterUsage()}
 	}
-	fs := newCmdFlags("cluster "+sub, clusterSynopsis[sub], clusterAbout[sub], stderr)
+	fs := newCmdFlags("cluster "+sub, strings.Join(strings.Fields(clusterSynopsis[sub]), " "), clusterAbout[sub], stderr)
 	servers, name, root, authFlags := addZKFlags(fs)
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for ZooKeeper")
 	var (

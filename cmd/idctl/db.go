@@ -90,7 +90,7 @@ func cmdDB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if _, ok := dbSynopsis[sub]; !ok {
 		return &usageHint{usageError{fmt.Errorf("db: unknown subcommand %q: want migrate, version, check or unbind", sub)}, "\n" + dbUsage()}
 	}
-	fs := newCmdFlags("db "+sub, dbSynopsis[sub][0], dbAbout[sub], stderr)
+	fs := newCmdFlags("db "+sub, strings.Join(strings.Fields(dbSynopsis[sub][0]), " "), dbAbout[sub], stderr)
 	dsnFlags := addMySQLFlags(fs)
 	timeoutHelp := "give up after this long"
 	if sub == "migrate" {

@@ -33,7 +33,7 @@ type secretFlags struct {
 func (c *cmdFlags) secret(flag, env, what, valueHelp string) *secretFlags {
 	return &secretFlags{fs: c, flag: flag, env: env,
 		value: c.String(flag, "", fmt.Sprintf("%s (env %s)%s", what, env, valueHelp)),
-		file:  c.String(flag+"-file", "", fmt.Sprintf("`file` holding the %s (env %s_FILE)", what, env)),
+		file:  c.String(flag+"-file", "", fmt.Sprintf("`file` holding the %s (env %s_FILE)", strings.ReplaceAll(what, "`", ""), env)),
 	}
 }
 

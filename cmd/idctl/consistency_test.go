@@ -146,6 +146,15 @@ func TestRefusedDial(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want one line %q", args, code, out, errOut, want)
 		}
 	}
+	// bench with several nodes: refused only when every one refuses.
+	live := startFakeNode(t, &fakeNode{})
+	code, _, errOut := runCLI(t, "bench", "--biz", "b", "--requests", "1", "--quiet", "--addr", closed+","+closed)
+	if code != 1 || !strings.HasPrefix(errOut, "idctl: connection refused by every node of --addr "+closed+","+closed) {
+		t.Errorf("bench on two refusing nodes: exit %d, stderr %q", code, errOut)
+	}
+	if code, out, errOut := runCLI(t, "bench", "--biz", "b", "--requests", "1", "--quiet", "--json", "--addr", closed+","+live); strings.Contains(errOut, "connection refused by every node") {
+		t.Errorf("bench with one live node of two was refused: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
 }
 
 // TestGetWaitsForARestartingNode: get waits within --timeout for a node

@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/idgen/idgen/clock"
+	"github.com/idgen/idgen/internal/idctlenv"
 	"github.com/idgen/idgen/internal/secretfile"
 	"github.com/idgen/idgen/ordered"
 	"github.com/idgen/idgen/ordered/zkown"
@@ -445,11 +446,16 @@ const MinTokenBytes = 16
 // were printed: exit 0 without starting.
 var errHelp = errors.New("help requested")
 
-// knownEnv lists the IDGEN_* variables idgen reads (besides IDGEN_CONFIG).
+// knownEnv lists the IDGEN_* variables idgen reads (besides IDGEN_CONFIG)
+// and those of idctl, which the same shell or unit may export for it
+// (IDGEN_ADDR, IDGEN_TLS_CA, ...): not misspelt either.
 func knownEnv() map[string]bool {
 	m := map[string]bool{"IDGEN_CONFIG": true}
 	for _, o := range options {
 		m[o.env()] = true
+	}
+	for _, k := range idctlenv.Names {
+		m[k] = true
 	}
 	return m
 }

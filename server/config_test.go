@@ -43,7 +43,10 @@ func TestHelpAndVersionExitZero(t *testing.T) {
 // known ones and the test harness's are not.
 func TestUnknownEnvironmentVariables(t *testing.T) {
 	got := unknownEnv([]string{"IDGEN_MSYQL=x", "IDGEN_MYSQL=dsn", "IDGEN_ZK=h:1", "IDGEN_CONFIG=f", "IDGEN_TEST_ZK=h:2",
-		"IDGEN_MEASURE=1", "HOME=/root", "IDGEN_ADMIN_TOKEN=t", "IDGEN_NODEBITS=8"})
+		"IDGEN_MEASURE=1", "HOME=/root", "IDGEN_ADMIN_TOKEN=t", "IDGEN_NODEBITS=8",
+		// idctl's variables (issue 32: the README's short session exports
+		// IDGEN_ADDR for idctl, and idgen called it misspelt).
+		"IDGEN_ADDR=127.0.0.1:8888", "IDGEN_TOKEN=t", "IDGEN_TLS_CA=/ca.pem", "IDGEN_TLS_SERVER_NAME=n", "IDGEN_ZK_AUTH_FILE=/f"})
 	if want := []string{"IDGEN_MSYQL", "IDGEN_NODEBITS"}; !slices.Equal(got, want) {
 		t.Fatalf("unknownEnv = %v, want %v", got, want)
 	}

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/idgen/idgen/internal/idctlenv"
 	"github.com/idgen/idgen/plugins"
 )
 
@@ -25,8 +26,8 @@ costs the serving node nothing. Ranges are the numbers before obfuscation.
 
 // cmdAudit filters an audit file.
 func cmdAudit(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newCmdFlags("audit", "idctl audit [--file F] [--biz NAME] [--since 10m|RFC3339] [--json]", auditAbout)
-	file := fs.String("file", envOr("IDGEN_AUDIT_FILE", "./data/audit.jsonl"), "audit file (env IDGEN_AUDIT_FILE)")
+	fs := newCmdFlags("audit", "idctl audit [--file F] [--biz NAME] [--since 10m|RFC3339] [--json]", auditAbout, stderr)
+	file := fs.String("file", envOr(idctlenv.AuditFile, "./data/audit.jsonl"), "audit file (env IDGEN_AUDIT_FILE)")
 	biz := fs.String("biz", "", "only this business (default: all)")
 	since := fs.String("since", "", "only records at or after this: a duration back from now (10m, 24h) or an RFC 3339 time")
 	asJSON := fs.Bool("json", false, "print the matching records as JSON lines")

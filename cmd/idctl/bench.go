@@ -16,8 +16,8 @@ import (
 	"github.com/cloudwego/kitex/pkg/kerrors"
 
 	"github.com/idgen/idgen/client"
+	"github.com/idgen/idgen/internal/idctlenv"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
-	"github.com/idgen/idgen/worker"
 )
 
 // benchConfig is a parsed `idctl bench` command line.
@@ -40,7 +40,8 @@ type benchConfig struct {
 	progress    time.Duration // 0: no progress output
 	timeout     time.Duration
 	token       string
-	prefetch    bool // through the client's local prefetch buffer
+	zkAuth      string // with zk: the digest credential
+	prefetch    bool   // through the client's local prefetch buffer
 	// routing reads the client's ORDERED routing counters (cmdBench sets
 	// it; nil in tests with a fake call): the report gives their change
 	// over the measured phase.
@@ -54,7 +55,7 @@ const (
 	maxBenchCount        = 1 << 20 // the server refuses more than its max_batch anyway
 )
 
-const benchSynopsis = "idctl bench {--addr HOST:PORT[,HOST:PORT...] | --zk HOST:PORT,...} --biz NAME [--duration D | --requests N] [--prefetch] [flags]"
+const benchSynopsis = "idctl bench [--addr HOST:PORT[,HOST:PORT...] | --zk HOST:PORT,... [--zk-auth-file F]] --biz NAME [--duration D | --requests N] [--prefetch] [flags]"
 
 const benchAbout = `Drives idgen with a bounded load: --concurrency callers on one client,
 each sending NextIDs and waiting for the answer, for
@@ -69,8 +70,8 @@ retries: a "request" is then one Next/NextN call of the application.
 The client reaches the nodes as applications do: --addr takes one node or
 a comma-separated list of every node; --zk discovers the members of
 --cluster under --zk-root in ZooKeeper (the digest credential of an
-ACL-protected cluster is read from IDGEN_ZK_AUTH or the file named by
-IDGEN_ZK_AUTH_FILE). --addr and --zk are exclusive. With sub keys
+ACL-protected cluster is --zk-auth-file or --zk-auth, env IDGEN_ZK_AUTH_FILE
+or IDGEN_ZK_AUTH). --addr and --zk are exclusive. With sub keys
 (ORDERED) the client sends each request to its shard's owner when it
 knows it; the report counts how many requests went to the owner first,
 how many elsewhere (the node then forwards them) and how many left the
@@ -86,14 +87,14 @@ during --warmup are checked too. A failed check exits 1.
 
 // parseBenchFlags parses and validates the command line. Errors are
 // usageErrors naming the flag.
-func parseBenchFlags(args []string) (benchConfig, error) {
-	fs := newCmdFlags("bench", benchSynopsis, benchAbout)
-	addr := fs.String("addr", envOr("IDGEN_ADDR", "127.0.0.1:8888"), "idgen RPC address, or a comma-separated list of every node (env IDGEN_ADDR)")
+func parseBenchFlags(args []string, stderr io.Writer) (benchConfig, error) {
+	fs := newCmdFlags("bench", benchSynopsis, benchAbout, stderr)
+	addr := fs.String("addr", envOr(idctlenv.Addr, defaultAddr), "idgen RPC address, or a comma-separated list of every node (env "+idctlenv.Addr+")")
 	zkServers := fs.String("zk", "", "discover the nodes in ZooKeeper: servers host:port,... (exclusive with --addr)")
-	zkRoot := fs.String("zk-root", workersEnvOr("IDGEN_ZK_ROOT", worker.DefaultRoot), "with --zk: ZooKeeper root of the idgen clusters (env IDGEN_ZK_ROOT)")
-	cluster := fs.String("cluster", workersEnvOr("IDGEN_CLUSTER", worker.DefaultCluster), "with --zk: cluster name (env IDGEN_CLUSTER)")
+	cluster, zkRoot := addClusterFlags(fs, "with --zk: ")
+	zkAuth := addZKAuthFlags(fs)
 	biz := fs.String("biz", "", "business name (required)")
-	channel := fs.String("channel", "", "snowflake, unordered, ordered or slow_ordered (default: the business's)")
+	channel := fs.String("channel", "", channelHelp+" (default: the business's)")
 	count := fs.Int("count", 1, "IDs per request (batch size)")
 	conc := fs.Int("concurrency", 16, "concurrent callers")
 	duration := fs.Duration("duration", defaultBenchDuration, "how long to measure (exclusive with --requests)")
@@ -106,7 +107,7 @@ func parseBenchFlags(args []string) (benchConfig, error) {
 	progress := fs.Duration("progress", time.Second, "interval of progress lines on stderr when it is not a terminal (0: none)")
 	quiet := fs.Bool("quiet", false, "no progress output")
 	timeout := fs.Duration("timeout", 3*time.Second, "RPC timeout of one request")
-	token := fs.String("token", envOr("IDGEN_TOKEN", ""), "client token if the server requires one (env IDGEN_TOKEN)")
+	tokens := addOldClientTokenFlags(fs)
 	prefetch := fs.Bool("prefetch", false, "measure the prefetching client: IDs come from its local buffer (needs --channel unordered or snowflake)")
 	if err := fs.parse(args); err != nil {
 		return benchConfig{}, err
@@ -119,8 +120,12 @@ func parseBenchFlags(args []string) (benchConfig, error) {
 	if len(fs.args) > 0 {
 		return bad("unexpected argument %q", fs.args[0])
 	}
+	token, err := tokens.get()
+	if err != nil {
+		return benchConfig{}, err
+	}
 	cfg := benchConfig{biz: *biz, count: *count, concurrency: *conc, warmup: *warmup,
-		check: *check, asJSON: *asJSON, progress: *progress, timeout: *timeout, token: *token, prefetch: *prefetch}
+		check: *check, asJSON: *asJSON, progress: *progress, timeout: *timeout, token: token, prefetch: *prefetch}
 	switch {
 	case set["addr"] && set["zk"]:
 		return bad("--addr and --zk are exclusive: give the nodes (--addr a,b,c) or the ZooKeeper ensemble to discover them from (--zk)")
@@ -132,6 +137,9 @@ func parseBenchFlags(args []string) (benchConfig, error) {
 			return bad("--zk needs a --cluster and a --zk-root")
 		}
 		cfg.zkRoot, cfg.cluster = *zkRoot, *cluster
+		if cfg.zkAuth, err = zkAuth.get(); err != nil {
+			return benchConfig{}, err
+		}
 		cfg.addr = "zk:" + strings.Join(cfg.zk, ",") + *zkRoot + "/" + *cluster
 	default:
 		cfg.addrs = splitList(*addr)
@@ -146,8 +154,8 @@ func parseBenchFlags(args []string) (benchConfig, error) {
 		cfg.addr = strings.Join(cfg.addrs, ",")
 	}
 	switch {
-	case set["zk-root"] && !set["zk"], set["cluster"] && !set["zk"]:
-		return bad("--zk-root and --cluster apply to discovery only: give --zk too")
+	case (set["zk-root"] || set["cluster"] || set["zk-auth"] || set["zk-auth-file"]) && !set["zk"]:
+		return bad("--zk-root, --cluster and --zk-auth(-file) apply to discovery only: give --zk too")
 	case cfg.biz == "":
 		return bad("--biz is required")
 	case cfg.count < 1 || cfg.count > maxBenchCount:
@@ -245,8 +253,11 @@ type nextFunc func(ctx context.Context, req *idl.NextIDsRequest) (*idl.NextIDsRe
 
 // cmdBench drives a running server with a bounded load and reports.
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseBenchFlags(args)
+	cfg, err := parseBenchFlags(args, stderr)
 	if err != nil {
+		return err
+	}
+	if err := dialCheckAll(ctx, cfg.addrs); err != nil {
 		return err
 	}
 	c, err := newBenchClient(cfg)
@@ -275,13 +286,7 @@ func newBenchClient(cfg benchConfig) (*client.Client, error) {
 		cc.MaxAttempts = 0
 		cc.Prefetch.Bizs = []client.PrefetchBiz{{Biz: cfg.biz, Channel: client.Channel(*cfg.channel)}}
 	}
-	if len(cfg.zk) > 0 {
-		auth, err := secretEnv("IDGEN_ZK_AUTH")
-		if err != nil {
-			return nil, err
-		}
-		cc.ZKAuth = auth
-	}
+	cc.ZKAuth = cfg.zkAuth
 	c, err := client.New(cc)
 	if err != nil {
 		return nil, usageError{err}

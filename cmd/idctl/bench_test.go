@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -308,7 +309,7 @@ func TestParseBenchFlags(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			args := append(append([]string{}, base...), c.args...)
-			cfg, err := parseBenchFlags(args)
+			cfg, err := parseBenchFlags(args, io.Discard)
 			if c.wantErr == "" {
 				if err != nil {
 					t.Fatalf("unexpected error: %v", err)
@@ -359,7 +360,7 @@ func (f *fakeServer) call(_ context.Context, req *idl.NextIDsRequest) (*idl.Next
 
 func benchCfg(t *testing.T, args ...string) benchConfig {
 	t.Helper()
-	cfg, err := parseBenchFlags(append([]string{"--addr", "x:1", "--biz", "b", "--quiet"}, args...))
+	cfg, err := parseBenchFlags(append([]string{"--addr", "x:1", "--biz", "b", "--quiet"}, args...), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -577,7 +578,7 @@ func TestParseBenchTargets(t *testing.T) {
 		{"zk-root without zk", []string{"--zk-root", "/x"}, "give --zk too", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg, err := parseBenchFlags(append([]string{"--biz", "b"}, c.args...))
+			cfg, err := parseBenchFlags(append([]string{"--biz", "b"}, c.args...), io.Discard)
 			if c.wantErr != "" {
 				var ue usageError
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) || !errors.As(err, &ue) {
@@ -593,7 +594,7 @@ func TestParseBenchTargets(t *testing.T) {
 	}
 	// IDGEN_ADDR may hold a list too.
 	t.Setenv("IDGEN_ADDR", "a:1,b:2")
-	cfg, err := parseBenchFlags([]string{"--biz", "b"})
+	cfg, err := parseBenchFlags([]string{"--biz", "b"}, io.Discard)
 	if err != nil || !slices.Equal(cfg.addrs, []string{"a:1", "b:2"}) {
 		t.Fatalf("IDGEN_ADDR list: %v %v", cfg.addrs, err)
 	}
@@ -606,7 +607,7 @@ func TestBenchRouting(t *testing.T) {
 	call := func(ctx context.Context, req *idl.NextIDsRequest) (*idl.NextIDsResponse, error) {
 		return &idl.NextIDsResponse{Ranges: []*idl.IDRange{{First: 1, Last: 1}}, Count: 1}, nil
 	}
-	cfg, err := parseBenchFlags([]string{"--addr", "x:1", "--biz", "b", "--quiet", "--requests", "10", "--channel", "ordered"})
+	cfg, err := parseBenchFlags([]string{"--addr", "x:1", "--biz", "b", "--quiet", "--requests", "10", "--channel", "ordered"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,7 +18,7 @@ import (
 	"github.com/idgen/idgen/segment"
 )
 
-const bizUsage = `usage: idctl biz SUBCOMMAND --addr HOST:PORT [flags]
+const bizUsage = `usage: idctl biz SUBCOMMAND [--addr HOST:PORT] [flags]
 
 subcommands:
   create --biz NAME [--channel C] [--channels C,...] [--step N] [--start N] [--low-water PCT]
@@ -32,17 +33,18 @@ subcommands:
   token  revoke --biz NAME --id ID          remove one
   token  list --biz NAME                    list them (never the secrets)
 
-Every subcommand also takes --token or --token-file, --timeout and --json.
+Every subcommand also takes --admin-token-file or --admin-token, --timeout
+and --json.
 Run 'idctl biz SUBCOMMAND --help' for the flags of one.
 
 ` + adminTokenHelp
 
 // bizSynopsis is the usage line of each biz subcommand.
 var bizSynopsis = map[string]string{
-	"create": "idctl biz create --addr HOST:PORT --biz NAME [--channel C] [--channels C,...] [--step N] [--start N] [--low-water PCT] [--fallback] [--rate-limit N] [--id-quota N] [--id-burst N] [--ordered-mode gapless|cached] [--description TEXT]",
-	"update": "idctl biz update --addr HOST:PORT --biz NAME [--channel C] [--channels C,...] [--step N] [--low-water PCT] [--fallback | --no-fallback] [--rate-limit N] [--id-quota N] [--id-burst N] [--ordered-mode gapless|cached] [--description TEXT]",
-	"get":    "idctl biz get --addr HOST:PORT --biz NAME [--json]",
-	"list":   "idctl biz list --addr HOST:PORT [--json]",
+	"create": "idctl biz create [--addr HOST:PORT] --biz NAME [--channel C] [--channels C,...] [--step N] [--start N] [--low-water PCT] [--fallback] [--rate-limit N] [--id-quota N] [--id-burst N] [--ordered-mode gapless|cached] [--description TEXT]",
+	"update": "idctl biz update [--addr HOST:PORT] --biz NAME [--channel C] [--channels C,...] [--step N] [--low-water PCT] [--fallback | --no-fallback] [--rate-limit N] [--id-quota N] [--id-burst N] [--ordered-mode gapless|cached] [--description TEXT]",
+	"get":    "idctl biz get [--addr HOST:PORT] --biz NAME [--json]",
+	"list":   "idctl biz list [--addr HOST:PORT] [--json]",
 }
 
 var bizAbout = map[string]string{
@@ -62,13 +64,13 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return &helpRequest{func(w io.Writer) { fmt.Fprint(w, bizUsage) }}
 	}
 	if sub == "token" {
-		return cmdBizToken(ctx, args, stdout)
+		return cmdBizToken(ctx, args, stdout, stderr)
 	}
 	if _, ok := bizSynopsis[sub]; !ok {
 		return &usageHint{usageError{fmt.Errorf("biz: unknown subcommand %q: want create, update, get, list or token", sub)}, "\n" + bizUsage}
 	}
-	fs := newCmdFlags("biz "+sub, bizSynopsis[sub], bizAbout[sub])
-	addr := fs.String("addr", envOr("IDGEN_ADDR", "127.0.0.1:8888"), "idgen RPC address (env IDGEN_ADDR)")
+	fs := newCmdFlags("biz "+sub, bizSynopsis[sub], bizAbout[sub], stderr)
+	addr := addAddrFlag(fs)
 	tokens := addAdminTokenFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "RPC timeout")
@@ -95,7 +97,7 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if sub == "create" {
 			unset = "not given: snowflake"
 		}
-		channel = fs.String("channel", "", "default `channel`: snowflake, unordered or ordered ("+unset+")")
+		channel = fs.String("channel", "", "default "+channelHelp+" ("+unset+")")
 		if sub == "create" {
 			unset = "not given: --channel alone; with --channel not given, the first listed is the default"
 		}
@@ -275,7 +277,7 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if update != nil {
 		update.Token = tok
 	}
-	c, err := newClient(*addr, *timeout)
+	c, err := newClient(ctx, *addr, *timeout)
 	if err != nil {
 		return fs.withUsage(err)
 	}
@@ -306,16 +308,47 @@ func cmdBiz(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		if sub == "list" {
+			return enc.Encode(out)
+		}
+		return enc.Encode(out[0]) // one business asked for, one object
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tCHANNEL\tCHANNELS\tORDERED-MODE\tSTEP\tLOW-WATER\tSTART\tFALLBACK\tRATE-LIMIT\tID-QUOTA\tTOKENS\tOUTPUT\tPLUGINS\tUPDATED\tDESCRIPTION")
-	for _, b := range out {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d%%\t%d\t%v\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n", b.Name, b.Channel, channelsLabel(b), orderedModeLabel(b), b.Step, b.LowWaterPct, b.StartNum,
-			b.Fallback, b.RateLimit, quotaLabel(b), len(b.Tokens), outputLabel(b), strings.Join(b.Plugins, ","),
-			time.UnixMilli(b.UpdatedAtMs).UTC().Format(time.RFC3339), b.Description)
+	return printBizTable(stdout, out)
+}
+
+// printBizTable prints businesses as a table. The ORDERED-MODE column is
+// there only when one of them serves ORDERED, and says "-" for the others:
+// the setting means nothing to a business that does not.
+func printBizTable(w io.Writer, bs []*idl.Biz) error {
+	ordered := slices.ContainsFunc(bs, servesOrdered)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	cols := []string{"NAME", "CHANNEL", "CHANNELS", "ORDERED-MODE", "STEP", "LOW-WATER", "START", "FALLBACK", "RATE-LIMIT", "ID-QUOTA", "TOKENS", "OUTPUT", "PLUGINS", "UPDATED", "DESCRIPTION"}
+	row := func(vals []string) {
+		if !ordered {
+			vals = slices.Delete(slices.Clone(vals), 3, 4)
+		}
+		fmt.Fprintln(tw, strings.Join(vals, "\t"))
+	}
+	row(cols)
+	for _, b := range bs {
+		mode := "-"
+		if servesOrdered(b) {
+			mode = orderedModeLabel(b)
+		}
+		row([]string{b.Name, b.Channel.String(), channelsLabel(b), mode, fmt.Sprint(b.Step), fmt.Sprintf("%d%%", b.LowWaterPct), fmt.Sprint(b.StartNum),
+			fmt.Sprint(b.Fallback), fmt.Sprint(b.RateLimit), quotaLabel(b), fmt.Sprint(len(b.Tokens)), outputLabel(b), strings.Join(b.Plugins, ","),
+			time.UnixMilli(b.UpdatedAtMs).UTC().Format(time.RFC3339), b.Description})
 	}
 	return tw.Flush()
+}
+
+// servesOrdered reports whether b serves the ORDERED channel (its default
+// or one of its channels; SLOW_ORDERED is served as ORDERED).
+func servesOrdered(b *idl.Biz) bool {
+	isOrdered := func(c idl.Channel) bool {
+		return segment.CanonicalChannel(segment.Channel(c)) == segment.ChannelOrdered
+	}
+	return isOrdered(b.Channel) || slices.ContainsFunc(b.Channels, isOrdered)
 }
 
 // listAllBiz asks for every page of ListBiz: one answer for thousands of

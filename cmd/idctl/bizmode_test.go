@@ -51,12 +51,14 @@ func TestBizOrderedMode(t *testing.T) {
 	if got := bizColumn(t, run("biz", "get", "--biz", "fast"), "fast", "ORDERED-MODE"); got != "cached" {
 		t.Errorf("biz get shows %q, want cached", got)
 	}
-	var one []struct {
+	// One business asked for: one JSON object, not a one-element array
+	// (issue 32).
+	var one struct {
 		Name        string `json:"name"`
 		OrderedMode string `json:"ordered_mode"`
 	}
-	if err := json.Unmarshal([]byte(run("biz", "get", "--biz", "fast", "--json")), &one); err != nil || len(one) != 1 || one[0].OrderedMode != "cached" {
-		t.Errorf("biz get --json: %+v, %v; want ordered_mode cached", one, err)
+	if err := json.Unmarshal([]byte(run("biz", "get", "--biz", "fast", "--json")), &one); err != nil || one.Name != "fast" || one.OrderedMode != "cached" {
+		t.Errorf("biz get --json: %+v, %v; want one object with ordered_mode cached", one, err)
 	}
 	// An update of another setting keeps the mode.
 	if got := bizColumn(t, run("biz", "update", "--biz", "fast", "--step", "50"), "fast", "ORDERED-MODE"); got != "cached" {
@@ -70,15 +72,27 @@ func TestBizOrderedMode(t *testing.T) {
 	if a, b := bizColumn(t, out, "fast", "ORDERED-MODE"), bizColumn(t, out, "plain", "ORDERED-MODE"); a != "gapless" || b != "cached" {
 		t.Errorf("biz list shows fast %q plain %q, want gapless, cached:\n%s", a, b, out)
 	}
+	// A business that does not serve ORDERED has no ORDERED-MODE column of
+	// its own (issue 32), and "-" in a list beside ORDERED ones.
+	out = run("biz", "create", "--biz", "snow", "--channel", "snowflake")
+	if strings.Contains(out, "ORDERED-MODE") {
+		t.Errorf("biz create of a SNOWFLAKE business shows ORDERED-MODE:\n%s", out)
+	}
+	if out = run("biz", "get", "--biz", "snow"); strings.Contains(out, "ORDERED-MODE") {
+		t.Errorf("biz get of a SNOWFLAKE business shows ORDERED-MODE:\n%s", out)
+	}
+	if got := bizColumn(t, run("biz", "list"), "snow", "ORDERED-MODE"); got != "-" {
+		t.Errorf("biz list shows ORDERED-MODE %q for a SNOWFLAKE business, want -", got)
+	}
 	var all []struct {
 		Name        string `json:"name"`
 		OrderedMode string `json:"ordered_mode"`
 	}
-	if err := json.Unmarshal([]byte(run("biz", "list", "--json")), &all); err != nil || len(all) != 2 {
+	if err := json.Unmarshal([]byte(run("biz", "list", "--json")), &all); err != nil || len(all) != 3 {
 		t.Fatalf("biz list --json: %+v, %v", all, err)
 	}
 	for _, b := range all {
-		if want := map[string]string{"fast": "gapless", "plain": "cached"}[b.Name]; b.OrderedMode != want {
+		if want := map[string]string{"fast": "gapless", "plain": "cached", "snow": b.OrderedMode}[b.Name]; b.OrderedMode != want {
 			t.Errorf("biz list --json: %s ordered_mode %q, want %q", b.Name, b.OrderedMode, want)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 )
 
-const bizTokenUsage = `usage: idctl biz token SUBCOMMAND --addr HOST:PORT --biz NAME [flags]
+const bizTokenUsage = `usage: idctl biz token SUBCOMMAND [--addr HOST:PORT] --biz NAME [flags]
 
 A business's own client tokens: once it has one, NextIDs for it needs one of
 them (the shared client token no longer does). The node keeps only a hash:
@@ -25,15 +25,15 @@ subcommands:
   revoke --biz NAME --id ID          remove one (nodes stop accepting it within 2 s)
   list   --biz NAME                  list the tokens (id, label, created)
 
-Every subcommand also takes --token or --token-file (the admin token),
---timeout and --json.
+Every subcommand also takes --admin-token-file or --admin-token, --timeout
+and --json.
 
 ` + adminTokenHelp
 
 var bizTokenSynopsis = map[string]string{
-	"create": "idctl biz token create --addr HOST:PORT --biz NAME [--label TEXT] [--json]",
-	"revoke": "idctl biz token revoke --addr HOST:PORT --biz NAME --id ID [--json]",
-	"list":   "idctl biz token list --addr HOST:PORT --biz NAME [--json]",
+	"create": "idctl biz token create [--addr HOST:PORT] --biz NAME [--label TEXT] [--json]",
+	"revoke": "idctl biz token revoke [--addr HOST:PORT] --biz NAME --id ID [--json]",
+	"list":   "idctl biz token list [--addr HOST:PORT] --biz NAME [--json]",
 }
 
 var bizTokenAbout = map[string]string{
@@ -43,7 +43,7 @@ var bizTokenAbout = map[string]string{
 }
 
 // cmdBizToken manages a business's client tokens (idctl biz token ...).
-func cmdBizToken(ctx context.Context, args []string, stdout io.Writer) error {
+func cmdBizToken(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return &usageHint{usageError{errors.New("biz token: missing subcommand: want create, revoke or list")}, "\n" + bizTokenUsage}
 	}
@@ -54,8 +54,8 @@ func cmdBizToken(ctx context.Context, args []string, stdout io.Writer) error {
 	if _, ok := bizTokenSynopsis[sub]; !ok {
 		return &usageHint{usageError{fmt.Errorf("biz token: unknown subcommand %q: want create, revoke or list", sub)}, "\n" + bizTokenUsage}
 	}
-	fs := newCmdFlags("biz token "+sub, bizTokenSynopsis[sub], bizTokenAbout[sub])
-	addr := fs.String("addr", envOr("IDGEN_ADDR", "127.0.0.1:8888"), "idgen RPC address (env IDGEN_ADDR)")
+	fs := newCmdFlags("biz token "+sub, bizTokenSynopsis[sub], bizTokenAbout[sub], stderr)
+	addr := addAddrFlag(fs)
 	tokens := addAdminTokenFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "RPC timeout")
@@ -86,7 +86,7 @@ func cmdBizToken(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c, err := newClient(*addr, *timeout)
+	c, err := newClient(ctx, *addr, *timeout)
 	if err != nil {
 		return fs.withUsage(err)
 	}

@@ -36,11 +36,11 @@ func TestBizChannels(t *testing.T) {
 	if got := bizColumn(t, ok("biz", "get", "--biz", "chat"), "chat", "CHANNELS"); got != "UNORDERED,ORDERED" {
 		t.Errorf("biz get shows channels %q, want UNORDERED,ORDERED", got)
 	}
-	var one []struct {
+	var one struct {
 		Channels []int `json:"channels"`
 	}
-	if err := json.Unmarshal([]byte(ok("biz", "get", "--biz", "chat", "--json")), &one); err != nil || len(one) != 1 ||
-		len(one[0].Channels) != 2 || one[0].Channels[0] != 0 || one[0].Channels[1] != 1 {
+	if err := json.Unmarshal([]byte(ok("biz", "get", "--biz", "chat", "--json")), &one); err != nil ||
+		len(one.Channels) != 2 || one.Channels[0] != 0 || one.Channels[1] != 1 {
 		t.Errorf("biz get --json: %+v, %v; want channels [0 1]", one, err)
 	}
 	code, _, errOut := run("biz", "create", "--biz", "coupon", "--channel", "unordered", "--channels", "unordered,ordered", "--obfuscate")

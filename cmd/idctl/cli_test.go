@@ -17,6 +17,8 @@ import (
 	"github.com/cloudwego/kitex/pkg/rpcinfo"
 	"github.com/cloudwego/kitex/server"
 
+	"github.com/idgen/idgen/client"
+	"github.com/idgen/idgen/internal/idctlenv"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	idgensvc "github.com/idgen/idgen/kitex_gen/idgen/idgenservice"
 	"github.com/idgen/idgen/snowflake"
@@ -33,8 +35,7 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 
 // cleanEnv unsets the IDGEN_* variables the commands read defaults from.
 func cleanEnv(t *testing.T) {
-	for _, k := range []string{"IDGEN_ADDR", "IDGEN_TOKEN", "IDGEN_ADMIN_TOKEN", "IDGEN_ADMIN_TOKEN_FILE", "IDGEN_DATA_DIR",
-		"IDGEN_CLIENT_TOKEN", "IDGEN_CLIENT_TOKEN_FILE", "IDGEN_ZK", "IDGEN_MYSQL", "IDGEN_EPOCH"} {
+	for _, k := range idctlenv.Names {
 		t.Setenv(k, "")
 	}
 }
@@ -69,14 +70,14 @@ func TestHelpExitsZero(t *testing.T) {
 		{[]string{"biz", "token", "create", "--help"}, "the only time it is\nshown"},
 		{[]string{"help", "biz", "token", "revoke"}, "usage: idctl biz token revoke"},
 		{[]string{"decode", "--help"}, "IDGEN_DATA_DIR"},
-		{[]string{"db", "--help"}, "idctl db migrate --mysql DSN"},
-		{[]string{"db", "-h"}, "idctl db migrate --mysql DSN"},
+		{[]string{"db", "--help"}, "idctl db migrate --mysql-file F"},
+		{[]string{"db", "-h"}, "idctl db migrate --mysql-file F"},
 		{[]string{"db", "migrate", "--help"}, "usage: idctl db migrate"},
 		{[]string{"db", "version", "-h"}, "usage: idctl db version"},
 		{[]string{"db", "check", "--help"}, "-mysql"},
 		{[]string{"help", "get"}, "usage: idctl get"},
 		{[]string{"help", "biz", "create"}, "usage: idctl biz create"},
-		{[]string{"help", "db"}, "idctl db migrate --mysql DSN"},
+		{[]string{"help", "db"}, "idctl db migrate --mysql-file F"},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			code, out, errOut := runCLI(t, c.args...)
@@ -153,10 +154,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"workers", "--zk", "h:1", "extra"}, []string{`unexpected argument "extra"`}},
 		{[]string{"bench"}, []string{"--biz is required", "usage: idctl bench"}},
 		{[]string{"bench", "--biz", "b", "--requests", "0"}, []string{"unbounded"}},
-		{[]string{"db"}, []string{"missing subcommand", "idctl db --help"}},
+		{[]string{"db"}, []string{"missing subcommand", "usage:", "idctl db SUBCOMMAND --help"}},
 		{[]string{"db", "frob"}, []string{`unknown subcommand "frob"`}},
 		{[]string{"db", "migrate", "--x"}, []string{"flag provided but not defined: -x", "idctl db migrate --help"}},
-		{[]string{"db", "migrate"}, []string{"--mysql DSN (or IDGEN_MYSQL, or IDGEN_MYSQL_FILE) is required"}},
+		{[]string{"db", "migrate"}, []string{"--mysql-file F or --mysql (env IDGEN_MYSQL_FILE or IDGEN_MYSQL) is required"}},
 		{[]string{"help", "bogus"}, []string{`unknown command "bogus"`}},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
@@ -210,7 +211,7 @@ func helpFlags(t *testing.T, args ...string) ([]string, string) {
 
 func TestBizFlagsPerSubcommand(t *testing.T) {
 	cleanEnv(t)
-	common := []string{"addr", "json", "timeout", "token", "token-file"}
+	common := []string{"addr", "admin-token", "admin-token-file", "json", "timeout"}
 	settings := []string{"channel", "channels", "code-min-length", "description", "fallback", "format", "id-burst", "id-quota", "low-water",
 		"obfuscate", "ordered-mode", "plugins", "rate-limit", "step"}
 	for _, c := range []struct {
@@ -392,6 +393,8 @@ type fakeNode struct {
 	creates []*idl.CreateBizRequest
 	tokens  map[string][]string // method: the token each call carried ("<none>" when unset)
 	afters  []string            // ListBiz: the after of each call
+	// channels: NextIDs, the channel of each call.
+	channels []idl.Channel
 	// refuse: CreateBiz of "starting" is refused this many more times
 	// (retryable, as a starting node refuses), then served.
 	refuse int
@@ -458,11 +461,26 @@ func (f *fakeNode) CreateBiz(_ context.Context, req *idl.CreateBizRequest) (*idl
 // startFakeNode serves f on a loopback port and returns its address.
 func startFakeNode(t *testing.T, f *fakeNode) string {
 	t.Helper()
-	quietKitex() // before the server's goroutine reads the log level
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startFakeNodeOn(t, f, ln)
+}
+
+// quietKitexBoth sets Kitex's log level as idctl and the client package
+// each do once (get goes through the client package): before a fake
+// node's server goroutine reads the level, which is a global.
+func quietKitexBoth(addr string) {
+	quietKitex()
+	if c, err := client.New(client.Config{Addrs: []string{addr}}); err == nil {
+		c.Close()
+	}
+}
+
+// startFakeNodeOn serves f on ln and returns its address.
+func startFakeNodeOn(t *testing.T, f *fakeNode, ln net.Listener) string {
+	quietKitexBoth(ln.Addr().String()) // before the server's goroutine reads the log level
 	svr := idgensvc.NewServer(f, server.WithListener(ln),
 		server.WithServerBasicInfo(&rpcinfo.EndpointBasicInfo{ServiceName: "idgen"}), server.WithExitWaitTime(0))
 	done := make(chan error, 1)

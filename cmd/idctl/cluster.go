@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -17,70 +16,89 @@ import (
 
 	"github.com/idgen/idgen/cluster"
 	"github.com/idgen/idgen/cluster/incarnation"
+	"github.com/idgen/idgen/internal/idctlenv"
 	"github.com/idgen/idgen/segment/mysqlstore"
 	"github.com/idgen/idgen/worker"
 	"github.com/idgen/idgen/worker/mysqllease"
 )
 
-const clusterUsage = `usage:
-  idctl cluster init    --zk HOSTS [--cluster NAME] [--zk-root /idgen] [--epoch RFC3339]
-                        [--idc-bits 2 --node-bits 8] [--exists-ok]
-  idctl cluster show    --zk HOSTS [--cluster NAME] [--zk-root /idgen] [--json]
-  idctl cluster restore --zk HOSTS [--cluster NAME] [--zk-root /idgen] [--from-properties FILE]
-  idctl cluster migrate --zk HOSTS --mysql DSN [--cluster NAME] [--zk-root /idgen] --to zookeeper|mysql
+// clusterSynopsis is the usage line of each cluster subcommand.
+var clusterSynopsis = map[string]string{
+	"init":    "idctl cluster init    --zk HOSTS [--cluster NAME] [--zk-root /idgen] [--zk-auth-file F] [--epoch RFC3339] [--idc-bits 2 --node-bits 8] [--exists-ok]",
+	"show":    "idctl cluster show    --zk HOSTS [--cluster NAME] [--zk-root /idgen] [--zk-auth-file F] [--json]",
+	"restore": "idctl cluster restore --zk HOSTS [--cluster NAME] [--zk-root /idgen] [--zk-auth-file F] [--from-properties FILE]",
+	"migrate": "idctl cluster migrate --zk HOSTS --mysql-file F [--cluster NAME] [--zk-root /idgen] [--zk-auth-file F] --to zookeeper|mysql",
+}
 
-A cluster is created once, with init, before its first node starts: a node
+// clusterAbout is the text of each cluster subcommand's help.
+var clusterAbout = map[string]string{
+	"init": `A cluster is created once, with init, before its first node starts: a node
 never creates one (it could not tell a new cluster from one whose ZooKeeper
-lost its data). The first nodes of a cluster created so serve at once.
-
-restore is the operator's fix after ZooKeeper lost data (wiped, or restored
+lost its data). The first nodes of a cluster created so serve at once. Give
+the nodes' --zk-auth-file (or --zk-auth) so that the cluster's znodes are
+created with a digest ACL; without it they are open to every ZooKeeper client.
+`,
+	"show": `Prints the cluster's record in ZooKeeper: epoch and bits, registry, restores
+and the incarnation marker.
+`,
+	"restore": `restore is the operator's fix after ZooKeeper lost data (wiped, or restored
 from an older copy): it marks the cluster restored now, so every slot taken
 in the next lead waits past the marks ZooKeeper may have lost; with no
 record left, it re-creates it from a member's properties file. Nodes that
 ran before a loss do this by themselves when they see it.
-
-migrate moves a stopped cluster's worker slots between MySQL (--mysql alone)
+`,
+	"migrate": `migrate moves a stopped cluster's worker slots between MySQL (--mysql alone)
 and ZooKeeper (--zk --mysql), raising the target's marks above the source's.
 It first records "migrating" in MySQL and in the cluster's ZooKeeper record,
 then the target: a ZooKeeper node it cannot see (its session expired) is
 refused at its next claim and stops issuing SNOWFLAKE IDs until restarted.
-
-The digest credential of an ACL-protected cluster is read from IDGEN_ZK_AUTH
-(or the file named by IDGEN_ZK_AUTH_FILE).
-`
+`,
+}
 
 var clusterSubs = []string{"init", "show", "restore", "migrate"}
+
+// clusterUsage is the help of idctl cluster: every synopsis, then every
+// subcommand's text.
+func clusterUsage() string {
+	var b strings.Builder
+	b.WriteString("usage:\n")
+	for _, sub := range clusterSubs {
+		fmt.Fprintf(&b, "  %s\n", clusterSynopsis[sub])
+	}
+	for _, sub := range clusterSubs {
+		fmt.Fprintf(&b, "\n%s", clusterAbout[sub])
+	}
+	b.WriteString("\nEvery subcommand takes the digest credential of an ACL-protected cluster as\n" +
+		"--zk-auth-file or --zk-auth (env IDGEN_ZK_AUTH_FILE, IDGEN_ZK_AUTH), and --timeout.\n" +
+		"Run 'idctl cluster SUBCOMMAND --help' for the flags of one.\n")
+	return b.String()
+}
 
 // cmdCluster manages a cluster's record in ZooKeeper (package cluster).
 func cmdCluster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return &usageHint{usageError{errors.New("cluster: missing subcommand: want init, show, restore or migrate")}, "\n" + clusterUsage}
+		return &usageHint{usageError{errors.New("cluster: missing subcommand: want init, show, restore or migrate")}, "\n" + clusterUsage()}
 	}
 	sub, args := args[0], args[1:]
 	if isHelpArg(sub) || sub == "help" {
-		return &helpRequest{func(w io.Writer) { fmt.Fprint(w, clusterUsage) }}
+		return &helpRequest{func(w io.Writer) { fmt.Fprint(w, clusterUsage()) }}
 	}
-	known := false
-	for _, s := range clusterSubs {
-		known = known || s == sub
+	if _, known := clusterSynopsis[sub]; !known {
+		return &usageHint{usageError{fmt.Errorf("cluster: unknown subcommand %q: want init, show, restore or migrate", sub)}, "\n" + clusterUsage()}
 	}
-	if !known {
-		return &usageHint{usageError{fmt.Errorf("cluster: unknown subcommand %q: want init, show, restore or migrate", sub)}, "\n" + clusterUsage}
-	}
-	fs := newCmdFlags("cluster "+sub, "idctl cluster "+sub+" --zk HOSTS [--cluster NAME] [--zk-root /idgen] ...", clusterUsage)
-	servers := fs.String("zk", os.Getenv("IDGEN_ZK"), "ZooKeeper servers, host:port,... (env IDGEN_ZK)")
-	name := fs.String("cluster", workersEnvOr("IDGEN_CLUSTER", worker.DefaultCluster), "cluster name (env IDGEN_CLUSTER)")
-	root := fs.String("zk-root", workersEnvOr("IDGEN_ZK_ROOT", worker.DefaultRoot), "ZooKeeper root of the idgen clusters (env IDGEN_ZK_ROOT)")
+	fs := newCmdFlags("cluster "+sub, strings.Join(strings.Fields(clusterSynopsis[sub]), " "), clusterAbout[sub], stderr)
+	servers, name, root, authFlags := addZKFlags(fs)
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for ZooKeeper")
 	var (
-		epoch                      *string
-		idcBits, nodeBits          *int
-		existsOK, asJSON           *bool
-		fromProps, dsn, to, leadFl *string
+		epoch                 *string
+		idcBits, nodeBits     *int
+		existsOK, asJSON      *bool
+		fromProps, to, leadFl *string
+		mysqlFlags            *secretFlags
 	)
 	switch sub {
 	case "init":
-		epoch = fs.String("epoch", envOr("IDGEN_EPOCH", "2020-01-01T00:00:00Z"), "snowflake epoch, RFC 3339 (env IDGEN_EPOCH)")
+		epoch = fs.String("epoch", envOr(idctlenv.Epoch, "2020-01-01T00:00:00Z"), "snowflake epoch, RFC 3339 (env "+idctlenv.Epoch+")")
 		idcBits = fs.Int("idc-bits", worker.DefaultIDCBits, "worker bits for the IDC (idc-bits + node-bits = 10)")
 		nodeBits = fs.Int("node-bits", worker.DefaultNodeBits, "worker bits for the node")
 		existsOK = fs.Bool("exists-ok", false, "exit 0 when the cluster exists with the same settings")
@@ -89,7 +107,7 @@ func cmdCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case "restore":
 		fromProps = fs.String("from-properties", "", "a member's <app>:<port>:<ip>.properties, to re-create a lost record from")
 	case "migrate":
-		dsn = fs.String("mysql", envSecretOr("IDGEN_MYSQL"), "MySQL DSN (env IDGEN_MYSQL or IDGEN_MYSQL_FILE)")
+		mysqlFlags = addMySQLFlags(fs)
 		to = fs.String("to", "", "zookeeper or mysql: where the slots are held afterwards")
 		leadFl = fs.String("lead", "", "the nodes' lead, heartbeat + outage tolerance + margin + clock skew (default: the defaults')")
 	}
@@ -104,7 +122,11 @@ func cmdCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	// Every flag is checked before ZooKeeper is dialled: a mistake is a
 	// usage error at once, not a timeout.
-	var settings cluster.Settings
+	var (
+		settings cluster.Settings
+		dsn      string
+		err      error
+	)
 	lead := worker.Config{}.Lead() + worker.DefaultMaxPeerClockSkew
 	switch sub {
 	case "init":
@@ -117,8 +139,8 @@ func cmdCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		settings = cluster.Settings{EpochMs: ep.UnixMilli(), IDCBits: *idcBits, NodeBits: *nodeBits}
 	case "migrate":
-		if *dsn == "" {
-			return fs.usageErr("--mysql DSN (or IDGEN_MYSQL, or IDGEN_MYSQL_FILE) is required")
+		if dsn, err = mysqlFlags.required(); err != nil {
+			return err
 		}
 		if *to != mysqllease.RegistryMySQL && *to != mysqllease.RegistryZooKeeper {
 			return fs.usageErr("--to %q: want zookeeper or mysql", *to)
@@ -131,7 +153,7 @@ func cmdCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			lead = d
 		}
 	}
-	auth, err := secretEnv("IDGEN_ZK_AUTH")
+	auth, err := authFlags.get()
 	if err != nil {
 		return err
 	}
@@ -172,7 +194,7 @@ func cmdCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		fmt.Fprintf(stdout, "cluster %s created at %s: epoch %s, idc_bits %d, node_bits %d, incarnation %s\n", *name, cluster.MetaPath(*root, *name), rec.Epoch, rec.IDCBits, rec.NodeBits, m.ID)
 		if auth == "" {
-			fmt.Fprintln(stderr, "idctl: note: IDGEN_ZK_AUTH is not set, so the cluster's znodes are open to every ZooKeeper client; set it to the nodes' --zk-auth user:password to create them with a digest ACL")
+			fmt.Fprintln(stderr, "idctl: note: no ZooKeeper credential given, so the cluster's znodes are open to every ZooKeeper client; give the nodes' --zk-auth-file (or IDGEN_ZK_AUTH_FILE) to create them with a digest ACL")
 		}
 		return nil
 	case "show":
@@ -207,7 +229,7 @@ func cmdCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case "restore":
 		return clusterRestore(conn, *root, *name, *fromProps, acl, stdout)
 	default:
-		return clusterMigrate(ctx, conn, *root, *name, *dsn, *to, lead, auth, stdout)
+		return clusterMigrate(ctx, conn, *root, *name, dsn, *to, lead, auth, stdout)
 	}
 }
 

@@ -313,7 +313,7 @@ func TestClusterUsageErrors(t *testing.T) {
 		{[]string{"cluster", "show", "--zk", "h:1", "--to", "mysql"}, []string{"flag provided but not defined: -to"}, false},
 		{[]string{"cluster", "show", "--zk", "h:1", "extra"}, []string{`unexpected argument "extra"`}, false},
 		{[]string{"cluster", "init", "--zk", zkAddr, "--cluster", "never-created", "--epoch", "yesterday"}, []string{`--epoch "yesterday"`}, true},
-		{[]string{"cluster", "migrate", "--zk", zkAddr, "--to", "zookeeper"}, []string{"--mysql DSN (or IDGEN_MYSQL, or IDGEN_MYSQL_FILE) is required"}, true},
+		{[]string{"cluster", "migrate", "--zk", zkAddr, "--to", "zookeeper"}, []string{"--mysql-file F or --mysql (env IDGEN_MYSQL_FILE or IDGEN_MYSQL) is required"}, true},
 		{[]string{"cluster", "migrate", "--zk", zkAddr, "--mysql", "root@tcp(127.0.0.1:1)/x", "--to", "bogus"}, []string{`--to "bogus": want zookeeper or mysql`}, true},
 		{[]string{"cluster", "migrate", "--zk", zkAddr, "--mysql", "root@tcp(127.0.0.1:1)/x"}, []string{`--to "": want zookeeper or mysql`}, true},
 	}

@@ -104,3 +104,18 @@ func testDB(t *testing.T) string {
 	}
 	return testdb.New(t, base)
 }
+
+// TestDBMySQLFileFlag: db takes the DSN as --mysql-file, as the nodes do
+// (issue 32: only IDGEN_MYSQL_FILE had it), and IDGEN_MYSQL_FILE still.
+func TestDBMySQLFileFlag(t *testing.T) {
+	cleanEnv(t)
+	dsn := testDB(t)
+	file := writeToken(t, t.TempDir(), "mysql.dsn", dsn)
+	if code, out, errOut := runCLI(t, "db", "version", "--mysql-file", file); code != 0 || !strings.Contains(out, "schema version") {
+		t.Errorf("db version --mysql-file: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	t.Setenv("IDGEN_MYSQL_FILE", file)
+	if code, out, errOut := runCLI(t, "db", "version"); code != 0 || !strings.Contains(out, "schema version") {
+		t.Errorf("db version with IDGEN_MYSQL_FILE: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}

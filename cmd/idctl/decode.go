@@ -12,10 +12,10 @@ import (
 
 // cmdDecode asks a node (admin) for the number behind a business's output.
 func cmdDecode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newCmdFlags("decode", "idctl decode --addr HOST:PORT --biz NAME [--token-file F] [--json] VALUE",
+	fs := newCmdFlags("decode", "idctl decode [--addr HOST:PORT] --biz NAME [--admin-token-file F] [--json] VALUE",
 		"Prints the number behind an obfuscated ID or a code of a business (the admin Decode RPC: the\n"+
-			"key stays on the server) and, when that number is a snowflake ID of the cluster, its parse.\n\n"+adminTokenHelp)
-	addr := fs.String("addr", envOr("IDGEN_ADDR", "127.0.0.1:8888"), "idgen RPC address (env IDGEN_ADDR)")
+			"key stays on the server) and, when that number is a snowflake ID of the cluster, its parse.\n\n"+adminTokenHelp, stderr)
+	addr := addAddrFlag(fs)
 	tokens := addAdminTokenFlags(fs)
 	biz := fs.String("biz", "", "business name (required)")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -33,7 +33,7 @@ func cmdDecode(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	c, err := newClient(*addr, *timeout)
+	c, err := newClient(ctx, *addr, *timeout)
 	if err != nil {
 		return fs.withUsage(err)
 	}

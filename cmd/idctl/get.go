@@ -14,15 +14,15 @@ import (
 
 // cmdGet asks a node for IDs and prints one per line.
 func cmdGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newCmdFlags("get", "idctl get --addr HOST:PORT --biz NAME [--channel C] [--count N] [--sub-key K] [--request-id R]",
-		"Asks one node for IDs and prints one per line (FIRST-LAST with --ranges).\n")
-	addr := fs.String("addr", envOr("IDGEN_ADDR", "127.0.0.1:8888"), "idgen RPC address (env IDGEN_ADDR)")
+	fs := newCmdFlags("get", "idctl get [--addr HOST:PORT] --biz NAME [--channel C] [--count N] [--sub-key K] [--request-id R] [--client-token-file F]",
+		"Asks one node for IDs and prints one per line (FIRST-LAST with --ranges).\n", stderr)
+	addr := addAddrFlag(fs)
 	biz := fs.String("biz", "", "business name (required)")
-	channel := fs.String("channel", "", "snowflake, unordered or ordered (default: the business's)")
+	channel := fs.String("channel", "", channelHelp+" (default: the business's)")
 	count := fs.Int("count", 1, "number of IDs")
 	subKey := fs.String("sub-key", "", "sequence key (ordered channel)")
 	requestID := fs.String("request-id", "", "idempotency key (ordered channel)")
-	token := fs.String("token", envOr("IDGEN_TOKEN", ""), "client token if the server requires one (env IDGEN_TOKEN)")
+	tokens := addOldClientTokenFlags(fs)
 	ranges := fs.Bool("ranges", false, "print FIRST-LAST ranges instead of one ID per line")
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to try: retryable refusals (a node starting or waiting out a clock step) and refused connections are retried until then")
 	tlsOpt := addTLSFlags(fs)
@@ -61,11 +61,18 @@ func cmdGet(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// and transport failures until --timeout; an ORDERED call keeps its
 	// request_id across retries, so a lost reply is answered with the
 	// stored range.
+	token, err := tokens.get()
+	if err != nil {
+		return err
+	}
 	tc, err := tlsOpt.config()
 	if err != nil {
 		return fs.withUsage(err)
 	}
-	c, err := client.New(client.Config{Addrs: []string{*addr}, Token: *token, CallTimeout: *timeout,
+	if err := dialWait(ctx, *addr, *timeout); err != nil {
+		return err
+	}
+	c, err := client.New(client.Config{Addrs: []string{*addr}, Token: token, CallTimeout: *timeout,
 		RPCTimeout: *timeout, ConnectTimeout: time.Second, MaxAttempts: 1 << 20, TLS: tc})
 	if err != nil {
 		return fs.withUsage(err)

@@ -11,7 +11,11 @@ import (
 	neturl "net/url"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/idgen/idgen/internal/idctlenv"
+	idl "github.com/idgen/idgen/kitex_gen/idgen"
 )
 
 const healthAbout = `Asks a node's admin HTTP port whether it lives (/healthz) or, with --ready
@@ -20,7 +24,7 @@ or --channel, whether it is ready (/readyz, /readyz?channel=NAME), and exits
 on stdout or stderr says which and why. It needs no curl, so a container
 built FROM scratch runs it as its HEALTHCHECK.
 
---addr defaults to IDGEN_ADMIN_ADDR (the node's own setting, so inside the
+--admin-addr defaults to IDGEN_ADMIN_ADDR (the node's own setting, so inside the
 node's container or unit it names that node), else 127.0.0.1:8889; an empty
 or wildcard host (:8889, 0.0.0.0:8889) means this host's loopback. No HTTP
 proxy is used. /readyz is 503 while the node starts and while a channel it
@@ -50,9 +54,12 @@ type readyzBody struct {
 }
 
 // cmdHealth probes /healthz or /readyz of one node.
-func cmdHealth(ctx context.Context, args []string, stdout, _ io.Writer) error {
-	fs := newCmdFlags("health", "idctl health [--addr HOST:PORT] [--ready] [--channel snowflake|unordered|ordered] [--timeout D]", healthAbout)
-	addr := fs.String("addr", envOr("IDGEN_ADMIN_ADDR", "127.0.0.1:8889"), "the node's admin HTTP address (env IDGEN_ADMIN_ADDR)")
+func cmdHealth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newCmdFlags("health", "idctl health [--admin-addr HOST:PORT] [--ready] [--channel snowflake|unordered|ordered] [--timeout D]", healthAbout, stderr)
+	addr := fs.String("admin-addr", envOr(idctlenv.AdminAddr, "127.0.0.1:8889"), "the node's admin HTTP address `HOST:PORT` (env "+idctlenv.AdminAddr+"), not its RPC address")
+	// --addr is the RPC address in every other command; health took it for
+	// the admin address before.
+	fs.deprecated("addr", "admin-addr")
 	ready := fs.Bool("ready", false, "ask /readyz (readiness) instead of /healthz (liveness)")
 	channel := fs.String("channel", "", "ask /readyz?channel=NAME: ready only while that channel itself serves (implies --ready)")
 	timeout := fs.Duration("timeout", 2*time.Second, "give up after this long (connect and answer)")
@@ -72,7 +79,7 @@ func cmdHealth(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	hostPort, err := healthHostPort(*addr)
 	if err != nil {
-		return fs.usageErr("--addr %q: %v", *addr, err)
+		return fs.usageErr("--admin-addr %q: %v", *addr, err)
 	}
 	url := "http://" + hostPort + "/healthz"
 	if *ready || *channel != "" {
@@ -99,6 +106,11 @@ func cmdHealth(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		var ue *neturl.Error
 		if errors.As(err, &ue) {
 			err = ue.Err
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || strings.Contains(err.Error(), "malformed HTTP") {
+			// Something listens there but does not speak HTTP: most
+			// likely the node's RPC port, given for the admin port.
+			return fmt.Errorf("unhealthy: GET %s: %v: %s", url, err, notAdminPort(ctx, hostPort))
 		}
 		return fmt.Errorf("unhealthy: GET %s: %v", url, err)
 	}
@@ -131,7 +143,26 @@ func cmdHealth(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	return nil
 }
 
-// healthHostPort turns --addr into a host:port to dial: an empty or
+// notAdminPort says what answers on hostPort, which accepted the
+// connection and closed it without an HTTP answer: a node's RPC port when
+// a Thrift call there is answered (even refused), else not an admin port.
+func notAdminPort(ctx context.Context, hostPort string) string {
+	fix := fmt.Sprintf("health asks the node's admin HTTP port: --admin-addr (env %s, default 127.0.0.1:8889)", idctlenv.AdminAddr)
+	c, err := newClient(ctx, hostPort, healthProbeTimeout)
+	if err == nil {
+		_, err = c.Clock(ctx, &idl.ClockRequest{})
+		var ie *idl.IdgenError
+		if err == nil || errors.As(err, &ie) {
+			return fmt.Sprintf("%s is a node's RPC port (the --addr of get), not its admin port; %s", hostPort, fix)
+		}
+	}
+	return fmt.Sprintf("%s does not speak HTTP, so it is no node's admin port; %s", hostPort, fix)
+}
+
+// healthProbeTimeout bounds the Thrift call that tells a node's RPC port.
+const healthProbeTimeout = time.Second
+
+// healthHostPort turns --admin-addr into a host:port to dial: an empty or
 // wildcard host is this host's loopback (the node's own admin_addr is
 // often ":8889" or "0.0.0.0:8889").
 func healthHostPort(addr string) (string, error) {

@@ -69,7 +69,7 @@ func TestHealthHealthz(t *testing.T) {
 	t.Setenv("IDGEN_ADMIN_ADDR", "")
 	f := &healthFake{}
 	addr := startHealthFake(t, f)
-	code, out, errOut := runCLI(t, "health", "--addr", addr)
+	code, out, errOut := runCLI(t, "health", "--admin-addr", addr)
 	if code != 0 || !strings.Contains(out, "healthy: GET http://"+addr+"/healthz answered 200 OK") || errOut != "" {
 		t.Fatalf("health: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
@@ -77,7 +77,7 @@ func TestHealthHealthz(t *testing.T) {
 	f.mu.Lock()
 	f.healthz = http.StatusInternalServerError
 	f.mu.Unlock()
-	code, out, errOut = runCLI(t, "health", "--addr", addr)
+	code, out, errOut = runCLI(t, "health", "--admin-addr", addr)
 	if code != 1 || out != "" || !strings.Contains(errOut, "idctl: unhealthy: GET http://"+addr+"/healthz answered 500 Internal Server Error: ok") {
 		t.Fatalf("health on a 500: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
@@ -89,7 +89,7 @@ func TestHealthReady(t *testing.T) {
 	f := &healthFake{readyStatus: http.StatusOK, readyBody: readyServing}
 	addr := startHealthFake(t, f)
 
-	code, out, errOut := runCLI(t, "health", "--addr", addr, "--ready")
+	code, out, errOut := runCLI(t, "health", "--admin-addr", addr, "--ready")
 	if code != 0 || !strings.Contains(out, "ready: GET http://"+addr+"/readyz answered 200 OK: state serving, mode standalone") {
 		t.Fatalf("ready: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
@@ -97,7 +97,7 @@ func TestHealthReady(t *testing.T) {
 	f.mu.Lock()
 	f.readyStatus, f.readyBody = http.StatusServiceUnavailable, readyWaiting
 	f.mu.Unlock()
-	code, out, errOut = runCLI(t, "health", "--addr", addr, "--ready")
+	code, out, errOut = runCLI(t, "health", "--admin-addr", addr, "--ready")
 	want := "idctl: not ready: GET http://" + addr + "/readyz answered 503 Service Unavailable: state starting, mode zk+mysql: " +
 		"waiting past the worker slot's high-water mark (wait 1234 ms); snowflake starting: waiting past the mark (retry after 1234 ms)\n"
 	if code != 1 || out != "" || errOut != want {
@@ -108,7 +108,7 @@ func TestHealthReady(t *testing.T) {
 	f.mu.Lock()
 	f.readyStatus, f.readyBody = http.StatusServiceUnavailable, readyRollback
 	f.mu.Unlock()
-	code, _, errOut = runCLI(t, "health", "--addr", addr, "--channel", "snowflake")
+	code, _, errOut = runCLI(t, "health", "--admin-addr", addr, "--channel", "snowflake")
 	if code != 1 || !strings.Contains(errOut, "/readyz?channel=snowflake answered 503") ||
 		!strings.Contains(errOut, "snowflake clock_rollback (falls back to segments): clock stepped back 900ms (retry after 900 ms)") {
 		t.Fatalf("strict snowflake probe: exit %d, stderr %q", code, errOut)
@@ -116,7 +116,7 @@ func TestHealthReady(t *testing.T) {
 	f.mu.Lock()
 	f.readyStatus = http.StatusOK
 	f.mu.Unlock()
-	code, out, _ = runCLI(t, "health", "--addr", addr, "--ready", "--channel", "unordered")
+	code, out, _ = runCLI(t, "health", "--admin-addr", addr, "--ready", "--channel", "unordered")
 	if code != 0 || !strings.Contains(out, "/readyz?channel=unordered answered 200 OK: state clock_rollback, mode standalone; unordered serving") {
 		t.Fatalf("unordered probe: exit %d, stdout %q", code, out)
 	}
@@ -133,7 +133,7 @@ func TestHealthReady(t *testing.T) {
 	f.mu.Lock()
 	f.readyStatus, f.readyBody = http.StatusServiceUnavailable, "upstream connect error"
 	f.mu.Unlock()
-	code, _, errOut = runCLI(t, "health", "--addr", addr, "--ready")
+	code, _, errOut = runCLI(t, "health", "--admin-addr", addr, "--ready")
 	if code != 1 || !strings.Contains(errOut, "answered 503 Service Unavailable: upstream connect error") {
 		t.Fatalf("non-JSON 503: exit %d, stderr %q", code, errOut)
 	}
@@ -148,7 +148,7 @@ func TestHealthUnreachableAndSlow(t *testing.T) {
 	}
 	closed := ln.Addr().String()
 	ln.Close()
-	code, _, errOut := runCLI(t, "health", "--addr", closed)
+	code, _, errOut := runCLI(t, "health", "--admin-addr", closed)
 	if code != 1 || !strings.Contains(errOut, "idctl: unhealthy: GET http://"+closed+"/healthz: dial tcp") ||
 		!strings.Contains(errOut, "refused") {
 		t.Fatalf("refused: exit %d, stderr %q", code, errOut)
@@ -159,7 +159,7 @@ func TestHealthUnreachableAndSlow(t *testing.T) {
 	f := &healthFake{delay: 5 * time.Second}
 	addr := startHealthFake(t, f)
 	start := time.Now()
-	code, _, errOut = runCLI(t, "health", "--addr", addr, "--timeout", "200ms")
+	code, _, errOut = runCLI(t, "health", "--admin-addr", addr, "--timeout", "200ms")
 	took := time.Since(start)
 	if code != 1 || !strings.Contains(errOut, "no answer within 200ms") {
 		t.Fatalf("slow: exit %d, stderr %q", code, errOut)
@@ -169,7 +169,7 @@ func TestHealthUnreachableAndSlow(t *testing.T) {
 	}
 }
 
-// TestHealthDefaultAddr: without --addr, idctl health asks the address in
+// TestHealthDefaultAddr: without --admin-addr, idctl health asks the address in
 // IDGEN_ADMIN_ADDR (the node's own setting), a wildcard host meaning this
 // host's loopback: what a container's HEALTHCHECK relies on.
 func TestHealthDefaultAddr(t *testing.T) {
@@ -198,8 +198,8 @@ func TestHealthUsage(t *testing.T) {
 		want string
 	}{
 		{[]string{"health", "--channel", "segment"}, `--channel "segment": want snowflake, unordered or ordered`},
-		{[]string{"health", "--addr", "http://127.0.0.1:8889/healthz"}, "want HOST:PORT (no scheme or path)"},
-		{[]string{"health", "--addr", "127.0.0.1"}, "missing port"},
+		{[]string{"health", "--admin-addr", "http://127.0.0.1:8889/healthz"}, "want HOST:PORT (no scheme or path)"},
+		{[]string{"health", "--admin-addr", "127.0.0.1"}, "missing port"},
 		{[]string{"health", "--timeout", "0s"}, "want a positive duration"},
 		{[]string{"health", "extra"}, `unexpected argument "extra"`},
 	} {

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"syscall"
 )
 
@@ -25,28 +26,41 @@ var version = "dev"
 const usage = `idctl operates an idgen cluster.
 
 usage:
-  idctl get     --addr HOST:PORT --biz NAME [--channel snowflake|unordered|ordered]
-                [--count N] [--sub-key K] [--request-id R]
+  idctl get     [--addr HOST:PORT] --biz NAME [--channel C] [--count N]
+                [--sub-key K] [--request-id R] [--client-token-file F]
   idctl parse   [--json] [--addr HOST:PORT [--client-token-file F]] ID
-  idctl decode  --addr HOST:PORT --biz NAME [--token-file F] [--json] VALUE
-  idctl workers --zk HOSTS [--cluster NAME] [--idc N] [--json] [--watch]
+  idctl decode  [--addr HOST:PORT] --biz NAME [--admin-token-file F] [--json] VALUE
+  idctl workers --zk HOSTS [--cluster NAME] [--zk-root R] [--zk-auth-file F]
+                [--idc N] [--json] [--watch]
   idctl cluster init|show|restore|migrate --zk HOSTS [--cluster NAME] ...
-  idctl biz     create|update --addr HOST:PORT --biz NAME [--channel C] [--step N]
+  idctl biz     create|update [--addr HOST:PORT] --biz NAME [--channel C] [--step N]
                 [--id-quota N] [--id-burst N] ...
-  idctl biz     get --addr HOST:PORT --biz NAME
-  idctl biz     list --addr HOST:PORT
-  idctl biz     token create|revoke|list --addr HOST:PORT --biz NAME ...
-  idctl db      migrate|version|check --mysql DSN
+  idctl biz     get [--addr HOST:PORT] --biz NAME
+  idctl biz     list [--addr HOST:PORT]
+  idctl biz     token create|revoke|list [--addr HOST:PORT] --biz NAME ...
+  idctl db      migrate|version|check|unbind --mysql-file F
   idctl audit   [--file F] [--biz NAME] [--since 10m|RFC3339] [--json]
-  idctl bench   --addr HOST:PORT --biz NAME [--channel C] [--count N]
+  idctl bench   [--addr HOST:PORT] --biz NAME [--channel C] [--count N]
                 [--concurrency N] [--duration D | --requests N] [--check] [--json]
-  idctl health  [--addr HOST:PORT] [--ready] [--channel C] [--timeout D]
+  idctl health  [--admin-addr HOST:PORT] [--ready] [--channel C] [--timeout D]
   idctl version
 
-Admin commands (biz, decode) need the node's admin token: --token-file F
-(env IDGEN_ADMIN_TOKEN_FILE) or --token (env IDGEN_ADMIN_TOKEN); without
-either, idctl reads $IDGEN_DATA_DIR/admin.token or ./data/admin.token, which
-the node writes at its first start, so on the node's host nothing is needed.
+--addr is a node's RPC address (env IDGEN_ADDR, default 127.0.0.1:8888);
+health asks its admin HTTP address, --admin-addr (env IDGEN_ADMIN_ADDR,
+default 127.0.0.1:8889). A channel is snowflake, unordered, ordered,
+slow_ordered or a number 0-127 (a custom strategy's).
+
+Each secret is taken as a file or as a value, under the node's own names:
+--admin-token-file / --admin-token (env IDGEN_ADMIN_TOKEN_FILE,
+IDGEN_ADMIN_TOKEN) for biz and decode; --client-token-file / --client-token
+(env IDGEN_CLIENT_TOKEN_FILE, IDGEN_CLIENT_TOKEN) for get, bench and parse;
+--zk-auth-file / --zk-auth (env IDGEN_ZK_AUTH_FILE, IDGEN_ZK_AUTH) for
+workers, cluster and bench --zk; --mysql-file / --mysql (env
+IDGEN_MYSQL_FILE, IDGEN_MYSQL) for db and cluster migrate. Both forms of
+one secret are refused; a flag given leaves the environment unread. Without
+an admin token, idctl reads $IDGEN_DATA_DIR/admin.token or ./data/admin.token,
+which the node writes at its first start, so on the node's host nothing is
+needed.
 
 Run 'idctl COMMAND --help' for the flags of one command.
 `
@@ -115,10 +129,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return &usageHint{usageError{fmt.Errorf("unknown %s %q", what, name)}, "Run 'idctl --help' for the commands.\n"}
 	}
-	if name == "db" && len(args) > 1 && (isHelpArg(args[1]) || args[1] == "help") {
-		fmt.Fprint(stdout, dbUsage) // cmdDB writes its help to stderr
-		return nil
-	}
 	err := cmd(ctx, args[1:], stdout, stderr)
 	var help *helpRequest
 	if errors.As(err, &help) {
@@ -184,31 +194,96 @@ type cmdFlags struct {
 	synopsis string   // the usage line, without "usage: "
 	about    string   // paragraphs printed between the synopsis and the flags
 	args     []string // positional arguments, after parse
+	// stderr takes the deprecation lines (an old spelling used).
+	stderr io.Writer
+	// renamed maps each deprecated spelling of a flag to its flag (see
+	// deprecated), in the order they were added.
+	renamed map[string]string
+	oldOnes []string
 }
 
 // newCmdFlags returns the flag set of "idctl name". The flag package's own
-// printing is off: parse reports through errors, and run prints.
-func newCmdFlags(name, synopsis, about string) *cmdFlags {
+// printing is off: parse reports through errors, and run prints; stderr
+// takes the deprecation notes.
+func newCmdFlags(name, synopsis, about string, stderr io.Writer) *cmdFlags {
 	fs := flag.NewFlagSet("idctl "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	c := &cmdFlags{FlagSet: fs, name: name, synopsis: synopsis, about: about}
+	c := &cmdFlags{FlagSet: fs, name: name, synopsis: synopsis, about: about, stderr: stderr, renamed: map[string]string{}}
 	fs.Usage = func() {}
 	return c
 }
 
-// printHelp writes the synopsis, the description and the flags.
+// deprecated registers old as another spelling of the flag named current
+// (already defined), kept for one release: it sets the same value, --help
+// names it only in one closing line, and parse prints one line on stderr
+// naming the new spelling when it is used.
+func (c *cmdFlags) deprecated(old, current string) {
+	f := c.Lookup(current)
+	if f == nil {
+		panic("idctl: deprecated spelling of an undefined flag --" + current)
+	}
+	c.Var(f.Value, old, "deprecated: use --"+current)
+	c.renamed[old] = current
+	c.oldOnes = append(c.oldOnes, old)
+}
+
+// given reports whether the flag named name was given on the command line,
+// in its own spelling or a deprecated one.
+func (c *cmdFlags) given(name string) bool {
+	found := false
+	c.Visit(func(f *flag.Flag) { found = found || f.Name == name || c.renamed[f.Name] == name })
+	return found
+}
+
+// printHelp writes the synopsis, the description and the flags; the
+// deprecated spellings are named in one line after them.
 func (c *cmdFlags) printHelp(w io.Writer) {
 	fmt.Fprintf(w, "usage: %s\n", c.synopsis)
 	if c.about != "" {
 		fmt.Fprintf(w, "\n%s", c.about)
 	}
+	// A copy of the set without the deprecated spellings, printed as the
+	// flag package prints (the defaults as registered, not as parsed so far).
+	shown := flag.NewFlagSet(c.Name(), flag.ContinueOnError)
 	n := 0
-	c.VisitAll(func(*flag.Flag) { n++ })
+	c.VisitAll(func(f *flag.Flag) {
+		if _, old := c.renamed[f.Name]; !old {
+			shown.Var(f.Value, f.Name, f.Usage)
+			shown.Lookup(f.Name).DefValue = f.DefValue
+			n++
+		}
+	})
 	if n > 0 {
 		fmt.Fprint(w, "\nflags:\n")
-		c.SetOutput(w)
-		c.PrintDefaults()
-		c.SetOutput(io.Discard)
+		shown.SetOutput(w)
+		shown.PrintDefaults()
+	}
+	if len(c.oldOnes) > 0 {
+		var olds []string
+		for _, old := range c.oldOnes {
+			olds = append(olds, fmt.Sprintf("--%s (now --%s)", old, c.renamed[old]))
+		}
+		fmt.Fprintf(w, "\nOld spellings, accepted until the next release: %s.\n", strings.Join(olds, ", "))
+	}
+}
+
+// noteDeprecated prints one line on stderr for each deprecated spelling
+// the command line used.
+func (c *cmdFlags) noteDeprecated() {
+	for _, old := range c.oldOnes {
+		c.Visit(func(f *flag.Flag) {
+			if f.Name == old {
+				deprecationNote(c.stderr, "--"+old, "--"+c.renamed[old])
+			}
+		})
+	}
+}
+
+// deprecationNote is the one line on stderr that says an old spelling
+// (a flag or an environment variable) was used and names the new one.
+func deprecationNote(w io.Writer, old, current string) {
+	if w != nil {
+		fmt.Fprintf(w, "idctl: note: %s is deprecated and goes in the next release: use %s\n", old, current)
 	}
 }
 
@@ -226,10 +301,12 @@ func (c *cmdFlags) parse(args []string) error {
 		}
 		rest := c.Args()
 		if len(rest) == 0 {
+			c.noteDeprecated()
 			return nil
 		}
 		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
 			c.args = append(c.args, rest...)
+			c.noteDeprecated()
 			return nil
 		}
 		c.args = append(c.args, rest[0])
@@ -258,31 +335,4 @@ func (c *cmdFlags) noArgs() error {
 		return c.usageErr("unexpected argument %q", c.args[0])
 	}
 	return nil
-}
-
-// newFlagSet returns a plain flag set for one subcommand (idctl db).
-// parseFlags reports --help as a helpRequest and a bad flag as a usage
-// error; the set itself prints nothing.
-func newFlagSet(name string, _ io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("idctl "+name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	return fs
-}
-
-// parseFlags parses args into fs (see newFlagSet).
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	err := fs.Parse(args)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, flag.ErrHelp):
-		return &helpRequest{func(w io.Writer) {
-			fmt.Fprintf(w, "usage: %s [flags]\n\nflags:\n", fs.Name())
-			fs.SetOutput(w)
-			fs.PrintDefaults()
-			fs.SetOutput(io.Discard)
-		}}
-	}
-	return &usageHint{usageError{err}, fmt.Sprintf("Run '%s --help' for the flags.\n", fs.Name())}
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/idgen/idgen/internal/idctlenv"
 	idl "github.com/idgen/idgen/kitex_gen/idgen"
 	"github.com/idgen/idgen/snowflake"
 )
@@ -47,12 +48,12 @@ type parsed struct {
 
 // cmdParse decodes a snowflake ID, locally (no server needed) or by a node.
 func cmdParse(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newCmdFlags("parse", "idctl parse [--json] [--addr HOST:PORT | --epoch T --idc-bits N --node-bits N] ID", parseAbout)
+	fs := newCmdFlags("parse", "idctl parse [--json] [--addr HOST:PORT [--client-token-file F] | --epoch T --idc-bits N --node-bits N] ID", parseAbout, stderr)
 	asJSON := fs.Bool("json", false, "print JSON")
 	addr := fs.String("addr", "", "decode by the ParseID RPC of this node instead of locally")
 	timeout := fs.Duration("timeout", 3*time.Second, "RPC timeout (with --addr)")
-	clientTok := addClientTokenFlags(fs)
-	epoch := fs.String("epoch", envOr("IDGEN_EPOCH", snowflake.DefaultEpoch.Format(time.RFC3339)), "cluster epoch, RFC 3339 (env IDGEN_EPOCH)")
+	clientTok := addClientTokenFlags(fs, "; neither given: the admin token if idctl finds one, which nodes accept on ParseID too")
+	epoch := fs.String("epoch", envOr(idctlenv.Epoch, snowflake.DefaultEpoch.Format(time.RFC3339)), "cluster epoch, RFC 3339 (env IDGEN_EPOCH)")
 	idcBits := fs.Int("idc-bits", snowflake.DefaultIDCBits, "IDC bits of the cluster")
 	nodeBits := fs.Int("node-bits", snowflake.DefaultNodeBits, "node bits of the cluster")
 	if err := fs.parse(args); err != nil {
@@ -80,7 +81,7 @@ func cmdParse(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if *timeout <= 0 {
 			return fs.usageErr("--timeout %v: want a positive duration", *timeout)
 		}
-		tok, err := clientTok.resolve()
+		tok, err := clientTok.orAdmin()
 		if err != nil {
 			return err
 		}
@@ -130,7 +131,7 @@ func parseLocal(l snowflake.Layout, id int64) (parsed, error) {
 
 // parseRemote asks a node to decode id.
 func parseRemote(ctx context.Context, addr string, timeout time.Duration, token string, id int64) (parsed, error) {
-	c, err := newClient(addr, timeout)
+	c, err := newClient(ctx, addr, timeout)
 	if err != nil {
 		return parsed{}, err
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,44 +79,119 @@ func writeToken(t *testing.T, dir, name, token string) string {
 	return p
 }
 
-// TestResolveAdminToken: --token, then --token-file, then
-// $IDGEN_DATA_DIR/admin.token, then ./data/admin.token; none found is an
-// error naming every way.
+// resolveAdmin parses args as an admin command's flags and resolves the
+// admin token, as biz and decode do.
+func resolveAdmin(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	fs := newCmdFlags("biz get", "idctl biz get", "", io.Discard)
+	tokens := addAdminTokenFlags(fs)
+	if err := fs.parse(args); err != nil {
+		t.Fatalf("parse %v: %v", args, err)
+	}
+	return tokens.resolve()
+}
+
+// TestResolveAdminToken: --admin-token(-file), then IDGEN_ADMIN_TOKEN(_FILE),
+// then $IDGEN_DATA_DIR/admin.token, then ./data/admin.token; none found is
+// an error naming every way.
 func TestResolveAdminToken(t *testing.T) {
 	cleanEnv(t)
 	work := t.TempDir()
 	t.Chdir(work)
 	flagFile := writeToken(t, t.TempDir(), "f", "from-file")
+	envFile := writeToken(t, t.TempDir(), "e", "from-env-file")
 	envDir := t.TempDir()
 	writeToken(t, envDir, "admin.token", "from-data-dir")
 
-	_, err := resolveAdminToken("", "", "")
-	for _, w := range []string{"--token-file", "IDGEN_ADMIN_TOKEN_FILE", "--token", "IDGEN_ADMIN_TOKEN", "IDGEN_DATA_DIR", "data/admin.token"} {
+	_, err := resolveAdmin(t)
+	for _, w := range []string{"--admin-token-file", "IDGEN_ADMIN_TOKEN_FILE", "--admin-token", "IDGEN_ADMIN_TOKEN", "IDGEN_DATA_DIR", "data/admin.token"} {
 		if err == nil || !strings.Contains(err.Error(), w) {
 			t.Errorf("no token anywhere: %v; want it to name %s", err, w)
 		}
 	}
 	writeToken(t, filepath.Join(work, "data"), "admin.token", "from-cwd")
 	for _, c := range []struct {
-		token, file, dataDir, want string
+		args                       []string
+		envToken, envFile, dataDir string
+		want                       string
 	}{
-		{"flag", flagFile, envDir, "flag"},
-		{"", flagFile, envDir, "from-file"},
-		{"", "", envDir, "from-data-dir"},
-		{"", "", filepath.Join(work, "nothing-here"), "from-cwd"},
-		{"", "", "", "from-cwd"},
+		{[]string{"--admin-token", "flag"}, "env", "", envDir, "flag"},
+		{[]string{"--admin-token-file", flagFile}, "env", "", envDir, "from-file"},
+		{[]string{"--token", "old-flag"}, "", "", "", "old-flag"},
+		{[]string{"--token-file", flagFile}, "", "", "", "from-file"},
+		{nil, "env", "", envDir, "env"},
+		{nil, "", envFile, envDir, "from-env-file"},
+		{nil, "", "", envDir, "from-data-dir"},
+		{nil, "", "", filepath.Join(work, "nothing-here"), "from-cwd"},
+		{nil, "", "", "", "from-cwd"},
 	} {
-		got, err := resolveAdminToken(c.token, c.file, c.dataDir)
+		t.Setenv("IDGEN_ADMIN_TOKEN", c.envToken)
+		t.Setenv("IDGEN_ADMIN_TOKEN_FILE", c.envFile)
+		t.Setenv("IDGEN_DATA_DIR", c.dataDir)
+		got, err := resolveAdmin(t, c.args...)
 		if err != nil || got != c.want {
-			t.Errorf("resolve(%q, %q, %q) = %q, %v; want %q", c.token, c.file, c.dataDir, got, err, c.want)
+			t.Errorf("%v, env %q %q %q: %q, %v; want %q", c.args, c.envToken, c.envFile, c.dataDir, got, err, c.want)
 		}
 	}
-	if _, err := resolveAdminToken("", filepath.Join(work, "missing"), ""); err == nil || !strings.Contains(err.Error(), "--token-file") {
-		t.Errorf("a missing --token-file: %v", err)
+	cleanEnv(t)
+	if _, err := resolveAdmin(t, "--admin-token-file", filepath.Join(work, "missing")); err == nil || !strings.Contains(err.Error(), "--admin-token-file") {
+		t.Errorf("a missing --admin-token-file: %v", err)
 	}
 	empty := writeToken(t, t.TempDir(), "empty", "")
-	if _, err := resolveAdminToken("", empty, ""); err == nil || !strings.Contains(err.Error(), "is empty") {
+	if _, err := resolveAdmin(t, "--admin-token-file", empty); err == nil || !strings.Contains(err.Error(), "is empty") {
 		t.Errorf("an empty token file: %v", err)
+	}
+}
+
+// TestSecretBothFormsRefused: a secret given both as a value and as a file,
+// on the command line or in the environment, is refused with a message
+// naming both (issue 32: idctl silently used one); a flag given leaves the
+// environment unread.
+func TestSecretBothFormsRefused(t *testing.T) {
+	cleanEnv(t)
+	file := writeToken(t, t.TempDir(), "f", "from-file")
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want []string // in the usage error; nil: no error
+	}{
+		{[]string{"--admin-token", "x", "--admin-token-file", file}, nil, []string{"--admin-token and --admin-token-file are both given"}},
+		{[]string{"--token", "x", "--admin-token-file", file}, nil, []string{"--admin-token and --admin-token-file are both given"}},
+		{nil, map[string]string{"IDGEN_ADMIN_TOKEN": "x", "IDGEN_ADMIN_TOKEN_FILE": file}, []string{"IDGEN_ADMIN_TOKEN and IDGEN_ADMIN_TOKEN_FILE are both given"}},
+		{[]string{"--admin-token-file", file}, map[string]string{"IDGEN_ADMIN_TOKEN": "x", "IDGEN_ADMIN_TOKEN_FILE": file}, nil},
+	} {
+		for k, v := range c.env {
+			t.Setenv(k, v)
+		}
+		got, err := resolveAdmin(t, c.args...)
+		var u usageError
+		switch {
+		case c.want == nil && (err != nil || got != "from-file"):
+			t.Errorf("%v %v: %q, %v; want the flag's file", c.args, c.env, got, err)
+		case c.want != nil && !errors.As(err, &u):
+			t.Errorf("%v %v: %q, %v; want a usage error", c.args, c.env, got, err)
+		}
+		for _, w := range c.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%v %v: %v; want %q", c.args, c.env, err, w)
+			}
+		}
+		cleanEnv(t)
+	}
+	// Through the commands: exit 2 before any call, for each secret.
+	for _, args := range [][]string{
+		{"get", "--biz", "b", "--client-token", "x", "--client-token-file", file},
+		{"bench", "--biz", "b", "--requests", "1", "--client-token", "x", "--client-token-file", file},
+		{"parse", "--addr", "127.0.0.1:1", "5000", "--client-token", "x", "--client-token-file", file},
+		{"decode", "--biz", "b", "V", "--admin-token", "x", "--admin-token-file", file},
+		{"workers", "--zk", "127.0.0.1:1", "--zk-auth", "u:p", "--zk-auth-file", file},
+		{"cluster", "show", "--zk", "127.0.0.1:1", "--zk-auth", "u:p", "--zk-auth-file", file},
+		{"db", "version", "--mysql", "u@tcp(h:1)/d", "--mysql-file", file},
+	} {
+		code, _, errOut := runCLI(t, args...)
+		if code != 2 || !strings.Contains(errOut, "are both given") {
+			t.Errorf("%v: exit %d, stderr %q; want a usage error naming both forms", args, code, errOut)
+		}
 	}
 }
 
@@ -153,7 +230,7 @@ func TestAdminCommandsSendToken(t *testing.T) {
 	before := len(f.tokens["CreateBiz"])
 	f.mu.Unlock()
 	code, _, errOut := runCLI(t, "biz", "create", "--biz", "x", "--addr", addr)
-	if code != 1 || !strings.Contains(errOut, "no admin token") || !strings.Contains(errOut, "--token-file") {
+	if code != 1 || !strings.Contains(errOut, "no admin token") || !strings.Contains(errOut, "--admin-token-file") {
 		t.Errorf("no token: exit %d, %s", code, errOut)
 	}
 	checkOnePrefix(t, errOut)
@@ -310,7 +387,7 @@ func TestAgainstRealNode(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "UNORDERED") {
 		t.Fatalf("biz get with IDGEN_DATA_DIR: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	code, _, errOut = runCLI(t, "biz", "get", "--addr", n.RPCAddr, "--biz", "order", "--token", "a-wrong-token-0123456789")
+	code, _, errOut = runCLI(t, "biz", "get", "--addr", n.RPCAddr, "--biz", "order", "--admin-token", "a-wrong-token-0123456789")
 	if code != 1 || !strings.HasPrefix(errOut, "idctl: UNAUTHENTICATED: wrong admin token") {
 		t.Fatalf("a wrong token: exit %d, stderr %q", code, errOut)
 	}

@@ -20,11 +20,10 @@ import (
 // ZooKeeper: one row per running member, with the age of its last
 // heartbeat and its clock offset against ZooKeeper's clock.
 func cmdWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newCmdFlags("workers", "idctl workers --zk HOSTS [--cluster NAME] [--root /idgen] [--idc N] [--json] [--watch]",
-		"Lists the worker assignments of a cluster straight from ZooKeeper. The digest\ncredential of an ACL-protected cluster is read from IDGEN_ZK_AUTH (user:password),\nor the file named by IDGEN_ZK_AUTH_FILE.\n")
-	servers := fs.String("zk", os.Getenv("IDGEN_ZK"), "ZooKeeper servers, host:port,... (env IDGEN_ZK)")
-	cluster := fs.String("cluster", workersEnvOr("IDGEN_CLUSTER", worker.DefaultCluster), "cluster name (env IDGEN_CLUSTER)")
-	root := fs.String("root", workersEnvOr("IDGEN_ZK_ROOT", worker.DefaultRoot), "ZooKeeper root of the idgen clusters (env IDGEN_ZK_ROOT)")
+	fs := newCmdFlags("workers", "idctl workers --zk HOSTS [--cluster NAME] [--zk-root /idgen] [--zk-auth-file F] [--idc N] [--json] [--watch]",
+		"Lists the worker assignments of a cluster straight from ZooKeeper. An ACL-protected\ncluster needs the nodes' digest credential: --zk-auth-file (env IDGEN_ZK_AUTH_FILE)\nor --zk-auth (env IDGEN_ZK_AUTH).\n", stderr)
+	servers, cluster, root, auth := addZKFlags(fs)
+	fs.deprecated("root", "zk-root") // --zk-root, as everywhere else
 	idc := fs.Int("idc", -1, "show only this IDC (-1: all)")
 	asJSON := fs.Bool("json", false, "print a JSON array instead of a table")
 	watch := fs.Bool("watch", false, "redraw on every change until interrupted")
@@ -45,7 +44,7 @@ func cmdWorkers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fs.usageErr("--timeout %v: want a positive duration", *timeout)
 	}
 
-	zkAuth, err := secretEnv("IDGEN_ZK_AUTH")
+	zkAuth, err := auth.get()
 	if err != nil {
 		return err
 	}
@@ -187,13 +186,6 @@ func printWorkersJSON(w io.Writer, ws []worker.WorkerInfo) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
-}
-
-func workersEnvOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }
 
 // workersIsTTY reports whether w is a character device (a terminal), where

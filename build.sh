@@ -13,6 +13,10 @@
 #   ./build.sh gen                regenerate kitex_gen/ from idl/idgen.thrift
 #   ./build.sh servers start      start ZooKeeper + MariaDB for development; writes .testenv
 #   ./build.sh servers stop       stop them
+#   ./build.sh cluster up [N]     a local cluster: servers, database, migrate, cluster init with ZooKeeper
+#                                 auth, secrets in 0600 files, N nodes (default 3) in two IDCs; prints the
+#                                 export lines for idctl (scripts/cluster.sh; output/cluster)
+#   ./build.sh cluster down       stop what cluster up started
 #   ./build.sh image [--smoke] [TAG]  container image FROM scratch (deploy/container); --smoke runs and checks it
 #   ./build.sh faults [--seed N] [--soak DUR] [SCENARIO...]
 #                                 fault-injection suite (faults/): own ZooKeeper + MariaDB, 3+ real
@@ -148,15 +152,28 @@ apt_install() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
-MARIADBD='' INSTALL_DB=''
+MARIADBD='' INSTALL_DB='' MARIADB=''
 ensure_servers() {
   local need=()
   [ -x "$ZKSERVER" ] || need+=(zookeeper)
   { find_bin mariadbd mysqld && find_bin mariadb-install-db mysql_install_db; } >/dev/null || need+=(mariadb-server)
+  find_bin mariadb mysql >/dev/null || need+=(mariadb-client)
   [ ${#need[@]} = 0 ] || apt_install "${need[@]}"
   [ -x "$ZKSERVER" ] || die "no $ZKSERVER after installing zookeeper"
   MARIADBD=$(find_bin mariadbd mysqld) || die "no mariadbd after installing mariadb-server"
   INSTALL_DB=$(find_bin mariadb-install-db mysql_install_db) || die "no mariadb-install-db after installing mariadb-server"
+  MARIADB=$(find_bin mariadb mysql) || die "no mariadb client after installing mariadb-client"
+}
+
+# mysql_sql DSN SQL: run SQL with the mariadb client (ensure_servers sets
+# MARIADB) on the server of a Go MySQL DSN, user[:password]@tcp(host:port)/...
+# (the form IDGEN_TEST_MYSQL and idgen's --mysql take); the password goes
+# through MYSQL_PWD, never the command line.
+mysql_sql() {
+  local re='^([^:@]+)(:([^@]*))?@tcp\(([^:)]+):([0-9]+)\)/'
+  [[ $1 =~ $re ]] || die "mysql_sql: want a DSN user[:password]@tcp(host:port)/..., got one that is not"
+  MYSQL_PWD=${BASH_REMATCH[3]} "$MARIADB" --no-defaults --protocol=tcp -h "${BASH_REMATCH[4]}" \
+    -P "${BASH_REMATCH[5]}" -u "${BASH_REMATCH[1]}" -e "$2"
 }
 
 # ensure_test_tools: what ./build.sh test needs besides Go, installed in one
@@ -249,7 +266,7 @@ wait_port() { # port seconds pid: 127.0.0.1:port accepts, fails early if pid exi
 # new temp dir; their addresses go to ENVFILE. On any failure the exit trap
 # stops whatever had started (STARTED_DIR is set before the first start).
 servers_start() {
-  local envfile=$1 dir zkport myport asroot=()
+  local envfile=$1 dir zkport myport i asroot=()
   ensure_servers
   dir=$(mktemp -d "${TMPDIR:-/tmp}/idgen-test.XXXXXX")
   STARTED_DIR=$dir
@@ -293,11 +310,24 @@ CFG
   wait_port "$myport" 60 "$(cat "$dir/mysql/mysqld.pid")" ||
     { tail -50 "$dir/mysql/server.log" >&2; die "MariaDB not listening on 127.0.0.1:$myport"; }
 
+  # The database "idgen", empty, for idctl and idgen (IDGEN_TEST_MYSQL_DSN):
+  # IDGEN_TEST_MYSQL names no database because the tests create their own
+  # on it (internal/testdb appends a name), and IDGEN_MYSQL itself is not
+  # exported here because every idgen a test starts inherits the
+  # environment (internal/testnode). Port open is not yet queries served:
+  # retried for 10 s.
+  for ((i = 0; ; i++)); do
+    mysql_sql "root@tcp(127.0.0.1:$myport)/" 'CREATE DATABASE IF NOT EXISTS idgen' >>"$dir/mysql/create.log" 2>&1 && break
+    [ "$i" -lt 100 ] || { cat "$dir/mysql/create.log" >&2; die "MariaDB on 127.0.0.1:$myport: CREATE DATABASE idgen failed"; }
+    sleep 0.1
+  done
+
   cat >"$envfile" <<ENV
 export IDGEN_TEST_DIR=$dir
 export IDGEN_TEST_ZK=127.0.0.1:$zkport
 export IDGEN_TEST_ZK_CFG=$dir/zk/zoo.cfg
 export IDGEN_TEST_MYSQL='root@tcp(127.0.0.1:$myport)/'
+export IDGEN_TEST_MYSQL_DSN='root@tcp(127.0.0.1:$myport)/idgen'
 export IDGEN_TEST_MYSQL_DATADIR=$dir/mysql/data
 export IDGEN_TEST_MYSQL_SOCKET=$dir/mysql/sock
 export IDGEN_TEST_MYSQL_PORT=$myport
@@ -344,6 +374,7 @@ cmd_servers() {
       servers_start "$ROOT/.testenv"
       KEEP_SERVERS=1
       log "environment in .testenv; stop them with ./build.sh servers stop"
+      log "for idctl and idgen (the database idgen, empty: idctl db migrate first): source .testenv; export IDGEN_MYSQL=\"\$IDGEN_TEST_MYSQL_DSN\""
       ;;
     stop) servers_stop ;;
     *) die "usage: ./build.sh servers start|stop" ;;
@@ -850,6 +881,7 @@ case "${1:-}" in
   test) shift; cmd_test "$@" ;;
   gen) shift; cmd_gen "$@" ;;
   servers) shift; cmd_servers "$@" ;;
+  cluster) shift; . "$ROOT/scripts/cluster.sh"; cmd_cluster "$@" ;;
   lint) shift; cmd_lint "$@" ;;
   faults) shift; cmd_faults "$@" ;;
   sim) shift; cmd_sim "$@" ;;

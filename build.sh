@@ -17,6 +17,9 @@
 #                                 auth, secrets in 0600 files, N nodes (default 3) in two IDCs; prints the
 #                                 export lines for idctl (scripts/cluster.sh; output/cluster)
 #   ./build.sh cluster down       stop what cluster up started
+#   ./build.sh install [PREFIX]   build, then install idgen and idctl in PREFIX/bin (default /usr/local, where
+#                                 deploy/systemd's unit runs them), the unit in /etc/systemd/system, and
+#                                 /etc/idgen/idgen.env when there is none; DESTDIR stages it (packaging)
 #   ./build.sh image [--smoke] [TAG]  container image FROM scratch (deploy/container); --smoke runs and checks it
 #   ./build.sh faults [--seed N] [--soak DUR] [SCENARIO...]
 #                                 fault-injection suite (faults/): own ZooKeeper + MariaDB, 3+ real
@@ -594,9 +597,77 @@ failed_tests() {
 # deploy/systemd, deploy/container and deploy/kubernetes: the checks that
 # ./build.sh test runs on them, and ./build.sh image.
 
-# check_systemd_unit: systemd-analyze verify on deploy/systemd/idgen.service.
-# verify refuses a unit whose ExecStart binary is missing, so it checks a
-# copy in a temp dir whose ExecStart is idgen built there; verify only warns
+# install_tree BINDIR PREFIX ETC DESTDIR: BINDIR's idgen and idctl in
+# PREFIX/bin, the README in PREFIX/share/doc/idgen, deploy/systemd's unit
+# in ETC/systemd/system with ExecStart= and Documentation= pointing into
+# PREFIX (the shipped unit names /usr/local), and idgen.env in ETC/idgen
+# (0600, in a 0700 dir) unless one is there (it holds the operator's
+# edits). Every path is written under DESTDIR. PRIV=1 runs the writes as
+# root (as_root).
+PRIV=0
+install_tree() {
+  local bin=$1 prefix=$2 etc=$3 dest=$4 tmp unit
+  priv() { if [ "$PRIV" = 1 ]; then as_root "$@"; else "$@"; fi; }
+  tmp=$(mktemp)
+  sed -e "s#^ExecStart=/usr/local/bin/idgen\([[:space:]]\)#ExecStart=$prefix/bin/idgen\1#" \
+    -e "s#^Documentation=file:///usr/local/share/doc/idgen/#Documentation=file://$prefix/share/doc/idgen/#" \
+    "$ROOT/deploy/systemd/idgen.service" >"$tmp"
+  if ! grep -q "^ExecStart=$prefix/bin/idgen[[:space:]]" "$tmp" || ! grep -q "^Documentation=file://$prefix/share/doc/idgen/" "$tmp"; then
+    rm -f "$tmp"
+    echo "deploy/systemd/idgen.service: want 'ExecStart=/usr/local/bin/idgen ...' and 'Documentation=file:///usr/local/share/doc/idgen/...' lines to point into $prefix" >&2
+    return 1
+  fi
+  unit=$dest$etc/systemd/system/idgen.service
+  priv install -d -m 0755 "$dest$prefix/bin" "$dest$prefix/share/doc/idgen" "$dest$etc/systemd/system"
+  priv install -m 0755 "$bin/idgen" "$bin/idctl" "$dest$prefix/bin/"
+  priv install -m 0644 "$ROOT/README.md" "$dest$prefix/share/doc/idgen/README.md"
+  priv install -m 0644 "$tmp" "$unit"
+  rm -f "$tmp"
+  priv install -d -m 0700 "$dest$etc/idgen"
+  if priv test -e "$dest$etc/idgen/idgen.env"; then
+    log "$dest$etc/idgen/idgen.env exists: kept (the shipped one is deploy/systemd/idgen.env)"
+  else
+    priv install -m 0600 "$ROOT/deploy/systemd/idgen.env" "$dest$etc/idgen/idgen.env"
+  fi
+}
+
+# cmd_install [PREFIX]: ./build.sh build, then install_tree from output/bin
+# into PREFIX (default /usr/local) and /etc (SYSCONFDIR overrides), under
+# DESTDIR when set; as root (sudo) when the targets are not writable.
+# Without DESTDIR the installed unit is checked with systemd-analyze
+# verify, when there is one. The unit is not enabled: it needs the secret
+# files first (docs/production.md).
+cmd_install() {
+  local prefix=${1:-/usr/local} etc=${SYSCONFDIR:-/etc} dest=${DESTDIR:-} out
+  [ $# -le 1 ] || die "usage: ./build.sh install [PREFIX]"
+  [[ $prefix == /* ]] || die "install PREFIX: want an absolute path, got '$prefix'"
+  prefix=${prefix%/}
+  [ -n "$prefix" ] || die "install PREFIX: / is not a prefix (want /usr or /usr/local)"
+  cmd_build
+  if [ "$(id -u)" != 0 ] && { [ -z "$dest" ] || ! [ -w "$dest" ]; }; then PRIV=1; fi
+  install_tree "$ROOT/output/bin" "$prefix" "$etc" "$dest" || die "install failed"
+  log "installed $dest$prefix/bin/idgen, $dest$prefix/bin/idctl, $dest$etc/systemd/system/idgen.service, $dest$etc/idgen/idgen.env"
+  if [ -z "$dest" ] && command -v systemd-analyze >/dev/null 2>&1; then
+    if out=$(systemd-analyze verify "$etc/systemd/system/idgen.service" 2>&1) && ! grep -q 'idgen.service' <<<"$out"; then
+      log "systemd-analyze verify $etc/systemd/system/idgen.service: no complaint"
+    else
+      printf '%s\n' "$out" >&2
+      die "systemd-analyze verify $etc/systemd/system/idgen.service complains (above)"
+    fi
+  fi
+  cat <<NEXT
+Next (docs/production.md): the secret files in $etc/idgen (mode 0600: admin.token,
+client.token, master.key, mysql.dsn, zk.auth), the settings in $etc/idgen/idgen.env
+(IDGEN_ZK, IDGEN_CLUSTER, IDGEN_IDC), idctl db migrate and idctl cluster init once, then
+  systemctl daemon-reload && systemctl enable --now idgen
+  $prefix/bin/idctl health --ready
+NEXT
+}
+
+# check_systemd_unit: systemd-analyze verify on deploy/systemd/idgen.service
+# as ./build.sh install puts it (install_tree into a temp dir, so verify,
+# which refuses a unit whose ExecStart binary is missing, finds the idgen
+# built there and the rewriting of the unit's paths is checked); verify only warns
 # (exit 0) on an unknown key or a bad value, so any line it prints about the
 # unit fails the check. Also checked: the flags of ExecStart and the IDGEN_*
 # names of idgen.env are idgen's (its --help); every %d/FILE has its
@@ -610,17 +681,16 @@ check_systemd_unit() {
   local tmp out line bad=0 f n stop drain
   if ! command -v systemd-analyze >/dev/null 2>&1; then apt_install systemd; fi
   tmp=$(mktemp -d)
-  if ! go build -o "$tmp/idgen" ./cmd/idgen; then
+  if ! go build -o "$tmp/bin/idgen" ./cmd/idgen || ! go build -o "$tmp/bin/idctl" ./cmd/idctl; then
     rm -rf "$tmp"
-    echo "go build ./cmd/idgen failed"
+    echo "go build ./cmd/idgen ./cmd/idctl failed"
     return 1
   fi
-  sed "s#^ExecStart=/usr/local/bin/idgen\([[:space:]]\)#ExecStart=$tmp/idgen\1#" "$unit" >"$tmp/idgen.service"
-  if ! grep -q "^ExecStart=$tmp/idgen[[:space:]]" "$tmp/idgen.service"; then
-    echo "$unit: no 'ExecStart=/usr/local/bin/idgen ...' line to point at the built binary"
-    bad=1
+  if ! PRIV=0 install_tree "$tmp/bin" "$tmp/usr/local" "$tmp/etc" "" 2>&1; then
+    rm -rf "$tmp"
+    return 1
   fi
-  out=$(cd "$tmp" && systemd-analyze verify "$tmp/idgen.service" 2>&1) || bad=1
+  out=$(cd "$tmp" && systemd-analyze verify "$tmp/etc/systemd/system/idgen.service" 2>&1) || bad=1
   while IFS= read -r line; do
     [ -n "$line" ] || continue
     case $line in
@@ -631,7 +701,7 @@ check_systemd_unit() {
 
   # ExecStart's flags (the continuation lines up to the first line without
   # a trailing backslash) and idgen.env's variables must be idgen's.
-  "$tmp/idgen" --help >"$tmp/help" 2>&1 || true
+  "$tmp/usr/local/bin/idgen" --help >"$tmp/help" 2>&1 || true
   for f in $(awk '/^ExecStart=/ { on = 1 } on { print } on && !/\\$/ { exit }' "$unit" | grep -o -- '--[a-z][a-z0-9-]*'); do
     grep -qE -- "^  -${f#--}([[:space:]]|\$)" "$tmp/help" || { echo "$unit: ExecStart flag $f is not an idgen flag"; bad=1; }
   done
@@ -669,7 +739,7 @@ check_systemd_unit() {
   fi
   if ! grep -q '^KillSignal=SIGTERM$' "$unit"; then echo "$unit: KillSignal= is not SIGTERM"; bad=1; fi
 
-  if ! out=$(cd "$tmp" && systemd-analyze security --offline=yes --threshold=20 "$tmp/idgen.service" 2>&1); then
+  if ! out=$(cd "$tmp" && systemd-analyze security --offline=yes --threshold=20 "$tmp/etc/systemd/system/idgen.service" 2>&1); then
     echo "$unit: exposure above 2.0 in systemd-analyze security (the hardening got weaker):"
     printf '%s\n' "$out"
     bad=1
@@ -886,6 +956,7 @@ case "${1:-}" in
   faults) shift; cmd_faults "$@" ;;
   sim) shift; cmd_sim "$@" ;;
   image) shift; cmd_image "$@" ;;
+  install) shift; cmd_install "$@" ;;
   -h | --help | help) usage ;;
   *) usage >&2; exit 2 ;;
 esac

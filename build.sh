@@ -779,9 +779,12 @@ check_dockerfile() {
 }
 
 # check_kube_manifests: deploy/kubernetes/check, a Go module of its own (the
-# service's module takes no Kubernetes dependency), decodes every document
-# of deploy/kubernetes/*.yaml strictly into its Kubernetes type and checks
-# probes, grace period, storage, security context, secrets and the PDB.
+# service's module takes no Kubernetes dependency), renders every
+# kustomization of deploy/kubernetes (cluster: settings and the init Job;
+# idc1, idc2 over base) with kustomize's library pinned in its go.mod,
+# decodes every document strictly into its Kubernetes type and checks
+# probes, grace period, storage, security context, secrets, the PDB, the
+# IDCs together and the init Job.
 check_kube_manifests() {
   GOWORK=off go -C "$ROOT/deploy/kubernetes/check" vet ./... &&
     GOWORK=off go -C "$ROOT/deploy/kubernetes/check" test -count=1 ./...
@@ -831,7 +834,8 @@ image $tag built with ${tool[0]} (docker format: HEALTHCHECK kept). Run it:
   podman stop -t 60 idgen                                       # SIGTERM: hand-off, drain, exact mark
 Secrets as files: add -v /etc/idgen:/run/secrets/idgen:ro and, after the image,
   --admin-token-file /run/secrets/idgen/admin.token (flags after the image are idgen's).
-Kubernetes: push it and set image: in deploy/kubernetes/statefulset.yaml.
+Kubernetes: push it and set image: in deploy/kubernetes/base/statefulset.yaml and
+deploy/kubernetes/cluster/init-job.yaml (docs/production.md).
 RUN
   [ "$smoke" = 1 ] || return 0
 

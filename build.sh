@@ -644,6 +644,7 @@ cmd_install() {
   prefix=${prefix%/}
   [ -n "$prefix" ] || die "install PREFIX: / is not a prefix (want /usr or /usr/local)"
   cmd_build
+  [ -z "$dest" ] || mkdir -p "$dest" 2>/dev/null || true
   if [ "$(id -u)" != 0 ] && { [ -z "$dest" ] || ! [ -w "$dest" ]; }; then PRIV=1; fi
   install_tree "$ROOT/output/bin" "$prefix" "$etc" "$dest" || die "install failed"
   log "installed $dest$prefix/bin/idgen, $dest$prefix/bin/idctl, $dest$etc/systemd/system/idgen.service, $dest$etc/idgen/idgen.env"

@@ -80,8 +80,7 @@ cluster_up() {
   (umask 077 && mkdir -p "$sec")
 
   log "building idgen and idctl into $CLUSTER_DIR/bin"
-  go build -ldflags "$(ldflags)" -o "$CLUSTER_DIR/bin/idgen" ./cmd/idgen
-  go build -ldflags "$(ldflags)" -o "$CLUSTER_DIR/bin/idctl" ./cmd/idctl
+  go build -ldflags "$(ldflags)" -o "$CLUSTER_DIR/bin/" ./cmd/idgen ./cmd/idctl # one command: linked side by side
 
   if [ -n "${IDGEN_TEST_ZK:-}" ] && [ -n "${IDGEN_TEST_MYSQL:-}" ]; then
     # Servers someone else started (and stops): a database and a cluster

@@ -338,22 +338,32 @@ ENV
   log "servers up"
 }
 
+# stop_pids PID...: SIGTERM to each, then SIGKILL to those still running
+# 30 s later.
+stop_pids() {
+  local pids=() pid i
+  for pid; do
+    if kill "$pid" 2>/dev/null; then pids+=("$pid"); fi
+  done
+  for ((i = 0; i < 300 && ${#pids[@]} > 0; i++)); do
+    for pid in "${!pids[@]}"; do kill -0 "${pids[$pid]}" 2>/dev/null || unset "pids[$pid]"; done
+    [ ${#pids[@]} = 0 ] || sleep 0.1
+  done
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+}
+
 # stop_dir DIR: stop the servers whose pid files are in DIR, then remove it.
 stop_dir() {
-  local dir=$1 f pid pids=() i
+  local dir=$1 f pid pids=()
   case $dir in */idgen-test.*) ;; *) return 0 ;; esac
   [ -d "$dir" ] || return 0
   for f in "$dir/zk/pid" "$dir/mysql/mysqld.pid" "$dir/mysql/pid"; do
     [ -s "$f" ] || continue
     pid=$(cat "$f" 2>/dev/null || true)
     [[ $pid =~ ^[0-9]+$ ]] || continue
-    if kill "$pid" 2>/dev/null; then pids+=("$pid"); fi
+    pids+=("$pid")
   done
-  for ((i = 0; i < 300 && ${#pids[@]} > 0; i++)); do
-    for f in "${!pids[@]}"; do kill -0 "${pids[$f]}" 2>/dev/null || unset "pids[$f]"; done
-    [ ${#pids[@]} = 0 ] || sleep 0.1
-  done
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  stop_pids "${pids[@]}"
   # A test run keeps the servers' logs beside its own (a server that died
   # mid-run is diagnosed from them).
   if [ "$TESTING" = 1 ] && [ -d "$ROOT/output/test" ]; then

@@ -5,7 +5,7 @@
 # with ZooKeeper auth, secrets in 0600 files, then the nodes.
 #
 # Sourced by build.sh, whose functions it uses (log, die, free_port,
-# wait_port, servers_start, stop_dir, mysql_sql, ldflags) and whose exit
+# servers_start, stop_dir, stop_pids, mysql_sql, ldflags) and whose exit
 # trap stops the servers when `up` fails half-way.
 #
 # Everything lives in one directory, $IDGEN_CLUSTER_DIR (default
@@ -218,11 +218,11 @@ TXT
   printf '\nStop everything: ./build.sh cluster down\n'
 }
 
-# cluster_stop_nodes: SIGTERM to every node whose pid file names a process
-# running this cluster's idgen (a pid reused by another process is left
-# alone), then wait; SIGKILL after 30 s.
+# cluster_stop_nodes: stop (build.sh's stop_pids: SIGTERM, SIGKILL after
+# 30 s) every node whose pid file names a process running this cluster's
+# idgen; a pid reused by another process is left alone.
 cluster_stop_nodes() {
-  local f pid pids=() i
+  local f pid pids=()
   for f in "$CLUSTER_DIR"/node*/pid; do
     [ -s "$f" ] || continue
     pid=$(cat "$f" 2>/dev/null || true)
@@ -231,13 +231,9 @@ cluster_stop_nodes() {
       log "$f: process $pid is gone (or is not this cluster's idgen): left alone"
       continue
     fi
-    if kill "$pid" 2>/dev/null; then pids+=("$pid"); fi
+    pids+=("$pid")
   done
-  for ((i = 0; i < 300 && ${#pids[@]} > 0; i++)); do
-    for f in "${!pids[@]}"; do kill -0 "${pids[$f]}" 2>/dev/null || unset "pids[$f]"; done
-    [ ${#pids[@]} = 0 ] || sleep 0.1
-  done
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  stop_pids "${pids[@]}"
 }
 
 # cluster_drop_shared_db: the database `up` created on servers it did not

@@ -54,11 +54,20 @@ func TestManifests(t *testing.T) {
 // TestIDCsAndInit: the IDCs together (distinct IDCs and names, selectors
 // that stay in their IDC, one cluster) and the init Job against them.
 func TestIDCsAndInit(t *testing.T) {
+	cl, idcs := loadApart(t)
+	for _, p := range CheckCluster(cl, idcs) {
+		t.Error(p)
+	}
+}
+
+// loadApart renders the cluster's kustomization and each IDC overlay
+// apart, as CheckCluster takes them.
+func loadApart(t *testing.T) (cl *Manifests, idcs []*Manifests) {
+	t.Helper()
 	cl, err := Load(clusterDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var idcs []*Manifests
 	for _, dir := range idcDirs {
 		m, err := Load(dir)
 		if err != nil {
@@ -66,9 +75,7 @@ func TestIDCsAndInit(t *testing.T) {
 		}
 		idcs = append(idcs, m)
 	}
-	for _, p := range CheckCluster(cl, idcs) {
-		t.Error(p)
-	}
+	return cl, idcs
 }
 
 // TestEveryFileIsRendered: each *.yaml under deploy/kubernetes is a
@@ -385,18 +392,7 @@ func TestClusterChecksCatchBreakage(t *testing.T) {
 		}, "container cluster-init: runAsNonRoot is not true"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cl, err := Load(clusterDir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var idcs []*Manifests
-			for _, dir := range idcDirs {
-				m, err := Load(dir)
-				if err != nil {
-					t.Fatal(err)
-				}
-				idcs = append(idcs, m)
-			}
+			cl, idcs := loadApart(t)
 			problems := CheckCluster(cl, c.break_(cl, idcs))
 			for _, p := range problems {
 				if strings.Contains(p, c.want) {

@@ -11,7 +11,8 @@
 #                                 go test's events in output/test/go-test.json, JUnit in output/test/junit.xml; the servers' logs in output/test/{mariadb,zookeeper}.log
 #   ./build.sh lint               gofmt, go vet (also -tags faultinject), staticcheck, large files
 #   ./build.sh gen                regenerate kitex_gen/ from idl/idgen.thrift
-#   ./build.sh servers start      start ZooKeeper + MariaDB for development; writes .testenv
+#   ./build.sh servers start      start ZooKeeper + MariaDB (and an empty database idgen) for development;
+#                                 writes .testenv (IDGEN_TEST_MYSQL_DSN names the database)
 #   ./build.sh servers stop       stop them
 #   ./build.sh cluster up [N]     a local cluster: servers, database, migrate, cluster init with ZooKeeper
 #                                 auth, secrets in 0600 files, N nodes (default 3) in two IDCs; prints the

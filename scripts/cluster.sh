@@ -148,6 +148,7 @@ cluster_up() {
 
   cluster_write_env "$zk" "$name" "$n"
   CLUSTER_UP_DONE=1
+  # shellcheck disable=SC2034 # build.sh's on_exit reads it: the servers stay up
   [ "$shared" = 1 ] || KEEP_SERVERS=1
   cluster_print "$n"
 }

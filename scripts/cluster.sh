@@ -86,7 +86,7 @@ cluster_up() {
     # Servers someone else started (and stops): a database and a cluster
     # name of this cluster's own, so runs beside the tests do not meet.
     shared=1
-    ensure_servers
+    cluster_mariadb_client
     k=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
     zk=$IDGEN_TEST_ZK base=${IDGEN_TEST_MYSQL%/}/ db=idgen_local_$k name=local-$k
     log "using the servers of IDGEN_TEST_ZK ($zk) and IDGEN_TEST_MYSQL: database $db, cluster $name"
@@ -151,6 +151,15 @@ cluster_up() {
   # shellcheck disable=SC2034 # build.sh's on_exit reads it: the servers stay up
   [ "$shared" = 1 ] || KEEP_SERVERS=1
   cluster_print "$n"
+}
+
+# cluster_mariadb_client sets MARIADB (mysql_sql's client) on servers this
+# script did not start: the client alone, not ensure_servers' servers.
+cluster_mariadb_client() {
+  [ -z "$MARIADB" ] || return 0
+  MARIADB=$(find_bin mariadb mysql) && return 0
+  apt_install mariadb-client
+  MARIADB=$(find_bin mariadb mysql) || die "no mariadb client after installing mariadb-client"
 }
 
 # cluster_random: 32 random bytes as 64 hex digits (tokens, the ZooKeeper
@@ -243,7 +252,7 @@ cluster_drop_shared_db() {
   local base db
   [ -s "$CLUSTER_DIR/shared" ] || return 0
   { read -r base && read -r db; } <"$CLUSTER_DIR/shared" || return 0
-  [ -n "$MARIADB" ] || ensure_servers
+  cluster_mariadb_client
   mysql_sql "$base" "DROP DATABASE IF EXISTS \`$db\`" || log "could not drop database $db (servers gone?)"
 }
 

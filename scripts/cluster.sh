@@ -202,6 +202,7 @@ export IDGEN_CLIENT_TOKEN_FILE=$sec/client.token
 export IDGEN_TOKEN="\$(cat $sec/client.token)"  # get and bench read the client token from here
 export IDGEN_ZK=$zk IDGEN_CLUSTER=$name IDGEN_ZK_AUTH_FILE=$sec/zk.auth
 export IDGEN_MYSQL_FILE=$sec/mysql.dsn
+export IDGEN_AUDIT_FILE=$CLUSTER_DIR/node1/data/audit.jsonl  # audit: node 1's (each node writes its own)
 ENV
 }
 

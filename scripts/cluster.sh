@@ -26,6 +26,9 @@
 # `down` stops them.
 
 CLUSTER_DIR=${IDGEN_CLUSTER_DIR:-$ROOT/output/cluster}
+# CLUSTER_MARK says a directory is one `up` made: `down` removes no other
+# (IDGEN_CLUSTER_DIR=/tmp must not mean rm -rf /tmp).
+CLUSTER_MARK=.idgen-local-cluster
 CLUSTER_UP_DONE=1 # 0 while up runs: its exit trap stops the nodes it started
 
 cmd_cluster() {
@@ -68,13 +71,14 @@ cluster_up() {
   local n=${1:-3} shared=0 zk base db name sec i k idc rp ap ports=() pid
   [ $# -le 1 ] || die "usage: ./build.sh cluster up [N]"
   [[ $n =~ ^[1-9]$ ]] || die "cluster up N: N is the number of nodes, 1 to 9 (got '$n')"
-  if [ -d "$CLUSTER_DIR" ]; then
+  if [ -e "$CLUSTER_DIR" ]; then
     log "a cluster is up in $CLUSTER_DIR: taking it down first"
     cluster_down
   fi
+  mkdir -p "$CLUSTER_DIR/bin"
+  : >"$CLUSTER_DIR/$CLUSTER_MARK"
   CLUSTER_UP_DONE=0
   trap cluster_exit EXIT
-  mkdir -p "$CLUSTER_DIR/bin"
   chmod 700 "$CLUSTER_DIR"
   sec=$CLUSTER_DIR/secrets
   (umask 077 && mkdir -p "$sec")
@@ -262,10 +266,12 @@ cluster_drop_shared_db() {
 # directory. Nothing up: nothing to do.
 cluster_down() {
   local dir
-  if [ ! -d "$CLUSTER_DIR" ]; then
+  if [ ! -e "$CLUSTER_DIR" ]; then
     log "no cluster in $CLUSTER_DIR: nothing to stop"
     return 0
   fi
+  [ -f "$CLUSTER_DIR/$CLUSTER_MARK" ] ||
+    die "$CLUSTER_DIR exists but is no cluster made by ./build.sh cluster up (no $CLUSTER_MARK): remove it or set IDGEN_CLUSTER_DIR to another path"
   cluster_stop_nodes
   log "nodes stopped"
   cluster_drop_shared_db

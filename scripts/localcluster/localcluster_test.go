@@ -216,3 +216,31 @@ func TestIntegration_ServersDatabase(t *testing.T) {
 		t.Errorf("IDGEN_TEST_MYSQL_DSN %s selects no database", dsn)
 	}
 }
+
+// TestClusterDownRefusesForeignDir: `cluster down` removes only a
+// directory `cluster up` made (its mark file): IDGEN_CLUSTER_DIR pointed at
+// another directory fails and leaves it as it was.
+func TestClusterDownRefusesForeignDir(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	buildSh, err := filepath.Abs("../../build.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	keep := filepath.Join(dir, "keep")
+	if err := os.WriteFile(keep, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bash, buildSh, "cluster", "down")
+	cmd.Env = append(os.Environ(), "IDGEN_CLUSTER_DIR="+dir)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "is no cluster made by ./build.sh cluster up") {
+		t.Errorf("cluster down on a foreign directory: %v, want a refusal naming it:\n%s", err, out)
+	}
+	if _, err := os.Stat(keep); err != nil {
+		t.Errorf("cluster down touched a foreign directory: %v", err)
+	}
+}

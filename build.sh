@@ -11,8 +11,16 @@
 #                                 go test's events in output/test/go-test.json, JUnit in output/test/junit.xml; the servers' logs in output/test/{mariadb,zookeeper}.log
 #   ./build.sh lint               gofmt, go vet (also -tags faultinject), staticcheck, large files
 #   ./build.sh gen                regenerate kitex_gen/ from idl/idgen.thrift
-#   ./build.sh servers start      start ZooKeeper + MariaDB for development; writes .testenv
+#   ./build.sh servers start      start ZooKeeper + MariaDB (and an empty database idgen) for development;
+#                                 writes .testenv (IDGEN_TEST_MYSQL_DSN names the database)
 #   ./build.sh servers stop       stop them
+#   ./build.sh cluster up [N]     a local cluster: servers, database, migrate, cluster init with ZooKeeper
+#                                 auth, secrets in 0600 files, N nodes (default 3) in two IDCs; prints the
+#                                 export lines for idctl (scripts/cluster.sh; output/cluster)
+#   ./build.sh cluster down       stop what cluster up started
+#   ./build.sh install [PREFIX]   build, then install idgen and idctl in PREFIX/bin (default /usr/local, where
+#                                 deploy/systemd's unit runs them), the unit in /etc/systemd/system, and
+#                                 /etc/idgen/idgen.env when there is none; DESTDIR stages it (packaging)
 #   ./build.sh image [--smoke] [TAG]  container image FROM scratch (deploy/container); --smoke runs and checks it
 #   ./build.sh faults [--seed N] [--soak DUR] [SCENARIO...]
 #                                 fault-injection suite (faults/): own ZooKeeper + MariaDB, 3+ real
@@ -148,15 +156,28 @@ apt_install() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
-MARIADBD='' INSTALL_DB=''
+MARIADBD='' INSTALL_DB='' MARIADB=''
 ensure_servers() {
   local need=()
   [ -x "$ZKSERVER" ] || need+=(zookeeper)
   { find_bin mariadbd mysqld && find_bin mariadb-install-db mysql_install_db; } >/dev/null || need+=(mariadb-server)
+  find_bin mariadb mysql >/dev/null || need+=(mariadb-client)
   [ ${#need[@]} = 0 ] || apt_install "${need[@]}"
   [ -x "$ZKSERVER" ] || die "no $ZKSERVER after installing zookeeper"
   MARIADBD=$(find_bin mariadbd mysqld) || die "no mariadbd after installing mariadb-server"
   INSTALL_DB=$(find_bin mariadb-install-db mysql_install_db) || die "no mariadb-install-db after installing mariadb-server"
+  MARIADB=$(find_bin mariadb mysql) || die "no mariadb client after installing mariadb-client"
+}
+
+# mysql_sql DSN SQL: run SQL with the mariadb client (ensure_servers sets
+# MARIADB) on the server of a Go MySQL DSN, user[:password]@tcp(host:port)/...
+# (the form IDGEN_TEST_MYSQL and idgen's --mysql take); the password goes
+# through MYSQL_PWD, never the command line.
+mysql_sql() {
+  local re='^([^:@]+)(:([^@]*))?@tcp\(([^:)]+):([0-9]+)\)/'
+  [[ $1 =~ $re ]] || die "mysql_sql: want a DSN user[:password]@tcp(host:port)/..., got one that is not"
+  MYSQL_PWD=${BASH_REMATCH[3]} "$MARIADB" --no-defaults --protocol=tcp -h "${BASH_REMATCH[4]}" \
+    -P "${BASH_REMATCH[5]}" -u "${BASH_REMATCH[1]}" -e "$2"
 }
 
 # ensure_test_tools: what ./build.sh test needs besides Go, installed in one
@@ -249,7 +270,7 @@ wait_port() { # port seconds pid: 127.0.0.1:port accepts, fails early if pid exi
 # new temp dir; their addresses go to ENVFILE. On any failure the exit trap
 # stops whatever had started (STARTED_DIR is set before the first start).
 servers_start() {
-  local envfile=$1 dir zkport myport asroot=()
+  local envfile=$1 dir zkport myport i asroot=()
   ensure_servers
   dir=$(mktemp -d "${TMPDIR:-/tmp}/idgen-test.XXXXXX")
   STARTED_DIR=$dir
@@ -293,11 +314,24 @@ CFG
   wait_port "$myport" 60 "$(cat "$dir/mysql/mysqld.pid")" ||
     { tail -50 "$dir/mysql/server.log" >&2; die "MariaDB not listening on 127.0.0.1:$myport"; }
 
+  # The database "idgen", empty, for idctl and idgen (IDGEN_TEST_MYSQL_DSN):
+  # IDGEN_TEST_MYSQL names no database because the tests create their own
+  # on it (internal/testdb appends a name), and IDGEN_MYSQL itself is not
+  # exported here because every idgen a test starts inherits the
+  # environment (internal/testnode). Port open is not yet queries served:
+  # retried for 10 s.
+  for ((i = 0; ; i++)); do
+    mysql_sql "root@tcp(127.0.0.1:$myport)/" 'CREATE DATABASE IF NOT EXISTS idgen' >>"$dir/mysql/create.log" 2>&1 && break
+    [ "$i" -lt 100 ] || { cat "$dir/mysql/create.log" >&2; die "MariaDB on 127.0.0.1:$myport: CREATE DATABASE idgen failed"; }
+    sleep 0.1
+  done
+
   cat >"$envfile" <<ENV
 export IDGEN_TEST_DIR=$dir
 export IDGEN_TEST_ZK=127.0.0.1:$zkport
 export IDGEN_TEST_ZK_CFG=$dir/zk/zoo.cfg
 export IDGEN_TEST_MYSQL='root@tcp(127.0.0.1:$myport)/'
+export IDGEN_TEST_MYSQL_DSN='root@tcp(127.0.0.1:$myport)/idgen'
 export IDGEN_TEST_MYSQL_DATADIR=$dir/mysql/data
 export IDGEN_TEST_MYSQL_SOCKET=$dir/mysql/sock
 export IDGEN_TEST_MYSQL_PORT=$myport
@@ -305,22 +339,32 @@ ENV
   log "servers up"
 }
 
+# stop_pids PID...: SIGTERM to each, then SIGKILL to those still running
+# 30 s later.
+stop_pids() {
+  local pids=() pid i
+  for pid; do
+    if kill "$pid" 2>/dev/null; then pids+=("$pid"); fi
+  done
+  for ((i = 0; i < 300 && ${#pids[@]} > 0; i++)); do
+    for pid in "${!pids[@]}"; do kill -0 "${pids[$pid]}" 2>/dev/null || unset "pids[$pid]"; done
+    [ ${#pids[@]} = 0 ] || sleep 0.1
+  done
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+}
+
 # stop_dir DIR: stop the servers whose pid files are in DIR, then remove it.
 stop_dir() {
-  local dir=$1 f pid pids=() i
+  local dir=$1 f pid pids=()
   case $dir in */idgen-test.*) ;; *) return 0 ;; esac
   [ -d "$dir" ] || return 0
   for f in "$dir/zk/pid" "$dir/mysql/mysqld.pid" "$dir/mysql/pid"; do
     [ -s "$f" ] || continue
     pid=$(cat "$f" 2>/dev/null || true)
     [[ $pid =~ ^[0-9]+$ ]] || continue
-    if kill "$pid" 2>/dev/null; then pids+=("$pid"); fi
+    pids+=("$pid")
   done
-  for ((i = 0; i < 300 && ${#pids[@]} > 0; i++)); do
-    for f in "${!pids[@]}"; do kill -0 "${pids[$f]}" 2>/dev/null || unset "pids[$f]"; done
-    [ ${#pids[@]} = 0 ] || sleep 0.1
-  done
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  stop_pids "${pids[@]}"
   # A test run keeps the servers' logs beside its own (a server that died
   # mid-run is diagnosed from them).
   if [ "$TESTING" = 1 ] && [ -d "$ROOT/output/test" ]; then
@@ -344,6 +388,7 @@ cmd_servers() {
       servers_start "$ROOT/.testenv"
       KEEP_SERVERS=1
       log "environment in .testenv; stop them with ./build.sh servers stop"
+      log "for idctl and idgen (the database idgen, empty: idctl db migrate first): source .testenv; export IDGEN_MYSQL=\"\$IDGEN_TEST_MYSQL_DSN\""
       ;;
     stop) servers_stop ;;
     *) die "usage: ./build.sh servers start|stop" ;;
@@ -563,9 +608,78 @@ failed_tests() {
 # deploy/systemd, deploy/container and deploy/kubernetes: the checks that
 # ./build.sh test runs on them, and ./build.sh image.
 
-# check_systemd_unit: systemd-analyze verify on deploy/systemd/idgen.service.
-# verify refuses a unit whose ExecStart binary is missing, so it checks a
-# copy in a temp dir whose ExecStart is idgen built there; verify only warns
+# install_tree BINDIR PREFIX ETC DESTDIR: BINDIR's idgen and idctl in
+# PREFIX/bin, the README in PREFIX/share/doc/idgen, deploy/systemd's unit
+# in ETC/systemd/system with ExecStart= and Documentation= pointing into
+# PREFIX (the shipped unit names /usr/local), and idgen.env in ETC/idgen
+# (0600, in a 0700 dir) unless one is there (it holds the operator's
+# edits). Every path is written under DESTDIR. PRIV=1 runs the writes as
+# root (as_root).
+PRIV=0
+install_tree() {
+  local bin=$1 prefix=$2 etc=$3 dest=$4 tmp unit
+  priv() { if [ "$PRIV" = 1 ]; then as_root "$@"; else "$@"; fi; }
+  tmp=$(mktemp)
+  sed -e "s#^ExecStart=/usr/local/bin/idgen\([[:space:]]\)#ExecStart=$prefix/bin/idgen\1#" \
+    -e "s#^Documentation=file:///usr/local/share/doc/idgen/#Documentation=file://$prefix/share/doc/idgen/#" \
+    "$ROOT/deploy/systemd/idgen.service" >"$tmp"
+  if ! grep -q "^ExecStart=$prefix/bin/idgen[[:space:]]" "$tmp" || ! grep -q "^Documentation=file://$prefix/share/doc/idgen/" "$tmp"; then
+    rm -f "$tmp"
+    echo "deploy/systemd/idgen.service: want 'ExecStart=/usr/local/bin/idgen ...' and 'Documentation=file:///usr/local/share/doc/idgen/...' lines to point into $prefix" >&2
+    return 1
+  fi
+  unit=$dest$etc/systemd/system/idgen.service
+  priv install -d -m 0755 "$dest$prefix/bin" "$dest$prefix/share/doc/idgen" "$dest$etc/systemd/system"
+  priv install -m 0755 "$bin/idgen" "$bin/idctl" "$dest$prefix/bin/"
+  priv install -m 0644 "$ROOT/README.md" "$dest$prefix/share/doc/idgen/README.md"
+  priv install -m 0644 "$tmp" "$unit"
+  rm -f "$tmp"
+  priv install -d -m 0700 "$dest$etc/idgen"
+  if priv test -e "$dest$etc/idgen/idgen.env"; then
+    log "$dest$etc/idgen/idgen.env exists: kept (the shipped one is deploy/systemd/idgen.env)"
+  else
+    priv install -m 0600 "$ROOT/deploy/systemd/idgen.env" "$dest$etc/idgen/idgen.env"
+  fi
+}
+
+# cmd_install [PREFIX]: ./build.sh build, then install_tree from output/bin
+# into PREFIX (default /usr/local) and /etc (SYSCONFDIR overrides), under
+# DESTDIR when set; as root (sudo) when the targets are not writable.
+# Without DESTDIR the installed unit is checked with systemd-analyze
+# verify, when there is one. The unit is not enabled: it needs the secret
+# files first (docs/production.md).
+cmd_install() {
+  local prefix=${1:-/usr/local} etc=${SYSCONFDIR:-/etc} dest=${DESTDIR:-} out
+  [ $# -le 1 ] || die "usage: ./build.sh install [PREFIX]"
+  [[ $prefix == /* ]] || die "install PREFIX: want an absolute path, got '$prefix'"
+  prefix=${prefix%/}
+  [ -n "$prefix" ] || die "install PREFIX: / is not a prefix (want /usr or /usr/local)"
+  cmd_build
+  [ -z "$dest" ] || mkdir -p "$dest" 2>/dev/null || true
+  if [ "$(id -u)" != 0 ] && { [ -z "$dest" ] || ! [ -w "$dest" ]; }; then PRIV=1; fi
+  install_tree "$ROOT/output/bin" "$prefix" "$etc" "$dest" || die "install failed"
+  log "installed $dest$prefix/bin/idgen, $dest$prefix/bin/idctl, $dest$etc/systemd/system/idgen.service, $dest$etc/idgen/idgen.env"
+  if [ -z "$dest" ] && command -v systemd-analyze >/dev/null 2>&1; then
+    if out=$(systemd-analyze verify "$etc/systemd/system/idgen.service" 2>&1) && ! grep -q 'idgen.service' <<<"$out"; then
+      log "systemd-analyze verify $etc/systemd/system/idgen.service: no complaint"
+    else
+      printf '%s\n' "$out" >&2
+      die "systemd-analyze verify $etc/systemd/system/idgen.service complains (above)"
+    fi
+  fi
+  cat <<NEXT
+Next (docs/production.md): the secret files in $etc/idgen (mode 0600: admin.token,
+client.token, master.key, mysql.dsn, zk.auth), the settings in $etc/idgen/idgen.env
+(IDGEN_ZK, IDGEN_CLUSTER, IDGEN_IDC), idctl db migrate and idctl cluster init once, then
+  systemctl daemon-reload && systemctl enable --now idgen
+  $prefix/bin/idctl health --ready
+NEXT
+}
+
+# check_systemd_unit: systemd-analyze verify on deploy/systemd/idgen.service
+# as ./build.sh install puts it (install_tree into a temp dir, so verify,
+# which refuses a unit whose ExecStart binary is missing, finds the idgen
+# built there and the rewriting of the unit's paths is checked); verify only warns
 # (exit 0) on an unknown key or a bad value, so any line it prints about the
 # unit fails the check. Also checked: the flags of ExecStart and the IDGEN_*
 # names of idgen.env are idgen's (its --help); every %d/FILE has its
@@ -579,17 +693,16 @@ check_systemd_unit() {
   local tmp out line bad=0 f n stop drain
   if ! command -v systemd-analyze >/dev/null 2>&1; then apt_install systemd; fi
   tmp=$(mktemp -d)
-  if ! go build -o "$tmp/idgen" ./cmd/idgen; then
+  if ! go build -o "$tmp/bin/idgen" ./cmd/idgen || ! go build -o "$tmp/bin/idctl" ./cmd/idctl; then
     rm -rf "$tmp"
-    echo "go build ./cmd/idgen failed"
+    echo "go build ./cmd/idgen ./cmd/idctl failed"
     return 1
   fi
-  sed "s#^ExecStart=/usr/local/bin/idgen\([[:space:]]\)#ExecStart=$tmp/idgen\1#" "$unit" >"$tmp/idgen.service"
-  if ! grep -q "^ExecStart=$tmp/idgen[[:space:]]" "$tmp/idgen.service"; then
-    echo "$unit: no 'ExecStart=/usr/local/bin/idgen ...' line to point at the built binary"
-    bad=1
+  if ! PRIV=0 install_tree "$tmp/bin" "$tmp/usr/local" "$tmp/etc" "" 2>&1; then
+    rm -rf "$tmp"
+    return 1
   fi
-  out=$(cd "$tmp" && systemd-analyze verify "$tmp/idgen.service" 2>&1) || bad=1
+  out=$(cd "$tmp" && systemd-analyze verify "$tmp/etc/systemd/system/idgen.service" 2>&1) || bad=1
   while IFS= read -r line; do
     [ -n "$line" ] || continue
     case $line in
@@ -600,7 +713,7 @@ check_systemd_unit() {
 
   # ExecStart's flags (the continuation lines up to the first line without
   # a trailing backslash) and idgen.env's variables must be idgen's.
-  "$tmp/idgen" --help >"$tmp/help" 2>&1 || true
+  "$tmp/usr/local/bin/idgen" --help >"$tmp/help" 2>&1 || true
   for f in $(awk '/^ExecStart=/ { on = 1 } on { print } on && !/\\$/ { exit }' "$unit" | grep -o -- '--[a-z][a-z0-9-]*'); do
     grep -qE -- "^  -${f#--}([[:space:]]|\$)" "$tmp/help" || { echo "$unit: ExecStart flag $f is not an idgen flag"; bad=1; }
   done
@@ -638,7 +751,7 @@ check_systemd_unit() {
   fi
   if ! grep -q '^KillSignal=SIGTERM$' "$unit"; then echo "$unit: KillSignal= is not SIGTERM"; bad=1; fi
 
-  if ! out=$(cd "$tmp" && systemd-analyze security --offline=yes --threshold=20 "$tmp/idgen.service" 2>&1); then
+  if ! out=$(cd "$tmp" && systemd-analyze security --offline=yes --threshold=20 "$tmp/etc/systemd/system/idgen.service" 2>&1); then
     echo "$unit: exposure above 2.0 in systemd-analyze security (the hardening got weaker):"
     printf '%s\n' "$out"
     bad=1
@@ -678,9 +791,12 @@ check_dockerfile() {
 }
 
 # check_kube_manifests: deploy/kubernetes/check, a Go module of its own (the
-# service's module takes no Kubernetes dependency), decodes every document
-# of deploy/kubernetes/*.yaml strictly into its Kubernetes type and checks
-# probes, grace period, storage, security context, secrets and the PDB.
+# service's module takes no Kubernetes dependency), renders every
+# kustomization of deploy/kubernetes (cluster: settings and the init Job;
+# idc1, idc2 over base) with kustomize's library pinned in its go.mod,
+# decodes every document strictly into its Kubernetes type and checks
+# probes, grace period, storage, security context, secrets, the PDB, the
+# IDCs together and the init Job.
 check_kube_manifests() {
   GOWORK=off go -C "$ROOT/deploy/kubernetes/check" vet ./... &&
     GOWORK=off go -C "$ROOT/deploy/kubernetes/check" test -count=1 ./...
@@ -730,7 +846,8 @@ image $tag built with ${tool[0]} (docker format: HEALTHCHECK kept). Run it:
   podman stop -t 60 idgen                                       # SIGTERM: hand-off, drain, exact mark
 Secrets as files: add -v /etc/idgen:/run/secrets/idgen:ro and, after the image,
   --admin-token-file /run/secrets/idgen/admin.token (flags after the image are idgen's).
-Kubernetes: push it and set image: in deploy/kubernetes/statefulset.yaml.
+Kubernetes: push it and set image: in deploy/kubernetes/base/statefulset.yaml and
+deploy/kubernetes/cluster/init-job.yaml (docs/production.md).
 RUN
   [ "$smoke" = 1 ] || return 0
 
@@ -850,10 +967,12 @@ case "${1:-}" in
   test) shift; cmd_test "$@" ;;
   gen) shift; cmd_gen "$@" ;;
   servers) shift; cmd_servers "$@" ;;
+  cluster) shift; . "$ROOT/scripts/cluster.sh"; cmd_cluster "$@" ;;
   lint) shift; cmd_lint "$@" ;;
   faults) shift; cmd_faults "$@" ;;
   sim) shift; cmd_sim "$@" ;;
   image) shift; cmd_image "$@" ;;
+  install) shift; cmd_install "$@" ;;
   -h | --help | help) usage ;;
   *) usage >&2; exit 2 ;;
 esac

@@ -170,23 +170,32 @@ func (c *checker) resolve(ctr *corev1.Container) settings {
 		}
 		s.flags[name] = value
 	}
+	s.env = c.resolveEnv(ctr)
+	return s
+}
+
+// resolveEnv returns a container's environment as Kubernetes builds it:
+// envFrom ConfigMaps (a missing one is a problem unless optional), then
+// env, each later source winning.
+func (c *checker) resolveEnv(ctr *corev1.Container) map[string]envValue {
+	env := map[string]envValue{}
 	for _, ef := range ctr.EnvFrom {
 		switch {
 		case ef.ConfigMapRef != nil:
 			cm := c.configMap(ef.ConfigMapRef.Name)
 			if cm == nil {
 				if ef.ConfigMapRef.Optional == nil || !*ef.ConfigMapRef.Optional {
-					c.bad("container idgen: envFrom ConfigMap %q is not in the manifests", ef.ConfigMapRef.Name)
+					c.bad("container %s: envFrom ConfigMap %q is not in the manifests", ctr.Name, ef.ConfigMapRef.Name)
 				}
 				continue
 			}
 			for k, v := range cm.Data {
-				s.env[ef.Prefix+k] = envValue{value: v, from: "ConfigMap " + cm.Name + " " + ef.Prefix + k}
+				env[ef.Prefix+k] = envValue{value: v, from: "ConfigMap " + cm.Name + " " + ef.Prefix + k}
 			}
 		case ef.SecretRef != nil:
 			// Its keys are unknown here; every one is a secret in the
 			// environment, which checkSecrets refuses.
-			s.env["envFrom Secret "+ef.SecretRef.Name] = envValue{from: "envFrom Secret " + ef.SecretRef.Name, secretRef: true}
+			env["envFrom Secret "+ef.SecretRef.Name] = envValue{from: "envFrom Secret " + ef.SecretRef.Name, secretRef: true}
 		}
 	}
 	for _, e := range ctr.Env {
@@ -196,7 +205,7 @@ func (c *checker) resolve(ctr *corev1.Container) settings {
 			case vf.ConfigMapKeyRef != nil:
 				cm := c.configMap(vf.ConfigMapKeyRef.Name)
 				if cm == nil {
-					c.bad("container idgen: env %s: ConfigMap %q is not in the manifests", e.Name, vf.ConfigMapKeyRef.Name)
+					c.bad("container %s: env %s: ConfigMap %q is not in the manifests", ctr.Name, e.Name, vf.ConfigMapKeyRef.Name)
 				} else {
 					v.value = cm.Data[vf.ConfigMapKeyRef.Key]
 				}
@@ -206,9 +215,9 @@ func (c *checker) resolve(ctr *corev1.Container) settings {
 				v.fieldPath = vf.FieldRef.FieldPath
 			}
 		}
-		s.env[e.Name] = v
+		env[e.Name] = v
 	}
-	return s
+	return env
 }
 
 func (c *checker) configMap(name string) *corev1.ConfigMap {
@@ -442,35 +451,35 @@ func (c *checker) checkSecurity(pod *corev1.PodSpec, ctr *corev1.Container) {
 		nonRoot = csc.RunAsNonRoot
 	}
 	if nonRoot == nil || !*nonRoot {
-		c.bad("container idgen: runAsNonRoot is not true")
+		c.bad("container %s: runAsNonRoot is not true", ctr.Name)
 	}
 	uid := psc.RunAsUser
 	if csc.RunAsUser != nil {
 		uid = csc.RunAsUser
 	}
 	if uid == nil || *uid == 0 {
-		c.bad("container idgen: runAsUser must be set to a non-root uid (the image's is 65532)")
+		c.bad("container %s: runAsUser must be set to a non-root uid (the image's is 65532)", ctr.Name)
 	}
 	if csc.ReadOnlyRootFilesystem == nil || !*csc.ReadOnlyRootFilesystem {
-		c.bad("container idgen: readOnlyRootFilesystem is not true")
+		c.bad("container %s: readOnlyRootFilesystem is not true", ctr.Name)
 	}
 	if csc.AllowPrivilegeEscalation == nil || *csc.AllowPrivilegeEscalation {
-		c.bad("container idgen: allowPrivilegeEscalation is not false")
+		c.bad("container %s: allowPrivilegeEscalation is not false", ctr.Name)
 	}
 	if csc.Privileged != nil && *csc.Privileged {
-		c.bad("container idgen: privileged")
+		c.bad("container %s: privileged", ctr.Name)
 	}
 	if csc.Capabilities == nil || !slices.Contains(csc.Capabilities.Drop, "ALL") {
-		c.bad("container idgen: capabilities do not drop ALL")
+		c.bad("container %s: capabilities do not drop ALL", ctr.Name)
 	} else if len(csc.Capabilities.Add) > 0 {
-		c.bad("container idgen: capabilities add %v: idgen needs none", csc.Capabilities.Add)
+		c.bad("container %s: capabilities add %v: idgen needs none", ctr.Name, csc.Capabilities.Add)
 	}
 	sp := psc.SeccompProfile
 	if csc.SeccompProfile != nil {
 		sp = csc.SeccompProfile
 	}
 	if sp == nil || (sp.Type != corev1.SeccompProfileTypeRuntimeDefault && sp.Type != corev1.SeccompProfileTypeLocalhost) {
-		c.bad("container idgen: seccompProfile is not RuntimeDefault (or Localhost)")
+		c.bad("container %s: seccompProfile is not RuntimeDefault (or Localhost)", ctr.Name)
 	}
 	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
 		c.bad("pod: automountServiceAccountToken is not false: idgen never calls the Kubernetes API")
@@ -570,12 +579,12 @@ func (c *checker) checkSecrets(pod *corev1.PodSpec, ctr *corev1.Container, s set
 // check in checkSecrets).
 func (c *checker) checkSecretMount(pod *corev1.PodSpec, ctr *corev1.Container, vm *corev1.VolumeMount, fsGroup bool) {
 	if !vm.ReadOnly {
-		c.bad("container idgen: the Secret volume %s is mounted writable", vm.Name)
+		c.bad("container %s: the Secret volume %s is mounted writable", ctr.Name, vm.Name)
 	}
 	if !fsGroup {
-		c.bad("container idgen: Secret volume %s: the pod sets no fsGroup: its files stay root's and idgen's user cannot read them", vm.Name)
+		c.bad("container %s: Secret volume %s: the pod sets no fsGroup: its files stay root's and idgen's user cannot read them", ctr.Name, vm.Name)
 	} else if g := runAsGroup(pod, ctr); g == nil || *g != *pod.SecurityContext.FSGroup {
-		c.bad("container idgen: Secret volume %s: runAsGroup must equal fsGroup (%d): idgen accepts a group-readable secret file only from its own group", vm.Name, *pod.SecurityContext.FSGroup)
+		c.bad("container %s: Secret volume %s: runAsGroup must equal fsGroup (%d): idgen accepts a group-readable secret file only from its own group", ctr.Name, vm.Name, *pod.SecurityContext.FSGroup)
 	}
 }
 

@@ -6,18 +6,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
-	"sort"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
 
@@ -27,6 +28,7 @@ type Manifests struct {
 	Services     []*corev1.Service
 	ConfigMaps   []*corev1.ConfigMap
 	PDBs         []*policyv1.PodDisruptionBudget
+	Jobs         []*batchv1.Job
 }
 
 // newObject returns an empty typed object for apiVersion and kind: the
@@ -42,27 +44,34 @@ func newObject(apiVersion, kind string) (any, error) {
 		return &corev1.ConfigMap{}, nil
 	case "policy/v1 PodDisruptionBudget":
 		return &policyv1.PodDisruptionBudget{}, nil
+	case "batch/v1 Job":
+		return &batchv1.Job{}, nil
 	}
-	return nil, fmt.Errorf("unknown kind %q of apiVersion %q: want apps/v1 StatefulSet, v1 Service, v1 ConfigMap or policy/v1 PodDisruptionBudget (add it to newObject and check it)", kind, apiVersion)
+	return nil, fmt.Errorf("unknown kind %q of apiVersion %q: want apps/v1 StatefulSet, v1 Service, v1 ConfigMap, policy/v1 PodDisruptionBudget or batch/v1 Job (add it to newObject and check it)", kind, apiVersion)
 }
 
-// LoadDir decodes every *.yaml file of dir.
-func LoadDir(dir string) (*Manifests, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+// Render builds the kustomization in dir with kustomize's own library (the
+// version kubectl's `kubectl apply -k` embeds, pinned in go.mod): what
+// Kubernetes is given, names suffixed, labels and patches applied.
+func Render(dir string) ([]byte, error) {
+	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("kustomize %s: %w", dir, err)
 	}
-	sort.Strings(files)
-	if len(files) == 0 {
-		return nil, fmt.Errorf("no *.yaml in %s", dir)
-	}
+	return res.AsYaml()
+}
+
+// Load renders each kustomization of dirs (Render) and decodes every
+// document into one Manifests, in order: what `kubectl apply -k` of each
+// puts in one namespace.
+func Load(dirs ...string) (*Manifests, error) {
 	m := &Manifests{}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
+	for _, dir := range dirs {
+		data, err := Render(dir)
 		if err != nil {
 			return nil, err
 		}
-		if err := m.add(filepath.Base(f), data); err != nil {
+		if err := m.add(filepath.Base(dir), data); err != nil {
 			return nil, err
 		}
 	}
@@ -85,6 +94,8 @@ func (m *Manifests) add(name string, data []byte) error {
 			m.ConfigMaps = append(m.ConfigMaps, o)
 		case *policyv1.PodDisruptionBudget:
 			m.PDBs = append(m.PDBs, o)
+		case *batchv1.Job:
+			m.Jobs = append(m.Jobs, o)
 		}
 	}
 	return nil

@@ -863,15 +863,15 @@ RUN
     die "smoke: podman run failed (the error is above; in a sandbox without CAP_SYS_RESOURCE or with hybrid cgroups, try IDGEN_IMAGE_RUN_OPTS='--runtime runc --ulimit nofile=20000:20000 --ulimit nproc=4096:4096')"
   fi
   for ((i = 0; i < 60; i++)); do # /healthz from the host, through the published port
-    if "$ctx/idctl" health --addr "127.0.0.1:$aport" --timeout 1s >/dev/null 2>&1; then break; fi
+    if "$ctx/idctl" health --admin-addr "127.0.0.1:$aport" --timeout 1s >/dev/null 2>&1; then break; fi
     sleep 0.5
   done
-  "$ctx/idctl" health --addr "127.0.0.1:$aport" || ok=0
+  "$ctx/idctl" health --admin-addr "127.0.0.1:$aport" || ok=0
   for ((i = 0; i < 60; i++)); do # /readyz: the store opened, the slot claimed
-    if "$ctx/idctl" health --addr "127.0.0.1:$aport" --ready --timeout 1s >/dev/null 2>&1; then break; fi
+    if "$ctx/idctl" health --admin-addr "127.0.0.1:$aport" --ready --timeout 1s >/dev/null 2>&1; then break; fi
     sleep 0.5
   done
-  "$ctx/idctl" health --addr "127.0.0.1:$aport" --ready || ok=0
+  "$ctx/idctl" health --admin-addr "127.0.0.1:$aport" --ready || ok=0
   pid=$(podman inspect -f '{{.State.Pid}}' "$name")
   uid=$(awk '/^Uid:/ { print $2 }' "/proc/$pid/status" 2>/dev/null || true)
   if [ "$uid" = 65532 ]; then log "smoke: idgen runs as uid $uid"; else log "smoke: idgen runs as uid '$uid', want 65532"; ok=0; fi

@@ -27,7 +27,7 @@ for ((r = 1; r <= rounds; r++)); do
     "$out/$v-idgen" --data-dir "$out/data-$v" --rpc-addr "127.0.0.1:$rpc" --admin-addr "127.0.0.1:$adm" \
       --log-level warn >"$out/$v.log" 2>&1 &
     pid=$!
-    for _ in $(seq 100); do "$out/idctl" health --addr "127.0.0.1:$adm" --ready --timeout 1s >/dev/null 2>&1 && break; sleep 0.1; done
+    for _ in $(seq 100); do "$out/idctl" health --admin-addr "127.0.0.1:$adm" --ready --timeout 1s >/dev/null 2>&1 && break; sleep 0.1; done
     for ch in snowflake unordered; do
       "$out/idctl" bench --addr "127.0.0.1:$rpc" --biz "ab$ch" --channel "$ch" --concurrency 16 --duration "$dur" --json |
         python3 -c 'import json,sys; d=json.load(sys.stdin); l=d["latency_us"]; print(sys.argv[1], sys.argv[2], sys.argv[3], round(d["requests_per_s"]), l["p50"], l["p99"], d["failed"])' "$r" "$v" "$ch" |

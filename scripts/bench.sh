@@ -140,7 +140,7 @@ start_idgen() {
 wait_ready() {
   local end=$((SECONDS + $2)) ch
   for ch in snowflake unordered ordered; do
-    until "$IDCTL" health --addr "$1" --channel "$ch" >/dev/null 2>&1; do
+    until "$IDCTL" health --admin-addr "$1" --channel "$ch" >/dev/null 2>&1; do
       [ "$SECONDS" -lt "$end" ] || return 1
       sleep 0.1
     done
@@ -155,14 +155,14 @@ start_noop() {
   log "noop on ${ADDR[noop]} (pid ${PID[noop]})"
 }
 biz() { # SERVER NAME CHANNEL STEP
-  "$IDCTL" biz create --addr "${ADDR[$1]}" --token-file "$WORK/$1/data/admin.token" --biz "$2" --channel "$3" --step "$4" >/dev/null
+  "$IDCTL" biz create --addr "${ADDR[$1]}" --admin-token-file "$WORK/$1/data/admin.token" --biz "$2" --channel "$3" --step "$4" >/dev/null
 }
 # ordbiz SERVER NAME MODE: an ORDERED business in ordered_mode MODE
 ordbiz() {
   # A node refuses calls until it has claimed its ORDERED shards: retry.
   local i
   for ((i = 0; i < 20; i++)); do
-    if "$IDCTL" biz create --addr "${ADDR[$1]}" --token-file "$WORK/$1/data/admin.token" --biz "$2" --channel ordered --ordered-mode "$3" >/dev/null 2>"$WORK/ordbiz.err"; then
+    if "$IDCTL" biz create --addr "${ADDR[$1]}" --admin-token-file "$WORK/$1/data/admin.token" --biz "$2" --channel ordered --ordered-mode "$3" >/dev/null 2>"$WORK/ordbiz.err"; then
       return 0
     fi
     grep -qs 'retryable' "$WORK/ordbiz.err" || break

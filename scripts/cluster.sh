@@ -184,7 +184,7 @@ cluster_wait_ready() {
   local k=$1 i pid
   pid=$(cat "$k/pid")
   for ((i = 0; i < 120; i++)); do
-    if "$CLUSTER_DIR/bin/idctl" health --addr "$(cat "$k/admin")" --ready --timeout 1s >/dev/null 2>&1; then return 0; fi
+    if "$CLUSTER_DIR/bin/idctl" health --admin-addr "$(cat "$k/admin")" --ready --timeout 1s >/dev/null 2>&1; then return 0; fi
     kill -0 "$pid" 2>/dev/null || return 1
     sleep 0.5
   done
@@ -192,9 +192,8 @@ cluster_wait_ready() {
 }
 
 # cluster_write_env ZK NAME N: the export lines that point every idctl
-# command at the cluster, in $CLUSTER_DIR/env. The client token has no
-# file form in `idctl get` and `bench` yet (IDGEN_TOKEN), so the line reads
-# the file when sourced rather than holding the token.
+# command at the cluster, in $CLUSTER_DIR/env. Secrets are named by their
+# files (the node's own variables, which idctl reads too), never held.
 cluster_write_env() {
   local zk=$1 name=$2 n=$3 sec=$CLUSTER_DIR/secrets addrs='' i
   for ((i = 1; i <= n; i++)); do addrs+=${addrs:+,}$(cat "$CLUSTER_DIR/node$i/rpc"); done
@@ -203,7 +202,6 @@ export IDGEN_ADDR=$(cat "$CLUSTER_DIR/node1/rpc")  # get, biz, decode: node 1 (b
 export IDGEN_ADMIN_ADDR=$(cat "$CLUSTER_DIR/node1/admin")  # health: node 1
 export IDGEN_ADMIN_TOKEN_FILE=$sec/admin.token
 export IDGEN_CLIENT_TOKEN_FILE=$sec/client.token
-export IDGEN_TOKEN="\$(cat $sec/client.token)"  # get and bench read the client token from here
 export IDGEN_ZK=$zk IDGEN_CLUSTER=$name IDGEN_ZK_AUTH_FILE=$sec/zk.auth
 export IDGEN_MYSQL_FILE=$sec/mysql.dsn
 export IDGEN_AUDIT_FILE=$CLUSTER_DIR/node1/data/audit.jsonl  # audit: node 1's (each node writes its own)

@@ -385,7 +385,7 @@ func (h *handler) admin(ctx context.Context, token *string) error {
 		what = "wrong admin token"
 	}
 	return &idl.IdgenError{Code: idl.ErrorCode_UNAUTHENTICATED, Message: what +
-		": set the request's token field to the node's admin token, the content of its --admin-token-file or, when none is set, of <data_dir>/admin.token on the node (idctl reads it from there by itself, or takes --token-file)"}
+		": set the request's token field to the node's admin token, the content of its --admin-token-file or, when none is set, of <data_dir>/admin.token on the node (idctl reads it from there by itself, or takes --admin-token-file)"}
 }
 
 // tokenOK compares in constant time; an empty want (no token configured)

@@ -543,8 +543,18 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 	}
 	g.openGate()
 	g.mu.Lock()
-	waited := time.Since(g.closedAt)
+	waited, closes := time.Since(g.closedAt), g.token
 	g.mu.Unlock()
+	if closes == 0 {
+		// The gate's first opening, at start: every start does this, no
+		// failover happened, nothing needs a look.
+		g.log.Info("ORDERED gate open: the cluster's MySQL server is known and every member raised its rows on it",
+			zap.String("server", rec.Server), zap.Int64("gen", rec.Gen), zap.Duration("took", waited))
+		return nil
+	}
+	// Open after a close (a server change, a restore, a new generation):
+	// the close was warned about, and so is the end of the outage it
+	// caused to ORDERED.
 	g.log.Warn("ORDERED gate open again: every member raised the rows it remembers on the new MySQL server, or cannot serve any more",
 		zap.String("server", rec.Server), zap.Int64("gen", rec.Gen), zap.Duration("closed_for", waited))
 	return nil

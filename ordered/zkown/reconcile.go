@@ -92,6 +92,9 @@ func (c *Coordinator) round(ctx context.Context) {
 		return
 	}
 	defer c.publish()
+	// The summary of the shards taken and handed off, once a lease passed
+	// without a change (summary.go).
+	c.sum.flush(c.log, c.cfg.Clock.Now(), c.cfg.Lease, false)
 	c.dropIfLapsed(h)
 	if !c.usable() {
 		// ZooKeeper unreachable: nothing changes hands; do not wait for a
@@ -476,18 +479,6 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler, noncesOK bo
 		return
 	}
 	handoffs := 0
-	// Hand-offs to desired owners, per new owner, for the pass's one
-	// summary line (the per-shard lines are at debug).
-	handedTo := map[string][]int{}
-	defer func() {
-		n := 0
-		for _, l := range handedTo {
-			n += len(l)
-		}
-		if n > 0 {
-			c.log.Info("ORDERED shards handed off to their desired owners", zap.Int("count", n), zap.Any("to", handedTo))
-		}
-	}()
 	// Takeovers run after the pass, several at once (parallel.go);
 	// hand-offs run in the pass, one after another, as before.
 	var takes []func() claim
@@ -529,7 +520,7 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler, noncesOK bo
 				c.log.Debug("ORDERED shard handed off to its desired owner", zap.Int("shard", s), zap.String("to", want))
 				_ = c.handoff(ctx, h, s)
 				if !c.holds(s) { // not deferred by the handler
-					handedTo[want] = append(handedTo[want], s)
+					c.sum.handedOff(s, want, c.cfg.Clock.Now())
 				}
 			}
 		case r.owned() && r.Owner == id:

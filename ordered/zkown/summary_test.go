@@ -1,6 +1,7 @@
 package zkown
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"testing"
@@ -57,15 +58,28 @@ func noPerShardInfo(t *testing.T, logs *observer.ObservedLogs) {
 	}
 }
 
+// flushed steps the nodes through one quiet lease (the summaries of the
+// bursts before are logged).
+func flushed(w *world, nodes ...*tnode) {
+	for range testLease/testTick + 1 {
+		w.stepAll(testTick, nodes...)
+	}
+}
+
 // The first node of a cluster claims the 64 shards in one round,
-// claimParallel at once (issue 32: 128 lines at every start). The round
-// says so in one line that counts every claim, however the goroutines
-// interleave; the per-shard lines are at debug.
-func TestRoundSummaryCountsConcurrentClaims(t *testing.T) {
+// claimParallel at once (issue 32: 128 lines at every start). Once a lease
+// passed without a change, one line counts every claim, however the
+// goroutines interleaved; the per-shard lines are at debug.
+func TestSummaryCountsConcurrentClaims(t *testing.T) {
 	w := newWorld(t)
 	opt, logs := observed()
 	a := w.node(addrA, opt)
 	a.step()
+	w.stepAll(testTick, a)
+	if n := len(infoTaken(t, logs, 0)); n != 0 {
+		t.Fatalf("%d summaries before a quiet lease, want 0 (the burst may go on)", n)
+	}
+	flushed(w, a)
 	sums := infoTaken(t, logs, 0)
 	if len(sums) != 1 {
 		t.Fatalf("%d summaries, want 1: %v", len(sums), sums)
@@ -89,7 +103,7 @@ func TestRoundSummaryCountsConcurrentClaims(t *testing.T) {
 
 // Claims that fail are counted apart: the summary's count is the shards
 // the handler accepted, failed the others (each warned about).
-func TestRoundSummaryCountsFailedClaims(t *testing.T) {
+func TestSummaryCountsFailedClaims(t *testing.T) {
 	w := newWorld(t)
 	opt, logs := observed()
 	a := w.node(addrA, opt)
@@ -100,6 +114,8 @@ func TestRoundSummaryCountsFailedClaims(t *testing.T) {
 		return nil
 	}
 	a.step()
+	a.h.acquireErr = func(ordered.Grant) error { return errors.New("store down") }
+	a.c.Close(context.Background()) // Close logs what is pending
 	sums := infoTaken(t, logs, 0)
 	if len(sums) != 1 || sums[0]["count"] != int64(Shards*3/4) || sums[0]["failed"] != int64(Shards/4) {
 		t.Fatalf("summaries %v, want one with count %d, failed %d", sums, Shards*3/4, Shards/4)
@@ -113,8 +129,9 @@ func TestRoundSummaryCountsFailedClaims(t *testing.T) {
 
 // A node that dies leaves its shards to several peers: the peers'
 // summaries together list each of its shards once, taken from it as a
-// stale owner; a planned rebalance is one line per pass on the giver,
-// naming the shards per new owner.
+// stale owner. A rebalance, a burst of several rounds (MaxHandoffs per
+// round), is one line on the giver naming the shards per new owner and
+// one on each taker.
 func TestSummariesAcrossPeers(t *testing.T) {
 	w := newWorld(t)
 	optA, logsA := observed()
@@ -124,6 +141,13 @@ func TestSummariesAcrossPeers(t *testing.T) {
 	b := w.node(addrB, optB)
 	c := w.node(addrC, nil)
 	before := settle(t, w, 60, a, b, c)
+	flushed(w, a, b, c)
+	if n := logsA.FilterMessage("ORDERED shards handed off to their desired owners").Len(); n != 1 {
+		t.Fatalf("A's rebalance in %d hand-off lines, want 1", n)
+	}
+	if sums := infoTaken(t, logsB, 0); len(sums) != 1 || int(sums[0]["count"].(int64)) != len(b.held()) {
+		t.Fatalf("B's claims in %v, want one line counting its %d shards", sums, len(b.held()))
+	}
 
 	// A's rebalance hand-offs: the shards B and C hold now, each named once.
 	handed := map[string][]int{}
@@ -151,6 +175,7 @@ func TestSummariesAcrossPeers(t *testing.T) {
 	markA, markB := logsA.Len(), logsB.Len()
 	w.fz.expire(c.conn) // C dies
 	after := settle(t, w, 60, a, b)
+	flushed(w, a, b)
 	taken := map[int]int{}
 	for _, sums := range [][]map[string]any{infoTaken(t, logsA, markA), infoTaken(t, logsB, markB)} {
 		for _, s := range sums {

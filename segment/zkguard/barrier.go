@@ -627,12 +627,24 @@ func (g *Guard) writeMember(ctx context.Context, rec serverRecord) error {
 // members lists the members that have not acknowledged gen and may still
 // serve (missing), and those whose bound passed (gone); it deletes records
 // long past their bound (a crashed process's).
-func (g *Guard) members(ctx context.Context, gen int64) (missing []string, gone []Member, err error) {
+//
+// The lists are the closure's own, handed over when it ends: on a timeout
+// g.call returns while the closure may still run, and the results it
+// wrote in place were read meanwhile (a data race: go test -race,
+// TestIntegration_CutOffStaysClosed on a loaded machine). They are read
+// only after a call that returned the closure's answer.
+func (g *Guard) members(ctx context.Context, gen int64) ([]string, []Member, error) {
 	dir := path.Join(g.base, "mysql", "members")
 	now := g.cfg.Now()
 	cutFrom, backFor := g.ownOutage(now)
-	err = g.call(ctx, func() error {
-		missing, gone = nil, nil
+	var out struct {
+		missing []string
+		gone    []Member
+	}
+	err := g.call(ctx, func() error {
+		var missing []string
+		var gone []Member
+		defer func() { out.missing, out.gone = missing, gone }()
 		kids, _, err := g.conn.Children(dir)
 		if errors.Is(err, zk.ErrNoNode) {
 			return nil
@@ -712,7 +724,10 @@ func (g *Guard) members(ctx context.Context, gen int64) (missing []string, gone 
 		}
 		return nil
 	})
-	return missing, gone, err
+	if err != nil {
+		return nil, nil, err
+	}
+	return out.missing, out.gone, nil
 }
 
 // restoreHold is how much longer the gate stays closed after ZooKeeper

@@ -461,7 +461,7 @@ func (a *Allocator) Acquire(ctx context.Context, g Grant) error {
 	a.shards[g.Shard].Store(sh)
 	go sh.run(a)
 	a.st.acquired.Add(1)
-	a.log.Info("ordered shard acquired", zap.Int("shard", g.Shard), zap.Int64("epoch", g.Epoch),
+	a.log.Debug("ordered shard acquired", zap.Int("shard", g.Shard), zap.Int64("epoch", g.Epoch),
 		zap.Duration("lease_wait", max(0, g.NotBefore.Sub(a.cfg.Clock.Now()))))
 	return nil
 }
@@ -520,7 +520,7 @@ func (a *Allocator) Release(ctx context.Context, idx int) error {
 		}
 	}
 	if len(rows) == 0 || sh.aborted() {
-		a.log.Info("ordered shard handed off", zap.Int("shard", idx), zap.Int64("epoch", sh.grant.Epoch))
+		a.log.Debug("ordered shard handed off", zap.Int("shard", idx), zap.Int64("epoch", sh.grant.Epoch))
 		return nil
 	}
 	if err := a.writeBackRetry(ctx, sh, rows); err != nil {
@@ -533,7 +533,7 @@ func (a *Allocator) Release(ctx context.Context, idx int) error {
 		return fmt.Errorf("%w: shard %d: %w", ErrUncleanHandOff, idx, err)
 	}
 	a.st.writeBacks.Add(1)
-	a.log.Info("ordered shard handed off", zap.Int("shard", idx), zap.Int64("epoch", sh.grant.Epoch), zap.Int("keys_written_back", len(rows)))
+	a.log.Debug("ordered shard handed off", zap.Int("shard", idx), zap.Int64("epoch", sh.grant.Epoch), zap.Int("keys_written_back", len(rows)))
 	return nil
 }
 

@@ -129,6 +129,39 @@ func resolved(t *testing.T, r *resolver.Resolver) ([]string, error) {
 	return addrs(res), err
 }
 
+// collected returns r.CacheOptions() with a short ExpireInterval, and
+// makes the test's end wait, before r closes, until Kitex has collected
+// the balancers over r. Kitex has no Close for a balancer: it refreshes
+// every RefreshInterval until unused for two ExpireIntervals (15 s each by
+// default), and each refresh of a closed resolver logged a warning, into
+// the next tests' output and after the test run's last line (issue 32).
+func collected(t *testing.T, r *resolver.Resolver) *lbcache.Options {
+	t.Helper()
+	opts := r.CacheOptions()
+	opts.ExpireInterval = time.Second // collected 1-2 s after its last use
+	target := r.Target(context.Background(), nil)
+	t.Cleanup(func() { // before newResolver's: cleanups run last first
+		waitFor(t, "Kitex's balancers over the resolver collected", 10*time.Second, func() bool {
+			return !balancerCached(target)
+		})
+	})
+	return opts
+}
+
+// balancerCached reports whether a Kitex balancer of target is in Kitex's
+// process-wide cache (lbcache.Dump: factory key -> target -> instances).
+func balancerCached(target string) bool {
+	dump, _ := lbcache.Dump().(map[string]any)
+	for _, routes := range dump {
+		if m, ok := routes.(map[string]any); ok {
+			if _, ok := m[target]; ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // waitFor polls cond every 20ms until it holds or d has passed.
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) time.Duration {
 	t.Helper()
@@ -193,12 +226,15 @@ func TestResolveMembersAndLeave(t *testing.T) {
 	if opts.RefreshInterval != resolver.DefaultRefreshInterval || !opts.Cacheable {
 		t.Fatalf("cache options %+v", opts)
 	}
-	bf := lbcache.NewBalancerFactory(r, loadbalance.NewWeightedBalancer(), *opts)
+	bf := lbcache.NewBalancerFactory(r, loadbalance.NewWeightedBalancer(), *collected(t, r))
 	bl, err := bf.Get(context.Background(), rpcinfo.NewEndpointInfo("idgen", "Clock", nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
+	// balanced is what the balancer holds; it picks, as a client's call
+	// does, which keeps the balancer in Kitex's cache (collected).
 	balanced := func() string {
+		_ = bl.GetPicker()
 		res, _ := bl.GetResult()
 		return fmt.Sprint(addrs(res))
 	}
@@ -211,6 +247,7 @@ func TestResolveMembersAndLeave(t *testing.T) {
 	proxy.Block()
 	bound := 3 * nodeSession // expiry (nodeSession + a tick) and slack for a loaded machine
 	took := waitFor(t, "cut-off member gone from Resolve", bound, func() bool {
+		balanced() // a client calling meanwhile
 		got, err := resolved(t, r)
 		return err == nil && fmt.Sprint(got) == "[127.0.0.1:7101]"
 	})
@@ -302,7 +339,7 @@ func TestKitexClientCallsNodeThroughResolver(t *testing.T) {
 
 	r := newResolver(t, resolver.Config{ZK: []string{zkAddr}, ZKRoot: testRoot, Cluster: name})
 	cli := inproc.NewClient(t, client.WithResolver(r),
-		client.WithLoadBalancer(loadbalance.NewWeightedBalancer(), r.CacheOptions()))
+		client.WithLoadBalancer(loadbalance.NewWeightedBalancer(), collected(t, r)))
 	var resp *idl.ClockResponse
 	// Fails while the node has not registered (Resolve: no member yet) or
 	// is still starting.

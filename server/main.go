@@ -25,7 +25,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
 	"syscall"
 	"time"
@@ -106,7 +105,7 @@ var started = time.Now()
 // SIGINT or SIGTERM, and exits non-zero on a failure: the body of a main
 // function.
 func Main(opts Options) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext(os.Interrupt, syscall.SIGTERM)
 	opts.KitexLogsToZap = true
 	err := Run(ctx, opts, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
@@ -229,6 +228,7 @@ func Run(ctx context.Context, opts Options, args []string, getenv func(string) s
 
 	select {
 	case <-ctx.Done():
+		logStopping(ctx, log)
 		// ORDERED shards first, while this node still answers: each
 		// hand-off stops the shard, writes back its exact counters and
 		// releases it, so the next owner continues without a gap and

@@ -47,6 +47,7 @@ type owners struct {
 	health *shardHealth
 	// claimed: every shard has had an owner since start (claiming).
 	claimed atomic.Bool
+	started time.Time // when startOwners began: the start summary's took
 }
 
 var _ issuer.OrderedTaker = (*owners)(nil)

@@ -49,6 +49,7 @@ func newShardHealth(o *owners, grace time.Duration, log *zap.Logger) *shardHealt
 			case <-h.stop:
 				return
 			case <-t.C:
+				o.claiming() // the start's summary line as soon as it ends
 				h.stuck()
 			}
 		}

@@ -78,7 +78,7 @@ func startOwners(ctx context.Context, cfg Config, store ordered.Store, gate segm
 		log.Error("IDGEN_FAULT_ORDERED_NO_EPOCH=1: ORDERED persists ignore the shard epoch (fault injection's negative control); a deposed owner's write-back will repeat numbers")
 		u.UnsafeIgnoreEpoch()
 	}
-	o := &owners{self: self, log: log, forwarded: m.orderedForwards, forwardFailures: m.orderedForwardFailures}
+	o := &owners{self: self, log: log, forwarded: m.orderedForwards, forwardFailures: m.orderedForwardFailures, started: time.Now()}
 	tc, err := forwardTLS(cfg)
 	if err != nil {
 		return nil, err
@@ -123,17 +123,37 @@ func startOwners(ctx context.Context, cfg Config, store ordered.Store, gate segm
 // claiming is what ORDERED still waits for at start ("" once every shard
 // has had an owner this node knows of: from then on a shard without one is
 // the shard health's business, ordered_health.go). Latched: a start ends
-// once.
+// once, with the start's one summary line (claimedLine). The shard
+// health's ticker asks too, so the line comes when the start ends, not at
+// the next /readyz.
 func (o *owners) claiming() string {
 	if o == nil || o.claimed.Load() {
 		return ""
 	}
-	n := owned(o.coord.Owners())
+	list := o.coord.Owners()
+	n := owned(list)
 	if n == segment.OrderedShards {
-		o.claimed.Store(true)
+		if o.claimed.CompareAndSwap(false, true) {
+			o.claimedLine(list)
+		}
 		return ""
 	}
 	return fmt.Sprintf("claiming ORDERED shards: %d of %d have an owner", n, segment.OrderedShards)
+}
+
+// claimedLine is the start's summary: every shard has an owner, how many
+// are this node's (claimed by it, and still held, however many rounds and
+// goroutines claimed them) and how long since the owners started. The
+// per-shard lines are at debug.
+func (o *owners) claimedLine(list []ordered.Owner) {
+	here := 0
+	for _, ow := range list {
+		if ow.Addr == o.self {
+			here++
+		}
+	}
+	o.log.Info("ORDERED shards claimed: every shard has an owner", zap.Int("here", here), zap.Int("elsewhere", len(list)-here),
+		zap.Duration("took", time.Since(o.started)))
 }
 
 // owned is how many shards of list have an owner.
@@ -156,12 +176,27 @@ func (o *owners) close() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		start := time.Now()
+		start, before := time.Now(), o.alloc.Stats()
 		if err := o.coord.Close(ctx); err != nil {
 			o.log.Warn("handing ORDERED shards off", zap.Error(err))
 		}
-		o.log.Info("ORDERED shards handed off", zap.Duration("took", time.Since(start)))
+		o.stoppedLine(before, o.alloc.Stats(), time.Since(start))
 	})
+}
+
+// stoppedLine is the stop's summary, from the allocator's counters before
+// and after the coordinator's Close (atomic: right however the hand-offs
+// ran): the shards this node held, how many were handed off with their
+// exact counters written back or with nothing to write, how many without
+// (the next owner waits a lease), and how many were dropped (the deadline
+// passed). The per-shard lines are at debug; a shard handed off uncleanly
+// or dropped is also warned about by the coordinator.
+func (o *owners) stoppedLine(before, after ordered.Stats, took time.Duration) {
+	released := int(after.Released - before.Released)
+	unclean := int(after.UncleanHandOffs - before.UncleanHandOffs)
+	o.log.Info("ORDERED shards handed off", zap.Int("held", before.ShardsOwned), zap.Int("handed_off", released-unclean),
+		zap.Int("written_back", int(after.WriteBacks-before.WriteBacks)), zap.Int("unclean", unclean),
+		zap.Int("dropped", int(after.Lost-before.Lost)), zap.Int("still_held", after.ShardsOwned), zap.Duration("took", took))
 }
 
 // forwardTLS is the TLS configuration of this node's forwarding to shard

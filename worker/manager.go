@@ -299,14 +299,21 @@ func (m *manager) failed(r taskResult) {
 	}
 }
 
-// fence stops the holder (rule 1) if it is serving.
+// fence stops the holder (rule 1) if it is serving. A fence is a fault
+// (the slot lost, taken, or its marks unwritable) and is warned about;
+// the planned stop of a clean shutdown (reason ErrClosed, shutdown) stops
+// the holder the same way but is expected: info.
 func (m *manager) fence(reason error) {
 	if m.mode != StateRegistered && m.mode != StateDegraded {
 		return
 	}
 	m.gen++
 	m.setMode(StateFenced)
-	m.l.log.Warn("worker slot fenced: snowflake IDs stopped", zap.Error(reason))
+	if errors.Is(reason, ErrClosed) {
+		m.l.log.Info("worker slot released for shutdown: snowflake IDs stopped", zap.Error(reason))
+	} else {
+		m.l.log.Warn("worker slot fenced: snowflake IDs stopped", zap.Error(reason))
+	}
 	m.l.cfg.Holder.Fenced(reason)
 }
 

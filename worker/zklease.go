@@ -209,7 +209,9 @@ func (l *ZKLease) close(ctx context.Context) error {
 		if err := l.writePropsExact(s, m, exact, true); err != nil {
 			errs = append(errs, err)
 		}
-		l.log.Info("worker lease closed", zap.Int("idc", s.IDC), zap.Int("node", s.Node),
+		// No "idc" here: l.log carries the configured one (register.go),
+		// which is the slot's; twice, the JSON line had the key twice.
+		l.log.Info("worker lease closed", zap.Int("node", s.Node),
 			zap.Int("worker", s.Worker), zap.Int64("last_used_ms", exact))
 	}
 	if l.ownSess {

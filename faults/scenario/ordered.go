@@ -619,9 +619,22 @@ func (s *ordSetup) logOffsets() map[*harness.Node]int64 {
 }
 
 var (
-	logShard = regexp.MustCompile(`"shard": (\d+)`)
-	logTime  = regexp.MustCompile(`^\S+`)
+	logShard     = regexp.MustCompile(`"shard": (\d+)`)
+	logShardList = regexp.MustCompile(`"shards": \[([\d, ]*)\]`)
+	logTime      = regexp.MustCompile(`^\S+`)
+	logNumber    = regexp.MustCompile(`\d+`)
 )
+
+// numbers returns the decimal numbers in s, in order.
+func numbers(s string) []int {
+	var out []int
+	for _, f := range logNumber.FindAllString(s, -1) {
+		if n, err := strconv.Atoi(f); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
 
 // acquisitions notes, from the nodes' logs since off, the failed shard
 // acquisitions (a new owner's Claim refused, e.g. a MySQL row lock the old
@@ -641,8 +654,9 @@ func (s *ordSetup) acquisitions(r *Run, off map[*harness.Node]int64) {
 				}
 			}
 		}
-		for _, l := range n.LogLines(off[n], "ordered shard acquired") {
-			if m := logShard.FindStringSubmatch(l); m != nil && m[1] == strconv.Itoa(s.shard) {
+		// One line per round of claims (the per-shard lines are at debug).
+		for _, l := range n.LogLines(off[n], "ORDERED shards taken") {
+			if m := logShardList.FindStringSubmatch(l); m != nil && slices.Contains(numbers(m[1]), s.shard) {
 				hot = n.Name + " at " + logTime.FindString(l)
 			}
 		}
@@ -1164,8 +1178,11 @@ func orderedStaleHandoff(neg bool) func(*Run) error {
 		// looks live to its peers while its renewer runs, but a closing
 		// node takes no shard): the shard stays released until A exits.
 		for _, n := range s.others() {
-			for _, l := range n.LogLines(offs[n], "handed off to its desired owner") {
-				if strings.Contains(l, hotField) && strings.Contains(l, a.RPCAddr) {
+			// One line per pass: "to": {"ADDR":[shards], ...}.
+			for _, l := range n.LogLines(offs[n], "handed off to their desired owners") {
+				_, list, ok := strings.Cut(l, `"`+a.RPCAddr+`":[`)
+				list, _, _ = strings.Cut(list, "]")
+				if ok && slices.Contains(numbers(list), s.shard) {
 					r.Note("%s handed shard %d off to %s while %s was shutting down: %s", n.Name, s.shard, a.Name, a.Name, logTime.FindString(l))
 				}
 			}

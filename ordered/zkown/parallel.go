@@ -24,19 +24,21 @@ const claimParallel = 8
 // the version read, NotBefore, and the lease running without a break from
 // before the compare-and-set to after it (the term is read before and
 // compared after, per takeover). A coordinator that stops starts no new
-// one.
-func (c *Coordinator) runTakeovers(ctx context.Context, takes []func()) {
+// one. What became of each takeover goes to the coordinator's claim
+// summary (summary.go).
+func (c *Coordinator) runTakeovers(ctx context.Context, takes []func() claim) {
 	if len(takes) == 0 {
 		return
 	}
-	next := make(chan func())
+	c.sum.begin(c.cfg.Clock.Now())
+	next := make(chan func() claim)
 	var wg sync.WaitGroup
 	for range min(claimParallel, len(takes)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for take := range next {
-				take()
+				c.sum.add(take())
 			}
 		}()
 	}
@@ -48,4 +50,5 @@ func (c *Coordinator) runTakeovers(ctx context.Context, takes []func()) {
 	}
 	close(next)
 	wg.Wait()
+	c.sum.end(c.cfg.Clock.Now())
 }

@@ -92,6 +92,9 @@ func (c *Coordinator) round(ctx context.Context) {
 		return
 	}
 	defer c.publish()
+	// The summary of the shards taken and handed off, once a lease passed
+	// without a change (summary.go).
+	c.sum.flush(c.log, c.cfg.Clock.Now(), c.cfg.Lease, false)
 	c.dropIfLapsed(h)
 	if !c.usable() {
 		// ZooKeeper unreachable: nothing changes hands; do not wait for a
@@ -478,11 +481,11 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler, noncesOK bo
 	handoffs := 0
 	// Takeovers run after the pass, several at once (parallel.go);
 	// hand-offs run in the pass, one after another, as before.
-	var takes []func()
+	var takes []func() claim
 	defer func() { c.runTakeovers(ctx, takes) }()
 	// take queues a takeover of shard s (from owner), under the store's
 	// lease rules unless its owner is a process proven dead.
-	take := func(s int, owner string, dead bool, run func(lc leaseCheck)) {
+	take := func(s int, owner string, dead bool, run func(lc leaseCheck) claim) {
 		var lc leaseCheck
 		if c.storeTakerRules() && !dead {
 			if !noncesOK {
@@ -495,7 +498,7 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler, noncesOK bo
 			}
 			lc = leaseCheck{on: true, observed: observed, notBefore: nb}
 		}
-		takes = append(takes, func() { run(lc) })
+		takes = append(takes, func() claim { return run(lc) })
 	}
 	for s := range Shards {
 		if c.stopping() {
@@ -514,15 +517,18 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler, noncesOK bo
 			// next owner will serve at once.
 			if !mine && handoffs < c.cfg.MaxHandoffs && now.Sub(since[want]) >= c.cfg.Lease && !now.Before(c.wait[s]) {
 				handoffs++
-				c.log.Info("ORDERED shard handed off to its desired owner", zap.Int("shard", s), zap.String("to", want))
+				c.log.Debug("ORDERED shard handed off to its desired owner", zap.Int("shard", s), zap.String("to", want))
 				_ = c.handoff(ctx, h, s)
+				if !c.holds(s) { // not deferred by the handler
+					c.sum.handedOff(s, want, c.cfg.Clock.Now())
+				}
 			}
 		case r.owned() && r.Owner == id:
 			// Ours in ZooKeeper but not held (the lease broke, a
 			// release or an acquisition did not complete): the handler
 			// does not serve it.
 			if mine {
-				take(s, r.Owner, false, func(lc leaseCheck) { c.takeover(ctx, h, s, v, now, nil, "reacquire", lc) })
+				take(s, r.Owner, false, func(lc leaseCheck) claim { return c.takeover(ctx, h, s, v, now, nil, "reacquire", lc) })
 			} else {
 				c.releaseIfWaited(ctx, s, v)
 			}
@@ -535,8 +541,8 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler, noncesOK bo
 				// was read, not at the start of the pass: the release may
 				// have been written after the pass began (by this node's
 				// own refused takeover), and the wait counts from it.
-				take(s, r.Owner, false, func(lc leaseCheck) {
-					c.takeover(ctx, h, s, v, c.cfg.Clock.Now().Add(time.Duration(r.WaitMs)*time.Millisecond), nil, "released", lc)
+				take(s, r.Owner, false, func(lc leaseCheck) claim {
+					return c.takeover(ctx, h, s, v, c.cfg.Clock.Now().Add(time.Duration(r.WaitMs)*time.Millisecond), nil, "released", lc)
 				})
 			}
 		case isRetired(retired, r.Owner):
@@ -544,7 +550,9 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler, noncesOK bo
 			// recorded time and the handler was told.
 			if mine {
 				nb := laterOf(now, retired[r.Owner])
-				take(s, r.Owner, false, func(lc leaseCheck) { c.takeover(ctx, h, s, v, nb, nil, "this node's earlier id", lc) })
+				take(s, r.Owner, false, func(lc leaseCheck) claim {
+					return c.takeover(ctx, h, s, v, nb, nil, "this node's earlier id", lc)
+				})
 			}
 		default:
 			p := c.peers[r.Owner]
@@ -562,7 +570,7 @@ func (c *Coordinator) decide(ctx context.Context, h ordered.Handler, noncesOK bo
 			if p.dead {
 				nb, why = now, "dead previous process "+r.Owner
 			}
-			take(s, r.Owner, p.dead, func(lc leaseCheck) { c.takeover(ctx, h, s, v, nb, check, why, lc) })
+			take(s, r.Owner, p.dead, func(lc leaseCheck) claim { return c.takeover(ctx, h, s, v, nb, check, why, lc) })
 		}
 	}
 }
@@ -591,12 +599,13 @@ type leaseCheck struct {
 // takeover makes this node the shard's owner at the next epoch (a
 // compare-and-set on the version read, with check when given) and
 // grants it to the handler from notBefore on (and lc.notBefore, with the
-// store's nonce check when lc.on).
+// store's nonce check when lc.on). It returns what became of it, for the
+// round's summary (runTakeovers).
 func (c *Coordinator) takeover(ctx context.Context, h ordered.Handler, s int, v shardView, notBefore time.Time,
-	check *zk.CheckVersionRequest, why string, lc leaseCheck) {
+	check *zk.CheckVersionRequest, why string, lc leaseCheck) claim {
 	now := c.cfg.Clock.Now()
 	if now.Before(c.backoff[s].until) {
-		return
+		return claim{}
 	}
 	if c.cfg.UnsafeNoLeaseWait {
 		notBefore = now
@@ -607,7 +616,7 @@ func (c *Coordinator) takeover(ctx context.Context, h ordered.Handler, s int, v 
 	c.mu.Lock()
 	if !c.selfLiveLocked(now) {
 		c.mu.Unlock()
-		return
+		return claim{}
 	}
 	term, id := c.term, c.id
 	c.mu.Unlock()
@@ -636,10 +645,10 @@ func (c *Coordinator) takeover(ctx context.Context, h ordered.Handler, s int, v 
 			c.conflicts.Add(1)
 			c.log.Info("ORDERED shard takeover lost its compare-and-set (changed since read)", zap.Int("shard", s),
 				zap.String("why", why), zap.Error(err))
-		} else {
-			c.log.Warn("ORDERED shard takeover failed", zap.Int("shard", s), zap.String("why", why), zap.Error(err))
+			return claim{}
 		}
-		return
+		c.log.Warn("ORDERED shard takeover failed", zap.Int("shard", s), zap.String("why", why), zap.Error(err))
+		return claim{shard: s, why: why, failed: true}
 	}
 	if st == nil {
 		c.dirty[s].Store(true)
@@ -659,12 +668,12 @@ func (c *Coordinator) takeover(ctx context.Context, h ordered.Handler, s int, v 
 	switch {
 	case !ok && closing:
 		c.log.Info("ORDERED coordinator closing: a takeover in flight is not served", zap.Int("shard", s))
-		return
+		return claim{}
 	case !ok:
 		c.log.Warn("ORDERED lease broke during a takeover; the shard is taken again once the lease runs",
 			zap.Int("shard", s), zap.Int64("epoch", rec.Epoch), zap.Bool("term_changed", termChanged),
 			zap.Time("valid_until", validUntil), zap.Time("now", now2))
-		return
+		return claim{shard: s, why: why, failed: true}
 	}
 	c.takeovers.Add(1)
 	g := ordered.Grant{Shard: s, Epoch: rec.Epoch, NotBefore: notBefore,
@@ -672,7 +681,7 @@ func (c *Coordinator) takeover(ctx context.Context, h ordered.Handler, s int, v 
 	if v.rec.owned() {
 		g.From = v.rec.Addr
 	}
-	c.log.Info("ORDERED shard taken", zap.Int("shard", s), zap.Int64("epoch", rec.Epoch), zap.String("from", v.rec.Owner),
+	c.log.Debug("ORDERED shard taken", zap.Int("shard", s), zap.Int64("epoch", rec.Epoch), zap.String("from", v.rec.Owner),
 		zap.String("why", why), zap.Duration("lease_wait", notBefore.Sub(now)))
 	actx, cancel := context.WithTimeout(ctx, c.cfg.HandlerTimeout)
 	c.beginAcquire()
@@ -681,7 +690,7 @@ func (c *Coordinator) takeover(ctx context.Context, h ordered.Handler, s int, v 
 	cancel()
 	if err == nil {
 		c.backoff[s] = backoff{}
-		return
+		return claim{shard: s, why: why, taken: true, leaseWait: notBefore.Sub(now)}
 	}
 	// Give the shard up (the handler does not serve it) and try later.
 	c.acquireFails.Add(1)
@@ -724,9 +733,10 @@ func (c *Coordinator) takeover(ctx context.Context, h ordered.Handler, s int, v 
 		// refusal) and at an epoch that ignores the floor
 		// (TestWipeStoreEpochsWaitedOut failed 1 run in about 30).
 		c.releaseZnode(ctx, s, v)
-		return
+		return claim{shard: s, why: why, failed: true}
 	}
 	c.releaseIfWaited(ctx, s, v)
+	return claim{shard: s, why: why, failed: true}
 }
 
 // releaseIfWaited releases a shard this node owns in ZooKeeper but does
@@ -787,6 +797,14 @@ func (c *Coordinator) handoff(ctx context.Context, h ordered.Handler, s int) err
 	}
 	c.releaseZnode(ctx, s, v)
 	return err
+}
+
+// holds reports whether this node holds shard s.
+func (c *Coordinator) holds(s int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.held[s]
+	return ok
 }
 
 // markUnclean makes the shard's next release carry a lease wait: a

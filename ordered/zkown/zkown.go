@@ -328,6 +328,9 @@ type Coordinator struct {
 	renewDone chan struct{}
 	drainDone chan struct{} // closed by watchSession on exit
 
+	// sum: the shards taken and handed off, logged once per burst.
+	sum summary
+
 	takeovers, handoffs, lost, acquireFails, conflicts atomic.Uint64
 	renewals, renewFails, lapses                       atomic.Uint64
 	fencedDrops                                        atomic.Uint64
@@ -704,6 +707,8 @@ func (c *Coordinator) Close(ctx context.Context) error {
 	if running {
 		<-c.roundDone
 	}
+	// What changed hands before the stop, before the stop's own lines.
+	c.sum.flush(c.log, c.cfg.Clock.Now(), c.cfg.Lease, true)
 	var first error
 	if h != nil {
 		first = c.releaseAll(ordered.Leaving(ctx), h)

@@ -543,8 +543,18 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 	}
 	g.openGate()
 	g.mu.Lock()
-	waited := time.Since(g.closedAt)
+	waited, closes := time.Since(g.closedAt), g.token
 	g.mu.Unlock()
+	if closes == 0 {
+		// The gate's first opening, at start: every start does this, no
+		// failover happened, nothing needs a look.
+		g.log.Info("ORDERED gate open: the cluster's MySQL server is known and every member raised its rows on it",
+			zap.String("server", rec.Server), zap.Int64("gen", rec.Gen), zap.Duration("took", waited))
+		return nil
+	}
+	// Open after a close (a server change, a restore, a new generation):
+	// the close was warned about, and so is the end of the outage it
+	// caused to ORDERED.
 	g.log.Warn("ORDERED gate open again: every member raised the rows it remembers on the new MySQL server, or cannot serve any more",
 		zap.String("server", rec.Server), zap.Int64("gen", rec.Gen), zap.Duration("closed_for", waited))
 	return nil
@@ -617,12 +627,24 @@ func (g *Guard) writeMember(ctx context.Context, rec serverRecord) error {
 // members lists the members that have not acknowledged gen and may still
 // serve (missing), and those whose bound passed (gone); it deletes records
 // long past their bound (a crashed process's).
-func (g *Guard) members(ctx context.Context, gen int64) (missing []string, gone []Member, err error) {
+//
+// The lists are the closure's own, handed over when it ends: on a timeout
+// g.call returns while the closure may still run, and the results it
+// wrote in place were read meanwhile (a data race: go test -race,
+// TestIntegration_CutOffStaysClosed on a loaded machine). They are read
+// only after a call that returned the closure's answer.
+func (g *Guard) members(ctx context.Context, gen int64) ([]string, []Member, error) {
 	dir := path.Join(g.base, "mysql", "members")
 	now := g.cfg.Now()
 	cutFrom, backFor := g.ownOutage(now)
-	err = g.call(ctx, func() error {
-		missing, gone = nil, nil
+	var out struct {
+		missing []string
+		gone    []Member
+	}
+	err := g.call(ctx, func() error {
+		var missing []string
+		var gone []Member
+		defer func() { out.missing, out.gone = missing, gone }()
 		kids, _, err := g.conn.Children(dir)
 		if errors.Is(err, zk.ErrNoNode) {
 			return nil
@@ -702,7 +724,10 @@ func (g *Guard) members(ctx context.Context, gen int64) (missing []string, gone 
 		}
 		return nil
 	})
-	return missing, gone, err
+	if err != nil {
+		return nil, nil, err
+	}
+	return out.missing, out.gone, nil
 }
 
 // restoreHold is how much longer the gate stays closed after ZooKeeper

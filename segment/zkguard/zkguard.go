@@ -55,6 +55,7 @@
 package zkguard
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -462,7 +463,7 @@ func (g *Guard) Claim(ctx context.Context, biz string, r segment.Range) (int64, 
 		// failover that turns lossy must not hand this segment out again.
 		if !faultUnverifiedNotRecorded() {
 			g.pendMu.Lock()
-			g.pending = append(g.pending, pendingSegment{biz: biz, r: r})
+			g.pending = append(g.pending, pendingSegment{biz: biz, r: r, last: &ledgerAttempt{}})
 			g.pendMu.Unlock()
 			g.remember(biz, r)
 		}
@@ -555,19 +556,29 @@ func (g *Guard) replicasStep(ctx context.Context) {
 // modifyLedger reads biz's ledger, lets fn change it, and writes it back
 // when fn returns true (compare-and-set on the znode version, retried).
 func (g *Guard) modifyLedger(ctx context.Context, biz string, fn func(l *ledger) bool) error {
+	return g.modifyLedgerRaw(ctx, biz, func(l *ledger, _ []byte) bool { return fn(l) }, nil)
+}
+
+// modifyLedgerRaw is modifyLedger whose fn also sees the znode's content
+// as read (nil when absent), and whose wrote, when set, is told the
+// content each write attempt sends (before it is sent).
+func (g *Guard) modifyLedgerRaw(ctx context.Context, biz string, fn func(l *ledger, raw []byte) bool, wrote func(b []byte)) error {
 	p := path.Join(g.base, "segments", biz)
 	return g.call(ctx, func() error {
 		for attempt := 0; attempt < 20; attempt++ {
 			data, st, err := g.conn.Get(p)
 			if errors.Is(err, zk.ErrNoNode) {
 				var l ledger
-				if !fn(&l) {
+				if !fn(&l, nil) {
 					return nil
 				}
 				if err := g.ensure(path.Dir(p)); err != nil {
 					return err
 				}
 				b, _ := json.Marshal(l)
+				if wrote != nil {
+					wrote(b)
+				}
 				_, err := g.conn.Create(p, b, 0, g.acl)
 				if errors.Is(err, zk.ErrNodeExists) {
 					continue
@@ -583,10 +594,13 @@ func (g *Guard) modifyLedger(ctx context.Context, biz string, fn func(l *ledger)
 					return fmt.Errorf("zkguard: %s holds %q, not a ledger: %w (remove it only when no node runs)", p, data, err)
 				}
 			}
-			if !fn(&l) {
+			if !fn(&l, data) {
 				return nil
 			}
 			b, _ := json.Marshal(l)
+			if wrote != nil {
+				wrote(b)
+			}
 			if _, err := g.conn.Set(p, b, st.Version); errors.Is(err, zk.ErrBadVersion) {
 				continue
 			} else {
@@ -603,6 +617,38 @@ type pendingSegment struct {
 	biz   string
 	r     segment.Range
 	again bool // recorded before a restore: overlapping is expected
+	// last is the latest attempt to record it (nil before the first),
+	// shared by the copies recordPending works on.
+	last *ledgerAttempt
+}
+
+// ledgerAttempt is one attempt to record a pending segment. An attempt
+// that timed out (cluster.Call gives up on it) may still go on and land
+// its write; the next attempt then finds the segment in the ledger, which
+// alone would read as an overlap, the alarm that numbers may have been
+// served twice. So an attempt keeps what it sent and what it found: a
+// ledger holding exactly what the previous attempt sent is that attempt's
+// write, and its finding stands.
+type ledgerAttempt struct {
+	mu      sync.Mutex
+	sent    []byte // the content of its latest write (nil: none sent)
+	overlap bool   // what that write's read found
+	high    int64
+	earlier *ledgerAttempt // the attempt before it that may also still land (immutable)
+}
+
+// landed reports whether raw is exactly what t or an attempt before it
+// sent last, and what that attempt found (looking back at most 8).
+func (t *ledgerAttempt) landed(raw []byte) (ok, overlap bool, high int64) {
+	for i := 0; t != nil && i < 8; i, t = i+1, t.earlier {
+		t.mu.Lock()
+		sent, o, h := t.sent, t.overlap, t.high
+		t.mu.Unlock()
+		if sent != nil && bytes.Equal(raw, sent) {
+			return true, o, h
+		}
+	}
+	return false, false, 0
 }
 
 // recordPending records the segments served unverified in the ledger
@@ -617,14 +663,44 @@ func (g *Guard) recordPending(ctx context.Context) {
 	g.pendMu.Unlock()
 	done := 0
 	for _, p := range todo {
-		var overlap bool
-		var high int64
-		err := g.modifyLedger(ctx, p.biz, func(l *ledger) bool {
-			high, overlap = l.overlaps(p.r)
+		prev := p.last
+		// This attempt's findings, written by its function, which may go
+		// on after a timeout (hence the lock, and a fresh attempt each
+		// time: an abandoned one must not write into the next one's).
+		a := &ledgerAttempt{earlier: prev}
+		var readOverlap bool // fn's finding, for wrote: both run in the call's goroutine
+		var readHigh int64
+		err := g.modifyLedgerRaw(ctx, p.biz, func(l *ledger, raw []byte) bool {
+			readHigh, readOverlap = l.overlaps(p.r)
+			// (Looked at each time: an earlier attempt may still be
+			// retrying its write in the background.)
+			if ok, o, h := prev.landed(raw); ok {
+				// An earlier attempt's write landed after it was given
+				// up on: the segment is in the ledger by that write, and
+				// that write's own read says whether it overlapped.
+				readHigh, readOverlap = h, o
+			}
 			l.merge(p.r)
 			return true
+		}, func(b []byte) {
+			a.mu.Lock()
+			a.sent, a.overlap, a.high = b, readOverlap, readHigh
+			a.mu.Unlock()
 		})
+		a.mu.Lock()
+		sent, overlap, high := a.sent != nil, a.overlap, a.high
+		a.mu.Unlock()
 		if err != nil {
+			if sent {
+				// It may still land: the next attempt must know it.
+				g.pendMu.Lock()
+				for i := range g.pending {
+					if g.pending[i].last == prev {
+						g.pending[i].last = a
+					}
+				}
+				g.pendMu.Unlock()
+			}
 			break // ZooKeeper still unreachable: keep the rest, in order
 		}
 		done++
@@ -668,7 +744,7 @@ func (g *Guard) requeueMine() {
 	defer g.pendMu.Unlock()
 	for biz, l := range g.mine {
 		for _, x := range l.Ranges {
-			g.pending = append(g.pending, pendingSegment{biz: biz, r: segment.Range{First: x[0], Last: x[1]}, again: true})
+			g.pending = append(g.pending, pendingSegment{biz: biz, r: segment.Range{First: x[0], Last: x[1]}, again: true, last: &ledgerAttempt{}})
 		}
 	}
 }

@@ -83,17 +83,18 @@ type idBounds struct {
 	ttl           time.Duration
 	bytes         int
 	dropped       atomic.Uint64
-	// epoch is the time of the first id kept; ids record their time as
-	// an offset from it (since), 8 bytes instead of a time.Time's 24.
-	epoch time.Time
+	// epoch is the time of the first call of since; ids record their
+	// time as an offset from it, 8 bytes instead of a time.Time's 24.
+	epoch    time.Time
+	epochSet bool
 }
 
 // since returns now as an offset from b.epoch (set by the first call).
 // time.Time.Sub uses the monotonic clock when both times carry it, as
 // the comparison of two time.Times did.
 func (b *idBounds) since(now time.Time) time.Duration {
-	if b.epoch.IsZero() {
-		b.epoch = now
+	if !b.epochSet {
+		b.epoch, b.epochSet = now, true
 	}
 	return now.Sub(b.epoch)
 }

@@ -292,6 +292,34 @@ func TestStoredRequestsBlocks(t *testing.T) {
 	}
 }
 
+// TestRequestIDsAgeFromAnyFirstTime: ids keep their time as an offset
+// from the memory's first time, whichever it is (the zero time.Time too),
+// so the TTL counts from each id's own time.
+func TestRequestIDsAgeFromAnyFirstTime(t *testing.T) {
+	var t0 time.Time // the zero time
+	rm := newRequestMemory(10, DefaultMaxRequestBytes, time.Minute)
+	s := newStoredRequests(10, DefaultMaxRequestBytes, time.Minute)
+	e, _ := rm.begin(RequestKey{ID: "old"}, "k", 1, t0)
+	rm.finish(e, segment.Range{First: 1, Last: 1}, nil)
+	s.add(t0, []Request{{ID: "old"}})
+	t1 := t0.Add(40 * time.Second)
+	e, _ = rm.begin(RequestKey{ID: "new"}, "k", 1, t1)
+	rm.finish(e, segment.Range{First: 2, Last: 2}, nil)
+	s.add(t1, []Request{{ID: "new"}})
+	t2 := t0.Add(70 * time.Second) // old is past the TTL, new is not
+	var ids []string
+	s.each(t2, func(q Request) { ids = append(ids, q.ID) })
+	if len(ids) != 1 || ids[0] != "new" {
+		t.Fatalf("stored ids kept %v at 70 s; want [new]", ids)
+	}
+	if _, first := rm.begin(RequestKey{ID: "new"}, "k", 1, t2); first {
+		t.Fatal("an answer 30 s old was forgotten")
+	}
+	if _, first := rm.begin(RequestKey{ID: "old"}, "k", 1, t2); !first {
+		t.Fatal("an answer 70 s old was kept past its one-minute TTL")
+	}
+}
+
 // TestTakeAfterRequestIDsDropped: with a small byte bound, ids dropped
 // from memory are counted in Stats; a dropped gapless id is still answered
 // with its first range (read back from the store), and a kept cached one

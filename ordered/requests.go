@@ -62,8 +62,11 @@ const (
 // the bytes keep as many ids (DefaultMaxRequestBytes). Lookups compare the
 // whole key, so two keys of one hash (chained) are never confused.
 type requestMemory struct {
-	mu   sync.Mutex
-	hash func(RequestKey) uint64  // maphash with a seed of this memory's; tests collide keys
+	mu sync.Mutex
+	// hash is maphash with a seed of this memory's. A field, not a
+	// method: keys of one 64-bit hash are too rare to meet by chance,
+	// so a test makes every key collide to exercise them.
+	hash func(RequestKey) uint64
 	m    map[uint64]*requestEntry // by hash; entries of one hash chained by next
 	// oldest, newest: every entry kept, in insertion order (newer links
 	// them), for expiry; failed entries stay until they expire, accounted.

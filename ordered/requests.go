@@ -24,7 +24,7 @@ const (
 	// DefaultMaxRequestBytes bounds each of the two memories: 4 MiB of
 	// answers (some 16,500 ids of 40 bytes: the last half second of a
 	// 30k req/s owner's traffic, and minutes of a quiet one) and as much of
-	// stored gapless ids (some 23,500). It was 8 MiB for about as many ids
+	// stored gapless ids (some 23,800). It was 8 MiB for about as many ids
 	// (17,000 and 22,000) before the memories were made compact (issue 31:
 	// the owner's peak RSS under 80 MiB, where the two held some 16 MB
 	// live, doubled by the collector's headroom).

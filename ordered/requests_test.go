@@ -150,7 +150,7 @@ func TestStoredRequestsByteBound(t *testing.T) {
 // more heap than the bound: the bytes accounted per id cover what an id
 // costs, hash slots and blocks included. And an id costs at most 300 bytes
 // of answers and 220 of stored ids with its strings (a 36-byte id and two
-// short ones): the compact memories keep some 16,500 and 23,500 ids in
+// short ones): the compact memories keep some 16,500 and 23,800 ids in
 // their default bound, where a map keyed by RequestKey and slice queues
 // took 430-515 and 330-360 bytes (issue 31, a lean owner). Heap figures
 // are taken after two collections.

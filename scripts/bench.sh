@@ -39,8 +39,9 @@
 # scenarios it matches, e.g. ONLY='^(noop|idgen)-c(16|64)$'; latest.* and the
 # chart are then left alone), BASE_IDGEN (an idgen binary built from another commit,
 # e.g. main: it runs as a second one-node owner cluster, own1base, and every
-# own-gapless scenario runs on it too, as NAME-base, interleaved with this
-# build's, so the two are compared in one run).
+# one-node owner scenario (own-cached-*, own-gapless-*) runs on it too, as
+# NAME-base, right after this build's, so the two are compared in one run,
+# req/s and RSS).
 #
 # With the owner clusters, every rep also times single durable commits on the
 # same MariaDB (200 autocommit single-row UPDATEs in a row on one connection:
@@ -238,6 +239,7 @@ if [ "$WITH_MYSQL" = 1 ] && [ -n "${IDGEN_TEST_ZK:-}" ]; then
     DSNB="${IDGEN_TEST_MYSQL%/}/$MYSQL_DBB"
     "$IDCTL" db migrate --mysql "$DSNB" >/dev/null
     start_idgen own1base --zk "$IDGEN_TEST_ZK" --cluster "bench-own1base-$$" --mysql "$DSNB" --advertise-host 127.0.0.1 --properties-dir "$WORK/own1base"
+    ordbiz own1base own-cached cached
     ordbiz own1base own-gapless gapless
   fi
   ordbiz own2a own2-cached cached
@@ -402,18 +404,21 @@ if [ "$WITH_MYSQL" = 1 ]; then
 fi
 
 if [ "$WITH_OWNERS" = 1 ]; then
-  scenario own-cached-hot-c16 own1 --biz own-cached --channel ordered --sub-key hot --concurrency 16 --check
-  scenario own-cached-64-c16 own1 --biz own-cached --channel ordered --keys 64 --concurrency 16 --check
-  scenario own-gapless-hot-c16 own1 --biz own-gapless --channel ordered --sub-key hot --concurrency 16 --check
-  scenario own-gapless-64-c16 own1 --biz own-gapless --channel ordered --keys 64 --concurrency 16 --check
-  scenario own-gapless-hot-c64 own1 --biz own-gapless --channel ordered --sub-key hot --concurrency 64 --check
-  scenario own-gapless-64-c64 own1 --biz own-gapless --channel ordered --keys 64 --concurrency 64 --check
-  if [ -n "${BASE_IDGEN:-}" ]; then
-    scenario own-gapless-hot-c16-base own1base --biz own-gapless --channel ordered --sub-key hot --concurrency 16 --check
-    scenario own-gapless-64-c16-base own1base --biz own-gapless --channel ordered --keys 64 --concurrency 16 --check
-    scenario own-gapless-hot-c64-base own1base --biz own-gapless --channel ordered --sub-key hot --concurrency 64 --check
-    scenario own-gapless-64-c64-base own1base --biz own-gapless --channel ordered --keys 64 --concurrency 64 --check
-  fi
+  # own_scenario NAME ARGS...: NAME on own1 and, with BASE_IDGEN, NAME-base
+  # on own1base right after it (same-run before/after, RSS of each build).
+  own_scenario() {
+    local name=$1; shift
+    scenario "$name" own1 "$@"
+    if [ -n "${BASE_IDGEN:-}" ]; then scenario "$name-base" own1base "$@"; fi
+  }
+  own_scenario own-cached-hot-c16 --biz own-cached --channel ordered --sub-key hot --concurrency 16 --check
+  own_scenario own-cached-64-c16 --biz own-cached --channel ordered --keys 64 --concurrency 16 --check
+  own_scenario own-gapless-hot-c16 --biz own-gapless --channel ordered --sub-key hot --concurrency 16 --check
+  own_scenario own-gapless-64-c16 --biz own-gapless --channel ordered --keys 64 --concurrency 16 --check
+  own_scenario own-gapless-hot-c64 --biz own-gapless --channel ordered --sub-key hot --concurrency 64 --check
+  own_scenario own-gapless-64-c64 --biz own-gapless --channel ordered --keys 64 --concurrency 64 --check
+  own_scenario own-cached-hot-c64 --biz own-cached --channel ordered --sub-key hot --concurrency 64 --check
+  own_scenario own-cached-64-c64 --biz own-cached --channel ordered --keys 64 --concurrency 64 --check
   # SERVER a+b: two idctl bench processes at once, half the callers each.
   scenario own-cached-hot-split-c16 own2a+own2b --biz own2-cached --channel ordered --sub-key hot --concurrency 8 --check
   scenario own-gapless-hot-split-c16 own2a+own2b --biz own2-gapless --channel ordered --sub-key hot --concurrency 8 --check

@@ -8,6 +8,7 @@ import (
 	"math"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -388,7 +389,26 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 	g.mu.Lock()
 	acked, lastMzxid := g.acked, g.lastMzxid
 	g.mu.Unlock()
+	// The closure works on its own rec and restored and hands them over
+	// when it ends: on a timeout g.call returns while the closure may run
+	// on, so what it would write in place could be read meanwhile (the
+	// data race members had). A closure given up on leaves restored as it
+	// was before the call.
+	var out struct {
+		mu       sync.Mutex
+		ended    bool
+		rec      serverRecord
+		restored string
+	}
+	before := restored
 	err := g.call(ctx, func() error {
+		var rec serverRecord
+		restored := before
+		defer func() {
+			out.mu.Lock()
+			out.ended, out.rec, out.restored = true, rec, restored
+			out.mu.Unlock()
+		}()
 		data, st, err := g.conn.Get(recPath)
 		if errors.Is(err, zk.ErrNoNode) {
 			if acked > 0 && restored == "" {
@@ -444,6 +464,11 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 		}
 		return nil
 	})
+	out.mu.Lock()
+	if out.ended {
+		rec, restored = out.rec, out.restored
+	}
+	out.mu.Unlock()
 	if restored != "" && !faultNoRestoreReset() {
 		// The restore rule: what this node acknowledged, and the ledger
 		// ranges it recorded, may be gone from ZooKeeper. Forget the

@@ -190,6 +190,9 @@ func TestZKAuthFileFlag(t *testing.T) {
 	}
 	out, errOut = mustRun(t, 0, "workers", "--zk", zkAddr, "--cluster", name, "--root", worker.DefaultRoot, "--zk-auth-file", auth)
 	checkDeprecation(t, errOut, "--root", "--zk-root")
+	if !strings.Contains(out, "no running members") {
+		t.Errorf("workers --root: stdout %q", out)
+	}
 	if out, _ := mustRun(t, 1, "workers", "--zk", zkAddr, "--cluster", name, "--zk-root", "/elsewhere", "--zk-auth-file", auth); out != "" {
 		t.Errorf("workers under another --zk-root printed %q", out)
 	}

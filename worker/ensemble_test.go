@@ -27,7 +27,7 @@ func TestNoClusterRefusesNamingInit(t *testing.T) {
 	cfg := fakeConfig(t, f, newTestHolder("a", nil, nil), 9000)
 	f.up()
 	_, err := Register(context.Background(), cfg)
-	if !errors.Is(err, ErrNoCluster) || !strings.Contains(err.Error(), "idctl cluster init --zk fake:2181 --zk-root /t --cluster c1") {
+	if !errors.Is(err, ErrNoCluster) || !strings.Contains(err.Error(), "idctl cluster init --zk fake:2181 --zk-root /t --cluster c1 --zk-auth-file FILE") {
 		t.Fatalf("err = %v, want ErrNoCluster naming idctl cluster init", err)
 	}
 	if _, _, ok := f.get("/t/c1"); ok {

@@ -28,7 +28,7 @@ func (l *ZKLease) loadCluster() (Meta, error) {
 	rec, st, err := cluster.Read(l.conn, root, name)
 	if errors.Is(err, cluster.ErrNotFound) && !hasLocal {
 		// Refused before writing anything under the cluster's path.
-		return Meta{}, fmt.Errorf("%w: ZooKeeper (%s) has no cluster %q under %s. Create it once with `idctl cluster init --zk %s --zk-root %s --cluster %s` (with the cluster's --epoch, --idc-bits and --node-bits when they are not the defaults). If the cluster existed and ZooKeeper lost its data, start first a node that ran in it (it restores the record from its properties file), or run `idctl cluster restore` with one of their properties files",
+		return Meta{}, fmt.Errorf("%w: ZooKeeper (%s) has no cluster %q under %s. Create it once with `idctl cluster init --zk %s --zk-root %s --cluster %s --zk-auth-file FILE` (FILE holds the user:password every node then gets as --zk-auth-file: without it the cluster's znodes are open to every ZooKeeper client; add the cluster's --epoch, --idc-bits and --node-bits when they are not the defaults). If the cluster existed and ZooKeeper lost its data, start first a node that ran in it (it restores the record from its properties file), or run `idctl cluster restore` with one of their properties files",
 			ErrNoCluster, strings.Join(l.cfg.Servers, ","), name, root, strings.Join(l.cfg.Servers, ","), root, name)
 	}
 	if err := cluster.EnsurePath(l.conn, l.l.clusterPath(), l.acl); err != nil {

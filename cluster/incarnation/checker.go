@@ -438,7 +438,7 @@ func (c *Checker) noMarker(conn ZK, local Local, w WitnessState) ([]string, erro
 		return nil, fmt.Errorf("incarnation: look for %s: %w", cluster.MetaPath(root, name), err)
 	}
 	if !ok {
-		return nil, c.refuse(ErrNoCluster, fmt.Sprintf("ZooKeeper has no cluster %q under %s and neither this node nor the database recorded one. Create it once with `idctl cluster init`; if it existed and ZooKeeper lost its data, start first a node that ran in it, or run `idctl cluster restore` with one of their properties files", name, root))
+		return nil, c.refuse(ErrNoCluster, fmt.Sprintf("ZooKeeper has no cluster %q under %s and neither this node nor the database recorded one. Create it once with `idctl cluster init --zk-auth-file FILE` (the digest every node then gets as --zk-auth-file: without it the cluster's znodes are open to every ZooKeeper client); if it existed and ZooKeeper lost its data, start first a node that ran in it, or run `idctl cluster restore` with one of their properties files", name, root))
 	}
 	// Meta without a marker and no recorded ID: a cluster created before
 	// markers existed (or one whose ZooKeeper lost the marker while no

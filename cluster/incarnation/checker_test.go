@@ -210,8 +210,8 @@ func TestCheckWipe(t *testing.T) {
 	// A new node without a record or witness finds no cluster: refused.
 	f.wipe()
 	_, _, err = newNode("b", nil).chk.Check(context.Background(), f.client(false))
-	if !errors.Is(err, ErrNoCluster) || !errors.Is(err, errTestRefused) {
-		t.Fatalf("new node on an empty ZooKeeper: %v, want ErrNoCluster wrapping the refusal", err)
+	if !errors.Is(err, ErrNoCluster) || !errors.Is(err, errTestRefused) || !strings.Contains(err.Error(), "idctl cluster init --zk-auth-file") {
+		t.Fatalf("new node on an empty ZooKeeper: %v, want ErrNoCluster wrapping the refusal, naming cluster init with ZooKeeper auth", err)
 	}
 	// With a witness that recorded the incarnation, the new node re-creates it.
 	w := &MemWitness{st: WitnessState{Bound: true, ID: m.ID, Counter: 7}}

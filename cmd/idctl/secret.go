@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+
+	"github.com/idgen/idgen/internal/secretfile"
 )
 
 // secretFlags is one secret of a command in the two forms idgen itself
@@ -79,18 +81,16 @@ func pickSecret(value, valueName, file, fileName string) (string, error) {
 }
 
 // readSecretFile reads a secret from a file (a token, a DSN, a ZooKeeper
-// credential), trimmed; what names the setting in errors.
+// credential), trimmed; what names the setting in errors. Unlike idgen,
+// idctl does not check the file's mode and owner
+// (secretfile.ReadStringUnchecked).
 func readSecretFile(path, what string) (string, error) {
-	b, err := os.ReadFile(path)
+	v, err := secretfile.ReadStringUnchecked(path)
 	switch {
 	case errors.Is(err, fs.ErrPermission):
 		return "", fmt.Errorf("%s %s: %w (run idctl as the node's user, or give a copy you may read)", what, path, err)
 	case err != nil:
 		return "", fmt.Errorf("%s: %w", what, err)
-	}
-	v := strings.TrimSpace(string(b))
-	if v == "" {
-		return "", fmt.Errorf("%s %s is empty", what, path)
 	}
 	return v, nil
 }

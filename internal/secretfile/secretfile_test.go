@@ -125,6 +125,13 @@ func TestReadString(t *testing.T) {
 		if _, err := ReadString(p); err == nil || !strings.Contains(err.Error(), "chmod 600 "+p) {
 			t.Errorf("mode 0644: %v, want a refusal naming chmod 600", err)
 		}
+		// The unchecked form (idctl's) takes it, and keeps the rest.
+		if v, err := ReadStringUnchecked(p); err != nil || v != "tok" {
+			t.Errorf("unchecked, mode 0644: %q, %v; want tok", v, err)
+		}
+	}
+	if _, err := ReadStringUnchecked(write("blank2", " \n", 0o644)); err == nil || !strings.Contains(err.Error(), "is empty") {
+		t.Errorf("unchecked, blank: %v, want a refusal", err)
 	}
 }
 

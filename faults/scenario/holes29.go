@@ -28,6 +28,30 @@ const (
 	clusterGapBound = 5 * time.Second
 )
 
+// persistStalled is the log line of IDGEN_FAULT_ORDERED_PERSIST_STALL's
+// stall (ordered/mysqlstore/fault_faultinject.go).
+const persistStalled = "faultinject: persist stalled after the fence"
+
+// persistStallFile returns the path of the scenario's
+// IDGEN_FAULT_ORDERED_PERSIST_STALL file, absent (the hook disarmed) until
+// armPersistStall writes it.
+func persistStallFile(r *Run) (string, error) {
+	dir := filepath.Join(r.Env.WorkDir, r.Name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	arm := filepath.Join(dir, "persist-stall")
+	_ = os.Remove(arm)
+	return arm, nil
+}
+
+// armPersistStall returns the trigger (for atStall) that arms the hook:
+// the process's next persist of shard stalls for d after its fence UPDATE,
+// inside its transaction.
+func armPersistStall(arm string, shard int, d time.Duration) func() error {
+	return func() error { return os.WriteFile(arm, fmt.Appendf(nil, "%d %s\n", shard, d), 0o644) }
+}
+
 // hotGaps records a violation for each ORDERED business whose hot keys
 // went longer than bound without an answer, and returns the longest.
 func (s *ordSetup) hotGaps(r *Run, bound time.Duration, why string) time.Duration {
@@ -57,12 +81,10 @@ func (s *ordSetup) hotGaps(r *Run, bound time.Duration, why string) time.Duratio
 // is the pause, above the bound.
 func orderedFenceRowPause(neg bool) func(*Run) error {
 	return func(r *Run) error {
-		dir := filepath.Join(r.Env.WorkDir, r.Name)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		arm, err := persistStallFile(r)
+		if err != nil {
 			return err
 		}
-		arm := filepath.Join(dir, "persist-stall")
-		_ = os.Remove(arm)
 		o := ordOpts{Victim: 1}
 		o.setFault("IDGEN_FAULT_ORDERED_PERSIST_STALL="+arm, 1)
 		if neg {
@@ -74,8 +96,7 @@ func orderedFenceRowPause(neg bool) func(*Run) error {
 			return err
 		}
 		a := s.victim
-		armHook := func() error { return os.WriteFile(arm, fmt.Appendf(nil, "%d %s\n", s.shard, fenceStall), 0o644) }
-		st, err := s.stopInStall(r, armHook, "faultinject: persist stalled after the fence", 10*time.Second)
+		st, err := s.stopInStall(r, armPersistStall(arm, s.shard, fenceStall), persistStalled, 10*time.Second)
 		if err != nil {
 			return err
 		}

@@ -1034,23 +1034,31 @@ func orderedMySQLKill(r *Run) error {
 
 var stallShard = regexp.MustCompile(`"shard":\s*(\d+)`)
 
-// stalled is where stopInStall stopped the victim.
+// stalled is where atStall caught the victim.
 type stalled struct {
 	off       int64                   // the victim's log size before the trigger
 	offs      map[*harness.Node]int64 // every node's log size before the trigger
 	triggered time.Time               // when the trigger ran
-	stopped   time.Time               // when the victim was SIGSTOPped
+	stopped   time.Time               // when the fault (act) hit the victim in its stall
 }
 
 // stopInStall is the prelude of the scenarios that freeze the hot shard's
 // owner inside a faultinject stall (orderedStaleHandoff,
-// orderedFenceRowPause): it runs the load for 3 s, takes the nodes' log
-// sizes, calls trigger (which sends the victim into its stall: a SIGTERM,
-// the file that arms the hook), waits up to within for the victim's log
-// line containing logged and SIGSTOPs the victim at once. A stall in
-// another shard than the hot keys' means the scenario did not happen: the
-// victim is SIGCONTed and the error says so.
+// orderedFenceRowPause): atStall with a SIGSTOP of the victim as the
+// fault (SIGCONTed again when the stall was in another shard).
 func (s *ordSetup) stopInStall(r *Run, trigger func() error, logged string, within time.Duration) (stalled, error) {
+	a := s.victim
+	return s.atStall(r, trigger, logged, within, func() { a.Signal(syscall.SIGSTOP) }, func() { a.Signal(syscall.SIGCONT) })
+}
+
+// atStall runs the load for 3 s, takes the nodes' log sizes, calls
+// trigger (which sends the victim into its stall: a SIGTERM, the file
+// that arms the hook), waits up to within for the victim's log line
+// containing logged and calls act at once (the fault that must hit the
+// victim while it stalls: a SIGSTOP, a partition). A stall in another
+// shard than the hot keys' means the scenario did not happen: undo
+// reverts act and the error says so.
+func (s *ordSetup) atStall(r *Run, trigger func() error, logged string, within time.Duration, act, undo func()) (stalled, error) {
 	a := s.victim
 	s.startLoad(r)
 	r.Sleep(3 * time.Second)
@@ -1063,10 +1071,10 @@ func (s *ordSetup) stopInStall(r *Run, trigger func() error, logged string, with
 	if err != nil {
 		return st, err
 	}
-	a.Signal(syscall.SIGSTOP)
+	act()
 	st.stopped = time.Now()
 	if m := stallShard.FindStringSubmatch(line); m == nil || m[1] != strconv.Itoa(s.shard) {
-		a.Signal(syscall.SIGCONT)
+		undo()
 		return st, fmt.Errorf("%s stalled in another shard than the hot shard %d: %q: the scenario did not happen", a.Name, s.shard, line)
 	}
 	return st, nil

@@ -47,9 +47,14 @@ func persistStallFile(r *Run) (string, error) {
 
 // armPersistStall returns the trigger (for atStall) that arms the hook:
 // the process's next persist of shard stalls for d after its fence UPDATE,
-// inside its transaction.
-func armPersistStall(arm string, shard int, d time.Duration) func() error {
-	return func() error { return os.WriteFile(arm, fmt.Appendf(nil, "%d %s\n", shard, d), 0o644) }
+// inside its transaction; with every, each of its persists of shard does
+// until the file is removed.
+func armPersistStall(arm string, shard int, d time.Duration, every bool) func() error {
+	line := fmt.Sprintf("%d %s", shard, d)
+	if every {
+		line += " every"
+	}
+	return func() error { return os.WriteFile(arm, []byte(line+"\n"), 0o644) }
 }
 
 // hotGaps records a violation for each ORDERED business whose hot keys
@@ -96,7 +101,7 @@ func orderedFenceRowPause(neg bool) func(*Run) error {
 			return err
 		}
 		a := s.victim
-		st, err := s.stopInStall(r, armPersistStall(arm, s.shard, fenceStall), persistStalled, 10*time.Second)
+		st, err := s.stopInStall(r, armPersistStall(arm, s.shard, fenceStall, false), persistStalled, 10*time.Second)
 		if err != nil {
 			return err
 		}

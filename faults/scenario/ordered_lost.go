@@ -1,10 +1,8 @@
 package scenario
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 )
 
@@ -88,7 +86,7 @@ func orderedAnswerAfterLoss(neg bool) func(*Run) error {
 		var part time.Time
 		cutOff := func() error {
 			if p.Active() == 0 {
-				return errors.New("n1 has no connection through its ZooKeeper proxy: the scenario cannot happen")
+				return fmt.Errorf("%s has no connection through its ZooKeeper proxy: the scenario cannot happen", a.Name)
 			}
 			p.Partition()
 			part = time.Now()
@@ -106,22 +104,13 @@ func orderedAnswerAfterLoss(neg bool) func(*Run) error {
 		heal := st.stopped
 		r.Note("every persist of shard %d stalling %v after its fence UPDATE, armed %v before the heal; healed %v after the partition",
 			s.shard, lostStall, heal.Sub(st.triggered).Round(10*time.Millisecond), heal.Sub(part).Round(10*time.Millisecond))
-		dropped := fmt.Sprintf(`"shard": %d,`, s.shard)
-		var drop string
-		for deadline := time.Now().Add(lostDropWithin); drop == "" && time.Now().Before(deadline); {
-			for _, l := range a.LogLines(st.off, "ordered shard dropped") {
-				if strings.Contains(l, dropped) {
-					drop = l
-					break
-				}
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		// allocator.drop's line: "ordered shard dropped<TAB>{"shard": N, ...".
+		drop, derr := a.WaitLog(st.off, fmt.Sprintf("ordered shard dropped\t{\"shard\": %d,", s.shard), lostDropWithin)
 		if err := os.Remove(arm); err != nil {
 			return err
 		}
-		if drop == "" {
-			return fmt.Errorf("%s did not drop shard %d within %v of the heal: the scenario did not happen", a.Name, s.shard, lostDropWithin)
+		if derr != nil {
+			return fmt.Errorf("%s did not drop shard %d within %v of the heal: the scenario did not happen: %w", a.Name, s.shard, lostDropWithin, derr)
 		}
 		r.Note("%s dropped shard %d %v after the heal (%s); stalls stopped", a.Name, s.shard,
 			time.Since(heal).Round(10*time.Millisecond), logTime.FindString(drop))

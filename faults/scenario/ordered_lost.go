@@ -33,8 +33,11 @@ const (
 	// server's ride-out budget (500 ms, server/ordered.go) when the loss
 	// fails them: refused (the control), they are retried at once and
 	// end in a refusal saying the node does not own the shard, or another
-	// term's numbers, as in ordered-owner-zk-partition's holes.
-	lostStall = 200 * time.Millisecond
+	// term's numbers, as in ordered-owner-zk-partition's holes. With
+	// 200 ms, on a machine loaded beside the suite, the waiters were too
+	// old in one control run of five: their refusal reached the callers,
+	// and a failed call explains a hole.
+	lostStall = 100 * time.Millisecond
 	// lostDropWithin bounds the wait for the owner to drop the hot shard
 	// after the heal (observed: 1 to 2 s, the ZooKeeper client's
 	// reconnect and the lease's check).

@@ -18,10 +18,10 @@ func TestRideOutWakesAtTheShardsChange(t *testing.T) {
 	never := func(time.Duration) <-chan time.Time { return nil }
 	wake := make(chan struct{})
 	var serving bool
-	tries, changedCalls := 0, 0
-	changed := func() <-chan struct{} { changedCalls++; return wake }
+	tries := 0
+	w := &fakeShardWatch{ch: wake}
 	refused := errors.New("shard in transition")
-	out, err := rideOutAfter(ctx, never, changed, func() (int, bool, error) {
+	out, err := rideOutAfter(ctx, never, w, "k", func() (int, bool, error) {
 		tries++
 		if serving {
 			return 7, false, nil
@@ -35,7 +35,20 @@ func TestRideOutWakesAtTheShardsChange(t *testing.T) {
 	if err != nil || out != 7 {
 		t.Fatalf("ride-out: %v, %v (ctx: %v): it did not wake at the shard's change", out, err, ctx.Err())
 	}
-	if tries != 2 || changedCalls != 2 {
-		t.Fatalf("tries %d, change channels taken %d, want 2 and 2 (one before each try)", tries, changedCalls)
+	if tries != 2 || w.calls != 2 || w.subKey != "k" {
+		t.Fatalf("tries %d, change channels taken %d (of %q), want 2 and 2 (one before each try, of k)", tries, w.calls, w.subKey)
 	}
+}
+
+// fakeShardWatch hands out ch and counts the calls.
+type fakeShardWatch struct {
+	ch     chan struct{}
+	calls  int
+	subKey string
+}
+
+func (f *fakeShardWatch) ShardChanged(subKey string) <-chan struct{} {
+	f.calls++
+	f.subKey = subKey
+	return f.ch
 }

@@ -139,9 +139,12 @@ func (c Config) withDefaults() (Config, error) {
 // Allocator serves ORDERED requests for the shards this node owns. It is
 // the Coordinator's Handler. Safe for concurrent use.
 type Allocator struct {
-	cfg      Config
-	log      *zap.Logger
-	shards   [segment.OrderedShards]atomic.Pointer[shard]
+	cfg    Config
+	log    *zap.Logger
+	shards [segment.OrderedShards]atomic.Pointer[shard]
+	// changes holds, per shard, the channel closed at the shard's next
+	// change of term here (ShardChanged); nil until someone waits.
+	changes  [segment.OrderedShards]atomic.Pointer[chan struct{}]
 	requests *requestMemory
 	seen     [segment.OrderedShards]seenMap // highest number answered per key, across terms
 	// reserved is the highest number persisted per key, across terms:
@@ -320,6 +323,43 @@ func (a *Allocator) Take(ctx context.Context, biz segment.Biz, subKey string, n 
 	return r, nil
 }
 
+// ShardChanged returns a channel that is closed at the next change of
+// subKey's shard on this node: a term installed (Acquire) or ended (Lost,
+// a fence, the end of a hand-off). A caller that takes the channel before
+// it looks at the shard (Take, Holds) misses no change after that look,
+// so a refusal can be waited out until the change instead of retried on
+// a timer: the server's ride-out of a shard in transition answers as soon
+// as the shard serves here (issue 31: a new node's first ORDERED answer
+// came up to a whole back-off step, 80 ms, after its shard was claimed).
+func (a *Allocator) ShardChanged(subKey string) <-chan struct{} {
+	p := &a.changes[segment.Shard(subKey)]
+	for {
+		if ch := p.Load(); ch != nil {
+			return *ch
+		}
+		ch := make(chan struct{})
+		if p.CompareAndSwap(nil, &ch) {
+			return ch
+		}
+	}
+}
+
+// changed wakes the waiters of shard idx (ShardChanged); called after the
+// shard's term changed, so a waiter woken finds the new state.
+func (a *Allocator) changed(idx int) {
+	if ch := a.changes[idx].Swap(nil); ch != nil {
+		close(*ch)
+	}
+}
+
+// endTerm removes sh as its shard's term, if it still is, and wakes the
+// shard's waiters.
+func (a *Allocator) endTerm(sh *shard) {
+	if a.shards[sh.idx].CompareAndSwap(sh, nil) {
+		a.changed(sh.idx)
+	}
+}
+
 // Holds reports whether this node holds subKey's shard now (it may still
 // be in its lease wait or handing it off): a lock-free look, so that the
 // server can route a request to the shard's owner before applying its
@@ -459,6 +499,7 @@ func (a *Allocator) Acquire(ctx context.Context, g Grant) error {
 	}
 	sh := newShard(g)
 	a.shards[g.Shard].Store(sh)
+	a.changed(g.Shard)
 	go sh.run(a)
 	a.st.acquired.Add(1)
 	a.log.Debug("ordered shard acquired", zap.Int("shard", g.Shard), zap.Int64("epoch", g.Epoch),
@@ -505,7 +546,7 @@ func (a *Allocator) Release(ctx context.Context, idx int) error {
 	sh.stopLoop()
 	<-sh.done
 	rows := sh.writeBack()
-	defer a.shards[idx].CompareAndSwap(sh, nil)
+	defer a.endTerm(sh)
 	if a.cfg.BeforeWriteBack != nil && len(rows) > 0 {
 		a.cfg.BeforeWriteBack(idx)
 	}
@@ -609,7 +650,7 @@ func (a *Allocator) fenced(sh *shard, why string) {
 }
 
 func (a *Allocator) drop(sh *shard, why string) {
-	a.shards[sh.idx].CompareAndSwap(sh, nil)
+	a.endTerm(sh)
 	sh.abort(&UnavailableError{Shard: sh.idx, NotOwner: true, Reason: why, RetryAfter: 100 * time.Millisecond})
 	a.log.Warn("ordered shard dropped", zap.Int("shard", sh.idx), zap.Int64("epoch", sh.grant.Epoch), zap.String("why", why))
 }

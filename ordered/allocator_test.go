@@ -754,3 +754,59 @@ func BenchmarkTakeCached(b *testing.B) {
 		})
 	}
 }
+
+// TestShardChangedWakesAtEveryChangeOfTerm: the channel ShardChanged gives
+// is closed when the shard's term is installed (Acquire), handed off
+// (Release) and lost (Lost), and only then: the server's ride-out of a
+// shard in transition waits on it instead of a back-off step (issue 31).
+func TestShardChangedWakesAtEveryChangeOfTerm(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, newFakeStore(), newFakeClock(), "a:1")
+	biz := bizMode("chat", segment.OrderedCached)
+	idx := segment.Shard("k")
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	steps := []struct {
+		what   string
+		change func() error
+		serves bool
+	}{
+		{"acquire", func() error { return n.a.Acquire(ctx, Grant{Shard: idx, Epoch: 1}) }, true},
+		{"hand-off", func() error { return n.a.Release(ctx, idx) }, false},
+		{"acquire again", func() error { return n.a.Acquire(ctx, Grant{Shard: idx, Epoch: 2}) }, true},
+		{"loss", func() error { n.a.Lost(idx); return nil }, false},
+	}
+	for _, s := range steps {
+		ch := n.a.ShardChanged("k")
+		if _, err := n.a.Take(ctx, biz, "k", 1, segment.RequestID{}); (err == nil) == s.serves {
+			t.Fatalf("before the %s: Take %v", s.what, err)
+		}
+		// Another shard's change, and a look at this one, wake nobody.
+		other := (idx + 1) % segment.OrderedShards
+		if err := n.a.Acquire(ctx, Grant{Shard: other, Epoch: 1}); err != nil {
+			t.Fatal(err)
+		}
+		n.a.Lost(other)
+		if closed(ch) {
+			t.Fatalf("before the %s: the channel is closed without a change of the shard", s.what)
+		}
+		if err := s.change(); err != nil {
+			t.Fatalf("%s: %v", s.what, err)
+		}
+		if !closed(ch) {
+			t.Fatalf("after the %s: the channel taken before it is not closed: a ride-out would wait for its timer", s.what)
+		}
+		if _, err := n.a.Take(ctx, biz, "k", 1, segment.RequestID{}); (err == nil) != s.serves {
+			t.Fatalf("after the %s: Take %v", s.what, err)
+		}
+		if closed(n.a.ShardChanged("k")) {
+			t.Fatalf("after the %s: a new channel is closed already", s.what)
+		}
+	}
+}

@@ -63,7 +63,7 @@ func (o *owners) Take(ctx context.Context, biz segment.Biz, subKey string, n int
 	// moments of a node) is refused for tens of milliseconds: ride it out
 	// here, briefly, instead of answering the caller a refusal. A lease
 	// wait (seconds) is answered at once with its retry hint, never held.
-	return rideOut(ctx, func() (segment.Range, bool, error) {
+	return rideOut(ctx, o.alloc, subKey, func() (segment.Range, bool, error) {
 		r, err := o.alloc.Take(ctx, biz, subKey, n, rid)
 		return r, inTransition(err) && o.ownedElsewhere(err) == "", err
 	})
@@ -72,13 +72,37 @@ func (o *owners) Take(ctx context.Context, biz segment.Biz, subKey string, n int
 // rideOut calls try until it succeeds, says not to try again, or the next
 // pause would pass transitionBudget (or ctx's deadline): pauses of 5 ms,
 // doubling up to 80 ms. It returns try's last answer.
-func rideOut[T any](ctx context.Context, try func() (out T, again bool, err error)) (T, error) {
+//
+// A pause also ends when the channel w.ShardChanged(subKey) returned
+// before the try is closed: the shard's term changed on this node, so the
+// next try may succeed. Without it a shard that started serving here
+// during a pause answered only at the pause's end: a new node's first
+// ORDERED answer came up to 80 ms after its shard was claimed (issue 31),
+// and the side of a back-off step the claim fell on moved the start-up
+// figure by a whole step. Taken before the try, the channel misses no
+// change after the try looked (Allocator.ShardChanged). Changes of owner
+// on other nodes (a forward's target) still wait for the timer.
+func rideOut[T any](ctx context.Context, w shardWatch, subKey string, try func() (out T, again bool, err error)) (T, error) {
+	return rideOutAfter(ctx, time.After, w, subKey, try)
+}
+
+// shardWatch tells a change of a sub key's shard (*ordered.Allocator):
+// an interface, not a closure, so that the ride-out on every ORDERED
+// request allocates nothing for it.
+type shardWatch interface {
+	ShardChanged(subKey string) <-chan struct{}
+}
+
+// rideOutAfter is rideOut with the pauses' timer given (time.After).
+func rideOutAfter[T any](ctx context.Context, after func(time.Duration) <-chan time.Time, w shardWatch, subKey string,
+	try func() (out T, again bool, err error)) (T, error) {
 	deadline := time.Now().Add(transitionBudget)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
 	pause := 5 * time.Millisecond
 	for {
+		wake := w.ShardChanged(subKey)
 		out, again, err := try()
 		if err == nil || !again || time.Now().Add(pause).After(deadline) {
 			return out, err
@@ -86,7 +110,8 @@ func rideOut[T any](ctx context.Context, try func() (out T, again bool, err erro
 		select {
 		case <-ctx.Done():
 			return out, err
-		case <-time.After(pause):
+		case <-wake:
+		case <-after(pause):
 		}
 		pause = min(2*pause, 80*time.Millisecond)
 	}
@@ -139,7 +164,7 @@ func (o *owners) ownerOf(subKey string) string {
 // again each time; a refused attempt was counted by the node that refused
 // it (its limits and plugins ran), which errs on the side of the limits.
 func (h *handler) nextOrdered(ctx context.Context, is *issuer.Issuer, o *owners, req *idl.NextIDsRequest, r issuer.Request) (*idl.NextIDsResponse, error) {
-	return rideOut(ctx, func() (*idl.NextIDsResponse, bool, error) {
+	return rideOut(ctx, o.alloc, r.SubKey, func() (*idl.NextIDsResponse, bool, error) {
 		if addr := o.ownerOf(r.SubKey); addr != "" {
 			resp, err := o.forward(ctx, addr, req, r.Count)
 			return resp, forward.Transition(err), err

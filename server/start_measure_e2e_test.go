@@ -17,7 +17,10 @@ import (
 // SNOWFLAKE ID, new one-node cluster < 300 ms"): from the process's start
 // to the first SNOWFLAKE ID of a business created on the node, and to the
 // first ORDERED ID, on a new one-node cluster (ZooKeeper + MariaDB: a new
-// cluster, a new database) and standalone (a new data dir).
+// cluster, a new database) and standalone (a new data dir). It also
+// reports, per run, the time from the first SNOWFLAKE ID to the first
+// ORDERED ID: what ORDERED adds (its shard claims and first persist), less
+// moved by the machine's load on the process's start than either figure.
 //
 // With IDGEN_MEASURE_BASE_BIN set to another build's idgen binary (say,
 // main's: go build -o /tmp/idgen-main ./cmd/idgen in a checkout of main),
@@ -40,7 +43,7 @@ func TestMeasure_NewClusterFirstID(t *testing.T) {
 			if mode == "cluster" && (zkAddr == "" || base == "") {
 				t.Skip("needs IDGEN_TEST_ZK and IDGEN_TEST_MYSQL")
 			}
-			sf, ord := map[string][]time.Duration{}, map[string][]time.Duration{}
+			biz, sf, ord, gap := map[string][]time.Duration{}, map[string][]time.Duration{}, map[string][]time.Duration{}, map[string][]time.Duration{}
 			for range 5 {
 				for _, b := range builds {
 					args := []string{"--auto-create-biz", "true"}
@@ -52,14 +55,17 @@ func TestMeasure_NewClusterFirstID(t *testing.T) {
 					start := time.Now()
 					n := testnode.Start(t, testnode.Options{Bin: b.bin, DataDir: t.TempDir(), Args: args, NoWaitStarted: true,
 						NoClusterInit: true})
-					s, o := firstIDs(t, n, start, 60*time.Second)
-					sf[b.name], ord[b.name] = append(sf[b.name], s), append(ord[b.name], o)
+					c, s, o := firstIDs(t, n, start, 60*time.Second)
+					biz[b.name] = append(biz[b.name], c)
+					sf[b.name], ord[b.name], gap[b.name] = append(sf[b.name], s), append(ord[b.name], o), append(gap[b.name], o-s)
 					n.Kill()
 				}
 			}
 			for _, b := range builds {
+				report(t, fmt.Sprintf("new one-node %s, start to CreateBiz accepted (%s)", mode, b.name), biz[b.name])
 				report(t, fmt.Sprintf("new one-node %s, start to first SNOWFLAKE ID (%s)", mode, b.name), sf[b.name])
 				report(t, fmt.Sprintf("new one-node %s, start to first ORDERED ID (%s)", mode, b.name), ord[b.name])
+				report(t, fmt.Sprintf("new one-node %s, first SNOWFLAKE ID to first ORDERED ID (%s)", mode, b.name), gap[b.name])
 			}
 		})
 	}
@@ -67,8 +73,8 @@ func TestMeasure_NewClusterFirstID(t *testing.T) {
 
 // firstIDs creates a business on n (retried until the node takes it), then
 // polls SNOWFLAKE until an ID comes and then ORDERED, and returns how long
-// after start each first ID came.
-func firstIDs(t *testing.T, n *testnode.Node, start time.Time, limit time.Duration) (snowflake, ordered time.Duration) {
+// after start the business was created and each first ID came.
+func firstIDs(t *testing.T, n *testnode.Node, start time.Time, limit time.Duration) (created, snowflake, ordered time.Duration) {
 	t.Helper()
 	c := n.Client(t)
 	ctx := context.Background()
@@ -82,7 +88,7 @@ func firstIDs(t *testing.T, n *testnode.Node, start time.Time, limit time.Durati
 		t.Fatalf("no %s within %v of the start\n%s", what, limit, n.Logs())
 		return 0
 	}
-	try("CreateBiz", func() error {
+	created = try("CreateBiz", func() error {
 		_, err := c.CreateBiz(ctx, &idl.CreateBizRequest{Name: "measure", Channel: ch(idl.Channel_SNOWFLAKE), Channels: allChannels})
 		return err
 	})
@@ -94,5 +100,5 @@ func firstIDs(t *testing.T, n *testnode.Node, start time.Time, limit time.Durati
 		_, err := c.NextIDs(ctx, &idl.NextIDsRequest{Biz: "measure", Channel: ch(idl.Channel_ORDERED), SubKey: str("k"), Count: 1})
 		return err
 	})
-	return snowflake, ordered
+	return created, snowflake, ordered
 }

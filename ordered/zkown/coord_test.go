@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -1070,5 +1071,45 @@ func TestBusyShardBackoffStaysShort(t *testing.T) {
 				t.Fatalf("longest backoff after %d failures: %v, want %v", fails.Load(), longest, tc.maxWait)
 			}
 		})
+	}
+}
+
+// The first node of a new cluster creates the 64 shard znodes in one
+// request, not with a read, a create and a read again per shard (issue 31:
+// 90-120 ms before its first claim), and its first round still ends with
+// every shard created, read and claimed. A node that joins later finds them
+// all and creates nothing.
+func TestNewClusterCreatesShardsInOneRequest(t *testing.T) {
+	w := newWorld(t)
+	var mu sync.Mutex
+	ops := map[string]int{}
+	w.fz.setHook(func(_ *fakeConn, op, p string) {
+		if op == "multi" || strings.Contains(p, "/ordered/shards/") {
+			mu.Lock()
+			ops[op]++
+			mu.Unlock()
+		}
+	})
+	a := w.node(addrA, nil)
+	a.step()
+	mu.Lock()
+	got := maps.Clone(ops)
+	clear(ops)
+	mu.Unlock()
+	if got["create"] != 0 || got["multi"] < 1 {
+		t.Fatalf("first round: %v, want the shards created by a multi and no create of a single shard", got)
+	}
+	for s := range Shards {
+		if r := w.shard(s); r.Owner != a.c.id || r.Epoch != 1 {
+			t.Fatalf("shard %d: %+v, want owned by %s at epoch 1", s, r, a.c.id)
+		}
+	}
+	checkAssignment(t, w, a)
+	b := w.node(addrB, nil)
+	b.step()
+	mu.Lock()
+	defer mu.Unlock()
+	if ops["create"] != 0 || ops["multi"] != 0 {
+		t.Fatalf("a node joining a cluster with every shard znode: %v, want no create", ops)
 	}
 }

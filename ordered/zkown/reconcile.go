@@ -101,6 +101,7 @@ func (c *Coordinator) round(ctx context.Context) {
 		// session here, so the lease check above runs every tick.
 		return
 	}
+	c.createShards(ctx)
 	readOK := c.readShards(ctx)
 	pollOK := c.pollNodes(ctx)
 	c.checkHeld(h)
@@ -250,6 +251,64 @@ func (c *Coordinator) readShards(ctx context.Context) bool {
 	return true
 }
 
+// newShardData is the content of a shard znode created on demand:
+// released, epoch 0.
+func newShardData() []byte {
+	return mustJSON(shardRecord{State: StateReleased, UpdatedAtMs: time.Now().UnixMilli()})
+}
+
+// createShards creates the missing shard znodes in one request, until this
+// node's first full read of the shards succeeded.
+//
+// Why: a new cluster's first node found none, and readShard created each
+// with a read, a create and a read again, one shard after another: three
+// ZooKeeper round trips a shard with a durable write among them, 90-120 ms
+// before its first claim and most of the time from its first SNOWFLAKE ID
+// to its first ORDERED ID (issue 31). One Multi is one round trip and one
+// durable write. The reads stay one after another: the node's one
+// ZooKeeper session answers its requests in order, and a burst of them
+// would queue the start's barrier round (which SNOWFLAKE waits for) behind
+// ORDERED's.
+//
+// Safe: it creates exactly what readShard creates (released, epoch 0), and
+// only where no znode is; a Multi is all or nothing, so one that fails
+// (another node created some of them first, ZooKeeper did not answer, the
+// layout is gone) creates nothing, and readShard creates what is still
+// missing, as before.
+func (c *Coordinator) createShards(ctx context.Context) {
+	if !c.lastFull.IsZero() {
+		return
+	}
+	var kids []string
+	if err := c.call(ctx, c.cfg.Timeout, func() error {
+		var err error
+		kids, _, err = c.conn.Children(c.shardsDir)
+		return err
+	}); err != nil {
+		return
+	}
+	have := make(map[string]bool, len(kids))
+	for _, k := range kids {
+		have[k] = true
+	}
+	var ops []any
+	for s := range Shards {
+		if p := shardPath(c.shardsDir, s); !have[path.Base(p)] {
+			ops = append(ops, &zk.CreateRequest{Path: p, Data: newShardData(), Acl: c.acl})
+		}
+	}
+	if len(ops) == 0 {
+		return
+	}
+	err := c.call(ctx, c.cfg.Timeout, func() error {
+		res, err := c.conn.Multi(ops...)
+		return multiErr(res, err)
+	})
+	if err != nil {
+		c.log.Debug("ORDERED coordinator: creating the missing shard znodes in one request failed; they are created one by one", zap.Int("missing", len(ops)), zap.Error(err))
+	}
+}
+
 // readShard reads shards/NN into the view, creating it (released, epoch
 // 0) when missing; arm sets a data watch.
 func (c *Coordinator) readShard(ctx context.Context, s int, arm bool) error {
@@ -268,8 +327,7 @@ func (c *Coordinator) readShard(ctx context.Context, s int, arm bool) error {
 			if !errors.Is(err, zk.ErrNoNode) {
 				return err
 			}
-			rec := shardRecord{State: StateReleased, UpdatedAtMs: time.Now().UnixMilli()}
-			_, err = c.conn.Create(p, mustJSON(rec), 0, c.acl)
+			_, err = c.conn.Create(p, newShardData(), 0, c.acl)
 			if errors.Is(err, zk.ErrNoNode) {
 				// The layout is gone (a wiped ensemble): create it again.
 				if err := cluster.EnsurePath(c.conn, c.shardsDir, c.acl); err != nil {

@@ -41,7 +41,10 @@
 # e.g. main: it runs as a second one-node owner cluster, own1base, and every
 # one-node owner scenario (own-cached-*, own-gapless-*) runs on it too, as
 # NAME-base, right after this build's, so the two are compared in one run,
-# req/s and RSS).
+# req/s and RSS; it also runs as two- and three-node clusters, own2base and
+# own3base, and every own2-/own3- cluster scenario runs on them as NAME-base),
+# BASE_IDCTL (the other build's idctl: it drives the NAME-base cluster
+# scenarios, so a client change is compared too).
 #
 # PERF_DIR=DIR records a system-wide CPU profile (perf record -a -g) of every
 # load run into DIR/NAME-rREP.data, for `perf report -i FILE --sort comm` (the
@@ -107,7 +110,7 @@ cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [ -n "$MYSQL_DB" ]; then
-    mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -e "DROP DATABASE IF EXISTS \`$MYSQL_DB\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own1\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own2\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own3\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own1base\`" 2>/dev/null || true
+    mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -e "DROP DATABASE IF EXISTS \`$MYSQL_DB\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own1\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own2\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own3\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own1base\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own2base\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own3base\`" 2>/dev/null || true
   fi
   rm -rf "$WORK"
 }
@@ -130,7 +133,7 @@ start_idgen() {
   local name=$1; shift
   local port admin; port=$(free_port); admin=$(free_port)
   local bin=$WORK/bin/idgen
-  if [ "$name" = own1base ]; then bin=$BASE_IDGEN; fi
+  case $name in own1base | own[23]base?) bin=$BASE_IDGEN ;; esac
   mkdir -p "$WORK/$name"
   "$bin" --data-dir "$WORK/$name/data" --rpc-addr "127.0.0.1:$port" --admin-addr "127.0.0.1:$admin" \
     --log-level warn "$@" >"$WORK/$name/log" 2>&1 &
@@ -318,7 +321,27 @@ if [ "$WITH_OWNERS" = 1 ]; then
     start_idgen "$n" --zk "$IDGEN_TEST_ZK" --cluster "bench-own3-$$" --mysql "$DSN3" --advertise-host 127.0.0.1 --properties-dir "$WORK/$n"
   done
   ordbiz own3a own3-cached cached
-  for c in own1 own2 own3; do wait_settled "$c"; done
+  # With BASE_IDGEN: own2base (own2basea+b) and own3base (own3basea+b+c),
+  # the same clusters of the other build, so every own2-/own3- cluster
+  # scenario also runs on them as NAME-base, right after this build's
+  # (driven by BASE_IDCTL when given: the other build's client too).
+  BASE_CLUSTERS=()
+  if [ -n "${BASE_IDGEN:-}" ]; then
+    CLUSTER_NODES[own2base]="own2basea own2baseb"
+    CLUSTER_NODES[own3base]="own3basea own3baseb own3basec"
+    for c in own2base own3base; do
+      "$IDCTL" cluster init --zk "$IDGEN_TEST_ZK" --cluster "bench-$c-$$" >/dev/null 2>&1
+      mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -e "CREATE DATABASE \`${MYSQL_DB}_$c\`"
+      "$IDCTL" db migrate --mysql "${IDGEN_TEST_MYSQL%/}/${MYSQL_DB}_$c" >/dev/null
+      for n in ${CLUSTER_NODES[$c]}; do
+        start_idgen "$n" --zk "$IDGEN_TEST_ZK" --cluster "bench-$c-$$" --mysql "${IDGEN_TEST_MYSQL%/}/${MYSQL_DB}_$c" --advertise-host 127.0.0.1 --properties-dir "$WORK/$n"
+      done
+      BASE_CLUSTERS+=("$c")
+    done
+    ordbiz own2basea own2-cached cached
+    ordbiz own3basea own3-cached cached
+  fi
+  for c in own1 own2 own3 "${BASE_CLUSTERS[@]}"; do wait_settled "$c"; done
   # noop2a+b, noop3a+b+c: the RPC floor of a two- and a three-process
   # "cluster" on this machine, driven as own2 and own3 are (one client that
   # knows every node: --addr with the list), so each cluster scenario has a
@@ -352,6 +375,8 @@ run_cluster_scenario() {
   local c=${spec#@*:} procs=1 n rc p1 rc2 fwd0 fwd1 out
   if [[ $c == *\*2 ]]; then procs=2; c=${c%\*2}; fi
   local target; read -r -a target <<<"$(cluster_target "$spec")"
+  local IDCTL=$IDCTL # the other build's client for its own clusters
+  if [[ $c == *base ]] && [ -n "${BASE_IDCTL:-}" ]; then IDCTL=$BASE_IDCTL; fi
   log "rep $rep/$RUNS: $name ($*, ${target[*]}, $procs process(es))"
   echo 0 >"$WORK/rss-cluster"
   (
@@ -469,11 +494,22 @@ if [ "$WITH_CLUSTERS" = 1 ]; then
   scenario noop3-list-c16 @list:noop3 --biz bench-sf --channel snowflake --concurrency 16
   scenario noop2-list-split-c16 '@list:noop2*2' --biz bench-sf --channel snowflake --concurrency 8
   scenario own1-zk-cached-64-c16 @zk:own1 --biz own-cached --channel ordered --keys 64 --concurrency 16 --check
-  scenario own2-zk-cached-64-c16 @zk:own2 --biz own2-cached --channel ordered --keys 64 --concurrency 16 --check
-  scenario own3-zk-cached-64-c16 @zk:own3 --biz own3-cached --channel ordered --keys 64 --concurrency 16 --check
-  scenario own3-list-cached-64-c16 @list:own3 --biz own3-cached --channel ordered --keys 64 --concurrency 16 --check
+  # cluster_scenario NAME SPEC ARGS...: NAME and, with BASE_IDGEN, NAME-base
+  # on the other build's cluster of the same size right after it.
+  cluster_scenario() {
+    local name=$1 spec=$2; shift 2
+    scenario "$name" "$spec" "$@"
+    if [ -n "${BASE_IDGEN:-}" ]; then
+      case $spec in
+      *own2* | *own3*) scenario "$name-base" "$(sed -E 's/own([23])/own\1base/' <<<"$spec")" "$@" ;;
+      esac
+    fi
+  }
+  cluster_scenario own2-zk-cached-64-c16 @zk:own2 --biz own2-cached --channel ordered --keys 64 --concurrency 16 --check
+  cluster_scenario own3-zk-cached-64-c16 @zk:own3 --biz own3-cached --channel ordered --keys 64 --concurrency 16 --check
+  cluster_scenario own3-list-cached-64-c16 @list:own3 --biz own3-cached --channel ordered --keys 64 --concurrency 16 --check
   # two applications (idctl processes) of 8 callers each on one hot key
-  scenario own2-zk-cached-hot-split-c16 '@zk:own2*2' --biz own2-cached --channel ordered --sub-key hot --concurrency 8 --check
+  cluster_scenario own2-zk-cached-hot-split-c16 '@zk:own2*2' --biz own2-cached --channel ordered --sub-key hot --concurrency 8 --check
 fi
 # --- end of the discovering-client cluster scenarios ---
 
@@ -663,6 +699,11 @@ if [ "$WITH_CLUSTERS" = 1 ]; then # discovering-client cluster block
     -ratio "cached hot split, --zk/2-process split noop floor=own2-zk-cached-hot-split-c16/noop2-list-split-c16:rps"
     -ratio "noop 2 processes split/noop 1 process=noop2-list-split-c16/noop-c16:rps"
   )
+  if [ -n "${BASE_IDGEN:-}" ]; then
+    for sc in own2-zk-cached-64-c16 own3-zk-cached-64-c16 own3-list-cached-64-c16 own2-zk-cached-hot-split-c16; do
+      RATIOS+=(-ratio "$sc, this build/base=$sc/$sc-base:rps")
+    done
+  fi
 fi
 echo
 echo "## Load runs ($RESULTS)"

@@ -384,7 +384,9 @@ run_cluster_scenario() {
     while :; do
       for n in ${CLUSTER_NODES[$c]}; do
         v=$(rss_kib "${PID[$n]}" VmRSS); v=${v:-0}
-        if [ "$v" -gt "$best" ]; then best=$v; echo "$best" >"$WORK/rss-cluster"; fi
+        # rename, never truncate (as the one-server sampler): killed
+        # mid-write, it left an empty file, and RESULTS an invalid line
+        if [ "$v" -gt "$best" ]; then best=$v; echo "$best" >"$WORK/rss-cluster.tmp" && mv -f "$WORK/rss-cluster.tmp" "$WORK/rss-cluster"; fi
       done
       sleep 0.2
     done

@@ -525,9 +525,9 @@ if [ -n "${ONLY:-}" ]; then
   # Stop the servers no kept scenario drives. An idle cluster node costs
   # 21-28 ms of CPU a second on a 2-core VM (its ZooKeeper session, the
   # ORDERED coordinator's rounds, lease renewals, the runtime's wake-ups),
-  # and a full setup keeps 10 of them, 16 with BASE_IDGEN: up to a sixth of
-  # the machine taken from every scenario, the floors included (issue 31,
-  # the cluster floor's profile).
+  # and a full setup keeps 6 of them (12 with BASE_IDGEN) besides 4
+  # standalone nodes: up to a seventh of the machine taken from every
+  # scenario, the floors included (issue 31, the cluster floor's profile).
   declare -A USED=()
   for sc in "${SCENARIOS[@]}"; do
     read -r -a a <<<"$sc"

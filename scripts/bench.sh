@@ -804,6 +804,8 @@ for line in open(sys.argv[1]):
 # The floor of the same topology: as many no-op processes, driven the same
 # way (one client knowing every node; two clients for a split).
 def topo(name):
+    if name.startswith("noop"):
+        return None  # a floor itself
     if name.startswith("own1-"):
         return "noop-c16"
     if "-split-" in name:

@@ -41,7 +41,15 @@
 # e.g. main: it runs as a second one-node owner cluster, own1base, and every
 # one-node owner scenario (own-cached-*, own-gapless-*) runs on it too, as
 # NAME-base, right after this build's, so the two are compared in one run,
-# req/s and RSS).
+# req/s and RSS; it also runs as two- and three-node clusters, own2base and
+# own3base, and every own2-/own3- cluster scenario runs on them as NAME-base),
+# BASE_IDCTL (the other build's idctl: it drives the NAME-base cluster
+# scenarios, so a client change is compared too).
+#
+# PERF_DIR=DIR records a system-wide CPU profile (perf record -a -g) of every
+# load run into DIR/NAME-rREP.data, for `perf report -i FILE --sort comm` (the
+# share of each process: idctl, the nodes, MariaDB, ZooKeeper) and
+# `perf report -i FILE --pid PID --no-children` (one process).
 #
 # With the owner clusters, every rep also times single durable commits on the
 # same MariaDB (200 autocommit single-row UPDATEs in a row on one connection:
@@ -102,7 +110,7 @@ cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [ -n "$MYSQL_DB" ]; then
-    mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -e "DROP DATABASE IF EXISTS \`$MYSQL_DB\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own1\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own2\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own3\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own1base\`" 2>/dev/null || true
+    mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -e "DROP DATABASE IF EXISTS \`$MYSQL_DB\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own1\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own2\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own3\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own1base\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own2base\`; DROP DATABASE IF EXISTS \`${MYSQL_DB}_own3base\`" 2>/dev/null || true
   fi
   rm -rf "$WORK"
 }
@@ -125,7 +133,7 @@ start_idgen() {
   local name=$1; shift
   local port admin; port=$(free_port); admin=$(free_port)
   local bin=$WORK/bin/idgen
-  if [ "$name" = own1base ]; then bin=$BASE_IDGEN; fi
+  case $name in own1base | own[23]base?) bin=$BASE_IDGEN ;; esac
   mkdir -p "$WORK/$name"
   "$bin" --data-dir "$WORK/$name/data" --rpc-addr "127.0.0.1:$port" --admin-addr "127.0.0.1:$admin" \
     --log-level warn "$@" >"$WORK/$name/log" 2>&1 &
@@ -250,6 +258,21 @@ else
   log "no ZooKeeper or MariaDB test server: skipping the ORDERED shard-owner scenarios"
 fi
 
+# perf_start NAME REP / perf_stop: the PERF_DIR profile of one load run.
+PERF_PID=
+perf_start() {
+  [ -n "${PERF_DIR:-}" ] || return 0
+  mkdir -p "$PERF_DIR"
+  perf record -a -g -F 499 -o "$PERF_DIR/$1-r$2.data" >/dev/null 2>&1 &
+  PERF_PID=$!
+}
+perf_stop() {
+  [ -n "$PERF_PID" ] || return 0
+  kill -INT "$PERF_PID" 2>/dev/null || true
+  wait "$PERF_PID" 2>/dev/null || true
+  PERF_PID=
+}
+
 # --- clusters driven by the discovering client (issue 31, item 2) ---------
 # own3a+own3b+own3c: a three-node cluster on its own database. Scenarios whose
 # SERVER is @zk:CLUSTER run `idctl bench --zk` (the client discovers the
@@ -298,16 +321,39 @@ if [ "$WITH_OWNERS" = 1 ]; then
     start_idgen "$n" --zk "$IDGEN_TEST_ZK" --cluster "bench-own3-$$" --mysql "$DSN3" --advertise-host 127.0.0.1 --properties-dir "$WORK/$n"
   done
   ordbiz own3a own3-cached cached
-  for c in own1 own2 own3; do wait_settled "$c"; done
-  # noop3a+b+c: the RPC floor of a three-process "cluster" on this machine,
-  # driven as own3 is (--addr with every node), so the cluster scenarios
-  # have a floor with the same number of server processes sharing the cores.
-  for n in noop3a noop3b noop3c; do
+  # With BASE_IDGEN: own2base (own2basea+b) and own3base (own3basea+b+c),
+  # the same clusters of the other build, so every own2-/own3- cluster
+  # scenario also runs on them as NAME-base, right after this build's
+  # (driven by BASE_IDCTL when given: the other build's client too).
+  BASE_CLUSTERS=()
+  if [ -n "${BASE_IDGEN:-}" ]; then
+    CLUSTER_NODES[own2base]="own2basea own2baseb"
+    CLUSTER_NODES[own3base]="own3basea own3baseb own3basec"
+    for c in own2base own3base; do
+      "$IDCTL" cluster init --zk "$IDGEN_TEST_ZK" --cluster "bench-$c-$$" >/dev/null 2>&1
+      mariadb -h127.0.0.1 -P"$IDGEN_TEST_MYSQL_PORT" -uroot -e "CREATE DATABASE \`${MYSQL_DB}_$c\`"
+      "$IDCTL" db migrate --mysql "${IDGEN_TEST_MYSQL%/}/${MYSQL_DB}_$c" >/dev/null
+      for n in ${CLUSTER_NODES[$c]}; do
+        start_idgen "$n" --zk "$IDGEN_TEST_ZK" --cluster "bench-$c-$$" --mysql "${IDGEN_TEST_MYSQL%/}/${MYSQL_DB}_$c" --advertise-host 127.0.0.1 --properties-dir "$WORK/$n"
+      done
+      BASE_CLUSTERS+=("$c")
+    done
+    ordbiz own2basea own2-cached cached
+    ordbiz own3basea own3-cached cached
+  fi
+  for c in own1 own2 own3 "${BASE_CLUSTERS[@]}"; do wait_settled "$c"; done
+  # noop2a+b, noop3a+b+c: the RPC floor of a two- and a three-process
+  # "cluster" on this machine, driven as own2 and own3 are (one client that
+  # knows every node: --addr with the list), so each cluster scenario has a
+  # floor with the same number of server processes sharing the cores as
+  # well as the one-process floor (noop-c16).
+  for n in noop2a noop2b noop3a noop3b noop3c; do
     port=$(free_port)
     "$WORK/bin/noop" --addr "127.0.0.1:$port" >"$WORK/$n.log" 2>&1 &
     PID[$n]=$!; PIDS+=($!); ADDR[$n]=127.0.0.1:$port
     wait_port "$port" 30 || { cat "$WORK/$n.log" >&2; die "$n did not start"; }
   done
+  CLUSTER_NODES[noop2]="noop2a noop2b"
   CLUSTER_NODES[noop3]="noop3a noop3b noop3c"
   WITH_CLUSTERS=1
 fi
@@ -329,6 +375,8 @@ run_cluster_scenario() {
   local c=${spec#@*:} procs=1 n rc p1 rc2 fwd0 fwd1 out
   if [[ $c == *\*2 ]]; then procs=2; c=${c%\*2}; fi
   local target; read -r -a target <<<"$(cluster_target "$spec")"
+  local IDCTL=$IDCTL # the other build's client for its own clusters
+  if [[ $c == *base ]] && [ -n "${BASE_IDCTL:-}" ]; then IDCTL=$BASE_IDCTL; fi
   log "rep $rep/$RUNS: $name ($*, ${target[*]}, $procs process(es))"
   echo 0 >"$WORK/rss-cluster"
   (
@@ -336,13 +384,20 @@ run_cluster_scenario() {
     while :; do
       for n in ${CLUSTER_NODES[$c]}; do
         v=$(rss_kib "${PID[$n]}" VmRSS); v=${v:-0}
-        if [ "$v" -gt "$best" ]; then best=$v; echo "$best" >"$WORK/rss-cluster"; fi
+        # rename, never truncate (as the one-server sampler): killed
+        # mid-write, it left an empty file, and RESULTS an invalid line
+        if [ "$v" -gt "$best" ]; then best=$v; echo "$best" >"$WORK/rss-cluster.tmp" && mv -f "$WORK/rss-cluster.tmp" "$WORK/rss-cluster"; fi
       done
       sleep 0.2
     done
   ) &
   local sampler=$!
   fwd0=$(cluster_metric "$c" idgen_ordered_forwarded_total)
+  local busy0 total0 busy1 total1 srv0=0 srv1=0 t0
+  read -r busy0 total0 < <(machine_ticks)
+  for n in ${CLUSTER_NODES[$c]}; do srv0=$((srv0 + $(proc_ticks "${PID[$n]}"))); done
+  t0=$(date +%s.%N)
+  perf_start "$name" "$rep"
   set +e
   if [ "$procs" = 2 ]; then
     "$IDCTL" bench "${target[@]}" --duration "$DURATION" --warmup "$WARMUP" --json --quiet "$@" >"$WORK/split1" 2>"$WORK/bench.err" &
@@ -357,6 +412,15 @@ run_cluster_scenario() {
     : >"$WORK/split2"
   fi
   set -e
+  perf_stop
+  read -r busy1 total1 < <(machine_ticks)
+  for n in ${CLUSTER_NODES[$c]}; do srv1=$((srv1 + $(proc_ticks "${PID[$n]}"))); done
+  # As for one server: the machine's busy fraction and the CPU seconds of
+  # all the cluster's server processes together (warmup included).
+  local cpu
+  cpu=$(awk -v b="$((busy1 - busy0))" -v t="$((total1 - total0))" -v s="$((srv1 - srv0))" \
+    -v hz="$(getconf CLK_TCK)" -v w0="$t0" -v w1="$(date +%s.%N)" \
+    'BEGIN {printf "{\"machine_busy\":%.3f,\"server_s\":%.2f,\"mysqld_s\":0,\"wall_s\":%.2f}", (t > 0 ? b / t : 0), s / hz, w1 - w0}')
   fwd1=$(cluster_metric "$c" idgen_ordered_forwarded_total)
   kill "$sampler" 2>/dev/null || true
   wait "$sampler" 2>/dev/null || true
@@ -378,9 +442,9 @@ print(json.dumps(out))
 PY
 )
   [ "$rc" = 0 ] || { log "idctl bench exited $rc for $name: $(cat "$WORK/bench.err")"; FAILED=1; }
-  printf '{"scenario":"%s","server":"%s","rep":%d,"exit":%d,"rss_max_kib":%s,"hwm_kib":0,"forwarded":%s,"result":%s}\n' \
-    "$name" "$spec" "$rep" "$rc" "$(cat "$WORK/rss-cluster")" "$((fwd1 - fwd0))" "$out" >>"$RESULTS"
-  log "  $(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("%.0f req/s, p50 %.0f us, p99 %.0f us, routing %s" % (r["requests_per_s"], r["latency_us"]["p50"], r["latency_us"]["p99"], r.get("routing")))' "$out"), forwarded by the nodes $((fwd1 - fwd0))"
+  printf '{"scenario":"%s","server":"%s","rep":%d,"exit":%d,"rss_max_kib":%s,"hwm_kib":0,"forwarded":%s,"cpu":%s,"result":%s}\n' \
+    "$name" "$spec" "$rep" "$rc" "$(cat "$WORK/rss-cluster")" "$((fwd1 - fwd0))" "$cpu" "$out" >>"$RESULTS"
+  log "  $(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); c=json.loads(sys.argv[2]); print("%.0f req/s, p50 %.0f us, p99 %.0f us, routing %s, machine busy %.2f, servers %.1f us CPU/req" % (r["requests_per_s"], r["latency_us"]["p50"], r["latency_us"]["p99"], r.get("routing"), c["machine_busy"], c["server_s"] / max(r["requests_per_s"] * c["wall_s"], 1) * 1e6))' "$out" "$cpu"), forwarded by the nodes $((fwd1 - fwd0))"
 }
 # --- end of the discovering-client cluster block ---------------------------
 
@@ -426,13 +490,28 @@ fi
 
 # --- discovering-client cluster scenarios (issue 31, item 2) ---
 if [ "$WITH_CLUSTERS" = 1 ]; then
+  # The same-topology floors: what noop-c16 runs, spread over 2 and 3 no-op
+  # processes by one client (and, for the split, by two clients of 8).
+  scenario noop2-list-c16 @list:noop2 --biz bench-sf --channel snowflake --concurrency 16
   scenario noop3-list-c16 @list:noop3 --biz bench-sf --channel snowflake --concurrency 16
+  scenario noop2-list-split-c16 '@list:noop2*2' --biz bench-sf --channel snowflake --concurrency 8
   scenario own1-zk-cached-64-c16 @zk:own1 --biz own-cached --channel ordered --keys 64 --concurrency 16 --check
-  scenario own2-zk-cached-64-c16 @zk:own2 --biz own2-cached --channel ordered --keys 64 --concurrency 16 --check
-  scenario own3-zk-cached-64-c16 @zk:own3 --biz own3-cached --channel ordered --keys 64 --concurrency 16 --check
-  scenario own3-list-cached-64-c16 @list:own3 --biz own3-cached --channel ordered --keys 64 --concurrency 16 --check
+  # cluster_scenario NAME SPEC ARGS...: NAME and, with BASE_IDGEN, NAME-base
+  # on the other build's cluster of the same size right after it.
+  cluster_scenario() {
+    local name=$1 spec=$2; shift 2
+    scenario "$name" "$spec" "$@"
+    if [ -n "${BASE_IDGEN:-}" ]; then
+      case $spec in
+      *own2* | *own3*) scenario "$name-base" "$(sed -E 's/own([23])/own\1base/' <<<"$spec")" "$@" ;;
+      esac
+    fi
+  }
+  cluster_scenario own2-zk-cached-64-c16 @zk:own2 --biz own2-cached --channel ordered --keys 64 --concurrency 16 --check
+  cluster_scenario own3-zk-cached-64-c16 @zk:own3 --biz own3-cached --channel ordered --keys 64 --concurrency 16 --check
+  cluster_scenario own3-list-cached-64-c16 @list:own3 --biz own3-cached --channel ordered --keys 64 --concurrency 16 --check
   # two applications (idctl processes) of 8 callers each on one hot key
-  scenario own2-zk-cached-hot-split-c16 '@zk:own2*2' --biz own2-cached --channel ordered --sub-key hot --concurrency 8 --check
+  cluster_scenario own2-zk-cached-hot-split-c16 '@zk:own2*2' --biz own2-cached --channel ordered --sub-key hot --concurrency 8 --check
 fi
 # --- end of the discovering-client cluster scenarios ---
 
@@ -443,6 +522,36 @@ if [ -n "${ONLY:-}" ]; then
   done
   [ ${#kept[@]} -gt 0 ] || die "ONLY=$ONLY matches no scenario"
   SCENARIOS=("${kept[@]}")
+  # Stop the servers no kept scenario drives. An idle cluster node costs
+  # 21-28 ms of CPU a second on a 2-core VM (its ZooKeeper session, the
+  # ORDERED coordinator's rounds, lease renewals, the runtime's wake-ups),
+  # and a full setup keeps 6 of them (12 with BASE_IDGEN) besides 4
+  # standalone nodes: up to a seventh of the machine taken from every
+  # scenario, the floors included (issue 31, the cluster floor's profile).
+  declare -A USED=()
+  for sc in "${SCENARIOS[@]}"; do
+    read -r -a a <<<"$sc"
+    case ${a[1]} in
+    @*) c=${a[1]#@*:}; c=${c%\*2}; for n in ${CLUSTER_NODES[$c]}; do USED[$n]=1; done ;;
+    *+*) USED[${a[1]%%+*}]=1; USED[${a[1]##*+}]=1 ;;
+    *) USED[${a[1]}]=1 ;;
+    esac
+  done
+  # a cluster is kept whole: a stopped peer's shards would move under load
+  for c in "${!CLUSTER_NODES[@]}"; do
+    for n in ${CLUSTER_NODES[$c]}; do
+      if [ -n "${USED[$n]:-}" ]; then
+        for m in ${CLUSTER_NODES[$c]}; do USED[$m]=1; done
+        break
+      fi
+    done
+  done
+  for n in "${!PID[@]}"; do
+    [ -z "${USED[$n]:-}" ] || continue
+    kill "${PID[$n]}" 2>/dev/null || true
+    wait "${PID[$n]}" 2>/dev/null || true
+    log "$n stopped: no scenario of ONLY uses it"
+  done
 fi
 
 rss_kib() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
@@ -544,10 +653,12 @@ PY
     srv0=$(proc_ticks "$pid") db0=0
     [ -z "$MYSQLD_PID" ] || db0=$(proc_ticks "$MYSQLD_PID")
     t0=$(date +%s.%N)
+    perf_start "$name" "$rep"
     set +e
     out=$("$IDCTL" bench --addr "${ADDR[$server]}" --duration "$DURATION" --warmup "$WARMUP" --json --quiet "${args[@]}" 2>"$WORK/bench.err")
     rc=$?
     set -e
+    perf_stop
     read -r busy1 total1 < <(machine_ticks)
     srv1=$(proc_ticks "$pid") db1=0
     [ -z "$MYSQLD_PID" ] || db1=$(proc_ticks "$MYSQLD_PID")
@@ -610,10 +721,21 @@ if [ "$WITH_CLUSTERS" = 1 ]; then # discovering-client cluster block
     -ratio "cached 64 keys, 2 nodes, --zk/noop=own2-zk-cached-64-c16/noop-c16:rps"
     -ratio "cached 64 keys, 3 nodes, --zk/noop=own3-zk-cached-64-c16/noop-c16:rps"
     -ratio "cached 64 keys, 3 nodes, --addr list/noop=own3-list-cached-64-c16/noop-c16:rps"
+    -ratio "cached 64 keys, 1 node, --zk/1-process noop floor=own1-zk-cached-64-c16/noop-c16:rps"
+    -ratio "cached 64 keys, 2 nodes, --zk/2-process noop floor=own2-zk-cached-64-c16/noop2-list-c16:rps"
     -ratio "cached 64 keys, 3 nodes, --zk/3-process noop floor=own3-zk-cached-64-c16/noop3-list-c16:rps"
+    -ratio "cached 64 keys, 3 nodes, --addr list/3-process noop floor=own3-list-cached-64-c16/noop3-list-c16:rps"
+    -ratio "noop 2 processes/noop 1 process=noop2-list-c16/noop-c16:rps"
     -ratio "noop 3 processes/noop 1 process=noop3-list-c16/noop-c16:rps"
     -ratio "cached hot split, --zk/one node=own2-zk-cached-hot-split-c16/own-cached-hot-c16:rps"
+    -ratio "cached hot split, --zk/2-process split noop floor=own2-zk-cached-hot-split-c16/noop2-list-split-c16:rps"
+    -ratio "noop 2 processes split/noop 1 process=noop2-list-split-c16/noop-c16:rps"
   )
+  if [ -n "${BASE_IDGEN:-}" ]; then
+    for sc in own2-zk-cached-64-c16 own3-zk-cached-64-c16 own3-list-cached-64-c16 own2-zk-cached-hot-split-c16; do
+      RATIOS+=(-ratio "$sc, this build/base=$sc/$sc-base:rps")
+    done
+  fi
 fi
 echo
 echo "## Load runs ($RESULTS)"
@@ -665,6 +787,65 @@ for name in sorted(runs):
     cpus = "| %.2f | %.0f us | %.0f us |" % (med(busy), med(srv), med(db)) if busy else "| | | |"
     print("| %s | %.0f | %.0f us | %.0f us | %.2f | %.2f | %.0f | %.3f ms %s" % (
         name, med(rps), med(p50), med(p99), med(xf), med(xb), med(bounds), med(tcs) * 1000, cpus))
+PY
+fi
+if [ "$WITH_CLUSTERS" = 1 ]; then # discovering-client cluster block
+  echo
+  echo "## Clusters against the one-process floor and their own topology's floor"
+  echo
+  python3 - "$RESULTS" <<'PY'
+import json, re, statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    if line.startswith("#") or not line.strip():
+        continue
+    r = json.loads(line)
+    runs.setdefault(r["scenario"], {})[r["rep"]] = r
+# The floor of the same topology: as many no-op processes, driven the same
+# way (one client knowing every node; two clients for a split).
+def topo(name):
+    if name.startswith("noop"):
+        return None  # a floor itself
+    if name.startswith("own1-"):
+        return "noop-c16"
+    if "-split-" in name:
+        return "noop2-list-split-c16"
+    m = re.match(r"own([23])-", name)
+    return m and "noop%s-list-c16" % m.group(1)
+def cpu_per_req(r):
+    c, res = r.get("cpu") or {}, r["result"]
+    reqs = res["requests_per_s"] * c.get("wall_s", 0)
+    return c["server_s"] / reqs * 1e6 if reqs else None
+med = statistics.median
+print("| scenario | req/s | p50 | p99 | x floor (1 process) | x floor (same topology) | floor of the topology | servers CPU/req | its floor's CPU/req | machine busy | forwarded | routing to owner / elsewhere |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+for name in sorted(runs):
+    if not re.match(r"(own[123]-(zk|list)-|noop[23]-list)", name):
+        continue
+    tf = topo(name)
+    xf, xt, rps, p50, p99, cpr, fcpr, busy, fwd, to, el = ([] for _ in range(11))
+    for rep, r in runs[name].items():
+        res = r["result"]
+        rps.append(res["requests_per_s"]); p50.append(res["latency_us"]["p50"]); p99.append(res["latency_us"]["p99"])
+        if rep in runs.get("noop-c16", {}):
+            xf.append(res["requests_per_s"] / runs["noop-c16"][rep]["result"]["requests_per_s"])
+        if tf and rep in runs.get(tf, {}):
+            xt.append(res["requests_per_s"] / runs[tf][rep]["result"]["requests_per_s"])
+            v = cpu_per_req(runs[tf][rep]) if runs[tf][rep].get("cpu") else None
+            if v is not None:
+                fcpr.append(v)
+        if r.get("cpu"):
+            v = cpu_per_req(r)
+            if v is not None:
+                cpr.append(v)
+            busy.append(r["cpu"]["machine_busy"])
+        fwd.append(r.get("forwarded", 0))
+        rt = res.get("routing") or {}
+        to.append(rt.get("to_owner", 0)); el.append(rt.get("elsewhere", 0))
+    f = lambda v, fmt: fmt % med(v) if v else ""
+    print("| %s | %.0f | %.0f us | %.0f us | %s | %s | %s | %s | %s | %s | %d | %d / %d |" % (
+        name, med(rps), med(p50), med(p99), f(xf, "%.2f"), f(xt, "%.2f"), tf or "",
+        f(cpr, "%.0f us"), f(fcpr, "%.0f us"), f(busy, "%.2f"), sum(fwd), sum(to), sum(el)))
 PY
 fi
 if [ -f "$GORESULTS" ]; then

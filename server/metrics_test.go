@@ -406,3 +406,51 @@ func TestMetricsNodeExportsNewFamilies(t *testing.T) {
 		t.Errorf("idgen_ordered_persist_duration_seconds count %d sum %v after ORDERED requests, want the persists observed", c, sum)
 	}
 }
+
+// TestMetricsServedNextIDs: a served NextIDs call counts in the same series
+// whether its channel's series were looked up once (the pre-initialised
+// channels) or by label on the call: idgen_rpc_requests_total{code="OK"},
+// one latency sample of its channel, and idgen_ids_issued_total of the
+// issuing channel; a refusal of the same channel counts under its code.
+func TestMetricsServedNextIDs(t *testing.T) {
+	m := newMetrics()
+	latencyCount := func(channel string) uint64 {
+		for _, s := range family(t, m, "idgen_rpc_duration_seconds") {
+			if labelKey(s) == "channel="+channel+",method=NextIDs" {
+				return s.GetHistogram().GetSampleCount()
+			}
+		}
+		return 0
+	}
+	for i, channel := range append(nextIDsChannels, "invalid") {
+		for n := 0; n <= i; n++ {
+			m.rpcDone("NextIDs", channel, time.Now(), nil)
+		}
+		if got := counterValue(t, m, "idgen_rpc_requests_total", "channel="+channel+",code=OK,method=NextIDs"); got != float64(i+1) {
+			t.Errorf("channel %s: %v served calls counted, want %d", channel, got, i+1)
+		}
+		if got := latencyCount(channel); got != uint64(i+1) {
+			t.Errorf("channel %s: %d latency samples, want %d", channel, got, i+1)
+		}
+	}
+	m.rpcDone("NextIDs", "ordered", time.Now(), &idl.IdgenError{Code: idl.ErrorCode_SEGMENT_UNAVAILABLE})
+	if got := counterValue(t, m, "idgen_rpc_requests_total", "channel=ordered,code=SEGMENT_UNAVAILABLE,method=NextIDs"); got != 1 {
+		t.Errorf("a refusal: %v, want 1", got)
+	}
+	if got := latencyCount("ordered"); got != 4 {
+		t.Errorf("ordered latency samples after a refusal: %d, want 4 (refusals are timed too)", got)
+	}
+	m.rpcDone("CreateBiz", "", time.Now(), nil)
+	if got := counterValue(t, m, "idgen_rpc_requests_total", "channel=,code=OK,method=CreateBiz"); got != 1 {
+		t.Errorf("CreateBiz: %v, want 1", got)
+	}
+	m.observe(issuer.Response{Channel: segment.ChannelOrdered, Ranges: []segment.Range{{First: 1, Last: 3}}}, nil)
+	m.observe(issuer.Response{Channel: segment.ChannelSnowflake, Ranges: []segment.Range{{First: 7, Last: 7}}}, nil)
+	m.observe(issuer.Response{Channel: segment.Channel(9), Ranges: []segment.Range{{First: 1, Last: 2}}}, nil)
+	m.observe(issuer.Response{Channel: segment.ChannelOrdered, Ranges: []segment.Range{{First: 4, Last: 9}}}, errors.New("refused"))
+	for key, want := range map[string]float64{"channel=ordered": 3, "channel=snowflake": 1, "channel=unordered": 0, "channel=" + issuedLabel(segment.Channel(9)): 2} {
+		if got := counterValue(t, m, "idgen_ids_issued_total", key); got != want {
+			t.Errorf("idgen_ids_issued_total{%s} = %v, want %v", key, got, want)
+		}
+	}
+}

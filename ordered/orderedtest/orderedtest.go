@@ -286,6 +286,9 @@ func (s *Store) RenewLease(ctx context.Context, owner string, shards []ordered.S
 		if err := ordered.ValidateShard(se.Shard); err != nil {
 			return nil, err
 		}
+		if se.Epoch < 0 {
+			return nil, fmt.Errorf("%w: orderedtest: RenewLease of shard %d at negative epoch %d", segment.ErrInvalid, se.Shard, se.Epoch)
+		}
 		if seen[se.Shard] {
 			return nil, fmt.Errorf("%w: orderedtest: RenewLease of shard %d twice", segment.ErrInvalid, se.Shard)
 		}

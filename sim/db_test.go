@@ -12,6 +12,16 @@ import (
 	"github.com/idgen/idgen/segment"
 )
 
+// The simulated primary keeps the ORDERED rules of the real stores
+// through its transactions (the conformance suite, on a node that is
+// never paused or killed).
+func TestDBConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) ordered.Store {
+		_, s := testDB(1)
+		return s
+	})
+}
+
 // The simulated primary holds the owners' leases by the rules of the
 // real stores (the lease cases of the conformance suite).
 func TestDBLeaseConformance(t *testing.T) {
@@ -24,7 +34,7 @@ func TestDBLeaseConformance(t *testing.T) {
 // testDB returns a database drawn from seed and a connection of a node
 // that is never paused or killed.
 func testDB(seed uint64) (*db, *nodeDB) {
-	d := newDB(seed)
+	d := newDB(seed, false)
 	return d, &nodeDB{Store: d.mem, d: d, n: &node{}}
 }
 
@@ -71,7 +81,7 @@ func TestDBLeaseCertConflict(t *testing.T) {
 	if err := s.Claim(ctx, 2, 1, "a"); err != nil {
 		t.Fatal(err)
 	}
-	before := d.nonces[2]
+	before := d.nonce(2)
 	d.conflicts.Store(2)
 	if _, err := s.RenewLease(ctx, "a", []ordered.ShardEpoch{{Shard: 2, Epoch: 1}}); !errors.Is(err, segment.ErrUnavailable) {
 		t.Fatalf("renewal under a certification conflict: %v; want ErrUnavailable", err)
@@ -79,8 +89,8 @@ func TestDBLeaseCertConflict(t *testing.T) {
 	if err := s.ClaimObserved(ctx, 2, 2, "b", before); !errors.Is(err, segment.ErrUnavailable) {
 		t.Fatalf("ClaimObserved under a certification conflict: %v; want ErrUnavailable", err)
 	}
-	if d.nonces[2] != before || d.epochs[2] != 1 {
-		t.Fatalf("refused commits changed the row: nonce %q -> %q, epoch %d", before, d.nonces[2], d.epochs[2])
+	if e, _ := d.ord.Epoch(2); d.nonce(2) != before || e != 1 {
+		t.Fatalf("refused commits changed the row: nonce %q -> %q, epoch %d", before, d.nonce(2), e)
 	}
 }
 
@@ -92,7 +102,7 @@ func TestDBLeaseNoncesPerSeed(t *testing.T) {
 		if err := s.Claim(context.Background(), 0, 1, "a"); err != nil {
 			t.Fatal(err)
 		}
-		return d.nonces[0]
+		return d.nonce(0)
 	}
 	if a, b, c := draw(7), draw(7), draw(8); a != b || a == c || len(a) != 32 {
 		t.Fatalf("nonces of seeds 7, 7, 8: %q, %q, %q; want the same for one seed, 32 characters", a, b, c)

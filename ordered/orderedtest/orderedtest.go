@@ -9,10 +9,10 @@
 // Package ordered's own tests cannot import it (it imports ordered): the
 // tests that need a LeaseStore live in its external test package.
 //
-// The simulator keeps a store of its own (sim/db.go): its fence rows are
-// held across a simulated node's pause, its commits meet certification
-// conflicts and db faults, and a failover rolls it back together with the
-// segment store. Those are the simulator's, not a unit test's.
+// The simulator's database (sim/db.go) holds its ORDERED rows in one too,
+// and keeps what is the simulator's around each call: fence rows held
+// across a simulated node's pause, certification conflicts and db faults
+// at the commit, a failover that rolls the segment store back with it.
 package orderedtest
 
 import (
@@ -52,13 +52,30 @@ type Store struct {
 	// random for the same reason (ordered.LeaseStore).
 	nonces int
 	down   bool
+	opts   Options
 }
 
 var _ ordered.LeaseStore = (*Store)(nil)
 
+// Options are New's settings; the zero value is the store of the unit
+// tests.
+type Options struct {
+	// NewNonce draws a lease nonce; it must never return one it returned
+	// before. Default: a counter ("nonce-1", ...). The simulator draws
+	// them from its run's seed.
+	NewNonce func() string
+	// UnsafeNoFence makes persists and write-backs ignore the shard's
+	// epoch (claims and loads keep it): the negative control of a check
+	// that fencing keeps numbers unique. Never set it elsewhere.
+	UnsafeNoFence bool
+}
+
 // New returns an empty store.
-func New() *Store {
-	return &Store{rows: map[ordered.Key]int64{}, reqs: map[ordered.RequestKey]ordered.Request{}}
+func New() *Store { return NewWith(Options{}) }
+
+// NewWith returns an empty store with opts.
+func NewWith(opts Options) *Store {
+	return &Store{rows: map[ordered.Key]int64{}, reqs: map[ordered.RequestKey]ordered.Request{}, opts: opts}
 }
 
 // SetUnreachable makes every call fail with ErrUnreachable (changing
@@ -108,6 +125,9 @@ func (s *Store) lock(ctx context.Context) error {
 
 // newNonceLocked draws a nonce never drawn before.
 func (s *Store) newNonceLocked() string {
+	if s.opts.NewNonce != nil {
+		return s.opts.NewNonce()
+	}
 	s.nonces++
 	return fmt.Sprintf("nonce-%d", s.nonces)
 }
@@ -154,6 +174,12 @@ func (s *Store) claim(ctx context.Context, shard int, epoch int64, owner string,
 func (s *Store) fencedLocked(shard int, epoch int64) bool {
 	r := s.shards[shard]
 	return !r.claimed || r.epoch != epoch
+}
+
+// writeFencedLocked is fencedLocked for a persist or a write-back, which
+// UnsafeNoFence lets through.
+func (s *Store) writeFencedLocked(shard int, epoch int64) bool {
+	return !s.opts.UnsafeNoFence && s.fencedLocked(shard, epoch)
 }
 
 // Load implements ordered.Store.
@@ -208,7 +234,7 @@ func (s *Store) PersistShards(ctx context.Context, parts []ordered.ShardWrite) (
 }
 
 func (s *Store) persistLocked(p ordered.ShardWrite) error {
-	if s.fencedLocked(p.Shard, p.Epoch) {
+	if s.writeFencedLocked(p.Shard, p.Epoch) {
 		return ordered.ErrFenced
 	}
 	var dup []ordered.RequestKey
@@ -245,7 +271,7 @@ func (s *Store) WriteBack(ctx context.Context, shard int, epoch int64, rows []or
 		return err
 	}
 	defer s.mu.Unlock()
-	if s.fencedLocked(shard, epoch) {
+	if s.writeFencedLocked(shard, epoch) {
 		return ordered.ErrFenced
 	}
 	for _, r := range rows {
@@ -325,4 +351,44 @@ func (s *Store) LeaseNonces(ctx context.Context) ([]string, error) {
 		out[i] = r.nonce
 	}
 	return out, nil
+}
+
+// RaiseOrdered raises rows to the marks (never lowers one), unfenced: the
+// replication barrier's repair on a new MySQL server
+// (segment/mysqlstore.Store.RaiseOrdered).
+func (s *Store) RaiseOrdered(ctx context.Context, marks []segment.OrderedMark) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	for _, m := range marks {
+		k := ordered.Key{Biz: m.Biz, SubKey: m.SubKey}
+		s.rows[k] = max(s.rows[k], m.Last)
+	}
+	return nil
+}
+
+// RestoreRequests stores the request ids the store lacks, leaving stored
+// ones as they are: the barrier's other repair
+// (segment/mysqlstore.Store.RestoreRequests).
+func (s *Store) RestoreRequests(ctx context.Context, reqs []ordered.Request) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	for _, q := range reqs {
+		if k := requestKey(q); !s.has(k) {
+			s.reqs[k] = q
+		}
+	}
+	return nil
+}
+
+// Epoch returns the shard's stored epoch and whether it was ever claimed,
+// for a test's assertions: read through no rule, not even SetUnreachable.
+func (s *Store) Epoch(shard int) (epoch int64, claimed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.shards[shard]
+	return r.epoch, r.claimed
 }

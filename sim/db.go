@@ -65,14 +65,6 @@ func (d *db) newNonce() string {
 	return fmt.Sprintf("%016x%016x", d.rng.Uint64(), d.rng.Uint64())
 }
 
-// nonce returns the shard's lease nonce, for the tests.
-func (d *db) nonce(shard int) string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	n, _ := d.ord.LeaseNonces(context.Background())
-	return n[shard]
-}
-
 // dbSnapshot is what a replica holds at one moment.
 type dbSnapshot struct {
 	mem *memstore.Snapshot
@@ -302,29 +294,18 @@ func (s *nodeDB) lockShard(ctx context.Context, shard int) (func(), error) {
 	return mu.Unlock, nil
 }
 
-// Claim implements ordered.Store with the rules of the real stores: a
-// fresh lease nonce with the epoch.
+// Claim implements ordered.Store: a transaction on the shard's fence row.
 func (s *nodeDB) Claim(ctx context.Context, shard int, epoch int64, owner string) error {
-	return s.claim(ctx, shard, epoch, owner, nil)
-}
-
-// ClaimObserved implements ordered.LeaseStore as mysqlstore does: Claim,
-// refused with ordered.ErrLeaseRenewed (nothing changed) when the stored
-// nonce is not observed, unless the row is at epoch and owner already (a
-// retry of this claim).
-func (s *nodeDB) ClaimObserved(ctx context.Context, shard int, epoch int64, owner, observed string) error {
-	return s.claim(ctx, shard, epoch, owner, &observed)
-}
-
-func (s *nodeDB) claim(ctx context.Context, shard int, epoch int64, owner string, observed *string) error {
-	if err := ordered.ValidateShard(shard); err != nil {
-		return err
-	}
 	return s.shardTx(ctx, shard, false, func(ctx context.Context, o *orderedtest.Store) error {
-		if observed != nil {
-			return o.ClaimObserved(ctx, shard, epoch, owner, *observed)
-		}
 		return o.Claim(ctx, shard, epoch, owner)
+	})
+}
+
+// ClaimObserved implements ordered.LeaseStore: a transaction on the
+// shard's fence row.
+func (s *nodeDB) ClaimObserved(ctx context.Context, shard int, epoch int64, owner, observed string) error {
+	return s.shardTx(ctx, shard, false, func(ctx context.Context, o *orderedtest.Store) error {
+		return o.ClaimObserved(ctx, shard, epoch, owner, observed)
 	})
 }
 
@@ -339,12 +320,10 @@ func (s *nodeDB) RenewLease(ctx context.Context, owner string, shards []ordered.
 	}
 	ids := make([]int, len(shards))
 	for i, se := range shards {
-		if err := ordered.ValidateShard(se.Shard); err != nil {
-			return nil, err
-		}
 		ids[i] = se.Shard
 	}
 	slices.Sort(ids)
+	// A shard twice would wait for its own fence row.
 	if len(slices.Compact(slices.Clone(ids))) != len(ids) {
 		return nil, fmt.Errorf("sim: RenewLease of %v: %w: a shard given twice", ids, segment.ErrInvalid)
 	}
@@ -386,6 +365,11 @@ func (s *nodeDB) shardTx(ctx context.Context, shard int, pausedInside bool, fn f
 // shardsTx is shardTx on several shards' fence rows, taken in ascending
 // order as the real store's fencing UPDATE takes them (by primary key).
 func (s *nodeDB) shardsTx(ctx context.Context, shards []int, pausedInside bool, fn func(ctx context.Context, o *orderedtest.Store) error) error {
+	for _, shard := range shards {
+		if err := ordered.ValidateShard(shard); err != nil {
+			return err // no fence row to take
+		}
+	}
 	if err := s.boundary(ctx); err != nil {
 		return err
 	}
@@ -466,9 +450,6 @@ func (s *nodeDB) PersistShards(ctx context.Context, parts []ordered.ShardWrite) 
 // WriteBack implements ordered.Store; it clears the shard's lease nonce
 // (ordered.LeaseStore).
 func (s *nodeDB) WriteBack(ctx context.Context, shard int, epoch int64, rows []ordered.Row) error {
-	if err := ordered.ValidateShard(shard); err != nil {
-		return err
-	}
 	return s.shardTx(ctx, shard, false, func(ctx context.Context, o *orderedtest.Store) error {
 		return o.WriteBack(ctx, shard, epoch, rows)
 	})

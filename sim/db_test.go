@@ -38,6 +38,14 @@ func testDB(seed uint64) (*db, *nodeDB) {
 	return d, &nodeDB{Store: d.mem, d: d, n: &node{}}
 }
 
+// nonce returns the shard's lease nonce.
+func (d *db) nonce(shard int) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n, _ := d.ord.LeaseNonces(context.Background())
+	return n[shard]
+}
+
 // A lossy failover puts the replica's older nonces back, and the nonces
 // drawn after it are new ones: one a taker saw before the failover
 // reads as unchanged only if the replica had it.

@@ -163,3 +163,29 @@ func TestDBFaultsReachOrderedRows(t *testing.T) {
 		t.Fatalf("Claim after the stall: %v", err)
 	}
 }
+
+// The no-fence control (IDGEN_FAULT_ORDERED_NO_EPOCH) reaches the ORDERED
+// rows: a deposed owner's persist and write-back land, its claims and
+// loads stay fenced. Without the control both are refused.
+func TestDBNoFenceControl(t *testing.T) {
+	for _, noFence := range []bool{false, true} {
+		d := newDB(1, noFence)
+		s := &nodeDB{Store: d.mem, d: d, n: &node{}}
+		ctx := context.Background()
+		k := ordered.Key{Biz: "b", SubKey: storetest.SubKeys(4, "k", 1)[0]}
+		if err := s.Claim(ctx, 4, 2, "new"); err != nil {
+			t.Fatal(err)
+		}
+		persistErr := s.Persist(ctx, 4, 1, []ordered.Row{{Key: k, Num: 9}}, nil)
+		writeBackErr := s.WriteBack(ctx, 4, 1, []ordered.Row{{Key: k, Num: 3}})
+		if fenced := errors.Is(persistErr, ordered.ErrFenced) && errors.Is(writeBackErr, ordered.ErrFenced); fenced == noFence {
+			t.Fatalf("noFence %v: stale persist %v, write-back %v", noFence, persistErr, writeBackErr)
+		}
+		if err := s.Claim(ctx, 4, 1, "old"); !errors.Is(err, ordered.ErrFenced) {
+			t.Fatalf("noFence %v: a lower claim: %v; want fenced", noFence, err)
+		}
+		if _, err := s.Load(ctx, 4, 1, nil); !errors.Is(err, ordered.ErrFenced) {
+			t.Fatalf("noFence %v: a stale load: %v; want fenced", noFence, err)
+		}
+	}
+}

@@ -3,8 +3,8 @@
 // (ordered/mysqlstore, ordered/boltstore), checked by the same
 // conformance suite (ordered/storetest's Run and RunLease), so a test
 // that passes on it relies on nothing a real store does not do. Its fault
-// knobs are small and explicit: SetUnreachable, and Snapshot and Restore
-// (a lossy failover).
+// knobs are small and explicit: SetUnreachable, Snapshot and Restore (a
+// lossy failover), and Options.UnsafeNoFence (a negative control).
 //
 // Package ordered's own tests cannot import it (it imports ordered): the
 // tests that need a LeaseStore live in its external test package.
@@ -57,12 +57,12 @@ type Store struct {
 
 var _ ordered.LeaseStore = (*Store)(nil)
 
-// Options are New's settings; the zero value is the store of the unit
-// tests.
+// Options are NewWith's settings; the zero value (New) is the store of
+// the unit tests.
 type Options struct {
-	// NewNonce draws a lease nonce; it must never return one it returned
-	// before. Default: a counter ("nonce-1", ...). The simulator draws
-	// them from its run's seed.
+	// NewNonce draws a lease nonce, called with the store's lock held; it
+	// must never return one it returned before. Default: a counter
+	// ("nonce-1", ...). The simulator draws them from its run's seed.
 	NewNonce func() string
 	// UnsafeNoFence makes persists and write-backs ignore the shard's
 	// epoch (claims and loads keep it): the negative control of a check

@@ -55,7 +55,8 @@ type ShardEpoch struct {
 var ErrLeaseRenewed = errors.New("ordered: the shard's owner renewed its lease in the store since it was observed (alive)")
 
 // LeaseStore is a Store that also holds the owners' leases (see above).
-// Implemented by ordered/mysqlstore and the simulator's store; a Store
+// Implemented by ordered/mysqlstore and ordered/orderedtest (in memory:
+// the unit tests' and the simulator's); a Store
 // without it (boltstore: one standalone node) needs none.
 //
 // Its Claim writes a fresh nonce and its WriteBack clears the nonce of

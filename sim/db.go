@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -13,31 +12,31 @@ import (
 
 	clusterinc "github.com/idgen/idgen/cluster/incarnation"
 	"github.com/idgen/idgen/ordered"
+	"github.com/idgen/idgen/ordered/orderedtest"
 	"github.com/idgen/idgen/segment"
 	"github.com/idgen/idgen/segment/memstore"
 	"github.com/idgen/idgen/segment/mysqlstore"
 )
 
 // db is the simulated MySQL primary: memstore for businesses and
-// UNORDERED segments, and an ordered.LeaseStore with the epoch and lease
-// rules of the real stores for the ORDERED shard owners. A lossy failover
-// puts both back to an older snapshot (what an asynchronous replica had)
-// under a new server identity.
+// UNORDERED segments, and for the ORDERED shard owners the unit tests'
+// in-memory ordered.LeaseStore (ordered/orderedtest: the epoch and lease
+// rules of the real stores, conformance-tested), which nodeDB wraps in
+// the simulator's transactions. A lossy failover puts both back to an
+// older snapshot (what an asynchronous replica had) under a new server
+// identity.
 type db struct {
 	mem *memstore.Store
+	// ord holds the ORDERED shard rows, counters and request ids. Every
+	// call into it is made with mu held, so a snapshot takes it and mem
+	// at one moment.
+	ord *orderedtest.Store
 
-	mu     sync.Mutex
-	epochs map[int]int64
-	owners map[int]string
-	// nonces are the shards' lease nonces (ordered_shard.lease_nonce;
-	// absent: ""), drawn from rng, which a failover does not roll back
-	// (a new nonce is never an old one come back).
-	nonces  map[int]string
-	rng     *rand.Rand
-	rows    map[ordered.Key]int64
-	reqs    map[ordered.RequestKey]ordered.Request
-	server  int // the server identity (a failover changes it)
-	noFence bool
+	mu sync.Mutex
+	// rng draws the lease nonces (ordered_shard.lease_nonce); a failover
+	// does not roll it back (a new nonce is never an old one come back).
+	rng    *rand.Rand
+	server int // the server identity (a failover changes it)
 	// binding is the cluster the database belongs to (cluster_binding;
 	// nil until the first node binds it).
 	binding *mysqlstore.Binding
@@ -52,26 +51,24 @@ type db struct {
 }
 
 // newDB returns an empty database whose lease nonces are drawn from the
-// run's seed.
-func newDB(seed uint64) *db {
-	return &db{mem: memstore.New(), epochs: map[int]int64{}, owners: map[int]string{}, nonces: map[int]string{},
-		rng: rand.New(rand.NewPCG(seed, 0xdb)), rows: map[ordered.Key]int64{}, reqs: map[ordered.RequestKey]ordered.Request{}, server: 1}
+// run's seed. noFence is the no-fence control: persists and write-backs
+// ignore the shard's epoch.
+func newDB(seed uint64, noFence bool) *db {
+	d := &db{mem: memstore.New(), rng: rand.New(rand.NewPCG(seed, 0xdb)), server: 1}
+	d.ord = orderedtest.NewWith(orderedtest.Options{NewNonce: d.newNonce, UnsafeNoFence: noFence})
+	return d
 }
 
 // newNonce draws a lease nonce (32 hex characters, as mysqlstore's, from
-// the run's seed). Called with d.mu held.
+// the run's seed). Called by d.ord, with d.mu held.
 func (d *db) newNonce() string {
 	return fmt.Sprintf("%016x%016x", d.rng.Uint64(), d.rng.Uint64())
 }
 
 // dbSnapshot is what a replica holds at one moment.
 type dbSnapshot struct {
-	mem    *memstore.Snapshot
-	epochs map[int]int64
-	owners map[int]string
-	nonces map[int]string
-	rows   map[ordered.Key]int64
-	reqs   map[ordered.RequestKey]ordered.Request
+	mem *memstore.Snapshot
+	ord *orderedtest.Snapshot
 	// binding is the database's cluster binding (a pointer to an
 	// immutable value: it is written once).
 	binding *mysqlstore.Binding
@@ -87,8 +84,7 @@ type witnessState struct {
 func (d *db) snapshot() dbSnapshot {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return dbSnapshot{mem: d.mem.Snapshot(), epochs: maps.Clone(d.epochs), owners: maps.Clone(d.owners), nonces: maps.Clone(d.nonces),
-		rows: maps.Clone(d.rows), reqs: maps.Clone(d.reqs), binding: d.binding, witness: d.witness}
+	return dbSnapshot{mem: d.mem.Snapshot(), ord: d.ord.Snapshot(), binding: d.binding, witness: d.witness}
 }
 
 // bindCluster is mysqlstore.Store.BindCluster on the simulated database:
@@ -135,8 +131,7 @@ func (d *db) failover(snap dbSnapshot) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.mem.Restore(snap.mem)
-	d.epochs, d.owners, d.nonces = maps.Clone(snap.epochs), maps.Clone(snap.owners), maps.Clone(snap.nonces)
-	d.rows, d.reqs = maps.Clone(snap.rows), maps.Clone(snap.reqs)
+	d.ord.Restore(snap.ord)
 	d.binding = snap.binding
 	d.witness = snap.witness
 	d.server++
@@ -215,11 +210,7 @@ func (s *nodeDB) raiseOwned(ctx context.Context, marks []segment.OrderedMark) er
 	}
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
-	for _, m := range marks {
-		k := ordered.Key{Biz: m.Biz, SubKey: m.SubKey}
-		s.d.rows[k] = max(s.d.rows[k], m.Last)
-	}
-	return nil
+	return s.d.ord.RaiseOrdered(context.WithoutCancel(ctx), marks)
 }
 
 // restoreRequests stores the request ids the db lacks, leaving stored
@@ -230,12 +221,7 @@ func (s *nodeDB) restoreRequests(ctx context.Context, reqs []ordered.Request) er
 	}
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
-	for _, q := range reqs {
-		if _, ok := s.d.reqs[requestKey(q)]; !ok {
-			s.d.reqs[requestKey(q)] = q
-		}
-	}
-	return nil
+	return s.d.ord.RestoreRequests(context.WithoutCancel(ctx), reqs)
 }
 
 // RaiseSegment passes the boundary (segment.Raiser through memstore).
@@ -308,31 +294,18 @@ func (s *nodeDB) lockShard(ctx context.Context, shard int) (func(), error) {
 	return mu.Unlock, nil
 }
 
-// Claim implements ordered.Store with the rules of the real stores: a
-// fresh lease nonce with the epoch.
+// Claim implements ordered.Store: a transaction on the shard's fence row.
 func (s *nodeDB) Claim(ctx context.Context, shard int, epoch int64, owner string) error {
-	return s.claim(ctx, shard, epoch, owner, nil)
+	return s.shardTx(ctx, shard, false, func(ctx context.Context, o *orderedtest.Store) error {
+		return o.Claim(ctx, shard, epoch, owner)
+	})
 }
 
-// ClaimObserved implements ordered.LeaseStore as mysqlstore does: Claim,
-// refused with ordered.ErrLeaseRenewed (nothing changed) when the stored
-// nonce is not observed, unless the row is at epoch and owner already (a
-// retry of this claim).
+// ClaimObserved implements ordered.LeaseStore: a transaction on the
+// shard's fence row.
 func (s *nodeDB) ClaimObserved(ctx context.Context, shard int, epoch int64, owner, observed string) error {
-	return s.claim(ctx, shard, epoch, owner, &observed)
-}
-
-func (s *nodeDB) claim(ctx context.Context, shard int, epoch int64, owner string, observed *string) error {
-	return s.shardTx(ctx, shard, false, func(d *db) error {
-		stored, claimed := d.epochs[shard]
-		if stored > epoch || (claimed && stored == epoch && d.owners[shard] != owner) {
-			return &ordered.FencedError{Shard: shard, Epoch: epoch, Stored: stored}
-		}
-		if observed != nil && (!claimed || stored != epoch) && d.nonces[shard] != *observed {
-			return fmt.Errorf("%w: sim: shard %d holds lease nonce %q, not the %q observed (its owner renewed since); give the shard up and look again", ordered.ErrLeaseRenewed, shard, d.nonces[shard], *observed)
-		}
-		d.epochs[shard], d.owners[shard], d.nonces[shard] = epoch, owner, d.newNonce()
-		return nil
+	return s.shardTx(ctx, shard, false, func(ctx context.Context, o *orderedtest.Store) error {
+		return o.ClaimObserved(ctx, shard, epoch, owner, observed)
 	})
 }
 
@@ -347,31 +320,22 @@ func (s *nodeDB) RenewLease(ctx context.Context, owner string, shards []ordered.
 	}
 	ids := make([]int, len(shards))
 	for i, se := range shards {
-		if err := ordered.ValidateShard(se.Shard); err != nil {
-			return nil, err
-		}
 		ids[i] = se.Shard
 	}
 	slices.Sort(ids)
+	// A shard twice would wait for its own fence row.
 	if len(slices.Compact(slices.Clone(ids))) != len(ids) {
 		return nil, fmt.Errorf("sim: RenewLease of %v: %w: a shard given twice", ids, segment.ErrInvalid)
 	}
 	var renewed []int
-	err := s.shardsTx(ctx, ids, false, func(d *db) error {
-		nonce := d.newNonce()
-		for _, se := range shards {
-			// A cleared lease (a hand-off) is never set again.
-			if e, ok := d.epochs[se.Shard]; ok && e == se.Epoch && d.owners[se.Shard] == owner && d.nonces[se.Shard] != "" {
-				d.nonces[se.Shard] = nonce
-				renewed = append(renewed, se.Shard)
-			}
-		}
-		return nil
+	err := s.shardsTx(ctx, ids, false, func(ctx context.Context, o *orderedtest.Store) error {
+		var err error
+		renewed, err = o.RenewLease(ctx, owner, shards)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	slices.Sort(renewed)
 	return renewed, nil
 }
 
@@ -383,28 +347,29 @@ func (s *nodeDB) LeaseNonces(ctx context.Context) ([]string, error) {
 	if err := s.d.mem.Enter(ctx); err != nil {
 		return nil, err
 	}
-	d := s.d
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := make([]string, segment.OrderedShards)
-	for shard, n := range d.nonces {
-		out[shard] = n
-	}
-	return out, nil
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	return s.d.ord.LeaseNonces(context.WithoutCancel(ctx))
 }
 
 // shardTx runs fn as one transaction on the shard's fence row: the node's
 // pause is waited out first (and, with pausedInside, again while holding
 // the row: a client paused inside its transaction holds it, issue 29
-// hole j), then the commit may be refused (db-cert), then fn runs under
-// the database's lock, then a db-stall or db-fail hits its reply.
-func (s *nodeDB) shardTx(ctx context.Context, shard int, pausedInside bool, fn func(d *db) error) error {
+// hole j), then the commit may be refused (db-cert), then fn runs on the
+// ORDERED rows under the database's lock (its ctx is not cancelled: the
+// statements ran), then a db-stall or db-fail hits its reply.
+func (s *nodeDB) shardTx(ctx context.Context, shard int, pausedInside bool, fn func(ctx context.Context, o *orderedtest.Store) error) error {
 	return s.shardsTx(ctx, []int{shard}, pausedInside, fn)
 }
 
 // shardsTx is shardTx on several shards' fence rows, taken in ascending
 // order as the real store's fencing UPDATE takes them (by primary key).
-func (s *nodeDB) shardsTx(ctx context.Context, shards []int, pausedInside bool, fn func(d *db) error) error {
+func (s *nodeDB) shardsTx(ctx context.Context, shards []int, pausedInside bool, fn func(ctx context.Context, o *orderedtest.Store) error) error {
+	for _, shard := range shards {
+		if err := ordered.ValidateShard(shard); err != nil {
+			return err // no fence row to take
+		}
+	}
 	if err := s.boundary(ctx); err != nil {
 		return err
 	}
@@ -425,7 +390,7 @@ func (s *nodeDB) shardsTx(ctx context.Context, shards []int, pausedInside bool, 
 		return err
 	}
 	s.d.mu.Lock()
-	err := fn(s.d)
+	err := fn(context.WithoutCancel(ctx), s.d.ord)
 	s.d.mu.Unlock()
 	if err != nil {
 		return err
@@ -445,19 +410,9 @@ func (s *nodeDB) Load(ctx context.Context, shard int, epoch int64, keys []ordere
 	if err := s.d.mem.Enter(ctx); err != nil {
 		return nil, err
 	}
-	d := s.d
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.epochs[shard] != epoch {
-		return nil, ordered.ErrFenced
-	}
-	out := map[ordered.Key]int64{}
-	for _, k := range keys {
-		if v, ok := d.rows[k]; ok {
-			out[k] = v
-		}
-	}
-	return out, nil
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	return s.d.ord.Load(context.WithoutCancel(ctx), shard, epoch, keys)
 }
 
 // Persist implements ordered.Store with PersistShards.
@@ -481,13 +436,10 @@ func (s *nodeDB) PersistShards(ctx context.Context, parts []ordered.ShardWrite) 
 			shards = append(shards, p.Shard)
 		}
 	}
-	err = s.shardsTx(ctx, shards, true, func(d *db) error {
-		for i, p := range parts {
-			if errs[i] == nil {
-				errs[i] = d.persistPart(p)
-			}
-		}
-		return nil
+	err = s.shardsTx(ctx, shards, true, func(ctx context.Context, o *orderedtest.Store) error {
+		var err error
+		errs, err = o.PersistShards(ctx, parts)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -495,47 +447,11 @@ func (s *nodeDB) PersistShards(ctx context.Context, parts []ordered.ShardWrite) 
 	return errs, nil
 }
 
-// persistPart writes one part of a persist, or refuses it (fenced, or
-// request ids stored) writing nothing. Called with d.mu held.
-func (d *db) persistPart(p ordered.ShardWrite) error {
-	if !d.noFence && d.epochs[p.Shard] != p.Epoch {
-		return ordered.ErrFenced
-	}
-	var dup []ordered.RequestKey
-	for _, r := range p.Reqs {
-		if _, ok := d.reqs[requestKey(r)]; ok {
-			dup = append(dup, requestKey(r))
-		}
-	}
-	if len(dup) > 0 {
-		return &ordered.DuplicateRequestsError{Requests: dup}
-	}
-	for _, r := range p.Reqs {
-		d.reqs[requestKey(r)] = r
-	}
-	for _, r := range p.Rows {
-		d.rows[r.Key] = max(d.rows[r.Key], r.Num)
-	}
-	return nil
-}
-
-// requestKey is the key a request id is stored under.
-func requestKey(r ordered.Request) ordered.RequestKey {
-	return ordered.RequestKey{Biz: r.Biz, Scope: r.Scope, ID: r.ID}
-}
-
 // WriteBack implements ordered.Store; it clears the shard's lease nonce
 // (ordered.LeaseStore).
 func (s *nodeDB) WriteBack(ctx context.Context, shard int, epoch int64, rows []ordered.Row) error {
-	return s.shardTx(ctx, shard, false, func(d *db) error {
-		if !d.noFence && d.epochs[shard] != epoch {
-			return ordered.ErrFenced
-		}
-		for _, r := range rows {
-			d.rows[r.Key] = r.Num
-		}
-		delete(d.nonces, shard)
-		return nil
+	return s.shardTx(ctx, shard, false, func(ctx context.Context, o *orderedtest.Store) error {
+		return o.WriteBack(ctx, shard, epoch, rows)
 	})
 }
 
@@ -547,16 +463,9 @@ func (s *nodeDB) LookupRequests(ctx context.Context, biz, scope string, ids []st
 	if err := s.d.mem.Enter(ctx); err != nil {
 		return nil, err
 	}
-	d := s.d
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := map[string]ordered.Request{}
-	for _, id := range ids {
-		if r, ok := d.reqs[ordered.RequestKey{Biz: biz, Scope: scope, ID: id}]; ok {
-			out[id] = r
-		}
-	}
-	return out, nil
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	return s.d.ord.LookupRequests(context.WithoutCancel(ctx), biz, scope, ids)
 }
 
 // errDead is what a killed node's boundary calls get.

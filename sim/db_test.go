@@ -12,6 +12,16 @@ import (
 	"github.com/idgen/idgen/segment"
 )
 
+// The simulated primary keeps the ORDERED rules of the real stores
+// through its transactions (the conformance suite, on a node that is
+// never paused or killed).
+func TestDBConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) ordered.Store {
+		_, s := testDB(1)
+		return s
+	})
+}
+
 // The simulated primary holds the owners' leases by the rules of the
 // real stores (the lease cases of the conformance suite).
 func TestDBLeaseConformance(t *testing.T) {
@@ -24,8 +34,16 @@ func TestDBLeaseConformance(t *testing.T) {
 // testDB returns a database drawn from seed and a connection of a node
 // that is never paused or killed.
 func testDB(seed uint64) (*db, *nodeDB) {
-	d := newDB(seed)
+	d := newDB(seed, false)
 	return d, &nodeDB{Store: d.mem, d: d, n: &node{}}
+}
+
+// nonce returns the shard's lease nonce.
+func (d *db) nonce(shard int) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n, _ := d.ord.LeaseNonces(context.Background())
+	return n[shard]
 }
 
 // A lossy failover puts the replica's older nonces back, and the nonces
@@ -71,7 +89,7 @@ func TestDBLeaseCertConflict(t *testing.T) {
 	if err := s.Claim(ctx, 2, 1, "a"); err != nil {
 		t.Fatal(err)
 	}
-	before := d.nonces[2]
+	before := d.nonce(2)
 	d.conflicts.Store(2)
 	if _, err := s.RenewLease(ctx, "a", []ordered.ShardEpoch{{Shard: 2, Epoch: 1}}); !errors.Is(err, segment.ErrUnavailable) {
 		t.Fatalf("renewal under a certification conflict: %v; want ErrUnavailable", err)
@@ -79,8 +97,8 @@ func TestDBLeaseCertConflict(t *testing.T) {
 	if err := s.ClaimObserved(ctx, 2, 2, "b", before); !errors.Is(err, segment.ErrUnavailable) {
 		t.Fatalf("ClaimObserved under a certification conflict: %v; want ErrUnavailable", err)
 	}
-	if d.nonces[2] != before || d.epochs[2] != 1 {
-		t.Fatalf("refused commits changed the row: nonce %q -> %q, epoch %d", before, d.nonces[2], d.epochs[2])
+	if e, _ := d.ord.Epoch(2); d.nonce(2) != before || e != 1 {
+		t.Fatalf("refused commits changed the row: nonce %q -> %q, epoch %d", before, d.nonce(2), e)
 	}
 }
 
@@ -92,7 +110,7 @@ func TestDBLeaseNoncesPerSeed(t *testing.T) {
 		if err := s.Claim(context.Background(), 0, 1, "a"); err != nil {
 			t.Fatal(err)
 		}
-		return d.nonces[0]
+		return d.nonce(0)
 	}
 	if a, b, c := draw(7), draw(7), draw(8); a != b || a == c || len(a) != 32 {
 		t.Fatalf("nonces of seeds 7, 7, 8: %q, %q, %q; want the same for one seed, 32 characters", a, b, c)
@@ -143,5 +161,31 @@ func TestDBFaultsReachOrderedRows(t *testing.T) {
 	}
 	if err := s.Claim(ctx, 5, 2, "b"); err != nil {
 		t.Fatalf("Claim after the stall: %v", err)
+	}
+}
+
+// The no-fence control (IDGEN_FAULT_ORDERED_NO_EPOCH) reaches the ORDERED
+// rows: a deposed owner's persist and write-back land, its claims and
+// loads stay fenced. Without the control both are refused.
+func TestDBNoFenceControl(t *testing.T) {
+	for _, noFence := range []bool{false, true} {
+		d := newDB(1, noFence)
+		s := &nodeDB{Store: d.mem, d: d, n: &node{}}
+		ctx := context.Background()
+		k := ordered.Key{Biz: "b", SubKey: storetest.SubKeys(4, "k", 1)[0]}
+		if err := s.Claim(ctx, 4, 2, "new"); err != nil {
+			t.Fatal(err)
+		}
+		persistErr := s.Persist(ctx, 4, 1, []ordered.Row{{Key: k, Num: 9}}, nil)
+		writeBackErr := s.WriteBack(ctx, 4, 1, []ordered.Row{{Key: k, Num: 3}})
+		if fenced := errors.Is(persistErr, ordered.ErrFenced) && errors.Is(writeBackErr, ordered.ErrFenced); fenced == noFence {
+			t.Fatalf("noFence %v: stale persist %v, write-back %v", noFence, persistErr, writeBackErr)
+		}
+		if err := s.Claim(ctx, 4, 1, "old"); !errors.Is(err, ordered.ErrFenced) {
+			t.Fatalf("noFence %v: a lower claim: %v; want fenced", noFence, err)
+		}
+		if _, err := s.Load(ctx, 4, 1, nil); !errors.Is(err, ordered.ErrFenced) {
+			t.Fatalf("noFence %v: a stale load: %v; want fenced", noFence, err)
+		}
 	}
 }

@@ -267,14 +267,13 @@ func Run(seed uint64, o Options) *Result {
 		return res
 	}
 	defer os.RemoveAll(dir)
-	c := &cluster{zk: zkfake.New(), db: newDB(seed), byAdr: map[string]*node{}, ctl: ctl, log: o.Logger, lossless: true}
+	c := &cluster{zk: zkfake.New(), db: newDB(seed, ctl.noFence), byAdr: map[string]*node{}, ctl: ctl, log: o.Logger, lossless: true}
 	for _, e := range sched {
 		if e.kind == kFailover {
 			c.lossless = false
 		}
 	}
 	defer c.zk.Close()
-	c.db.noFence = ctl.noFence
 	if err := c.setup(dir, skews); err != nil {
 		res.Err = err
 		c.shutdown()

@@ -243,7 +243,7 @@ func TestLimitExplainsOnlyItsOwnViolations(t *testing.T) {
 // name) is refused with mysqlstore.ErrOtherCluster, and a replica promoted
 // by a failover keeps the binding it copied.
 func TestDatabaseBindsOneCluster(t *testing.T) {
-	d := newDB(1)
+	d := newDB(1, false)
 	if err := d.bindCluster(simCluster, 1000); err != nil {
 		t.Fatalf("first bind: %v", err)
 	}
@@ -281,21 +281,21 @@ func TestFreezeStopsTheMonotonicClock(t *testing.T) {
 // db-cert: a refused commit returns a retryable error and stores nothing;
 // the conflicts run out and the next commit goes through.
 func TestCertConflictStoresNothing(t *testing.T) {
-	d := newDB(1)
+	d := newDB(1, false)
 	s := &nodeDB{Store: d.mem, d: d, n: &node{}}
 	ctx := context.Background()
 	d.conflicts.Store(1)
 	if err := s.Claim(ctx, 3, 1, "a"); !errors.Is(err, segment.ErrUnavailable) {
 		t.Fatalf("claim under a certification conflict: %v; want ErrUnavailable", err)
 	}
-	if _, ok := d.epochs[3]; ok {
-		t.Fatalf("the refused claim stored epoch %d", d.epochs[3])
+	if e, claimed := d.ord.Epoch(3); claimed {
+		t.Fatalf("the refused claim stored epoch %d", e)
 	}
 	if err := s.Claim(ctx, 3, 1, "a"); err != nil {
 		t.Fatalf("claim after the conflict: %v", err)
 	}
-	if d.epochs[3] != 1 {
-		t.Fatalf("epoch %d, want 1", d.epochs[3])
+	if e, _ := d.ord.Epoch(3); e != 1 {
+		t.Fatalf("epoch %d, want 1", e)
 	}
 }
 

@@ -2,7 +2,6 @@ package zkown
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -11,78 +10,33 @@ import (
 	"time"
 
 	"github.com/idgen/idgen/ordered"
+	"github.com/idgen/idgen/ordered/orderedtest"
 )
 
-// leaseRow is one shard's row of fakeLeases.
-type leaseRow struct {
-	epoch int64
-	owner string
-	nonce string
-}
-
-// fakeLeases is the store side of the store-held lease for the
-// coordinator's unit tests: per shard the epoch, owner and nonce, with
-// the rules of ordered.LeaseStore (the real stores are tested by
-// ordered/storetest).
-type fakeLeases struct {
-	mu   sync.Mutex
-	rows [Shards]leaseRow
-	n    int
-	// down makes every call fail (the store unreachable).
-	down bool
-}
-
-var errStoreDown = errors.New("fake store unreachable")
-
-func (f *fakeLeases) fresh() string { f.n++; return fmt.Sprintf("n%d", f.n) }
-
-func (f *fakeLeases) claim(g ordered.Grant, owner string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.down {
-		return errStoreDown
-	}
-	r := &f.rows[g.Shard]
-	if g.CheckLease && r.nonce != g.Observed {
-		return fmt.Errorf("shard %d: %w", g.Shard, ordered.ErrLeaseRenewed)
-	}
-	if r.epoch > g.Epoch || (r.epoch == g.Epoch && r.owner != owner && r.owner != "") {
-		return &ordered.FencedError{Shard: g.Shard, Epoch: g.Epoch, Stored: r.epoch}
-	}
-	*r = leaseRow{epoch: g.Epoch, owner: owner, nonce: f.fresh()}
-	return nil
-}
-
-func (f *fakeLeases) clear(s int, owner string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.rows[s].owner == owner {
-		f.rows[s].nonce = ""
-	}
-}
-
-func (f *fakeLeases) setDown(down bool) {
-	f.mu.Lock()
-	f.down = down
-	f.mu.Unlock()
-}
-
-// leaser is a recorder whose store holds leases (an ordered.LeaseHandler):
-// it claims in fakeLeases, renews the shards it holds there and clears a
-// shard's nonce when it releases it (the allocator's write-back).
+// leaser is a recorder whose store holds leases (an ordered.LeaseHandler)
+// in an orderedtest.Store, as the allocator does: it claims there (over
+// the observed nonce when the grant asks for the check), renews the
+// shards it holds and clears a shard's nonce when it releases it (the
+// write-back of a hand-off).
 type leaser struct {
 	*recorder
-	store *fakeLeases
-	// renewed is the last renewal's result, for the tests.
-	mu       sync.Mutex
-	renewed  int
-	duringFn func() // called inside RenewLease, between its snapshot and the store (a test's interleaving)
+	store *orderedtest.Store
+	mu    sync.Mutex
+	// duringFn is called inside RenewLease, between its snapshot of the
+	// held shards and the store (a test's interleaving).
+	duringFn func()
 }
 
 func (l *leaser) StoreLeases() bool { return true }
 
 func (l *leaser) Acquire(ctx context.Context, g ordered.Grant) error {
-	if err := l.store.claim(g, l.name); err != nil {
+	var err error
+	if g.CheckLease {
+		err = l.store.ClaimObserved(ctx, g.Shard, g.Epoch, l.name, g.Observed)
+	} else {
+		err = l.store.Claim(ctx, g.Shard, g.Epoch, l.name)
+	}
+	if err != nil {
 		l.j.add(event{node: l.name, kind: "acquire-failed", shard: g.Shard, grant: g, at: l.clock.Now()})
 		return err
 	}
@@ -90,9 +44,12 @@ func (l *leaser) Acquire(ctx context.Context, g ordered.Grant) error {
 }
 
 func (l *leaser) Release(ctx context.Context, s int) error {
+	g, held := l.heldShards()[s]
 	err := l.recorder.Release(ctx, s)
-	if err == nil {
-		l.store.clear(s, l.name)
+	if err == nil && held {
+		// The hand-off's write-back (no rows here) clears the nonce;
+		// fenced when the shard was claimed over meanwhile.
+		_ = l.store.WriteBack(ctx, s, g.Epoch, nil)
 	}
 	return err
 }
@@ -105,44 +62,26 @@ func (l *leaser) RenewLease(ctx context.Context) (bool, error) {
 	if fn != nil {
 		fn()
 	}
-	f := l.store
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.down {
-		return false, errStoreDown
-	}
-	nonce, n := f.fresh(), 0
+	parts := make([]ordered.ShardEpoch, 0, len(held))
 	for s, g := range held {
-		if r := &f.rows[s]; r.epoch == g.Epoch && r.owner == l.name && r.nonce != "" {
-			r.nonce = nonce
-			n++
-		}
+		parts = append(parts, ordered.ShardEpoch{Shard: s, Epoch: g.Epoch})
 	}
-	l.mu.Lock()
-	l.renewed = n
-	l.mu.Unlock()
-	return n == len(held), nil
+	renewed, err := l.store.RenewLease(ctx, l.name, parts)
+	if err != nil {
+		return false, err
+	}
+	return len(renewed) == len(held), nil
 }
 
 func (l *leaser) LeaseNonces(ctx context.Context) ([]string, error) {
-	f := l.store
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.down {
-		return nil, errStoreDown
-	}
-	out := make([]string, Shards)
-	for s := range out {
-		out[s] = f.rows[s].nonce
-	}
-	return out, nil
+	return l.store.LeaseNonces(ctx)
 }
 
 // fastTimeout makes ZooKeeper calls of a node cut off fail fast.
 func fastTimeout(cfg *Config) { cfg.Timeout = 20 * time.Millisecond }
 
 // leaseNode is a node of w whose handler holds leases in store.
-func (w *world) leaseNode(self string, store *fakeLeases, mod func(*Config)) (*tnode, *leaser) {
+func (w *world) leaseNode(self string, store *orderedtest.Store, mod func(*Config)) (*tnode, *leaser) {
 	w.t.Helper()
 	var l *leaser
 	n := w.nodeWith(self, func(cfg *Config) {
@@ -168,7 +107,7 @@ func settleStore(t *testing.T, w *world, nodes ...*tnode) {
 // Start refuses a handler whose store holds none.
 func TestStoreLeaseAdvertisedFromCreation(t *testing.T) {
 	w := newWorld(t)
-	store := &fakeLeases{}
+	store := orderedtest.New()
 	a, _ := w.leaseNode(addrA, store, nil)
 	w.leaseNode(addrB, store, nil)
 	a.c.round(context.Background()) // a's first look, before any renewal of b
@@ -194,7 +133,7 @@ func TestStoreLeaseAdvertisedFromCreation(t *testing.T) {
 // same outage loses every shard one lease in.
 func TestStoreLeaseRidesZooKeeperOutage(t *testing.T) {
 	w := newWorld(t)
-	store := &fakeLeases{}
+	store := orderedtest.New()
 	a, _ := w.leaseNode(addrA, store, fastTimeout)
 	b, _ := w.leaseNode(addrB, store, fastTimeout)
 	settleStore(t, w, a, b)
@@ -226,7 +165,7 @@ func TestStoreLeaseRidesZooKeeperOutage(t *testing.T) {
 
 	// And when the store goes too, the lease runs out as before.
 	setDown(a.conn, true)
-	store.setDown(true)
+	store.SetUnreachable(true)
 	aUntil := a.c.ValidUntil()
 	for range 2 * 6 {
 		w.stepAll(testTick, a)
@@ -248,7 +187,7 @@ func TestStoreLeaseRidesZooKeeperOutage(t *testing.T) {
 // the store, still runs.
 func partitioned(t *testing.T, ignore bool) []event {
 	w := newWorld(t)
-	store := &fakeLeases{}
+	store := orderedtest.New()
 	a, _ := w.leaseNode(addrA, store, fastTimeout)
 	b, _ := w.leaseNode(addrB, store, func(cfg *Config) { cfg.unsafeIgnoreStoreLease = ignore })
 	settleStore(t, w, a, b)
@@ -300,7 +239,7 @@ func TestStoreLeaseBlocksTakeoverOfCutOffOwner(t *testing.T) {
 // the nonce check in the claim, and serves after A's store-carried lease.
 func TestStoreLeaseTakeoverAfterNonceStands(t *testing.T) {
 	w := newWorld(t)
-	store := &fakeLeases{}
+	store := orderedtest.New()
 	a, _ := w.leaseNode(addrA, store, fastTimeout)
 	b, _ := w.leaseNode(addrB, store, nil)
 	settleStore(t, w, a, b)
@@ -335,7 +274,7 @@ func TestStoreLeaseTakeoverAfterNonceStands(t *testing.T) {
 // shard stays the owner's in the store, and the taker retries soon.
 func TestClaimRefusedWhenNonceMoved(t *testing.T) {
 	w := newWorld(t)
-	store := &fakeLeases{}
+	store := orderedtest.New()
 	a, la := w.leaseNode(addrA, store, nil)
 	settleStore(t, w, a)
 	b, lb := w.leaseNode(addrB, store, nil)
@@ -386,7 +325,7 @@ func (l *leaser) acquireHook(fn func()) {
 // cluster does not advertise store leases.
 func TestStoreRenewalExtendsOnlyWhenItCovers(t *testing.T) {
 	w := newWorld(t)
-	store := &fakeLeases{}
+	store := orderedtest.New()
 	a, la := w.leaseNode(addrA, store, fastTimeout)
 	settleStore(t, w, a)
 	setDown(a.conn, true)
@@ -410,15 +349,16 @@ func TestStoreRenewalExtendsOnlyWhenItCovers(t *testing.T) {
 	la.mu.Unlock()
 	// A shard claimed over in the store (a newer owner A does not know of).
 	s := a.held()[0]
-	store.mu.Lock()
-	store.rows[s] = leaseRow{epoch: store.rows[s].epoch + 1, owner: "someone", nonce: "x"}
-	store.mu.Unlock()
+	snap := store.Snapshot()
+	if err := store.Claim(context.Background(), s, la.heldShards()[s].Epoch+1, "someone"); err != nil {
+		t.Fatal(err)
+	}
 	if extends() {
 		t.Fatal("a store renewal that missed a held shard extended the lease")
 	}
-	store.mu.Lock()
-	store.rows[s] = leaseRow{epoch: 1, owner: addrA, nonce: "y"}
-	store.mu.Unlock()
+	// A lossy failover to a replica without that claim: the row is A's
+	// again.
+	store.Restore(snap)
 	if !extends() {
 		t.Fatal("the store renewal did not extend again once it covered every shard")
 	}
@@ -437,7 +377,7 @@ func TestStoreRenewalExtendsOnlyWhenItCovers(t *testing.T) {
 // before store leases.
 func TestHandoffClearsNonceNextOwnerServesAtOnce(t *testing.T) {
 	w := newWorld(t)
-	store := &fakeLeases{}
+	store := orderedtest.New()
 	a, _ := w.leaseNode(addrA, store, nil)
 	settleStore(t, w, a)
 	b, _ := w.leaseNode(addrB, store, nil)
@@ -459,7 +399,7 @@ func TestHandoffClearsNonceNextOwnerServesAtOnce(t *testing.T) {
 // takers may have counted the node out.
 func TestLateStoreRenewalExtendsNothing(t *testing.T) {
 	w := newWorld(t)
-	store := &fakeLeases{}
+	store := orderedtest.New()
 	a, la := w.leaseNode(addrA, store, fastTimeout)
 	settleStore(t, w, a)
 	setDown(a.conn, true)
@@ -486,7 +426,7 @@ func TestLateStoreRenewalExtendsNothing(t *testing.T) {
 // nonces stand, and a ZooKeeper outage runs its lease out as before.
 func TestNoStoreLeaseOverLossyReplication(t *testing.T) {
 	w := newWorld(t)
-	store := &fakeLeases{}
+	store := orderedtest.New()
 	var safe atomic.Bool
 	safe.Store(true)
 	a, la := w.leaseNode(addrA, store, func(cfg *Config) {

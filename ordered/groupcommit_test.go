@@ -198,3 +198,53 @@ func TestGroupCommitOneTransactionForManyShards(t *testing.T) {
 		t.Fatalf("%d group commits of %d parts, want 2 of %d", store.calls, store.persists, shards+1)
 	}
 }
+
+// TestQueuedBehindPersistInFlightIsPersistedWhenItEnds: requests that
+// arrive while their shard's persist is in flight (MaxInFlight 1: the
+// persist loop can launch nothing, so they do not wake it) go into the
+// persist launched when that one ends, one persist carrying both keys'.
+func TestQueuedBehindPersistInFlightIsPersistedWhenItEnds(t *testing.T) {
+	store := newFakeStore()
+	n, blocker := groupNode(t, store)
+	gapless := bizMode("chat", segment.OrderedGapless)
+	hot, other := Key{"chat", subKeyOf(0, "blocker")}, Key{"chat", subKeyOf(0, "other")}
+	second, third := make(chan takeResult, 1), make(chan takeResult, 1)
+	for _, c := range []struct {
+		key Key
+		out chan takeResult
+	}{{hot, second}, {other, third}} {
+		go func() {
+			r, err := n.a.Take(context.Background(), gapless, c.key.SubKey, 1, segment.RequestID{})
+			c.out <- takeResult{r, err}
+		}()
+	}
+	wait.For(t, 10*time.Second, "both requests to wait behind the persist in flight", func() bool {
+		return waiters(n.a, hot) == 2 && waiters(n.a, other) == 1
+	})
+	if q := queuedCommits(n.a); q != 0 {
+		t.Fatalf("%d persists queued while the shard's persist is in flight, want 0", q)
+	}
+	close(store.hold)
+	if err := <-blocker; err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		out  chan takeResult
+		want segment.Range
+	}{{"second number of the hot key", second, segment.Range{First: 2, Last: 2}}, {"other key", third, segment.Range{First: 1, Last: 1}}} {
+		select {
+		case res := <-c.out:
+			if res.err != nil || res.r != c.want {
+				t.Fatalf("%s: %v %v, want %v", c.name, res.r, res.err, c.want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: not answered: its persist was never launched (the loop missed a wake-up)", c.name)
+		}
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if store.calls != 2 || store.persists != 2 {
+		t.Fatalf("%d group commits of %d parts, want 2 of 1 each", store.calls, store.persists)
+	}
+}

@@ -118,6 +118,21 @@ func (sh *shard) signal() {
 	}
 }
 
+// queuedLocked wakes the persist loop for a change just queued in
+// sh.dirty, unless the loop could not launch it now: while MaxInFlight
+// persists of the shard run, launch starts nothing, and the end of each
+// persist wakes the loop anyway (persistRound signals after it counted
+// itself out, under sh.mu), which then launches what was queued. So under
+// load, when most requests arrive while a persist is in flight, a request
+// costs no wake-up of the loop (a goroutine hand-off each, which on a
+// hot gapless key was one per answer). Called with sh.mu held: the
+// count read here and persistRound's decrement are ordered by it.
+func (sh *shard) queuedLocked(a *Allocator) {
+	if sh.rounds < a.cfg.MaxInFlight {
+		sh.signal()
+	}
+}
+
 func (sh *shard) keyCount() int {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -198,7 +213,7 @@ func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.Or
 				if ks.durable-ks.served < size/2 && max(ks.want, ks.pending) <= ks.durable {
 					ks.want = addClamp(ks.served, size)
 					sh.dirty[ks] = struct{}{}
-					sh.signal()
+					sh.queuedLocked(a)
 				}
 				sh.inflight.Add(1)
 				sh.mu.Unlock()
@@ -233,7 +248,7 @@ func (sh *shard) take(ctx context.Context, a *Allocator, key Key, req segment.Or
 		ks.waiters = append(ks.waiters, w)
 		sh.dirty[ks] = struct{}{}
 		sh.inflight.Add(1)
-		sh.signal()
+		sh.queuedLocked(a)
 		sh.mu.Unlock()
 		select {
 		case res := <-w.ch:

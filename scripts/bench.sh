@@ -773,12 +773,15 @@ for name in sorted(runs):
         if rep not in floor or rep not in tcommit:
             continue
         fl = floor[rep]["requests_per_s"]
+        if fl <= 0:
+            continue
         t_rpc = c / fl
         bound = fl * t_rpc / (t_rpc + tcommit[rep])
         rps.append(res["requests_per_s"]); p50.append(res["latency_us"]["p50"]); p99.append(res["latency_us"]["p99"])
         xf.append(res["requests_per_s"] / fl); xb.append(res["requests_per_s"] / bound); bounds.append(bound); tcs.append(tcommit[rep])
         cpu = res["cpu"]
-        if cpu.get("wall_s"):
+        # A rep with no request (a stalled database) has no CPU per request.
+        if cpu.get("wall_s") and res["requests_per_s"] > 0:
             reqs = res["requests_per_s"] * cpu["wall_s"]
             busy.append(cpu["machine_busy"]); srv.append(cpu["server_s"] / reqs * 1e6); db.append(cpu["mysqld_s"] / reqs * 1e6)
     if not rps:

@@ -23,7 +23,17 @@ import (
 // These tests run against the real ZooKeeper of IDGEN_TEST_ZK (source
 // .testenv after ./build.sh servers start, or ./build.sh test), each in its own cluster.
 
-const itLease = 600 * time.Millisecond
+// itLease and itTimeout are long enough for a loaded 2-core CI machine:
+// a renewal is bounded by a third of the lease (renewTimeout), and these
+// tests assert that no node but the one they stop ever loses a shard, so a
+// renewal that a busy machine delays past its bound must not fail it. With
+// 600 ms (a 200 ms renewal bound) and a 500 ms operation timeout, runs
+// beside other jobs (load average 15) lost shards and failed Open now and
+// then.
+const (
+	itLease   = 1500 * time.Millisecond
+	itTimeout = 2 * time.Second
+)
 
 func testZK(t *testing.T) string {
 	t.Helper()
@@ -89,7 +99,7 @@ type itNode struct {
 func (cl *itCluster) open(self string) *itNode {
 	cl.t.Helper()
 	cfg := Config{Servers: strings.Split(cl.servers, ","), Root: "/idgen-test", Cluster: cl.name, Self: self,
-		Lease: itLease, SessionTimeout: 4 * time.Second, Timeout: 500 * time.Millisecond, Version: "it",
+		Lease: itLease, SessionTimeout: 4 * time.Second, Timeout: itTimeout, Version: "it",
 		Logger: zaptest.NewLogger(cl.t, zaptest.Level(zap.WarnLevel)).Named(self)}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -187,6 +187,18 @@ func firstLine(s string) string {
 	return fmt.Sprint(s)
 }
 
+// limitCalls returns the limit tests' clock (ms after now) and their
+// ORDERED call of node (incarnation inc) answered lo..hi at endMs.
+func limitCalls() (func(ms int) time.Time, func(node string, inc, endMs int, lo, hi int64) checker.Call) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	call := func(node string, inc, endMs int, lo, hi int64) checker.Call {
+		return checker.Call{Caller: node, Node: node, Inc: inc, Biz: bizCached, SubKey: "k", Channel: checker.Ordered,
+			Ranges: [][2]int64{{lo, hi}}, Start: at(endMs - 1), End: at(endMs)}
+	}
+	return at, call
+}
+
 // The documented limit explains a violation only when its earlier answer's
 // node (that incarnation) was counted gone by a barrier between the two
 // answers, and a failover lost what the earlier answer came from: it
@@ -195,12 +207,7 @@ func firstLine(s string) string {
 // a reservation on the old one: seed 1120 under scheduling lag). Anything
 // else stays unsafe.
 func TestLimitExplainsOnlyItsOwnViolations(t *testing.T) {
-	t0 := time.Now()
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	call := func(node string, inc, endMs int, lo, hi int64) checker.Call {
-		return checker.Call{Caller: node, Node: node, Inc: inc, Biz: bizCached, SubKey: "k", Channel: checker.Ordered,
-			Ranges: [][2]int64{{lo, hi}}, Start: at(endMs - 1), End: at(endMs)}
-	}
+	at, call := limitCalls()
 	check := func(calls ...checker.Call) *checker.Report {
 		return checker.Check(calls, checker.Options{Layout: checker.DefaultLayout})
 	}
@@ -259,12 +266,7 @@ func TestLimitExplainsOnlyItsOwnViolations(t *testing.T) {
 // which evidence is missing (seed 1120 failed 2 of about 80 replays on a
 // loaded machine, and the report alone could not tell why).
 func TestLimitEvidenceNamesWhatIsMissing(t *testing.T) {
-	t0 := time.Now()
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	call := func(node string, inc, endMs int, lo, hi int64) checker.Call {
-		return checker.Call{Caller: node, Node: node, Inc: inc, Biz: bizCached, SubKey: "k", Channel: checker.Ordered,
-			Ranges: [][2]int64{{lo, hi}}, Start: at(endMs - 1), End: at(endMs)}
-	}
+	at, call := limitCalls()
 	repeat := checker.Check([]checker.Call{call("10.0.0.3:8888", 1, 10, 5, 9), call("10.0.0.1:8888", 1, 100, 7, 8)},
 		checker.Options{Layout: checker.DefaultLayout})
 	has := func(lines []string, sub string) bool {

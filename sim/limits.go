@@ -132,7 +132,8 @@ func (l *limitEvents) whyNot(p checker.Pair) string {
 		}
 	}
 	if !failover {
-		return fmt.Sprintf("no failover between the two answers, nor one before the earlier that %s#%d had not seen", p.Earlier.Node, p.Earlier.Inc)
+		return fmt.Sprintf("no failover between the two answers, nor one before the earlier that %s#%d had not seen%s",
+			p.Earlier.Node, p.Earlier.Inc, l.firstStatements(p.Earlier.Node, p.Earlier.Inc))
 	}
 	for _, g := range l.gone {
 		if g.addr == p.Earlier.Node && g.inc == p.Earlier.Inc && between(g.at) {
@@ -140,6 +141,18 @@ func (l *limitEvents) whyNot(p checker.Pair) string {
 		}
 	}
 	return fmt.Sprintf("%s#%d not counted gone between the two answers", p.Earlier.Node, p.Earlier.Inc)
+}
+
+// firstStatements lists when incarnation inc of addr first ran a statement
+// on each server after the first ("" if never); l.mu is held.
+func (l *limitEvents) firstStatements(addr string, inc int) string {
+	out := ""
+	for _, e := range l.seen[fmt.Sprintf("%s#%d", addr, inc)] {
+		if e.server > 1 {
+			out += fmt.Sprintf("; its first statement on mysql-%d at %s", e.server, e.at.Format("15:04:05.000000"))
+		}
+	}
+	return out
 }
 
 // evidence is what a run's verdict rests on when it failed: every

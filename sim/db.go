@@ -126,8 +126,9 @@ func (d *db) commit() error {
 	}
 }
 
-// failover promotes a replica that holds only snap.
-func (d *db) failover(snap dbSnapshot) {
+// failover promotes a replica that holds only snap; it returns the new
+// server's identity.
+func (d *db) failover(snap dbSnapshot) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.mem.Restore(snap.mem)
@@ -135,6 +136,7 @@ func (d *db) failover(snap dbSnapshot) {
 	d.binding = snap.binding
 	d.witness = snap.witness
 	d.server++
+	return d.server
 }
 
 // switchover is a planned, lossless switchover: the replica that takes
@@ -193,6 +195,9 @@ func (s *nodeDB) boundary(ctx context.Context) error {
 	old := s.seen
 	s.seen = cur
 	s.seenMu.Unlock()
+	if c := s.n.c; c != nil && old != cur {
+		c.limits.statementOn(time.Now(), s.n.addr, s.inc, cur)
+	}
 	if old != 0 && old != cur && s.onChange != nil {
 		s.onChange(fmt.Sprintf("mysql-%d", old), fmt.Sprintf("mysql-%d", cur))
 	}

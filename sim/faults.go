@@ -546,8 +546,7 @@ func (c *cluster) play(ctx context.Context, t0 time.Time, sched []event) {
 				}
 			}
 			snapMu <- struct{}{}
-			c.db.failover(s)
-			c.limits.failover(time.Now())
+			c.limits.failover(time.Now(), c.db.failover(s))
 		}
 	}
 	c.bg.Wait()

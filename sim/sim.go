@@ -74,6 +74,9 @@ type Result struct {
 	// Limit: every violation is explained by a documented limit of the
 	// product (limits.go), which the run reached; not unsafe.
 	Limit bool
+	// LimitEvidence is what Limit was decided on (limitEvents.evidence),
+	// kept when the run failed or reached the limit.
+	LimitEvidence []string
 }
 
 // Failed reports a violation (or a run that could not be judged).
@@ -131,6 +134,9 @@ func (r *Result) String() string {
 			for _, f := range r.Report.Findings {
 				fmt.Fprintf(&b, "\n  %s: %s", f.Kind, f.Detail)
 			}
+		}
+		for _, s := range r.LimitEvidence {
+			b.WriteString("\n  limit evidence: " + s)
 		}
 		for _, s := range r.Replay {
 			b.WriteString("\n  replay: " + s)
@@ -302,6 +308,9 @@ func Run(seed uint64, o Options) *Result {
 	stopLag()
 	res.Report = checker.Check(rec.okCalls(), checker.Options{Layout: checker.DefaultLayout})
 	res.Limit = res.Report.Failed() && c.limits.explains(res.Report)
+	if res.Report.Failed() {
+		res.LimitEvidence = c.limits.evidence(res.Report)
+	}
 	res.Replays, res.Replay = rec.replays, rec.replayDiffs
 	res.Let = c.let
 	res.Took = time.Since(start)

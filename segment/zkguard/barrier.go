@@ -586,8 +586,9 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 }
 
 var (
-	errRetry   = errors.New("server record changed")
-	errWaiting = errors.New("waiting for") // this node acknowledged; members have not
+	errRetry      = errors.New("server record changed")
+	errSuperseded = errors.New("a later write of this process's member record started")
+	errWaiting    = errors.New("waiting for") // this node acknowledged; members have not
 )
 
 // renewDue reports whether this node's bound should be renewed now (a
@@ -610,6 +611,17 @@ func (g *Guard) memberPath() string {
 // writeMember writes this node's member record: the generation whose rows
 // it raised and its new bound, computed from before the write (so the
 // node's own bound never ends later than the one the others read).
+//
+// A write that timed out goes on in the background (cluster.Call), so it
+// may reach ZooKeeper after a later renewal did: it must not overwrite
+// that renewal's bound with its own earlier one, or the others count this
+// node gone while it still serves from memory under the later bound
+// (under scheduling lag: go test -race of the simulator's seed 1120 on a
+// loaded machine). Each write is numbered; one that is not the newest
+// when it has read the record changes nothing. Reading first matters: a
+// newer write that set the record before this read bumped the number
+// before it, and one that sets it after this read makes this write's Set
+// fail on the version.
 func (g *Guard) writeMember(ctx context.Context, rec serverRecord) error {
 	start, startWall := time.Now(), g.cfg.Now()
 	untilMs := startWall.Add(g.cfg.MemberLease).UnixMilli()
@@ -619,8 +631,20 @@ func (g *Guard) writeMember(ctx context.Context, rec serverRecord) error {
 	if faultEphemeralMembers() {
 		flags = zk.FlagEphemeral // hole c reopened: membership is a session
 	}
+	g.mu.Lock()
+	g.memberWrites++
+	seq := g.memberWrites
+	g.mu.Unlock()
+	superseded := func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return seq != g.memberWrites && !faultStaleMemberWrite()
+	}
 	err := g.call(ctx, func() error {
 		_, st, err := g.conn.Get(p)
+		if superseded() {
+			return errSuperseded
+		}
 		if errors.Is(err, zk.ErrNoNode) {
 			if err := g.ensure(path.Dir(p)); err != nil {
 				return err
@@ -817,6 +841,9 @@ func (g *Guard) leave() {
 	if remembered != nil && !faultIgnoreParted() {
 		g.leaveParted(remembered)
 	}
+	g.mu.Lock()
+	g.memberWrites++ // a renewal still under way must not write the record again
+	g.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.Timeout)
 	defer cancel()
 	err := g.call(ctx, func() error {

@@ -61,3 +61,10 @@ func faultMemberPerNode() bool { return os.Getenv("IDGEN_FAULT_MEMBER_PER_NODE")
 // from ZooKeeper serves from memory after the others' barrier counted it
 // gone across a lossy failover.
 func faultBoundAnyReplication() bool { return os.Getenv("IDGEN_FAULT_BOUND_ANY_REPLICATION") == "1" }
+
+// faultStaleMemberWrite (IDGEN_FAULT_STALE_MEMBER_WRITE=1) lets a member
+// record write that timed out and went on in the background overwrite a
+// later renewal, as before: the record's bound goes back while this
+// process serves under the later one, and the others may count it gone
+// too early (TestStaleRenewalDoesNotShortenTheBound).
+func faultStaleMemberWrite() bool { return os.Getenv("IDGEN_FAULT_STALE_MEMBER_WRITE") == "1" }

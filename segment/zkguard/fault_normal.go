@@ -13,3 +13,4 @@ func faultNoOutageGrace() bool         { return false }
 func faultNoRestoreHold() bool         { return false }
 func faultMemberPerNode() bool         { return false }
 func faultBoundAnyReplication() bool   { return false }
+func faultStaleMemberWrite() bool      { return false }

@@ -213,6 +213,10 @@ type Guard struct {
 	selfUntil   time.Time
 	selfUntilMs int64
 	renewedAt   time.Time // last successful write of the member record
+	// memberWrites numbers this process's writes of its member record
+	// (writeMember, leave); a write whose number is not the newest any
+	// more when it reads the record makes no change (see writeMember).
+	memberWrites uint64
 	// unverifiedUntil (monotonic): the bound may pass without refusing
 	// ORDERED until then, because the store's replication was last found
 	// unable to lose a reservation (bound.go); unverifiedOn logs the

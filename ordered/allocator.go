@@ -491,6 +491,16 @@ func (a *Allocator) Acquire(ctx context.Context, g Grant) error {
 		// be safe anyway.
 		a.drop(old, "replaced by a new term")
 	}
+	// The term's gate token, read before the claim: a server change at
+	// any point after it (even during the claim) makes the term's exact
+	// write-back refused (writeBack).
+	var tok uint64
+	tokOK := false
+	if a.cfg.Gate != nil {
+		var gerr error
+		tok, gerr = a.cfg.Gate.Enter()
+		tokOK = gerr == nil
+	}
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	err := a.claim(cctx, g)
 	cancel()
@@ -498,6 +508,7 @@ func (a *Allocator) Acquire(ctx context.Context, g Grant) error {
 		return fmt.Errorf("ordered: claiming shard %d epoch %d: %w", g.Shard, g.Epoch, err)
 	}
 	sh := newShard(g)
+	sh.gateToken, sh.gateOK = tok, tokOK
 	a.shards[g.Shard].Store(sh)
 	a.changed(g.Shard)
 	go sh.run(a)
@@ -526,6 +537,14 @@ func (a *Allocator) Acquire(ctx context.Context, g Grant) error {
 //   - if it never succeeds, Release returns an error wrapping
 //     ErrUncleanHandOff: the coordinator releases the shard with a lease
 //     wait, never as clean.
+//
+// A term that lived across a MySQL server change (the gate closed since
+// its grant) gets no exact write-back at all (errServerChangedSinceTerm,
+// not retried; ErrUncleanHandOff): a lossy failover may have lost a
+// later owner's epoch claim, so the epoch fence on the new server would
+// pass this stale owner's write-back, which lowers rows below numbers
+// the later owner answered and raised there (simulator seed 1120). A gap,
+// never a repeat.
 func (a *Allocator) Release(ctx context.Context, idx int) error {
 	sh := a.shards[idx].Load()
 	if sh == nil {
@@ -569,6 +588,11 @@ func (a *Allocator) Release(ctx context.Context, idx int) error {
 			return err // the negative control: reported as a plain failure, released as clean
 		}
 		a.st.uncleanHandOffs.Add(1)
+		if errors.Is(err, errServerChangedSinceTerm) {
+			a.log.Warn("ordered hand-off: the MySQL server changed (failover) since this term began, so its exact counters are not written back; the shard is released with a lease wait",
+				zap.Int("shard", idx), zap.Int64("epoch", sh.grant.Epoch), zap.Int("keys", len(rows)), zap.Error(err))
+			return fmt.Errorf("%w: shard %d: %w", ErrUncleanHandOff, idx, err)
+		}
 		a.log.Warn("ordered hand-off: the exact counters could not be written back; the shard is released with a lease wait",
 			zap.Int("shard", idx), zap.Int64("epoch", sh.grant.Epoch), zap.Int("keys", len(rows)), zap.Error(err))
 		return fmt.Errorf("%w: shard %d: %w", ErrUncleanHandOff, idx, err)
@@ -607,8 +631,8 @@ func (a *Allocator) gateReady(ctx context.Context) error {
 }
 
 // writeBackRetry writes the exact counters back, retrying (every gatePoll,
-// until ctx ends) while the store or the gate refuses; a fenced refusal is
-// final.
+// until ctx ends) while the store or the gate refuses; a fenced refusal,
+// and a term that lived across a server change, are final.
 func (a *Allocator) writeBackRetry(ctx context.Context, sh *shard, rows []Row) error {
 	t := time.NewTicker(gatePoll)
 	defer t.Stop()
@@ -616,7 +640,7 @@ func (a *Allocator) writeBackRetry(ctx context.Context, sh *shard, rows []Row) e
 		cctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 		err := a.writeBack(cctx, sh, rows)
 		cancel()
-		if err == nil || errors.Is(err, ErrFenced) || faultUncleanHandOff() {
+		if err == nil || errors.Is(err, ErrFenced) || errors.Is(err, errServerChangedSinceTerm) || faultUncleanHandOff() {
 			return err
 		}
 		select {
@@ -770,7 +794,27 @@ func (a *Allocator) persist(ctx context.Context, sh *shard, rows []Row, reqs []R
 
 // writeBack writes the exact counters of a drained shard, fenced, through
 // the gate.
+//
+// The exact counters (rows non-empty) are refused, before the store is
+// touched, when the gate closed since the term was granted (or was closed
+// at its grant): the MySQL server changed, and a lossy failover may have
+// lost a later owner's epoch claim, so the epoch fence would pass this
+// write, which may lower a row below numbers that owner answered and its
+// barrier raised on the new server. Anchored at the term's grant, not at
+// Release's start: a hand-off that begins after the failover, for a term
+// granted before it, is exposed the same way. The cost: after a failover
+// every hand-off of a shard held across it is unclean (the next owner
+// waits a lease); availability only. A write of no rows (clearing the
+// store lease) writes no counter and is not refused.
 func (a *Allocator) writeBack(ctx context.Context, sh *shard, rows []Row) error {
+	if len(rows) > 0 && a.cfg.Gate != nil && !faultWriteBackAcrossFailover() {
+		if !sh.gateOK {
+			return fmt.Errorf("%w: the gate was closed when the term was granted", errServerChangedSinceTerm)
+		}
+		if err := a.cfg.Gate.Check(sh.gateToken); err != nil {
+			return fmt.Errorf("%w: %w", errServerChangedSinceTerm, err)
+		}
+	}
 	var token uint64
 	if a.cfg.Gate != nil {
 		var err error

@@ -48,3 +48,12 @@ func faultForgetLoaded() bool { return os.Getenv("IDGEN_FAULT_ORDERED_FORGET_LOA
 // in flight, and the answer check ignores that they are durable. The
 // gapless business shows holes that no failed call explains.
 func faultRefuseAfterLoss() bool { return os.Getenv("IDGEN_FAULT_ORDERED_REFUSE_AFTER_LOSS") == "1" }
+
+// faultWriteBackAcrossFailover (IDGEN_FAULT_WRITEBACK_ACROSS_FAILOVER=1)
+// lets a hand-off write its exact counters back although the MySQL server
+// changed since its term was granted, as before the fix of simulator seed
+// 1120: the write-back passes an epoch fence that lost a later owner's
+// claim and lowers rows below that owner's answers.
+func faultWriteBackAcrossFailover() bool {
+	return os.Getenv("IDGEN_FAULT_WRITEBACK_ACROSS_FAILOVER") == "1"
+}

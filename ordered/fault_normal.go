@@ -7,10 +7,11 @@ const faultInjectBuild = false
 
 // The negative controls of hole a, and of request ids kept across a lossy
 // failover, are off in normal builds (see fault_faultinject.go).
-func faultCachedNoGate() bool       { return false }
-func faultRememberAnswered() bool   { return false }
-func faultUncleanHandOff() bool     { return false }
-func faultForgetRequests() bool     { return false }
-func faultLeaseMonotonicOnly() bool { return false }
-func faultForgetLoaded() bool       { return false }
-func faultRefuseAfterLoss() bool    { return false }
+func faultCachedNoGate() bool            { return false }
+func faultRememberAnswered() bool        { return false }
+func faultUncleanHandOff() bool          { return false }
+func faultForgetRequests() bool          { return false }
+func faultLeaseMonotonicOnly() bool      { return false }
+func faultForgetLoaded() bool            { return false }
+func faultRefuseAfterLoss() bool         { return false }
+func faultWriteBackAcrossFailover() bool { return false }

@@ -20,6 +20,13 @@ import (
 type shard struct {
 	idx   int
 	grant Grant
+	// gateToken is the gate's token (segment.Gate) when the term was
+	// granted, gateOK whether the gate was open then (Acquire). The token
+	// changes only when the gate closes, at a MySQL server change: a term
+	// whose token is no longer current has lived across a server change,
+	// and its exact write-back is refused (Allocator.writeBack).
+	gateToken uint64
+	gateOK    bool
 
 	mu   sync.Mutex
 	keys map[Key]*keyState

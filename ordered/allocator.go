@@ -588,12 +588,12 @@ func (a *Allocator) Release(ctx context.Context, idx int) error {
 			return err // the negative control: reported as a plain failure, released as clean
 		}
 		a.st.uncleanHandOffs.Add(1)
+		msg := "ordered hand-off: the exact counters could not be written back; the shard is released with a lease wait"
 		if errors.Is(err, errServerChangedSinceTerm) {
-			a.log.Warn("ordered hand-off: the MySQL server changed (failover) since this term began, so its exact counters are not written back; the shard is released with a lease wait",
-				zap.Int("shard", idx), zap.Int64("epoch", sh.grant.Epoch), zap.Int("keys", len(rows)), zap.Error(err))
-			return fmt.Errorf("%w: shard %d: %w", ErrUncleanHandOff, idx, err)
+			// An operator should know why: a failover, not a store error.
+			msg = "ordered hand-off: the MySQL server changed (failover) since this term began, so its exact counters are not written back; the shard is released with a lease wait"
 		}
-		a.log.Warn("ordered hand-off: the exact counters could not be written back; the shard is released with a lease wait",
+		a.log.Warn(msg,
 			zap.Int("shard", idx), zap.Int64("epoch", sh.grant.Epoch), zap.Int("keys", len(rows)), zap.Error(err))
 		return fmt.Errorf("%w: shard %d: %w", ErrUncleanHandOff, idx, err)
 	}

@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/idgen/idgen/segment"
 )
 
@@ -66,7 +70,8 @@ func TestWriteBackRefusedAfterServerChange(t *testing.T) {
 			}
 			coord := newFakeCoord("a:1", clk.Now().Add(time.Hour))
 			var err error
-			a, err = New(Config{Store: store, Coordinator: coord, Clock: clk, Self: "a:1", Gate: g, BeforeWriteBack: stall})
+			core, logs := observer.New(zapcore.WarnLevel)
+			a, err = New(Config{Store: store, Coordinator: coord, Clock: clk, Self: "a:1", Gate: g, BeforeWriteBack: stall, Logger: zap.New(core)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,6 +99,9 @@ func TestWriteBackRefusedAfterServerChange(t *testing.T) {
 			}
 			if got := a.Stats().UncleanHandOffs; got != 1 {
 				t.Fatalf("UncleanHandOffs = %d, want 1", got)
+			}
+			if n := logs.FilterMessageSnippet("MySQL server changed").Len(); n != 1 {
+				t.Fatalf("%d WARN lines naming the server change, want 1: %v", n, logs.All())
 			}
 		})
 	}

@@ -591,7 +591,8 @@ func (a *Allocator) Release(ctx context.Context, idx int) error {
 		msg := "ordered hand-off: the exact counters could not be written back; the shard is released with a lease wait"
 		if errors.Is(err, errServerChangedSinceTerm) {
 			// An operator should know why: a failover, not a store error.
-			msg = "ordered hand-off: the MySQL server changed (failover) since this term began, so its exact counters are not written back; the shard is released with a lease wait"
+			// The common prefix stays, for log searches (faults/scenario).
+			msg = "ordered hand-off: the exact counters could not be written back: the MySQL server changed (failover) since this term began; the shard is released with a lease wait"
 		}
 		a.log.Warn(msg,
 			zap.Int("shard", idx), zap.Int64("epoch", sh.grant.Epoch), zap.Int("keys", len(rows)), zap.Error(err))

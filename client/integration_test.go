@@ -28,9 +28,14 @@ import (
 func TestIntegration_ClusterFailover(t *testing.T) {
 	zkAddr, dsn := testServers(t)
 	cluster := fmt.Sprintf("client%d", rand.Uint32())
+	// A 6 s session, not 3 s: a node waits one session timeout for its
+	// first session at start and exits without one (worker.Register), and
+	// a 3 s wait was once too short on a starved CI machine (a 3.8 s
+	// stall). The kill is found by the client's refused connections, not
+	// by the session's expiry.
 	start := func() *testnode.Node {
 		n := testnode.Start(t, testnode.Options{DataDir: t.TempDir(), Args: []string{
-			"--zk", zkAddr, "--cluster", cluster, "--mysql", dsn, "--zk-session-timeout", "3s",
+			"--zk", zkAddr, "--cluster", cluster, "--mysql", dsn, "--zk-session-timeout", "6s",
 			"--heartbeat-interval", "500ms", "--advertise-host", "127.0.0.1",
 			"--auto-create-biz", "true", "--properties-dir", t.TempDir()}})
 		n.WaitSnowflake(t, 60*time.Second)

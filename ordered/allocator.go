@@ -494,9 +494,12 @@ func (a *Allocator) Acquire(ctx context.Context, g Grant) error {
 	// The term's gate token, read before the claim: a server change at
 	// any point after it (even during the claim) makes the term's exact
 	// write-back refused (writeBack).
-	var tok uint64
+	var tok, changes uint64
 	tokOK := false
 	if a.cfg.Gate != nil {
+		if sc, ok := a.cfg.Gate.(segment.ServerChangeCounter); ok {
+			changes = sc.ServerChanges()
+		}
 		var gerr error
 		tok, gerr = a.cfg.Gate.Enter()
 		tokOK = gerr == nil
@@ -508,7 +511,7 @@ func (a *Allocator) Acquire(ctx context.Context, g Grant) error {
 		return fmt.Errorf("ordered: claiming shard %d epoch %d: %w", g.Shard, g.Epoch, err)
 	}
 	sh := newShard(g)
-	sh.gateToken, sh.gateOK = tok, tokOK
+	sh.gateToken, sh.gateOK, sh.serverChanges = tok, tokOK, changes
 	a.shards[g.Shard].Store(sh)
 	a.changed(g.Shard)
 	go sh.run(a)
@@ -797,23 +800,45 @@ func (a *Allocator) persist(ctx context.Context, sh *shard, rows []Row, reqs []R
 // the gate.
 //
 // The exact counters (rows non-empty) are refused, before the store is
-// touched, when the gate closed since the term was granted (or was closed
-// at its grant): the MySQL server changed, and a lossy failover may have
-// lost a later owner's epoch claim, so the epoch fence would pass this
-// write, which may lower a row below numbers that owner answered and its
-// barrier raised on the new server. Anchored at the term's grant, not at
+// touched, when the MySQL server changed since the term was granted: a
+// lossy failover may have lost a later owner's epoch claim, so the epoch
+// fence would pass this write, which may lower a row below numbers that
+// owner answered and its barrier raised on the new server. Where the gate
+// counts server changes (segment.ServerChangeCounter, zkguard) that count
+// decides, and a term granted while the gate was closed for another
+// reason (a ZooKeeper restore: seed 721 of the simulator, whose
+// rebalancing hand-offs after a restore each waited a lease) is handed
+// off exactly; with any other gate, every close since the grant, or a
+// gate closed at it, counts as a server change. Anchored at the term's grant, not at
 // Release's start: a hand-off that begins after the failover, for a term
 // granted before it, is exposed the same way. The cost: after a failover
 // every hand-off of a shard held across it is unclean (the next owner
 // waits a lease); availability only. A write of no rows (clearing the
-// store lease) writes no counter and is not refused.
+// store lease) writes no counter and is not refused. The same check runs
+// again on the session that writes, once it reached its server, where the
+// store can (GatedWriteBacker): a pause between this check and the
+// write-back's statement may span the failover, and the write-back's own
+// new connection is then the one that finds it.
 func (a *Allocator) writeBack(ctx context.Context, sh *shard, rows []Row) error {
+	var sinceGrant func() error
 	if len(rows) > 0 && a.cfg.Gate != nil && !faultWriteBackAcrossFailover() {
-		if !sh.gateOK {
-			return fmt.Errorf("%w: the gate was closed when the term was granted", errServerChangedSinceTerm)
+		sinceGrant = func() error {
+			if sc, ok := a.cfg.Gate.(segment.ServerChangeCounter); ok {
+				if n := sc.ServerChanges(); n != sh.serverChanges {
+					return fmt.Errorf("%w: %d MySQL server change(s) since the term was granted", errServerChangedSinceTerm, n-sh.serverChanges)
+				}
+				return nil
+			}
+			if !sh.gateOK {
+				return fmt.Errorf("%w: the gate was closed when the term was granted", errServerChangedSinceTerm)
+			}
+			if err := a.cfg.Gate.Check(sh.gateToken); err != nil {
+				return fmt.Errorf("%w: %w", errServerChangedSinceTerm, err)
+			}
+			return nil
 		}
-		if err := a.cfg.Gate.Check(sh.gateToken); err != nil {
-			return fmt.Errorf("%w: %w", errServerChangedSinceTerm, err)
+		if err := sinceGrant(); err != nil {
+			return err
 		}
 	}
 	var token uint64
@@ -823,7 +848,15 @@ func (a *Allocator) writeBack(ctx context.Context, sh *shard, rows []Row) error 
 			return err
 		}
 	}
-	err := a.cfg.Store.WriteBack(ctx, sh.idx, sh.grant.Epoch, rows)
+	var err error
+	if gw, ok := a.cfg.Store.(GatedWriteBacker); ok {
+		// Checked again on the session that writes, once it reached its
+		// server: the write-back's own new connection may be the one that
+		// finds the failover (GatedWriteBacker).
+		err = gw.WriteBackGated(ctx, sh.idx, sh.grant.Epoch, rows, sinceGrant)
+	} else {
+		err = a.cfg.Store.WriteBack(ctx, sh.idx, sh.grant.Epoch, rows)
+	}
 	if err == nil && a.cfg.Gate != nil {
 		err = a.cfg.Gate.Check(token)
 	}

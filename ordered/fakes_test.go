@@ -29,6 +29,10 @@ type fakeStore struct {
 	// hold, when set, makes every Persist wait for a value (or its close)
 	// before it runs: a test queues requests behind a persist in flight.
 	hold chan struct{}
+	// onSession, when set, runs in WriteBackGated where the real store's
+	// session reaches its server (and a new connection reports a server
+	// change), before the check: a test makes the failover happen there.
+	onSession func()
 }
 
 func newFakeStore() *fakeStore {
@@ -136,6 +140,20 @@ func (s *fakeStore) WriteBack(_ context.Context, shard int, epoch int64, rows []
 		s.rows[r.Key] = r.Num
 	}
 	return nil
+}
+
+// WriteBackGated implements GatedWriteBacker: onSession, then check,
+// then WriteBack.
+func (s *fakeStore) WriteBackGated(ctx context.Context, shard int, epoch int64, rows []Row, check func() error) error {
+	if s.onSession != nil {
+		s.onSession()
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return s.WriteBack(ctx, shard, epoch, rows)
 }
 
 func (s *fakeStore) LookupRequests(_ context.Context, biz, scope string, ids []string) (map[string]Request, error) {

@@ -29,6 +29,30 @@ type fakeGate struct {
 
 func newFakeGate() *fakeGate { return &fakeGate{open: true, token: 1} }
 
+// countingGate is a fakeGate that counts its MySQL server changes
+// (segment.ServerChangeCounter), as zkguard's Guard does: serverChanged
+// closes it and counts, close alone is a close for another reason (a
+// ZooKeeper restore).
+type countingGate struct {
+	*fakeGate
+	changes uint64 // under fakeGate.mu
+}
+
+func newCountingGate() *countingGate { return &countingGate{fakeGate: newFakeGate()} }
+
+func (g *countingGate) ServerChanges() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.changes
+}
+
+func (g *countingGate) serverChanged() {
+	g.mu.Lock()
+	g.changes++
+	g.closeLocked()
+	g.mu.Unlock()
+}
+
 var errGateClosed = errors.New("fake gate closed")
 
 func (g *fakeGate) Enter() (uint64, error) {

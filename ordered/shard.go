@@ -22,11 +22,16 @@ type shard struct {
 	grant Grant
 	// gateToken is the gate's token (segment.Gate) when the term was
 	// granted, gateOK whether the gate was open then (Acquire). The token
-	// changes only when the gate closes, at a MySQL server change: a term
-	// whose token is no longer current has lived across a server change,
-	// and its exact write-back is refused (Allocator.writeBack).
-	gateToken uint64
-	gateOK    bool
+	// changes whenever the gate closes, at a MySQL server change among
+	// others: a term whose token is no longer current may have lived
+	// across a server change, and its exact write-back is refused
+	// (Allocator.writeBack). Where the gate counts its server changes
+	// (segment.ServerChangeCounter), serverChanges is that count at the
+	// grant and replaces the token: a close for another reason (a
+	// ZooKeeper restore) then leaves the term's write-back alone.
+	gateToken     uint64
+	gateOK        bool
+	serverChanges uint64
 
 	mu   sync.Mutex
 	keys map[Key]*keyState

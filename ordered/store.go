@@ -126,6 +126,23 @@ type Store interface {
 	LookupRequests(ctx context.Context, biz, scope string, ids []string) (map[string]Request, error)
 }
 
+// GatedWriteBacker is a Store whose write-back runs a check on the
+// session that will write, after the session reached its server and
+// before any statement. A store whose connections may reach another
+// server (a failover behind a VIP or a proxy) reports the change when a
+// new session first reaches it (mysqlstore's OnServerChange, which closes
+// the failover gate), so a check of the gate there sees the change before
+// the write-back lowers a row on the new server. Without it, the
+// write-back whose own new connection found the failover would still run
+// its statement there: the gate closes, and the exact counters land
+// anyway, below numbers a later owner answered and raised on that server
+// (its claim lost by the failover, so the epoch fence passes). check's
+// error is returned as it is (wrapped), with nothing written; a retried
+// attempt on a new session runs check again.
+type GatedWriteBacker interface {
+	WriteBackGated(ctx context.Context, shard int, epoch int64, rows []Row, check func() error) error
+}
+
 // ErrFenced: the shard's stored epoch is not the caller's: another node
 // took the shard over (or the caller's claim was lost). Nothing was written.
 var ErrFenced = errors.New("ordered: shard epoch changed (another owner)")

@@ -23,20 +23,46 @@ import (
 // gate closed since the term was granted (a gap, never a repeat), and
 // Release reports ErrUncleanHandOff.
 // Negative control: IDGEN_FAULT_WRITEBACK_ACROSS_FAILOVER=1.
+//
+// The failover may also come while the write-back is on its way to the
+// store, after the check against the term's grant: its own new connection
+// then finds the new server, and the gate closes while the statement is
+// about to run there. The check runs again on the session that writes
+// (GatedWriteBacker), after it reached its server ("on the session").
+// Each case runs with a gate that counts its server changes (zkguard's)
+// and with one that does not (the token decides).
 func TestWriteBackRefusedAfterServerChange(t *testing.T) {
-	for _, control := range []bool{false, true} {
+	type tcase struct {
+		name     string
+		control  bool
+		session  bool // the failover found by the write-back's own session
+		counting bool // the gate counts server changes
+	}
+	var cases []tcase
+	for _, counting := range []bool{false, true} {
+		suffix := ""
+		if counting {
+			suffix = ", counting gate"
+		}
+		cases = append(cases, tcase{"fixed" + suffix, false, false, counting}, tcase{"control" + suffix, true, false, counting},
+			tcase{"fixed on the session" + suffix, false, true, counting}, tcase{"control on the session" + suffix, true, true, counting})
+	}
+	for _, tc := range cases {
+		control := tc.control
 		if control && !faultInjectBuild {
 			continue
 		}
-		name := "fixed"
-		if control {
-			name = "control"
-		}
-		t.Run(name, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			if control {
 				t.Setenv("IDGEN_FAULT_WRITEBACK_ACROSS_FAILOVER", "1")
 			}
-			store, clk, g := newFakeStore(), newFakeClock(), newFakeGate()
+			store, clk, fg := newFakeStore(), newFakeClock(), newFakeGate()
+			var g segment.Gate = fg
+			serverChange := fg.close
+			if tc.counting {
+				cg := &countingGate{fakeGate: fg}
+				g, serverChange = cg, cg.serverChanged
+			}
 			key := Key{"chat", "k"}
 			s := segment.Shard(key.SubKey)
 			var bTop int64
@@ -44,10 +70,7 @@ func TestWriteBackRefusedAfterServerChange(t *testing.T) {
 			hooked := 0
 			// A's write-back is held here (the simulator's stall) while
 			// B takes over and the MySQL server changes.
-			stall := func(shard int) {
-				if shard != s {
-					return
-				}
+			failover := func() {
 				hooked++
 				store.mu.Lock()
 				before := map[Key]int64{key: store.rows[key]} // the replica: A's reservation end, epoch 1
@@ -57,16 +80,39 @@ func TestWriteBackRefusedAfterServerChange(t *testing.T) {
 				store.rows[key] = bTop
 				store.mu.Unlock()
 				// A lossy failover to the replica: B's claim and row lost.
-				g.close()
+				if !tc.session {
+					serverChange()
+				}
 				store.lossyFailover(before)
 				store.mu.Lock()
 				store.epochs[s], store.owners[s] = 1, "a:1"
-				// The barrier: B raises what it answered, A what it
-				// remembers; the gate opens again.
+				// The barrier: B raises what it answered.
 				store.rows[key] = max(store.rows[key], bTop)
 				store.mu.Unlock()
+				if tc.session {
+					// A's write-back's new connection is A's first
+					// contact with the new server: its gate closes now,
+					// and A's part of the barrier comes after.
+					serverChange()
+					return
+				}
+				// A raises what it remembers; the gate opens again.
 				store.flush(a)
-				g.reopen()
+				fg.reopen()
+			}
+			// A's write-back is held before it starts (the simulator's
+			// stall), or reaches the store and finds the failover there.
+			stall := func(shard int) {
+				if shard == s && !tc.session {
+					failover()
+				}
+			}
+			if tc.session {
+				store.onSession = func() {
+					if hooked == 0 {
+						failover()
+					}
+				}
 			}
 			coord := newFakeCoord("a:1", clk.Now().Add(time.Hour))
 			var err error
@@ -78,7 +124,14 @@ func TestWriteBackRefusedAfterServerChange(t *testing.T) {
 			n := &node{a: a, coord: coord}
 			n.acquireAll(t, 1, time.Time{})
 			last := cachedTraffic(t, n, clk, bizMode("chat", segment.OrderedCached), key.SubKey, 500)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			wait := 10 * time.Second
+			if control && tc.session {
+				// The control's write lands, but the gate stays closed (A's
+				// barrier is not run here), so its gate check fails after
+				// it and the hand-off retries until this ends.
+				wait = 300 * time.Millisecond
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
 			defer cancel()
 			err = a.Release(ctx, s)
 			if hooked != 1 {
@@ -86,7 +139,7 @@ func TestWriteBackRefusedAfterServerChange(t *testing.T) {
 			}
 			row := store.row(key)
 			if control {
-				if err != nil || row != last {
+				if (err != nil && !tc.session) || row != last {
 					t.Fatalf("negative control: Release = %v, row %d: want the row lowered to A's exact %d (B answered up to %d)", err, row, last, bTop)
 				}
 				return
@@ -102,6 +155,63 @@ func TestWriteBackRefusedAfterServerChange(t *testing.T) {
 			}
 			if n := logs.FilterMessageSnippet("MySQL server changed").Len(); n != 1 {
 				t.Fatalf("%d WARN lines naming the server change, want 1: %v", n, logs.All())
+			}
+		})
+	}
+}
+
+// A gate that counts its server changes (zkguard) anchors the write-back
+// on that count: a term granted while the gate was closed for a
+// ZooKeeper restore, or that lived across such a close, is handed off
+// exactly (simulator seed 721: after a restore every rebalancing hand-off
+// waited a lease), and one that lived across a server change is not.
+func TestWriteBackAnchoredOnServerChanges(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		closedAtGrant bool // the gate closed (a restore) when the term was granted
+		change        bool // a server change during the term
+	}{
+		{"restore close at the grant", true, false},
+		{"restore close during the term", false, false},
+		{"server change during the term", false, true},
+		{"server change after a restore close at the grant", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store, clk, g := newFakeStore(), newFakeClock(), newCountingGate()
+			key := Key{"chat", "k"}
+			s := segment.Shard(key.SubKey)
+			if tc.closedAtGrant {
+				g.close() // a ZooKeeper restore: not a server change
+			}
+			n := gatedNode(t, store, clk, "a:1", g)
+			n.acquireAll(t, 1, time.Time{})
+			if !tc.closedAtGrant {
+				g.close()
+			}
+			if tc.change {
+				g.serverChanged()
+			}
+			store.flush(n.a)
+			g.reopen()
+			last := cachedTraffic(t, n, clk, bizMode("chat", segment.OrderedCached), key.SubKey, 500)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := n.a.Release(ctx, s)
+			row := store.row(key)
+			if tc.change {
+				if !errors.Is(err, ErrUncleanHandOff) || !errors.Is(err, errServerChangedSinceTerm) {
+					t.Fatalf("Release = %v, want ErrUncleanHandOff (server changed since the term)", err)
+				}
+				if row == last {
+					t.Fatalf("row %d: the exact counters were written back across a server change", row)
+				}
+				return
+			}
+			if err != nil || row != last {
+				t.Fatalf("Release = %v, row %d: want a clean hand-off with the exact %d", err, row, last)
+			}
+			if got := n.a.Stats().UncleanHandOffs; got != 0 {
+				t.Fatalf("UncleanHandOffs = %d, want 0", got)
 			}
 		})
 	}

@@ -241,8 +241,9 @@ func (s *nodeDB) RaiseSegment(ctx context.Context, biz string, atLeast int64) er
 }
 
 var (
-	_ segment.Store      = (*nodeDB)(nil)
-	_ ordered.LeaseStore = (*nodeDB)(nil)
+	_ segment.Store            = (*nodeDB)(nil)
+	_ ordered.LeaseStore       = (*nodeDB)(nil)
+	_ ordered.GatedWriteBacker = (*nodeDB)(nil)
 )
 
 func (s *nodeDB) ReserveSegment(ctx context.Context, biz string, step int64) (segment.Range, error) {
@@ -370,6 +371,14 @@ func (s *nodeDB) shardTx(ctx context.Context, shard int, pausedInside bool, fn f
 // shardsTx is shardTx on several shards' fence rows, taken in ascending
 // order as the real store's fencing UPDATE takes them (by primary key).
 func (s *nodeDB) shardsTx(ctx context.Context, shards []int, pausedInside bool, fn func(ctx context.Context, o *orderedtest.Store) error) error {
+	return s.shardsTxChecked(ctx, shards, pausedInside, nil, fn)
+}
+
+// shardsTxChecked is shardsTx with check run once the transaction holds
+// its rows, past the boundary (a server change reported, the node's
+// pause waited out) and before the db's data is touched: the session's
+// check of ordered.GatedWriteBacker.
+func (s *nodeDB) shardsTxChecked(ctx context.Context, shards []int, pausedInside bool, check func() error, fn func(ctx context.Context, o *orderedtest.Store) error) error {
 	for _, shard := range shards {
 		if err := ordered.ValidateShard(shard); err != nil {
 			return err // no fence row to take
@@ -388,6 +397,11 @@ func (s *nodeDB) shardsTx(ctx context.Context, shards []int, pausedInside bool, 
 	}
 	if pausedInside {
 		if err := s.boundary(context.Background()); err != nil {
+			return err
+		}
+	}
+	if check != nil {
+		if err := check(); err != nil {
 			return err
 		}
 	}
@@ -456,6 +470,15 @@ func (s *nodeDB) PersistShards(ctx context.Context, parts []ordered.ShardWrite) 
 // (ordered.LeaseStore).
 func (s *nodeDB) WriteBack(ctx context.Context, shard int, epoch int64, rows []ordered.Row) error {
 	return s.shardTx(ctx, shard, false, func(ctx context.Context, o *orderedtest.Store) error {
+		return o.WriteBack(ctx, shard, epoch, rows)
+	})
+}
+
+// WriteBackGated implements ordered.GatedWriteBacker: check runs after
+// the boundary, where a new MySQL session has reported a server change
+// (and waited out the node's pause), as mysqlstore runs it on its session.
+func (s *nodeDB) WriteBackGated(ctx context.Context, shard int, epoch int64, rows []ordered.Row, check func() error) error {
+	return s.shardsTxChecked(ctx, []int{shard}, false, check, func(ctx context.Context, o *orderedtest.Store) error {
 		return o.WriteBack(ctx, shard, epoch, rows)
 	})
 }

@@ -506,7 +506,7 @@ func (s *Store) PersistShards(ctx context.Context, parts []ordered.ShardWrite) (
 		}
 		ws = append(ws, shardWrite{part: i, shard: p.Shard, epoch: p.Epoch, reqs: p.Reqs, rowStmts: rowUpserts(p.Shard, p.Rows, false)})
 	}
-	if err := s.writeShards(ctx, op, ws, errs, false); err != nil {
+	if err := s.writeShards(ctx, op, ws, errs, false, nil); err != nil {
 		return nil, err
 	}
 	return errs, nil
@@ -522,12 +522,21 @@ func (s *Store) PersistShards(ctx context.Context, parts []ordered.ShardWrite) (
 // owner stopped answering before its write-back, so the next owner need
 // not wait for its lease (ordered.LeaseStore).
 func (s *Store) WriteBack(ctx context.Context, shard int, epoch int64, rows []ordered.Row) error {
+	return s.WriteBackGated(ctx, shard, epoch, rows, nil)
+}
+
+// WriteBackGated is WriteBack with check run on each attempt's session
+// after it reached its server, before any statement
+// (ordered.GatedWriteBacker): a new session that reaches another server
+// has told OnServerChange (the failover gate) by then, so check sees the
+// change and nothing is written on the new server. check nil: WriteBack.
+func (s *Store) WriteBackGated(ctx context.Context, shard int, epoch int64, rows []ordered.Row, check func() error) error {
 	op := fmt.Sprintf("write back %d ORDERED rows of shard %d at epoch %d", len(rows), shard, epoch)
 	if err := ordered.ValidatePersist(shard, rows, nil); err != nil {
 		return fmt.Errorf("mysqlstore: %s: %w", op, err)
 	}
 	errs := make([]error, 1)
-	if err := s.writeShards(ctx, op, []shardWrite{{shard: shard, epoch: epoch, rowStmts: rowUpserts(shard, rows, true)}}, errs, true); err != nil {
+	if err := s.writeShards(ctx, op, []shardWrite{{shard: shard, epoch: epoch, rowStmts: rowUpserts(shard, rows, true)}}, errs, true, check); err != nil {
 		return err
 	}
 	if errs[0] != nil {
@@ -549,8 +558,10 @@ type shardWrite struct {
 // writeShards runs the fenced transaction of ws with retries and the
 // owners' error rules: a part that fails alone gets its error in
 // errs[part]; the error returned fails them all. clearLease makes the
-// fence clear the shards' lease nonces too (WriteBack).
-func (s *Store) writeShards(ctx context.Context, op string, ws []shardWrite, errs []error, clearLease bool) error {
+// fence clear the shards' lease nonces too (WriteBack). check, when set,
+// runs on each transaction's session before its first statement
+// (WriteBackGated); its error fails them all.
+func (s *Store) writeShards(ctx context.Context, op string, ws []shardWrite, errs []error, clearLease bool, check func() error) error {
 	cctx, cancel := s.conn.OpContext(ctx)
 	defer cancel()
 	err := s.conn.RetryConflicts(cctx, op, func() error {
@@ -563,7 +574,7 @@ func (s *Store) writeShards(ctx context.Context, op string, ws []shardWrite, err
 				done bool
 				err  error
 			)
-			live, done, err = s.writeShardsOnce(cctx, live, errs, clearLease)
+			live, done, err = s.writeShardsOnce(cctx, live, errs, clearLease, check)
 			if err != nil || done {
 				return err
 			}
@@ -602,12 +613,20 @@ func (s *Store) writeShards(ctx context.Context, op string, ws []shardWrite, err
 // and the parts holding stored ids fail with
 // *ordered.DuplicateRequestsError. So the happy path costs one round
 // trip and each refusal a few more.
-func (s *Store) writeShardsOnce(ctx context.Context, live []shardWrite, errs []error, clearLease bool) (rest []shardWrite, done bool, err error) {
+func (s *Store) writeShardsOnce(ctx context.Context, live []shardWrite, errs []error, clearLease bool, check func() error) (rest []shardWrite, done bool, err error) {
 	tx, err := s.begin(ctx)
 	if err != nil {
 		return nil, false, err
 	}
 	defer tx.end(ctx) //nolint:errcheck // a failed rollback discarded the session
+	if check != nil {
+		// The session has its connection (DB.Conn opens one when the
+		// pool has none), and a new connection told OnServerChange of its
+		// server before it was handed out: check sees a failover it found.
+		if err := check(); err != nil {
+			return nil, false, err
+		}
+	}
 	fences := make([]ordered.ShardEpoch, len(live))
 	var reqs []ordered.Request
 	stall := false

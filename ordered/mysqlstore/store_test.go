@@ -454,3 +454,56 @@ func TestOwned_RefusedCommitLeavesNoTransaction(t *testing.T) {
 	}
 	inTx("a stored request id beside a fenced part")
 }
+
+// TestOwned_WriteBackGatedChecksOnItsSession: WriteBackGated runs its
+// check once the session holds a connection (the one a failover's new
+// connection reports itself on, to OnServerChange, before it is handed
+// out) and before any statement: a failing check writes nothing, not
+// even the fence's persists count, and comes back as it is; a passing
+// one is run once and the exact counters land.
+func TestOwned_WriteBackGatedChecksOnItsSession(t *testing.T) {
+	seg, s := open(t, newTestDatabase(t), nil)
+	ctx := testCtx(t)
+	k := ordered.Key{Biz: "chat", SubKey: "k"}
+	sh := segment.Shard(k.SubKey)
+	if err := s.Claim(ctx, sh, 1, "a:1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Persist(ctx, sh, 1, []ordered.Row{{Key: k, Num: 100}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	state := func() (num, persists int64) {
+		t.Helper()
+		if err := seg.DB().QueryRowContext(ctx, `SELECT num FROM `+mysqldb.OrderedTable(sh)+` WHERE biz = ? AND sub_key = ?`, k.Biz, []byte(k.SubKey)).Scan(&num); err != nil {
+			t.Fatal(err)
+		}
+		if err := seg.DB().QueryRowContext(ctx, `SELECT persists FROM ordered_shard WHERE shard = ?`, sh).Scan(&persists); err != nil {
+			t.Fatal(err)
+		}
+		return num, persists
+	}
+	_, persists := state()
+	changed := errors.New("the gate closed: the session reached another server")
+	calls, inUse := 0, 0
+	err := s.WriteBackGated(ctx, sh, 1, []ordered.Row{{Key: k, Num: 40}}, func() error {
+		calls++
+		inUse = seg.DB().Stats().InUse
+		return changed
+	})
+	if !errors.Is(err, changed) {
+		t.Fatalf("WriteBackGated with a failing check = %v, want its error", err)
+	}
+	if calls != 1 || inUse < 1 {
+		t.Fatalf("check ran %d times with %d sessions in use; want once, on the write-back's session (>= 1 in use)", calls, inUse)
+	}
+	if num, p := state(); num != 100 || p != persists {
+		t.Fatalf("after a refused write-back: row %d, persists %d; want 100, %d (no statement ran)", num, p, persists)
+	}
+	calls = 0
+	if err := s.WriteBackGated(ctx, sh, 1, []ordered.Row{{Key: k, Num: 40}}, func() error { calls++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if num, _ := state(); num != 40 || calls != 1 {
+		t.Fatalf("after a passing check: row %d, check ran %d times; want 40, once", num, calls)
+	}
+}

@@ -216,7 +216,25 @@ func (g *Guard) ServerChanged(old, new string) {
 	if g.cfg.Disabled {
 		return
 	}
-	g.close("server changed from " + old + " to " + new)
+	g.closeServer("server changed from " + old + " to " + new)
+}
+
+// ServerChanges implements segment.ServerChangeCounter: how many times a
+// MySQL server change closed the gate (also when it found it closed; one
+// change may count twice: a new connection's server, then the record).
+func (g *Guard) ServerChanges() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.serverChanges
+}
+
+// closeServer is close for a MySQL server change: counted in
+// ServerChanges, whether or not the gate was open.
+func (g *Guard) closeServer(why string) {
+	g.mu.Lock()
+	g.serverChanges++
+	g.mu.Unlock()
+	g.close(why)
 }
 
 func (g *Guard) close(why string) {
@@ -425,7 +443,7 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 			if _, err := g.conn.Create(recPath, b, 0, g.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 				return err
 			}
-			return errRetry
+			return errRecordCreated
 		}
 		if err != nil {
 			return err
@@ -486,8 +504,12 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 			zap.String("why", restored))
 		g.close("ZooKeeper restored: " + restored)
 	}
+	if errors.Is(err, errRecordCreated) {
+		g.close("the cluster's MySQL server recorded for the first time")
+		return err
+	}
 	if errors.Is(err, errRetry) {
-		g.close("the cluster's MySQL server record changed")
+		g.closeServer("the cluster's MySQL server record changed")
 		return err
 	}
 	if err != nil {
@@ -498,7 +520,7 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 	}
 	if rec.Gen > acked {
 		if acked > 0 {
-			g.close(fmt.Sprintf("generation %d of the cluster's MySQL server", rec.Gen))
+			g.closeServer(fmt.Sprintf("generation %d of the cluster's MySQL server", rec.Gen))
 		}
 		// Reach the recorded server first: idle connections to a dead
 		// one are replaced by a new connection, which reports its server.
@@ -586,9 +608,12 @@ func (g *Guard) round(ctx context.Context, store Server, flush func(ctx context.
 }
 
 var (
-	errRetry      = errors.New("server record changed")
-	errSuperseded = errors.New("a later write of this process's member record started")
-	errWaiting    = errors.New("waiting for") // this node acknowledged; members have not
+	errRetry = errors.New("server record changed")
+	// errRecordCreated is errRetry when this node created the record (the
+	// cluster's first): not a server change (ServerChanges).
+	errRecordCreated = fmt.Errorf("%w (created)", errRetry)
+	errSuperseded    = errors.New("a later write of this process's member record started")
+	errWaiting       = errors.New("waiting for") // this node acknowledged; members have not
 )
 
 // renewDue reports whether this node's bound should be renewed now (a

@@ -217,6 +217,10 @@ type Guard struct {
 	// (writeMember, leave); a write whose number is not the newest any
 	// more when it reads the record makes no change (see writeMember).
 	memberWrites uint64
+	// serverChanges counts the MySQL server changes the gate closed for
+	// (a new connection's server, a new server record), not its other
+	// closes (a ZooKeeper restore, the start): ServerChanges.
+	serverChanges uint64
 	// unverifiedUntil (monotonic): the bound may pass without refusing
 	// ORDERED until then, because the store's replication was last found
 	// unable to lose a reservation (bound.go); unverifiedOn logs the

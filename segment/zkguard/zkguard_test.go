@@ -804,3 +804,31 @@ func TestBoundPassesOnlyOverSafeReplication(t *testing.T) {
 		t.Fatalf("last safe look ran out: %v; want ErrNotMember", err)
 	}
 }
+
+// TestIntegration_ServerChangesCounted: ServerChanges moves at every MySQL
+// server change, also one that finds the gate closed already, and not at
+// the start (the cluster's first server record). Package ordered anchors
+// a term's exact write-back on it.
+func TestIntegration_ServerChangesCounted(t *testing.T) {
+	srv := &fakeServer{id: "server/1"}
+	a := newGuard(t, clusterName(t), "a:1", nil)
+	a.StartBarrier(srv, Repair{Flush: func(context.Context) error { return nil }})
+	waitFor(t, "the gate's first opening", 30*time.Second, func() bool { _, err := a.Enter(); return err == nil })
+	if n := a.ServerChanges(); n != 0 {
+		t.Fatalf("ServerChanges after the start = %d, want 0", n)
+	}
+	srv.set("server/2")
+	a.ServerChanged("server/1", "server/2")
+	srv.set("server/3")
+	a.ServerChanged("server/2", "server/3") // the gate is closed already
+	if n := a.ServerChanges(); n != 2 {
+		t.Fatalf("ServerChanges after two changes = %d, want 2", n)
+	}
+	waitFor(t, "the gate open again", 30*time.Second, func() bool { _, err := a.Enter(); return err == nil })
+	// The barrier then finds the change in the server record too (it
+	// records it, then reads its new generation): counted again, which
+	// is all a holder needs (changed or not).
+	if n := a.ServerChanges(); n < 2 {
+		t.Fatalf("ServerChanges after the reopening = %d, want at least 2", n)
+	}
+}

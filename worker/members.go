@@ -74,16 +74,12 @@ func ListMembers(r MemberReader, root, clusterName string) ([]Member, []<-chan z
 		root = strings.TrimSuffix(root, "/")
 	}
 	base := cluster.Path(root, clusterName)
-	names, _, w, err := r.ChildrenW(base)
-	if errors.Is(err, zk.ErrNoNode) {
-		_, _, ew, eerr := r.ExistsW(base)
-		if eerr != nil {
-			return nil, nil, fmt.Errorf("watch %s: %w", base, eerr)
-		}
-		return nil, []<-chan zk.Event{ew}, nil
-	}
+	names, w, exists, err := childrenW(r, base)
 	if err != nil {
-		return nil, nil, fmt.Errorf("list %s: %w", base, err)
+		return nil, nil, err
+	}
+	if !exists {
+		return nil, []<-chan zk.Event{w}, nil
 	}
 	watches := []<-chan zk.Event{w}
 	var out []Member
@@ -93,19 +89,14 @@ func ListMembers(r MemberReader, root, clusterName string) ([]Member, []<-chan z
 			continue
 		}
 		dir := base + "/" + name + "/members"
-		kids, _, mw, err := r.ChildrenW(dir)
-		if errors.Is(err, zk.ErrNoNode) {
-			_, _, ew, eerr := r.ExistsW(dir)
-			if eerr != nil {
-				return nil, nil, fmt.Errorf("watch %s: %w", dir, eerr)
-			}
-			watches = append(watches, ew)
-			continue
-		}
+		kids, mw, exists, err := childrenW(r, dir)
 		if err != nil {
-			return nil, nil, fmt.Errorf("list %s: %w", dir, err)
+			return nil, nil, err
 		}
 		watches = append(watches, mw)
+		if !exists {
+			continue
+		}
 		for _, k := range kids {
 			if !strings.HasPrefix(k, memberPrefix) {
 				continue
@@ -138,6 +129,35 @@ func ListMembers(r MemberReader, root, clusterName string) ([]Member, []<-chan z
 		return out[i].Name < out[j].Name
 	})
 	return out, watches, nil
+}
+
+// childrenW lists dir's children with a watch on them, or, when dir does
+// not exist, returns an existence watch (exists false), which fires when
+// it is created. A dir created between the two reads is listed again:
+// the existence watch of a znode that exists fires on a change of its
+// data or its deletion, never on a new child, so returning it would miss
+// every member that joins after (a resolver started while its cluster's
+// first node registered saw no member for good).
+func childrenW(r MemberReader, dir string) (kids []string, w <-chan zk.Event, exists bool, err error) {
+	for range 3 {
+		kids, _, w, err := r.ChildrenW(dir)
+		if err == nil {
+			return kids, w, true, nil
+		}
+		if !errors.Is(err, zk.ErrNoNode) {
+			return nil, nil, false, fmt.Errorf("list %s: %w", dir, err)
+		}
+		ok, _, ew, err := r.ExistsW(dir)
+		if err != nil {
+			return nil, nil, false, fmt.Errorf("watch %s: %w", dir, err)
+		}
+		if !ok {
+			return nil, ew, false, nil
+		}
+	}
+	// Created and deleted over and over while listed: the caller lists
+	// again after its pause (WatchMembers).
+	return nil, nil, false, fmt.Errorf("list %s: %w (it kept appearing and going while listed)", dir, zk.ErrNoNode)
 }
 
 // WatchMembers waits until one of watches fires (watches as ListMembers

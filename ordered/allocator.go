@@ -491,18 +491,12 @@ func (a *Allocator) Acquire(ctx context.Context, g Grant) error {
 		// be safe anyway.
 		a.drop(old, "replaced by a new term")
 	}
-	// The term's gate token, read before the claim: a server change at
-	// any point after it (even during the claim) makes the term's exact
-	// write-back refused (writeBack).
-	var tok, changes uint64
-	tokOK := false
+	// The gate's count of server changes, read before the claim: a server
+	// change at any point after it (even during the claim) makes the
+	// term's exact write-back refused (writeBack).
+	var changes uint64
 	if a.cfg.Gate != nil {
-		if sc, ok := a.cfg.Gate.(segment.ServerChangeCounter); ok {
-			changes = sc.ServerChanges()
-		}
-		var gerr error
-		tok, gerr = a.cfg.Gate.Enter()
-		tokOK = gerr == nil
+		changes = a.cfg.Gate.ServerChanges()
 	}
 	cctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 	err := a.claim(cctx, g)
@@ -511,7 +505,7 @@ func (a *Allocator) Acquire(ctx context.Context, g Grant) error {
 		return fmt.Errorf("ordered: claiming shard %d epoch %d: %w", g.Shard, g.Epoch, err)
 	}
 	sh := newShard(g)
-	sh.gateToken, sh.gateOK, sh.serverChanges = tok, tokOK, changes
+	sh.serverChanges = changes
 	a.shards[g.Shard].Store(sh)
 	a.changed(g.Shard)
 	go sh.run(a)
@@ -803,14 +797,12 @@ func (a *Allocator) persist(ctx context.Context, sh *shard, rows []Row, reqs []R
 // touched, when the MySQL server changed since the term was granted: a
 // lossy failover may have lost a later owner's epoch claim, so the epoch
 // fence would pass this write, which may lower a row below numbers that
-// owner answered and its barrier raised on the new server. Where the gate
-// counts server changes (segment.ServerChangeCounter, zkguard) that count
-// decides, and a term granted while the gate was closed for another
-// reason (a ZooKeeper restore: seed 721 of the simulator, whose
-// rebalancing hand-offs after a restore each waited a lease) is handed
-// off exactly; with any other gate, every close since the grant, or a
-// gate closed at it, counts as a server change. Anchored at the term's grant, not at
-// Release's start: a hand-off that begins after the failover, for a term
+// owner answered and its barrier raised on the new server. The gate's
+// count of server changes decides (segment.Gate.ServerChanges), not its
+// token: a term granted while the gate was closed for another reason (a
+// ZooKeeper restore: seed 721 of the simulator, whose rebalancing
+// hand-offs after a restore each waited a lease) is handed off exactly.
+// Anchored at the term's grant, not at Release's start: a hand-off that begins after the failover, for a term
 // granted before it, is exposed the same way. The cost: after a failover
 // every hand-off of a shard held across it is unclean (the next owner
 // waits a lease); availability only. A write of no rows (clearing the
@@ -823,17 +815,8 @@ func (a *Allocator) writeBack(ctx context.Context, sh *shard, rows []Row) error 
 	var sinceGrant func() error
 	if len(rows) > 0 && a.cfg.Gate != nil && !faultWriteBackAcrossFailover() {
 		sinceGrant = func() error {
-			if sc, ok := a.cfg.Gate.(segment.ServerChangeCounter); ok {
-				if n := sc.ServerChanges(); n != sh.serverChanges {
-					return fmt.Errorf("%w: %d MySQL server change(s) since the term was granted", errServerChangedSinceTerm, n-sh.serverChanges)
-				}
-				return nil
-			}
-			if !sh.gateOK {
-				return fmt.Errorf("%w: the gate was closed when the term was granted", errServerChangedSinceTerm)
-			}
-			if err := a.cfg.Gate.Check(sh.gateToken); err != nil {
-				return fmt.Errorf("%w: %w", errServerChangedSinceTerm, err)
+			if n := a.cfg.Gate.ServerChanges(); n != sh.serverChanges {
+				return fmt.Errorf("%w: %d MySQL server change(s) since the term was granted", errServerChangedSinceTerm, n-sh.serverChanges)
 			}
 			return nil
 		}

@@ -13,11 +13,13 @@ import (
 
 // fakeGate is a segment.Gate the test opens and closes: the barrier of one
 // node after a MySQL server change. Its token changes when it closes, as
-// zkguard's does.
+// zkguard's does; close is a server change (counted in ServerChanges),
+// closeNotServer a close for another reason (a ZooKeeper restore).
 type fakeGate struct {
-	mu    sync.Mutex
-	open  bool
-	token uint64
+	mu      sync.Mutex
+	open    bool
+	token   uint64
+	changes uint64 // server changes
 	// onEnter, when set, runs once inside the next Enter, after its answer
 	// was decided: the gate closing right after admitting a request.
 	onEnter func()
@@ -28,30 +30,6 @@ type fakeGate struct {
 }
 
 func newFakeGate() *fakeGate { return &fakeGate{open: true, token: 1} }
-
-// countingGate is a fakeGate that counts its MySQL server changes
-// (segment.ServerChangeCounter), as zkguard's Guard does: serverChanged
-// closes it and counts, close alone is a close for another reason (a
-// ZooKeeper restore).
-type countingGate struct {
-	*fakeGate
-	changes uint64 // under fakeGate.mu
-}
-
-func newCountingGate() *countingGate { return &countingGate{fakeGate: newFakeGate()} }
-
-func (g *countingGate) ServerChanges() uint64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.changes
-}
-
-func (g *countingGate) serverChanged() {
-	g.mu.Lock()
-	g.changes++
-	g.closeLocked()
-	g.mu.Unlock()
-}
 
 var errGateClosed = errors.New("fake gate closed")
 
@@ -83,13 +61,33 @@ func (g *fakeGate) Check(tok uint64) error {
 	return nil
 }
 
+func (g *fakeGate) ServerChanges() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.changes
+}
+
 func (g *fakeGate) close() {
 	g.mu.Lock()
 	g.closeLocked()
 	g.mu.Unlock()
 }
 
+// closeLocked closes the gate for a MySQL server change.
 func (g *fakeGate) closeLocked() {
+	g.changes++
+	g.closeNotServerLocked()
+}
+
+// closeNotServer closes the gate for another reason than a server change
+// (a ZooKeeper restore): ServerChanges stays.
+func (g *fakeGate) closeNotServer() {
+	g.mu.Lock()
+	g.closeNotServerLocked()
+	g.mu.Unlock()
+}
+
+func (g *fakeGate) closeNotServerLocked() {
 	if g.open {
 		g.open = false
 		g.token++

@@ -20,17 +20,10 @@ import (
 type shard struct {
 	idx   int
 	grant Grant
-	// gateToken is the gate's token (segment.Gate) when the term was
-	// granted, gateOK whether the gate was open then (Acquire). The token
-	// changes whenever the gate closes, at a MySQL server change among
-	// others: a term whose token is no longer current may have lived
-	// across a server change, and its exact write-back is refused
-	// (Allocator.writeBack). Where the gate counts its server changes
-	// (segment.ServerChangeCounter), serverChanges is that count at the
-	// grant and replaces the token: a close for another reason (a
-	// ZooKeeper restore) then leaves the term's write-back alone.
-	gateToken     uint64
-	gateOK        bool
+	// serverChanges is the gate's count of MySQL server changes
+	// (segment.Gate.ServerChanges) when the term was granted (Acquire): a
+	// term whose count moved has lived across a server change, and its
+	// exact write-back is refused (Allocator.writeBack).
 	serverChanges uint64
 
 	mu   sync.Mutex

@@ -169,8 +169,7 @@ var ErrHandOffDeferred = errors.New("ordered: hand-off deferred until the ORDERE
 var ErrUncleanHandOff = errors.New("ordered: hand-off without its exact write-back")
 
 // errServerChangedSinceTerm: a hand-off's exact write-back was refused
-// because the gate closed (the MySQL server changed) since the term was
-// granted: the new server's epoch fence may have lost a later owner's
+// because the MySQL server changed since the term was granted: the new server's epoch fence may have lost a later owner's
 // claim, so the write could lower rows that owner raised
 // (Allocator.writeBack). Final: not retried.
 var errServerChangedSinceTerm = errors.New("ordered: the MySQL server changed since the term was granted; no exact write-back")

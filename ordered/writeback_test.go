@@ -29,25 +29,15 @@ import (
 // then finds the new server, and the gate closes while the statement is
 // about to run there. The check runs again on the session that writes
 // (GatedWriteBacker), after it reached its server ("on the session").
-// Each case runs with a gate that counts its server changes (zkguard's)
-// and with one that does not (the token decides).
 func TestWriteBackRefusedAfterServerChange(t *testing.T) {
-	type tcase struct {
-		name     string
-		control  bool
-		session  bool // the failover found by the write-back's own session
-		counting bool // the gate counts server changes
-	}
-	var cases []tcase
-	for _, counting := range []bool{false, true} {
-		suffix := ""
-		if counting {
-			suffix = ", counting gate"
-		}
-		cases = append(cases, tcase{"fixed" + suffix, false, false, counting}, tcase{"control" + suffix, true, false, counting},
-			tcase{"fixed on the session" + suffix, false, true, counting}, tcase{"control on the session" + suffix, true, true, counting})
-	}
-	for _, tc := range cases {
+	for _, tc := range []struct {
+		name    string
+		control bool
+		session bool // the failover found by the write-back's own session
+	}{
+		{"fixed", false, false}, {"control", true, false},
+		{"fixed on the session", false, true}, {"control on the session", true, true},
+	} {
 		control := tc.control
 		if control && !faultInjectBuild {
 			continue
@@ -56,13 +46,7 @@ func TestWriteBackRefusedAfterServerChange(t *testing.T) {
 			if control {
 				t.Setenv("IDGEN_FAULT_WRITEBACK_ACROSS_FAILOVER", "1")
 			}
-			store, clk, fg := newFakeStore(), newFakeClock(), newFakeGate()
-			var g segment.Gate = fg
-			serverChange := fg.close
-			if tc.counting {
-				cg := &countingGate{fakeGate: fg}
-				g, serverChange = cg, cg.serverChanged
-			}
+			store, clk, g := newFakeStore(), newFakeClock(), newFakeGate()
 			key := Key{"chat", "k"}
 			s := segment.Shard(key.SubKey)
 			var bTop int64
@@ -81,7 +65,7 @@ func TestWriteBackRefusedAfterServerChange(t *testing.T) {
 				store.mu.Unlock()
 				// A lossy failover to the replica: B's claim and row lost.
 				if !tc.session {
-					serverChange()
+					g.close()
 				}
 				store.lossyFailover(before)
 				store.mu.Lock()
@@ -93,12 +77,12 @@ func TestWriteBackRefusedAfterServerChange(t *testing.T) {
 					// A's write-back's new connection is A's first
 					// contact with the new server: its gate closes now,
 					// and A's part of the barrier comes after.
-					serverChange()
+					g.close()
 					return
 				}
 				// A raises what it remembers; the gate opens again.
 				store.flush(a)
-				fg.reopen()
+				g.reopen()
 			}
 			// A's write-back is held before it starts (the simulator's
 			// stall), or reaches the store and finds the failover there.
@@ -177,19 +161,19 @@ func TestWriteBackAnchoredOnServerChanges(t *testing.T) {
 		{"server change after a restore close at the grant", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			store, clk, g := newFakeStore(), newFakeClock(), newCountingGate()
+			store, clk, g := newFakeStore(), newFakeClock(), newFakeGate()
 			key := Key{"chat", "k"}
 			s := segment.Shard(key.SubKey)
 			if tc.closedAtGrant {
-				g.close() // a ZooKeeper restore: not a server change
+				g.closeNotServer() // a ZooKeeper restore: not a server change
 			}
 			n := gatedNode(t, store, clk, "a:1", g)
 			n.acquireAll(t, 1, time.Time{})
 			if !tc.closedAtGrant {
-				g.close()
+				g.closeNotServer()
 			}
 			if tc.change {
-				g.serverChanged()
+				g.close()
 			}
 			store.flush(n.a)
 			g.reopen()

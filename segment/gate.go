@@ -18,18 +18,15 @@ type Gate interface {
 	// Check returns nil when a reservation started with token may still
 	// be committed and answered: the gate has not closed since.
 	Check(token uint64) error
-}
-
-// ServerChangeCounter is a Gate that counts the MySQL server changes it
-// closed for, apart from its other closes (a ZooKeeper restore, the
-// start). Only a server change can lose writes the store acknowledged (a
-// lossy failover), so a holder of a write that must not land on a server
-// that lost others' writes (package ordered's exact write-back) anchors
-// on this count, not on the token: a close for any other reason costs it
-// nothing. The count never goes down, moves before the gate's token does
-// for the same change, and may move more than once for one change (seen
-// on a connection, then in the cluster's server record): a holder asks
-// only whether it moved.
-type ServerChangeCounter interface {
+	// ServerChanges counts the MySQL server changes the gate closed for,
+	// apart from its other closes (a ZooKeeper restore, the start). Only a
+	// server change can lose writes the store acknowledged (a lossy
+	// failover), so a write that must not land on a server that lost
+	// others' writes (package ordered's exact write-back) anchors on this
+	// count, not on the token: a close for another reason costs it
+	// nothing. The count never goes down, moves before the token does for
+	// the same change, and may move more than once for one change (seen
+	// on a connection, then in the cluster's server record): a holder asks
+	// only whether it moved.
 	ServerChanges() uint64
 }

@@ -32,6 +32,14 @@ func (g *closingGate) Enter() (uint64, error) {
 	return g.token, nil
 }
 
+// ServerChanges implements segment.Gate: every close here is a server
+// change.
+func (g *closingGate) ServerChanges() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.token
+}
+
 func (g *closingGate) Check(tok uint64) error {
 	g.mu.Lock()
 	ok := g.open && g.token == tok

@@ -219,7 +219,7 @@ func (g *Guard) ServerChanged(old, new string) {
 	g.closeServer("server changed from " + old + " to " + new)
 }
 
-// ServerChanges implements segment.ServerChangeCounter: how many times a
+// ServerChanges implements segment.Gate: how many times a
 // MySQL server change closed the gate (also when it found it closed; one
 // change may count twice: a new connection's server, then the record).
 func (g *Guard) ServerChanges() uint64 {
